@@ -1,0 +1,47 @@
+# Two entry points for a fresh machine (Python 3.11 + pip): `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+LISTEN ?= 127.0.0.1:9092
+DATA ?= ./data
+
+.PHONY: run test test-fast bench proto compat compat-quick java clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e .
+	touch $@
+
+$(VENV)/.test-installed: $(VENV)/.installed pyproject.toml
+	$(PIP) install -q -e '.[test]'
+	touch $@
+
+run: $(VENV)/.installed
+	$(VENV)/bin/kop standalone --listen $(LISTEN) --data-dir $(DATA)
+
+java: $(VENV)/.test-installed
+	$(PY) -m integration.java_harness build
+
+test: $(VENV)/.test-installed java
+	$(PY) -m pytest -q
+
+test-fast: $(VENV)/.test-installed
+	$(PY) -m pytest -q tests
+
+bench: $(VENV)/.test-installed
+	$(PY) -m bench.run
+
+proto: $(VENV)/.installed
+	$(PIP) install -q grpcio-tools==1.85.1
+	cd proto && ../$(PY) -m grpc_tools.protoc -I. --python_out=. kop.proto
+
+compat: $(VENV)/.test-installed
+	$(PY) -m compat.run
+
+compat-quick: $(VENV)/.test-installed
+	$(PY) -m compat.run --quick
+
+clean:
+	rm -rf $(VENV) build *.egg-info
