@@ -1,0 +1,26 @@
+import pytest
+
+from integration.broker_process import BrokerProcess
+
+
+@pytest.fixture
+def broker(tmp_path):
+    """A fresh `kop standalone` process on a free port with its own data directory."""
+    proc = BrokerProcess(str(tmp_path / "data")).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def broker_factory(tmp_path):
+    """Start brokers with custom config; all are stopped at the end."""
+    started = []
+
+    def make(config: dict[str, str] | None = None, name: str = "data") -> BrokerProcess:
+        proc = BrokerProcess(str(tmp_path / name), config=dict(config or {})).start()
+        started.append(proc)
+        return proc
+
+    yield make
+    for proc in started:
+        proc.stop()

@@ -1,0 +1,78 @@
+"""The broker: configuration, storage, the request router and the TCP listener, as one object that a test can start
+twice in one process."""
+import asyncio
+import logging
+import os
+import time
+
+from kop import handlers
+from kop.config import BrokerConfig
+from kop.connection import Connection
+from kop.producer_ids import ProducerIdAllocator
+from kop.topics import TopicManager
+
+log = logging.getLogger(__name__)
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.topics = TopicManager(config)
+        self.router = handlers.build_router()
+        self.producer_ids: ProducerIdAllocator | None = None
+        self.started_ms = int(time.time() * 1000)
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[asyncio.Task] = set()
+        self._background: list[asyncio.Task] = []
+        self.port = config.port
+
+    async def start(self) -> None:
+        os.makedirs(self.config.data_dir, exist_ok=True)
+        self.producer_ids = ProducerIdAllocator(os.path.join(self.config.data_dir, "producer-ids"),
+                                                durable=self.config.fsync)
+        self.topics.load_all()
+        self._server = await asyncio.start_server(self._on_client, self.config.host, self.config.port,
+                                                  backlog=1024, limit=1 << 20)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._background.append(asyncio.create_task(self._retention_loop()))
+        log.info("kop listening on %s:%d (data in %s)", self.config.host, self.port, self.config.data_dir)
+
+    async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._connections) >= self.config.max_connections:
+            log.warning("refusing a connection: %d open (max_connections)", len(self._connections))
+            writer.close()
+            return
+        task = asyncio.current_task()
+        self._connections.add(task)
+        try:
+            await Connection(self, reader, writer).run()
+        finally:
+            self._connections.discard(task)
+
+    async def _retention_loop(self) -> None:
+        interval = max(1.0, self.config.retention_check_interval_ms / 1000)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.enforce_retention()
+            except Exception:
+                log.exception("retention check failed")
+
+    async def enforce_retention(self) -> None:
+        now = int(time.time() * 1000)
+        for topic in list(self.topics.topics.values()):
+            retention_ms = int(topic.configs.get("retention.ms", self.config.retention_ms))
+            retention_bytes = int(topic.configs.get("retention.bytes", self.config.retention_bytes))
+            for partition in topic.partitions:
+                await partition.ledger.trim(now, retention_ms, retention_bytes, partition.retention_floor())
+
+    async def stop(self) -> None:
+        for task in self._background:
+            task.cancel()
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        await self.topics.close()
+        log.info("kop stopped")

@@ -1,0 +1,124 @@
+"""One client connection: read frames, dispatch them in order, write responses in request order.
+
+Each request runs its handler's ordered phase before the next request is read (so a connection's produce requests
+reach their partitions in arrival order); whatever the handler still has to wait for (durability, a long-poll fetch,
+a rebalance) continues as a task, and up to `max_in_flight` of those overlap. The writer sends their responses
+strictly in request order, as the Kafka protocol requires.
+"""
+import asyncio
+import inspect
+import itertools
+import logging
+
+from kop.handlers.context import RequestContext
+from protocol.api import (ProtocolError, UnsupportedVersion, decode_body, encode_response, parse_header,
+                          response_class)
+from protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+API_VERSIONS_KEY = 18
+IDLE_TIMEOUT_S = 600.0
+_ids = itertools.count(1)
+
+
+class Connection:
+    def __init__(self, broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.broker = broker
+        self.reader = reader
+        self.writer = writer
+        self.id = next(_ids)
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self._responses: asyncio.Queue = asyncio.Queue()
+        self._slots = asyncio.Semaphore(max(1, broker.config.max_in_flight_requests_per_connection))
+
+    async def run(self) -> None:
+        writer_task = asyncio.create_task(self._write_responses())
+        try:
+            await self._read_requests()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.TimeoutError):
+            pass
+        except ProtocolError as exc:
+            log.warning("closing connection %s from %s: %s", self.id, self.peer, exc)
+        except Exception:
+            log.exception("closing connection %s from %s after an internal error", self.id, self.peer)
+        finally:
+            self._responses.put_nowait(None)
+            try:
+                await asyncio.wait_for(writer_task, 30)
+            except (asyncio.TimeoutError, Exception):
+                writer_task.cancel()
+            self.writer.close()
+
+    async def _read_requests(self) -> None:
+        max_size = self.broker.config.socket_request_max_bytes
+        while True:
+            size_bytes = await asyncio.wait_for(self.reader.readexactly(4), IDLE_TIMEOUT_S)
+            size = int.from_bytes(size_bytes, "big", signed=True)
+            if size < 0 or size > max_size:
+                raise ProtocolError(f"request size {size} outside 0..{max_size} (socket.request.max.bytes)")
+            frame = await self.reader.readexactly(size)
+            await self._slots.acquire()
+            try:
+                pending = await self._dispatch(frame)
+            except BaseException:
+                self._slots.release()
+                raise
+            if pending is None:
+                self._slots.release()
+            else:
+                self._responses.put_nowait(pending)
+
+    async def _dispatch(self, frame: bytes):
+        """Run a request's ordered phase; returns an awaitable of the response frame, or None for no response."""
+        router = self.broker.router
+        try:
+            header, body_offset = parse_header(frame, router.versions)
+        except UnsupportedVersion as exc:
+            if exc.api_key == API_VERSIONS_KEY:
+                return _done(self._api_versions_fallback(exc.correlation_id))
+            raise ProtocolError(str(exc)) from None
+        request = decode_body(header, frame, body_offset)
+        ctx = RequestContext(self.broker, header, self.peer, self.id)
+        result = await router.routes[header.api_key].handler(ctx, request)
+        if result is None:
+            return None
+        if inspect.isawaitable(result):
+            return asyncio.ensure_future(self._encode_later(result, header.correlation_id))
+        return _done(encode_response(result, header.correlation_id))
+
+    @staticmethod
+    async def _encode_later(awaitable, correlation_id: int) -> bytes | None:
+        response = await awaitable
+        return None if response is None else encode_response(response, correlation_id)
+
+    def _api_versions_fallback(self, correlation_id: int) -> bytes:
+        """UNSUPPORTED_VERSION with a v0 body listing what we serve; clients retry with a version from it."""
+        cls = response_class(API_VERSIONS_KEY, 0)
+        keys = [cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                for k, (lo, hi) in sorted(self.broker.router.versions.items())]
+        return encode_response(cls(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=keys), correlation_id)
+
+    async def _write_responses(self) -> None:
+        while True:
+            pending = await self._responses.get()
+            if pending is None:
+                return
+            try:
+                data = await pending
+            except Exception:
+                log.exception("request on connection %s from %s failed; closing", self.id, self.peer)
+                self.writer.close()
+                return
+            finally:
+                self._slots.release()
+            if data is not None:
+                self.writer.write(data)
+                await self.writer.drain()
+
+
+def _done(data: bytes) -> asyncio.Future:
+    future = asyncio.get_running_loop().create_future()
+    future.set_result(data)
+    return future

@@ -1,0 +1,14 @@
+"""ApiVersions (key 18). Version notes: v3+ is flexible and carries client software name/version; the response
+header is never flexible. The list is derived from the router, so only served APIs are advertised."""
+from protocol.api import response_class
+from protocol.errors import ErrorCode
+
+
+async def handle(ctx, request):
+    cls = response_class(18, ctx.version)
+    keys = [cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+            for k, (lo, hi) in sorted(ctx.broker.router.versions.items())]
+    return cls(error_code=ErrorCode.NONE, api_keys=keys, throttle_time_ms=0)
+
+
+ROUTES = [(18, 0, 4, handle)]

@@ -1,0 +1,96 @@
+"""Fetch (key 1). Version notes: served v4-v12 (topic names; v13+ uses topic ids). v4+ isolation level, last stable
+offset and aborted transactions; v5+ log start offset; v7+ fetch sessions, which we decline by answering session id 0
+(clients then keep sending full fetches); v11+ rack id (ignored). At least one batch is returned even if it exceeds the
+byte limits (KIP-74), so a consumer always makes progress.
+
+Long poll: answer at once when min_bytes are available or max_wait_ms is 0; otherwise wait until new entries become
+durable on any requested partition or max_wait_ms passes."""
+import asyncio
+import time
+
+from protocol.api import response_class
+from protocol.errors import ErrorCode
+
+MIN_WAIT_SLICE = 0.001
+
+
+def _collect(ctx, request):
+    """Read what is available now; returns (per-topic partition results, total bytes)."""
+    cls = response_class(1, ctx.version)
+    topics = ctx.broker.topics
+    budget = request.max_bytes if ctx.version >= 3 else 0x7FFFFFFF
+    total = 0
+    out = []
+    for ftopic in request.topics:
+        parts = []
+        for fpart in ftopic.partitions:
+            partition = topics.partition(ftopic.topic, fpart.partition)
+            data = cls.FetchableTopicResponse.PartitionData(
+                partition_index=fpart.partition, error_code=0, high_watermark=-1, last_stable_offset=-1,
+                log_start_offset=-1, aborted_transactions=None, records=None)
+            if partition is None:
+                data.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                parts.append(data)
+                continue
+            hw = partition.high_watermark
+            data.high_watermark = hw
+            data.last_stable_offset = hw
+            data.log_start_offset = partition.log_start_offset
+            if request.isolation_level == 1:
+                data.aborted_transactions = []
+            offset = fpart.fetch_offset
+            if offset < partition.log_start_offset or offset > hw:
+                data.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+                parts.append(data)
+                continue
+            limit = min(fpart.partition_max_bytes, budget - total)
+            if offset < hw and (limit > 0 or total == 0):
+                entries = partition.read(offset, max(limit, 1))
+                if entries:
+                    records = b"".join(e.data for e in entries)
+                    data.records = records
+                    total += len(records)
+            parts.append(data)
+        out.append(cls.FetchableTopicResponse(topic=ftopic.topic, partitions=parts))
+    return out, total
+
+
+def _response(ctx, topics):
+    cls = response_class(1, ctx.version)
+    return cls(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+
+
+async def handle(ctx, request):
+    if ctx.version >= 7 and request.session_id != 0:
+        cls = response_class(1, ctx.version)
+        return cls(throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
+    topics, total = _collect(ctx, request)
+    if total >= request.min_bytes or request.max_wait_ms <= 0:
+        return _response(ctx, topics)
+    return _long_poll(ctx, request, topics, total)
+
+
+async def _long_poll(ctx, request, topics, total):
+    deadline = time.monotonic() + request.max_wait_ms / 1000
+    partitions = [p for t in request.topics for fp in t.partitions
+                  if (p := ctx.broker.topics.partition(t.topic, fp.partition)) is not None]
+    loop = asyncio.get_running_loop()
+    while total < request.min_bytes:
+        remaining = deadline - time.monotonic()
+        if remaining <= MIN_WAIT_SLICE:
+            break
+        woken = loop.create_future()
+        for p in partitions:
+            p.watch(woken)
+        try:
+            await asyncio.wait_for(woken, remaining)
+        except asyncio.TimeoutError:
+            break
+        finally:
+            for p in partitions:
+                p.unwatch(woken)
+        topics, total = _collect(ctx, request)
+    return _response(ctx, topics)
+
+
+ROUTES = [(1, 4, 12, handle)]

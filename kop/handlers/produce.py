@@ -1,0 +1,84 @@
+"""Produce (key 0). Version notes: v3+ only (record batch v2, magic 2), exactly one batch per partition as Kafka
+requires; v8+ carries record_errors and error_message (we put the reason for a rejected batch there); v9+ flexible.
+We serve up to v10: v11+ brings KIP-890 error codes that only make sense with transaction verification.
+
+The ordered phase (this coroutine, before it returns) validates each partition's batch and hands it to its
+PartitionLog, which assigns offsets in arrival order; the returned awaitable waits for durability and builds the
+response. acks=0 gets no response, but the writes still happen."""
+import asyncio
+import logging
+
+from kop.partition import AppendResult
+from protocol.api import response_class
+from protocol.errors import ErrorCode
+from protocol.records import RecordBatchError, split_batches, validate_batch
+
+log = logging.getLogger(__name__)
+
+
+def _rejected(code: ErrorCode, message: str) -> asyncio.Future:
+    future = asyncio.get_running_loop().create_future()
+    future.set_result(AppendResult(code, message=message))
+    return future
+
+
+def _publish_one(ctx, topic, index: int, records) -> asyncio.Future:
+    partition = ctx.broker.topics.partition(topic, index)
+    if partition is None:
+        return _rejected(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic or partition {topic}-{index}")
+    if not records:
+        return _rejected(ErrorCode.INVALID_RECORD, "no record batch")
+    limit = int(ctx.broker.topics.get(topic).configs.get("max.message.bytes", ctx.broker.config.message_max_bytes))
+    try:
+        batches = split_batches(records)
+        if len(batches) != 1:
+            raise RecordBatchError(ErrorCode.INVALID_RECORD,
+                                   f"produce v3+ must carry exactly one record batch per partition, got {len(batches)}")
+        header, view = batches[0]
+        if header.size > limit:
+            raise RecordBatchError(ErrorCode.MESSAGE_TOO_LARGE,
+                                   f"batch of {header.size} bytes exceeds max.message.bytes {limit}")
+        if header.is_control:
+            raise RecordBatchError(ErrorCode.INVALID_RECORD, "clients may not produce control batches")
+        validate_batch(header, view)
+    except RecordBatchError as exc:
+        log.info("rejected batch for %s-%d from %s (%s): %s", topic, index, ctx.client_id, ctx.peer, exc)
+        return _rejected(ErrorCode(exc.error_code), str(exc))
+    return partition.publish_normal(header, view)
+
+
+async def handle(ctx, request):
+    cls = response_class(0, ctx.version)
+    acks = request.acks
+    results: list[tuple[str, list[tuple[int, asyncio.Future]]]] = []
+    for topic_data in request.topic_data:
+        per_partition = []
+        for pdata in topic_data.partition_data:
+            if acks not in (-1, 0, 1):
+                future = _rejected(ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, got {acks}")
+            else:
+                future = _publish_one(ctx, topic_data.name, pdata.index, pdata.records)
+            per_partition.append((pdata.index, future))
+        results.append((topic_data.name, per_partition))
+    if acks == 0:
+        return None
+    return _respond(ctx, cls, results)
+
+
+async def _respond(ctx, cls, results):
+    topics = []
+    for name, per_partition in results:
+        partitions = []
+        for index, future in per_partition:
+            outcome: AppendResult = await future
+            partition = ctx.broker.topics.partition(name, index)
+            partitions.append(cls.TopicProduceResponse.PartitionProduceResponse(
+                index=index, error_code=outcome.error, base_offset=outcome.base_offset,
+                log_append_time_ms=outcome.log_append_time,
+                log_start_offset=partition.log_start_offset if partition else -1,
+                record_errors=[], error_message=outcome.message if outcome.error else None))
+        topics.append(cls.TopicProduceResponse(name=name, partition_responses=partitions))
+    return cls(responses=topics, throttle_time_ms=0)
+
+
+ROUTES = [(0, 3, 10, handle)]

@@ -1,0 +1,99 @@
+"""CreateTopics (19), DeleteTopics (20), CreatePartitions (37). Version notes: CreateTopics v5+ returns the
+partition count and configs; DeleteTopics v6 names topics in `topics` (by name or id), v0-5 in `topic_names`;
+replication factor must be -1 or 1 on a single broker; ValidateOnly checks without creating."""
+import uuid
+
+from kop.topics import TOPIC_CONFIG_DEFAULTS, TopicError
+from protocol.api import response_class
+from protocol.errors import ErrorCode
+
+
+async def create_topics(ctx, request):
+    cls = response_class(19, ctx.version)
+    results = []
+    for item in request.topics:
+        configs = {c.name: c.value for c in item.configs if c.value is not None}
+        result = cls.CreatableTopicResult(name=item.name, error_code=0, error_message=None)
+        try:
+            if item.replication_factor not in (-1, 1):
+                raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                                 f"replication factor {item.replication_factor} > 1 broker")
+            if item.assignments:
+                raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "manual replica assignment is not supported")
+            if request.validate_only:
+                partitions = ctx.broker.topics.check_create(item.name, item.num_partitions, configs)
+                topic_id = uuid.UUID(int=0)
+            else:
+                topic = await ctx.broker.topics.create(item.name, item.num_partitions, configs)
+                partitions = len(topic.partitions)
+                topic_id = uuid.UUID(bytes=topic.topic_id)
+            result.topic_id = topic_id
+            result.num_partitions = partitions
+            result.replication_factor = 1
+            result.configs = [
+                cls.CreatableTopicResult.CreatableTopicConfigs(
+                    name=k, value=configs.get(k, v), read_only=False, config_source=5, is_sensitive=False)
+                for k, v in TOPIC_CONFIG_DEFAULTS.items() if configs.get(k, v) is not None]
+        except TopicError as exc:
+            result.error_code, result.error_message = exc.code, str(exc)
+        results.append(result)
+    return cls(throttle_time_ms=0, topics=results)
+
+
+async def delete_topics(ctx, request):
+    cls = response_class(20, ctx.version)
+    topics = ctx.broker.topics
+    if ctx.version >= 6:
+        wanted = []
+        for t in request.topics:
+            name = t.name
+            if name is None:
+                match = next((x for x in topics.topics.values() if x.topic_id == t.topic_id.bytes), None)
+                name = match.name if match else None
+            wanted.append((name, t.topic_id))
+    else:
+        wanted = [(name, None) for name in request.topic_names]
+    results = []
+    for name, topic_id in wanted:
+        result = cls.DeletableTopicResult(name=name, error_code=0)
+        if topic_id is not None:
+            result.topic_id = topic_id
+        try:
+            if name is None:
+                raise TopicError(ErrorCode.UNKNOWN_TOPIC_ID, "unknown topic id")
+            await topics.delete(name)
+        except TopicError as exc:
+            result.error_code = exc.code
+            if ctx.version >= 5:
+                result.error_message = str(exc)
+        results.append(result)
+    return cls(throttle_time_ms=0, responses=results)
+
+
+async def create_partitions(ctx, request):
+    cls = response_class(37, ctx.version)
+    results = []
+    for item in request.topics:
+        result = cls.CreatePartitionsTopicResult(name=item.name, error_code=0, error_message=None)
+        try:
+            if item.assignments:
+                raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "manual replica assignment is not supported")
+            topic = ctx.broker.topics.get(item.name)
+            if topic is None:
+                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {item.name!r}")
+            if item.count <= len(topic.partitions):
+                raise TopicError(ErrorCode.INVALID_PARTITIONS,
+                                 f"topic has {len(topic.partitions)} partitions; {item.count} is not more")
+            if not request.validate_only:
+                await ctx.broker.topics.add_partitions(item.name, item.count)
+        except TopicError as exc:
+            result.error_code, result.error_message = exc.code, str(exc)
+        results.append(result)
+    return cls(throttle_time_ms=0, results=results)
+
+
+ROUTES = [
+    (19, 0, 7, create_topics),
+    (20, 0, 6, delete_topics),
+    (37, 0, 3, create_partitions),
+]

@@ -1,0 +1,328 @@
+"""The embedded, file-based managed-ledger engine (one machine).
+
+Directory layout of one managed ledger:
+    ledgers.info      ManagedLedgerInfo (protobuf), replaced atomically when the ledger list changes
+    {id}.log/.idx     one ledger: entries and their offset index (see ledger_file)
+    cursors.log       the cursor log (see cursor_log)
+A new ledger is started on every open (so a crashed ledger is never appended to again), when the current one exceeds
+`max_ledger_bytes`, and after a failed write.
+"""
+import asyncio
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from kop.ledger.cursor_log import CursorLog, ManagedCursor
+from kop.ledger.errors import LedgerClosedError, LedgerWriteError
+from kop.ledger.framed_file import replace_atomically
+from kop.ledger.group_commit import GroupCommit
+from kop.ledger.interface import Entry, ManagedLedger
+from kop.ledger.ledger_file import LedgerFile
+from kop.ledger.position import BEFORE_FIRST, Position
+from proto.kop_pb2 import ManagedLedgerInfo
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FileLedgerConfig:
+    max_ledger_bytes: int = 256 * 1024 * 1024
+    max_entry_bytes: int = 64 * 1024 * 1024
+    fsync: bool = True
+
+
+@dataclass(slots=True)
+class _PendingAdd:
+    future: asyncio.Future
+    ledger: LedgerFile
+    entry_id: int
+    end_index: int
+
+
+class FileManagedLedger(ManagedLedger):
+    def __init__(self, name: str, directory: str, config: FileLedgerConfig, executor: Executor | None) -> None:
+        self.name = name
+        self.directory = directory
+        self.config = config
+        self._executor = executor
+        self._ledgers: list[LedgerFile] = []
+        self._closed_times: dict[int, int] = {}
+        self._current: LedgerFile | None = None
+        self._lac = BEFORE_FIRST
+        self._confirmed_end = 0
+        self._written_end = 0
+        self._start_index = 0
+        self._listeners: list[Callable[[], None]] = []
+        self._group = GroupCommit(executor, config.fsync, self._on_durable, self._on_write_failed)
+        self._cursors = CursorLog(os.path.join(directory, "cursors.log"), executor, config.fsync,
+                                  lambda: self._lac)
+        self._closed = False
+
+    # ---- opening and recovery
+
+    @classmethod
+    def open(cls, name: str, directory: str, config: FileLedgerConfig, executor: Executor | None,
+             initial_index: int = 0) -> "FileManagedLedger":
+        """Open (or create) the managed ledger in directory, recovering after a crash, and start a new ledger."""
+        os.makedirs(directory, exist_ok=True)
+        ml = cls(name, directory, config, executor)
+        ml._recover(initial_index)
+        ml._cursors.open()
+        return ml
+
+    def _info_path(self) -> str:
+        return os.path.join(self.directory, "ledgers.info")
+
+    def _recover(self, initial_index: int) -> None:
+        info = ManagedLedgerInfo()
+        if os.path.exists(self._info_path()):
+            with open(self._info_path(), "rb") as f:
+                info.ParseFromString(f.read())
+        self._start_index = self._written_end = initial_index
+        for li in info.ledgerInfo:
+            if not os.path.exists(os.path.join(self.directory, f"{li.ledgerId}.log")):
+                log.warning("%s: ledger %d listed but missing", self.name, li.ledgerId)
+                continue
+            ledger = LedgerFile.open_existing(self.directory, li.ledgerId, self.config.max_entry_bytes)
+            ledger.closed = True
+            self._closed_times[ledger.ledger_id] = li.timestamp or int(time.time() * 1000)
+            if ledger.entries == 0:
+                ledger.delete_files()
+                continue
+            self._ledgers.append(ledger)
+        if self._ledgers:
+            first = self._ledgers[0]
+            self._start_index = first.first_indexes[0]
+            last = self._ledgers[-1]
+            self._lac = Position(last.ledger_id, last.entries - 1)
+            self._written_end = self._end_of(last)
+        self._confirmed_end = self._written_end
+        self._roll_locked()
+
+    def _end_of(self, ledger: LedgerFile) -> int:
+        """One past the last offset of a ledger's last entry."""
+        entry = ledger.read(ledger.entries - 1, ledger.entries - 1, 1 << 62)[0]
+        return entry.first_index + entry.span
+
+    def _roll_locked(self) -> None:
+        """Close the current ledger and start a new one, recording the ledger list atomically."""
+        next_id = (max((l.ledger_id for l in self._ledgers), default=-1) + 1) if self._ledgers else 0
+        if self._current is not None:
+            next_id = max(next_id, self._current.ledger_id + 1)
+            self._current.closed = True
+            self._closed_times[self._current.ledger_id] = int(time.time() * 1000)
+            if self._current.entries == 0:
+                self._ledgers.remove(self._current)
+                self._current.delete_files()
+        ledger = LedgerFile.create(self.directory, next_id)
+        self._ledgers.append(ledger)
+        self._current = ledger
+        self._write_info()
+
+    def _write_info(self) -> None:
+        info = ManagedLedgerInfo()
+        for ledger in self._ledgers:
+            li = info.ledgerInfo.add()
+            li.ledgerId = ledger.ledger_id
+            li.entries = ledger.entries
+            li.size = ledger.size
+            li.timestamp = self._closed_times.get(ledger.ledger_id, 0)
+            li.first_index = ledger.first_indexes[0] if ledger.entries else -1
+        replace_atomically(self._info_path(), info.SerializeToString(), durable=self.config.fsync)
+
+    # ---- properties
+
+    @property
+    def start_index(self) -> int:
+        return self._start_index
+
+    @property
+    def confirmed_end_index(self) -> int:
+        return self._confirmed_end
+
+    @property
+    def written_end_index(self) -> int:
+        return self._written_end
+
+    @property
+    def last_confirmed(self) -> Position:
+        return self._lac
+
+    @property
+    def cursors(self) -> dict[str, ManagedCursor]:
+        return self._cursors.cursors
+
+    @property
+    def group_commit(self) -> GroupCommit:
+        return self._group
+
+    # ---- writing
+
+    def add_entry(self, first_index: int, span: int, metadata: bytes, data: bytes | memoryview) -> asyncio.Future:
+        if self._closed:
+            raise LedgerClosedError(self.name)
+        if first_index != self._written_end:
+            raise ValueError(f"{self.name}: entry starts at {first_index}, expected {self._written_end}")
+        ledger = self._current
+        if ledger.entries and ledger.size >= self.config.max_ledger_bytes:
+            self._roll_locked()
+            ledger = self._current
+        try:
+            entry_id = ledger.append(first_index, span, metadata, data)
+        except OSError as exc:
+            raise LedgerWriteError(f"{self.name}: write failed: {exc}") from exc
+        self._written_end = first_index + span
+        future = asyncio.get_running_loop().create_future()
+        self._group.add(ledger.fd, _PendingAdd(future, ledger, entry_id, self._written_end))
+        return future
+
+    def _on_durable(self, adds: list[_PendingAdd]) -> None:
+        for add in adds:
+            add.ledger.write_index(add.entry_id + 1)
+            self._lac = Position(add.ledger.ledger_id, add.entry_id)
+            self._confirmed_end = add.end_index
+        for add in adds:
+            if not add.future.done():
+                add.future.set_result(Position(add.ledger.ledger_id, add.entry_id))
+        for listener in self._listeners:
+            listener()
+
+    def _on_write_failed(self, exc: OSError, adds: list[_PendingAdd]) -> None:
+        """Entries of the failed flush and all later ones are not durable: drop them and roll to a new ledger."""
+        log.error("%s: write failed (%s); failing %d pending entries and rolling the ledger", self.name, exc, len(adds))
+        for add in adds:
+            if add.ledger.entries > add.entry_id:
+                add.ledger.truncate(add.entry_id)
+        self._written_end = self._confirmed_end
+        if not self._closed:
+            self._roll_locked()
+        error = LedgerWriteError(f"{self.name}: {exc}")
+        for add in adds:
+            if not add.future.done():
+                add.future.set_exception(error)
+
+    def inject_write_failures(self, count: int) -> None:
+        """Test hook: the next `count` flushes fail as a disk error would."""
+        self._group.injected_failures += count
+
+    # ---- reading
+
+    def _locate(self, index: int) -> tuple[int, int] | None:
+        """(ledger position in list, entry id) of the durable entry holding offset index."""
+        if index < self._start_index or index >= self._confirmed_end:
+            return None
+        lo, hi = 0, len(self._ledgers) - 1
+        while lo < hi:  # last ledger whose first index <= index
+            mid = (lo + hi + 1) // 2
+            ledger = self._ledgers[mid]
+            if ledger.entries and ledger.first_indexes[0] <= index:
+                lo = mid
+            else:
+                hi = mid - 1
+        entry_id = self._ledgers[lo].find(index)
+        return (lo, entry_id) if entry_id >= 0 else None
+
+    def _last_durable_entry(self, ledger_pos: int) -> int:
+        ledger = self._ledgers[ledger_pos]
+        if ledger.ledger_id == self._lac.ledger_id:
+            return self._lac.entry_id
+        return ledger.entries - 1 if ledger.ledger_id < self._lac.ledger_id else -1
+
+    def read_from_index(self, index: int, max_bytes: int, max_entries: int = 1 << 30) -> list[Entry]:
+        found = self._locate(index)
+        if found is None:
+            return []
+        return self._read(found[0], found[1], max_bytes, max_entries)
+
+    def _read(self, ledger_pos: int, entry_id: int, max_bytes: int, max_entries: int) -> list[Entry]:
+        out: list[Entry] = []
+        budget = max_bytes
+        while ledger_pos < len(self._ledgers) and len(out) < max_entries:
+            last = self._last_durable_entry(ledger_pos)
+            if entry_id > last:
+                if last < 0 or ledger_pos + 1 >= len(self._ledgers):
+                    break
+                ledger_pos, entry_id = ledger_pos + 1, 0
+                continue
+            ledger = self._ledgers[ledger_pos]
+            last = min(last, entry_id + max_entries - len(out) - 1)
+            raws = ledger.read(entry_id, last, budget if out else max(budget, 1))
+            for raw in raws:
+                out.append(Entry(Position(ledger.ledger_id, raw.entry_id), raw.first_index, raw.span,
+                                 raw.metadata, raw.data))
+                budget -= len(raw.data)
+            if budget <= 0 or raws[-1].entry_id < last:
+                break
+            ledger_pos, entry_id = ledger_pos + 1, 0
+        return out
+
+    def read_after(self, position: Position, max_entries: int) -> list[Entry]:
+        for pos, ledger in enumerate(self._ledgers):
+            if ledger.ledger_id > position.ledger_id:
+                return self._read(pos, 0, 1 << 62, max_entries)
+            if ledger.ledger_id == position.ledger_id:
+                return self._read(pos, position.entry_id + 1, 1 << 62, max_entries)
+        return []
+
+    def position_of_index(self, index: int) -> Position | None:
+        found = self._locate(index)
+        if found is None:
+            return None
+        return Position(self._ledgers[found[0]].ledger_id, found[1])
+
+    def index_after(self, position: Position) -> int:
+        following = self.read_after(position, 1)
+        return following[0].first_index if following else self._confirmed_end
+
+    # ---- cursors
+
+    def open_cursor(self, name: str, initial: Position | None = None) -> ManagedCursor:
+        return self._cursors.open_cursor(name, self._lac if initial is None else initial)
+
+    async def delete_cursor(self, name: str) -> None:
+        await self._cursors.delete_cursor(name)
+
+    def add_confirm_listener(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    # ---- retention and lifecycle
+
+    async def trim(self, now_ms: int, retention_ms: int, retention_bytes: int, keep_from: Position | None) -> int:
+        total = sum(l.size for l in self._ledgers)
+        deleted = 0
+        while len(self._ledgers) > 1:
+            oldest = self._ledgers[0]
+            if oldest is self._current or not oldest.closed:
+                break
+            expired = retention_ms >= 0 and now_ms - self._closed_times.get(oldest.ledger_id, now_ms) > retention_ms
+            oversized = retention_bytes >= 0 and total - oldest.size >= retention_bytes
+            if not (expired or oversized):
+                break
+            if keep_from is not None and keep_from < Position(oldest.ledger_id, oldest.entries - 1):
+                break  # a cursor that must be replayed from still needs it
+            self._ledgers.pop(0)
+            total -= oldest.size
+            nxt = self._ledgers[0]
+            self._start_index = nxt.first_indexes[0] if nxt.entries else self._written_end
+            self._write_info()
+            oldest.delete_files()
+            deleted += 1
+        return deleted
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._group.wait_idle()
+        await self._cursors.close()
+        for ledger in self._ledgers:
+            ledger.close()
+
+    async def delete(self) -> None:
+        await self.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+

@@ -1,0 +1,71 @@
+"""Length- and CRC-framed records in an append-only file: the on-disk unit of ledgers and cursor logs.
+
+A record is `[u32 length][u32 crc32c(payload)][payload]`. A crash can leave a torn tail (a partial record); readers
+find it by length and CRC and the owner truncates it, so a record is either wholly present or absent.
+"""
+import os
+import struct
+from collections.abc import Iterator
+
+import crc32c
+
+RECORD_HEADER = struct.Struct(">II")
+HEADER_SIZE = RECORD_HEADER.size
+
+
+def frame(payload: bytes) -> bytes:
+    return RECORD_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload
+
+
+def read_record(fd: int, pos: int, file_size: int, max_record: int) -> bytes | None:
+    """The payload of the record at pos, or None if it is torn, oversized or fails its CRC."""
+    if pos + HEADER_SIZE > file_size:
+        return None
+    length, crc = RECORD_HEADER.unpack(os.pread(fd, HEADER_SIZE, pos))
+    if length > max_record or pos + HEADER_SIZE + length > file_size:
+        return None
+    payload = os.pread(fd, length, pos + HEADER_SIZE)
+    if len(payload) != length or crc32c.crc32c(payload) != crc:
+        return None
+    return payload
+
+
+def scan_records(fd: int, start: int, file_size: int, max_record: int) -> Iterator[tuple[int, bytes]]:
+    """(position, payload) of each valid record from start until the first invalid one (the torn tail)."""
+    pos = start
+    while True:
+        payload = read_record(fd, pos, file_size, max_record)
+        if payload is None:
+            return
+        yield pos, payload
+        pos += HEADER_SIZE + len(payload)
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def replace_atomically(path: str, data: bytes, durable: bool = True) -> None:
+    """Write data to path so that readers see either the old or the new content, never a mix."""
+    tmp = f"{path}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_all(fd, data)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if durable:
+        fsync_dir(os.path.dirname(path) or ".")
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,89 @@
+"""The managed-ledger interface: what the broker needs from a storage engine.
+
+A managed ledger is one partition's log: a sequence of ledgers of entries addressed by Position(ledgerId, entryId).
+Each entry carries a serialized MessageMetadata and a Kafka record batch whose offsets start at the entry's
+`first_index` (Pulsar's broker-entry "index"); offsets are contiguous across entries. Cursors are named positions
+with properties. The file engine implements it for one machine; a distributed engine implements the same methods.
+"""
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kop.ledger.position import Position
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    position: Position
+    first_index: int
+    span: int  # offsets covered: [first_index, first_index + span)
+    metadata: bytes  # serialized proto.kop_pb2.MessageMetadata
+    data: memoryview  # the record batch as stored
+
+
+class ManagedLedger(ABC):
+    name: str
+
+    @property
+    @abstractmethod
+    def start_index(self) -> int:
+        """First Kafka offset still stored (Kafka's log start offset)."""
+
+    @property
+    @abstractmethod
+    def confirmed_end_index(self) -> int:
+        """One past the last durable offset: Kafka's high watermark."""
+
+    @property
+    @abstractmethod
+    def written_end_index(self) -> int:
+        """One past the last offset handed to add_entry, durable or not: where the next entry must start."""
+
+    @property
+    @abstractmethod
+    def last_confirmed(self) -> Position:
+        """Position of the last durable entry (LAC), or BEFORE_FIRST-like when none."""
+
+    @abstractmethod
+    def add_entry(self, first_index: int, span: int, metadata: bytes, data: bytes | memoryview) -> asyncio.Future:
+        """Append one entry covering offsets [first_index, first_index + span); the future resolves to its Position
+        once durable, or fails with LedgerWriteError (after which the ledger has rolled)."""
+
+    @abstractmethod
+    def read_from_index(self, index: int, max_bytes: int, max_entries: int = 1 << 30) -> list[Entry]:
+        """Durable entries starting with the one that holds `index`, up to max_bytes (at least one entry)."""
+
+    @abstractmethod
+    def read_after(self, position: Position, max_entries: int) -> list[Entry]:
+        """Durable entries strictly after position, in order."""
+
+    @abstractmethod
+    def position_of_index(self, index: int) -> Position | None:
+        """The durable entry holding offset `index`, if any."""
+
+    @abstractmethod
+    def index_after(self, position: Position) -> int:
+        """First offset of the entry following position (confirmed_end_index if none)."""
+
+    @abstractmethod
+    def open_cursor(self, name: str, initial: Position | None = None):
+        """The cursor `name`, created at `initial` (default: the last confirmed entry) if it does not exist."""
+
+    @abstractmethod
+    async def delete_cursor(self, name: str) -> None: ...
+
+    @abstractmethod
+    def add_confirm_listener(self, listener: Callable[[], None]) -> None:
+        """Called after new entries become durable."""
+
+    @abstractmethod
+    async def trim(self, now_ms: int, retention_ms: int, retention_bytes: int, keep_from: Position | None) -> int:
+        """Delete whole closed ledgers past retention, never one holding entries after keep_from.
+        Returns the number of ledgers deleted."""
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    @abstractmethod
+    async def delete(self) -> None: ...

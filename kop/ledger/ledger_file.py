@@ -1,0 +1,189 @@
+"""One ledger of a managed ledger: an append-only file of entries plus an index of their first Kafka offsets.
+
+Entry payload (inside a framed record, see framed_file):
+`[i64 first_index][i32 span][u16 metadata length][metadata][data]`, covering offsets [first_index, first_index + span),
+where metadata is a serialized MessageMetadata and data the Kafka record batch with its offsets assigned.
+The index file `{id}.idx` holds `[i64 first_index][i64 file position]` per entry. It is written after the entries it
+describes are durable and is not itself fsynced: on open it is checked against the log and the log's tail is scanned,
+so a short or stale index is repaired, never trusted blindly.
+"""
+import os
+import struct
+import sys
+from array import array
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from kop.ledger.framed_file import HEADER_SIZE, RECORD_HEADER, frame, read_record, scan_records, write_all
+
+ENTRY_HEADER = struct.Struct(">qiH")
+INDEX_RECORD = struct.Struct(">qq")
+
+
+@dataclass(slots=True)
+class RawEntry:
+    entry_id: int
+    first_index: int
+    span: int
+    metadata: bytes
+    data: memoryview
+
+
+def encode_entry(first_index: int, span: int, metadata: bytes, data: bytes | memoryview) -> bytes:
+    return frame(ENTRY_HEADER.pack(first_index, span, len(metadata)) + metadata + bytes(data))
+
+
+def decode_entry(entry_id: int, payload: bytes | memoryview) -> RawEntry:
+    first_index, span, meta_len = ENTRY_HEADER.unpack_from(payload, 0)
+    start = ENTRY_HEADER.size
+    view = memoryview(payload)
+    return RawEntry(entry_id, first_index, span, bytes(view[start:start + meta_len]), view[start + meta_len:])
+
+
+class LedgerFile:
+    def __init__(self, directory: str, ledger_id: int, fd: int, idx_fd: int) -> None:
+        self.ledger_id = ledger_id
+        self.log_path = os.path.join(directory, f"{ledger_id}.log")
+        self.idx_path = os.path.join(directory, f"{ledger_id}.idx")
+        self.fd = fd
+        self.idx_fd = idx_fd
+        self.first_indexes = array("q")
+        self.file_positions = array("q")
+        self.size = 0  # bytes written to the log (durable or not)
+        self.indexed = 0  # entries whose index record has been written
+        self.closed = False
+
+    @classmethod
+    def create(cls, directory: str, ledger_id: int) -> "LedgerFile":
+        flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC
+        fd = os.open(os.path.join(directory, f"{ledger_id}.log"), flags, 0o644)
+        idx_fd = os.open(os.path.join(directory, f"{ledger_id}.idx"), flags, 0o644)
+        return cls(directory, ledger_id, fd, idx_fd)
+
+    @classmethod
+    def open_existing(cls, directory: str, ledger_id: int, max_entry_bytes: int) -> "LedgerFile":
+        """Open a ledger written before, repair its index, and truncate a torn tail."""
+        fd = os.open(os.path.join(directory, f"{ledger_id}.log"), os.O_RDWR)
+        idx_fd = os.open(os.path.join(directory, f"{ledger_id}.idx"), os.O_RDWR | os.O_CREAT, 0o644)
+        ledger = cls(directory, ledger_id, fd, idx_fd)
+        ledger._recover(max_entry_bytes)
+        return ledger
+
+    def _recover(self, max_entry_bytes: int) -> None:
+        log_size = os.fstat(self.fd).st_size
+        raw = os.pread(self.idx_fd, os.fstat(self.idx_fd).st_size, 0)
+        count = len(raw) // INDEX_RECORD.size
+        pairs = array("q")
+        pairs.frombytes(raw[: count * INDEX_RECORD.size])
+        if sys.byteorder == "little":
+            pairs.byteswap()
+        # Trust the index up to the last record that points at a valid entry with the same first index.
+        while count > 0:
+            first, pos = pairs[2 * count - 2], pairs[2 * count - 1]
+            payload = read_record(self.fd, pos, log_size, max_entry_bytes)
+            if payload is not None and ENTRY_HEADER.unpack_from(payload, 0)[0] == first:
+                break
+            count -= 1
+        self.first_indexes = pairs[0 : 2 * count : 2]
+        self.file_positions = pairs[1 : 2 * count : 2]
+        resume = 0
+        if count:
+            last = read_record(self.fd, self.file_positions[-1], log_size, max_entry_bytes)
+            resume = self.file_positions[-1] + HEADER_SIZE + len(last)
+        end = resume
+        for pos, payload in scan_records(self.fd, resume, log_size, max_entry_bytes):
+            self.first_indexes.append(ENTRY_HEADER.unpack_from(payload, 0)[0])
+            self.file_positions.append(pos)
+            end = pos + HEADER_SIZE + len(payload)
+        if end < log_size:
+            os.ftruncate(self.fd, end)  # the torn tail of a crash: never acknowledged
+        self.size = end
+        self._rewrite_index()
+
+    def _rewrite_index(self) -> None:
+        os.ftruncate(self.idx_fd, 0)
+        self.indexed = 0
+        self.write_index(len(self.first_indexes))
+
+    @property
+    def entries(self) -> int:
+        return len(self.first_indexes)
+
+    def append(self, first_index: int, span: int, metadata: bytes, data: bytes | memoryview) -> int:
+        """Write one entry to the page cache; returns its entry id. Durability is the caller's fsync."""
+        record = encode_entry(first_index, span, metadata, data)
+        pos = self.size
+        write_all_at(self.fd, record, pos)
+        self.size += len(record)
+        self.first_indexes.append(first_index)
+        self.file_positions.append(pos)
+        return len(self.first_indexes) - 1
+
+    def write_index(self, upto: int) -> None:
+        """Write index records for entries [indexed, upto): they are durable now."""
+        if upto <= self.indexed:
+            return
+        chunk = b"".join(
+            INDEX_RECORD.pack(self.first_indexes[i], self.file_positions[i]) for i in range(self.indexed, upto)
+        )
+        os.pwrite(self.idx_fd, chunk, self.indexed * INDEX_RECORD.size)
+        self.indexed = upto
+
+    def truncate(self, entries: int) -> None:
+        """Drop entries [entries, ...): they were never durable."""
+        if entries >= len(self.first_indexes):
+            return
+        self.size = self.file_positions[entries]
+        os.ftruncate(self.fd, self.size)
+        del self.first_indexes[entries:]
+        del self.file_positions[entries:]
+        if self.indexed > entries:
+            os.ftruncate(self.idx_fd, entries * INDEX_RECORD.size)
+            self.indexed = entries
+
+    def find(self, index: int) -> int:
+        """Entry id of the entry holding Kafka offset `index` (the last entry whose first index is <= it), or -1."""
+        return bisect_right(self.first_indexes, index) - 1
+
+    def read(self, first_entry: int, last_entry: int, max_bytes: int) -> list[RawEntry]:
+        """Entries first..last (inclusive), stopping once max_bytes is reached (at least one entry is returned)."""
+        start = self.file_positions[first_entry]
+        end_of = (lambda e: self.file_positions[e + 1] if e + 1 < len(self.file_positions) else self.size)
+        last = first_entry
+        while last < last_entry and end_of(last + 1) - start <= max_bytes:
+            last += 1
+        buf = memoryview(os.pread(self.fd, end_of(last) - start, start))
+        out = []
+        offset = 0
+        for entry_id in range(first_entry, last + 1):
+            length, _crc = RECORD_HEADER.unpack_from(buf, offset)
+            payload = buf[offset + HEADER_SIZE: offset + HEADER_SIZE + length]
+            out.append(decode_entry(entry_id, payload))
+            offset += HEADER_SIZE + length
+        return out
+
+    def close(self) -> None:
+        for fd in (self.fd, self.idx_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def delete_files(self) -> None:
+        self.close()
+        for path in (self.log_path, self.idx_path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+
+def write_all_at(fd: int, data: bytes, pos: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, pos)
+        view = view[written:]
+        pos += written
+
+
+__all__ = ["LedgerFile", "RawEntry", "encode_entry", "decode_entry", "write_all"]

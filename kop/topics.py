@@ -1,0 +1,190 @@
+"""Topics and their partitions: names, creation, deletion, and where their managed ledgers live.
+
+Kafka topic T lives in namespace public/default (configurable); partition p is the managed ledger
+`T-partition-p` under `<data>/ledgers/<namespace>/`. A topic's metadata is a TopicMetadata record under
+`<data>/topics/<namespace>/T`.
+"""
+import asyncio
+import logging
+import os
+import re
+import shutil
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from kop.config import BrokerConfig
+from kop.ledger import FileLedgerConfig, FileManagedLedger
+from kop.ledger.framed_file import replace_atomically
+from kop.partition import PartitionLog
+from protocol.errors import ErrorCode
+from proto.kop_pb2 import KeyValue, TopicMetadata
+
+log = logging.getLogger(__name__)
+
+LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+INTERNAL_PREFIX = "__"
+
+# Topic configs we accept on CreateTopics and report in DescribeConfigs, with their defaults (Kafka's names).
+TOPIC_CONFIG_DEFAULTS = {
+    "cleanup.policy": "delete",
+    "retention.ms": None,  # broker default
+    "retention.bytes": None,
+    "max.message.bytes": None,
+    "message.timestamp.type": "CreateTime",
+    "segment.bytes": None,
+    "min.insync.replicas": "1",
+    "compression.type": "producer",
+}
+
+
+class TopicError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Topic:
+    name: str
+    topic_id: bytes
+    configs: dict[str, str]
+    partitions: list[PartitionLog] = field(default_factory=list)
+
+
+def validate_topic_name(name: str | None) -> None:
+    if not name or name in (".", "..") or not LEGAL_TOPIC.match(name):
+        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                         f"invalid topic name {name!r}: use 1-249 of [a-zA-Z0-9._-], not '.' or '..'")
+
+
+class TopicManager:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        ns = config.namespace.strip("/")
+        self._meta_dir = os.path.join(config.data_dir, "topics", ns)
+        self._ledger_dir = os.path.join(config.data_dir, "ledgers", ns)
+        self._ledger_config = FileLedgerConfig(max_ledger_bytes=config.ledger_max_bytes,
+                                               max_entry_bytes=max(config.socket_request_max_bytes, 1 << 20),
+                                               fsync=config.fsync)
+        # fsyncs run here; enough threads that one slow partition does not hold up the others
+        self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fsync")
+        self.topics: dict[str, Topic] = {}
+        self._lock = asyncio.Lock()
+
+    # ---- loading
+
+    def load_all(self) -> None:
+        os.makedirs(self._meta_dir, exist_ok=True)
+        os.makedirs(self._ledger_dir, exist_ok=True)
+        for name in sorted(os.listdir(self._meta_dir)):
+            if name.endswith(".tmp"):
+                continue
+            meta = TopicMetadata()
+            with open(os.path.join(self._meta_dir, name), "rb") as f:
+                meta.ParseFromString(f.read())
+            topic = Topic(meta.name, meta.topic_id or uuid.uuid4().bytes, {kv.key: kv.value for kv in meta.configs})
+            for p in range(meta.partitions):
+                topic.partitions.append(self._open_partition(meta.name, p))
+            self.topics[meta.name] = topic
+        log.info("loaded %d topics from %s", len(self.topics), self.config.data_dir)
+
+    def _open_partition(self, topic: str, partition: int) -> PartitionLog:
+        name = f"{topic}-partition-{partition}"
+        ledger = FileManagedLedger.open(name, os.path.join(self._ledger_dir, name), self._ledger_config,
+                                        self._executor)
+        return PartitionLog(topic, partition, ledger)
+
+    def _write_meta(self, topic: Topic) -> None:
+        meta = TopicMetadata(name=topic.name, partitions=len(topic.partitions), topic_id=topic.topic_id,
+                             created_ms=int(time.time() * 1000),
+                             configs=[KeyValue(key=k, value=v) for k, v in topic.configs.items()])
+        replace_atomically(os.path.join(self._meta_dir, topic.name), meta.SerializeToString(),
+                           durable=self.config.fsync)
+
+    # ---- lookups
+
+    def get(self, name: str) -> Topic | None:
+        return self.topics.get(name)
+
+    def partition(self, name: str, index: int) -> PartitionLog | None:
+        topic = self.topics.get(name)
+        if topic is None or not 0 <= index < len(topic.partitions):
+            return None
+        return topic.partitions[index]
+
+    async def get_or_create(self, name: str) -> Topic | None:
+        """The topic, auto-created with the default partition count when enabled (as Kafka's Metadata/Produce do)."""
+        topic = self.topics.get(name)
+        if topic is not None or not self.config.auto_create_topics or name.startswith(INTERNAL_PREFIX):
+            return topic
+        try:
+            return await self.create(name, self.config.num_partitions, {})
+        except TopicError as exc:
+            if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
+                return self.topics.get(name)
+            raise
+
+    # ---- admin operations
+
+    def check_create(self, name: str, partitions: int, configs: dict[str, str]) -> int:
+        validate_topic_name(name)
+        if name in self.topics:
+            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        if partitions == -1:
+            partitions = self.config.num_partitions
+        if not 1 <= partitions <= self.config.max_partitions_per_topic:
+            raise TopicError(ErrorCode.INVALID_PARTITIONS,
+                             f"partition count must be 1..{self.config.max_partitions_per_topic}, got {partitions}")
+        for key, value in configs.items():
+            if key not in TOPIC_CONFIG_DEFAULTS:
+                raise TopicError(ErrorCode.INVALID_CONFIG, f"unknown topic config {key!r}")
+            if key in ("retention.ms", "retention.bytes", "max.message.bytes", "segment.bytes"):
+                try:
+                    int(value)
+                except (TypeError, ValueError):
+                    raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be an integer, got {value!r}") from None
+        return partitions
+
+    async def create(self, name: str, partitions: int, configs: dict[str, str]) -> Topic:
+        async with self._lock:
+            partitions = self.check_create(name, partitions, configs)
+            topic = Topic(name, uuid.uuid4().bytes, dict(configs))
+            for p in range(partitions):
+                topic.partitions.append(self._open_partition(name, p))
+            self._write_meta(topic)
+            self.topics[name] = topic
+            log.info("created topic %s with %d partitions", name, partitions)
+            return topic
+
+    async def delete(self, name: str) -> None:
+        async with self._lock:
+            topic = self.topics.pop(name, None)
+            if topic is None:
+                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+            os.unlink(os.path.join(self._meta_dir, name))
+            for partition in topic.partitions:
+                await partition.close()
+                shutil.rmtree(partition.ledger.directory, ignore_errors=True)
+            log.info("deleted topic %s", name)
+
+    async def add_partitions(self, name: str, count: int) -> None:
+        async with self._lock:
+            topic = self.topics.get(name)
+            if topic is None:
+                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+            if count <= len(topic.partitions):
+                raise TopicError(ErrorCode.INVALID_PARTITIONS,
+                                 f"topic {name!r} has {len(topic.partitions)} partitions; {count} is not more")
+            if count > self.config.max_partitions_per_topic:
+                raise TopicError(ErrorCode.INVALID_PARTITIONS, f"at most {self.config.max_partitions_per_topic}")
+            for p in range(len(topic.partitions), count):
+                topic.partitions.append(self._open_partition(name, p))
+            self._write_meta(topic)
+
+    async def close(self) -> None:
+        for topic in self.topics.values():
+            for partition in topic.partitions:
+                await partition.close()
+        self._executor.shutdown(wait=True)

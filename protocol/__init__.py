@@ -1,0 +1,1 @@
+"""Kafka wire protocol, sans-IO: frames in, typed requests out; typed responses in, bytes out."""

@@ -1,0 +1,124 @@
+"""Request decoding and response encoding on top of kafka-python's schema-driven message classes.
+
+A frame is `[i32 size][request header][body]`. The header's api key and version pick the message class; its
+flexible versions decide the header version (v2 with tagged fields) and the body encoding. Responses are built as
+`Cls[version](...)` and encoded with their header and frame; kafka-python leaves tagged fields that hold their
+default value out, which older librdkafka (Debian's kcat) needs.
+"""
+import struct
+from dataclasses import dataclass
+
+import kafka.protocol.admin  # noqa: F401  (importing registers the message classes)
+import kafka.protocol.consumer  # noqa: F401
+import kafka.protocol.metadata  # noqa: F401
+import kafka.protocol.producer  # noqa: F401
+from kafka.protocol.api_message import ApiMessage
+
+_FIXED = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
+
+
+class ProtocolError(Exception):
+    """The request cannot be understood; the connection is closed."""
+
+
+class UnsupportedVersion(Exception):
+    def __init__(self, api_key: int, api_version: int, correlation_id: int) -> None:
+        super().__init__(f"api key {api_key} version {api_version} is not supported")
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+def _all_subclasses(cls: type) -> list[type]:
+    out = []
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(_all_subclasses(sub))
+    return out
+
+
+def _primary_classes(kind: str) -> dict[int, type[ApiMessage]]:
+    found: dict[int, type[ApiMessage]] = {}
+    for cls in _all_subclasses(ApiMessage):
+        if getattr(cls, "_class_version", None) is not None or getattr(cls, "_json", None) is None:
+            continue
+        if cls.type == kind:
+            found.setdefault(cls.API_KEY, cls)
+    return found
+
+
+REQUEST_CLASSES = _primary_classes("request")
+RESPONSE_CLASSES = _primary_classes("response")
+
+
+def read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
+    """Unsigned varint (as in tagged-field headers)."""
+    value = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ProtocolError("truncated varint in request header")
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise ProtocolError("varint too long in request header")
+
+
+def parse_header(frame: bytes | memoryview, served_max_version: dict[int, tuple[int, int]]) -> tuple[RequestHeader, int]:
+    """Parse the request header; returns it and the body's offset. Raises UnsupportedVersion for a known key at a
+    version we do not serve, ProtocolError for anything malformed or an unknown key."""
+    view = memoryview(frame)
+    if len(view) < _FIXED.size:
+        raise ProtocolError(f"request of {len(view)} bytes is shorter than a request header")
+    api_key, api_version, correlation_id, client_len = _FIXED.unpack_from(view, 0)
+    pos = _FIXED.size
+    client_id = None
+    if client_len >= 0:
+        if pos + client_len > len(view):
+            raise ProtocolError("truncated client id")
+        client_id = bytes(view[pos:pos + client_len]).decode("utf-8", "replace")
+        pos += client_len
+    header = RequestHeader(api_key, api_version, correlation_id, client_id)
+    cls = REQUEST_CLASSES.get(api_key)
+    if cls is None or api_key not in served_max_version:
+        raise ProtocolError(f"unknown or unserved api key {api_key}")
+    low, high = served_max_version[api_key]
+    if not low <= api_version <= high:
+        raise UnsupportedVersion(api_key, api_version, correlation_id)
+    if cls.flexible_version_q(api_version):
+        count, pos = read_varint(view, pos)
+        for _ in range(count):
+            _tag, pos = read_varint(view, pos)
+            size, pos = read_varint(view, pos)
+            pos += size
+        if pos > len(view):
+            raise ProtocolError("truncated tagged fields in request header")
+    return header, pos
+
+
+def decode_body(header: RequestHeader, frame: bytes | memoryview, body_offset: int) -> ApiMessage:
+    cls = REQUEST_CLASSES[header.api_key]
+    try:
+        return cls.decode(memoryview(frame)[body_offset:], version=header.api_version)
+    except Exception as exc:  # kafka-python raises assorted errors on malformed bodies
+        raise ProtocolError(f"malformed {cls.__name__} v{header.api_version}: {exc!r}") from None
+
+
+def response_class(api_key: int, version: int) -> type[ApiMessage]:
+    return RESPONSE_CLASSES[api_key][version]
+
+
+def encode_response(response: ApiMessage, correlation_id: int) -> bytes:
+    response.with_header(correlation_id=correlation_id)
+    return bytes(response.encode(header=True, framed=True))

@@ -1,0 +1,198 @@
+"""The file managed ledger: appends, reads, crash recovery (torn tails, stale index), cursors, failures, retention."""
+import asyncio
+import os
+
+import pytest
+
+from kop.ledger import (BEFORE_FIRST, FileLedgerConfig, FileManagedLedger, InvalidMarkDeleteError, LedgerWriteError,
+                        Position)
+
+CONFIG = FileLedgerConfig(max_ledger_bytes=4096)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def open_ml(path, config=CONFIG):
+    return FileManagedLedger.open("t", str(path), config, None)
+
+
+async def append(ml, count, span=2, size=100):
+    futures = []
+    for _ in range(count):
+        first = ml.written_end_index
+        futures.append(ml.add_entry(first, span, b"meta", bytes([first % 256]) * size))
+    return await asyncio.gather(*futures)
+
+
+def test_append_read_and_reopen_keep_offsets(tmp_path):
+    async def scenario():
+        ml = open_ml(tmp_path)
+        positions = await append(ml, 100)
+        assert ml.confirmed_end_index == 200
+        assert len({p.ledger_id for p in positions}) > 1  # rolled on size
+        entries = ml.read_from_index(51, 1 << 20)
+        assert entries[0].first_index == 50 and entries[-1].first_index == 198
+        assert [e.first_index for e in entries] == list(range(50, 200, 2))
+        assert bytes(entries[0].data) == bytes([50]) * 100
+        await ml.close()
+        ml = open_ml(tmp_path)
+        assert ml.confirmed_end_index == 200
+        assert ml.last_confirmed == positions[-1]
+        assert [e.first_index for e in ml.read_from_index(0, 1 << 20)] == list(range(0, 200, 2))
+        assert (await append(ml, 1))[0].ledger_id > positions[-1].ledger_id  # a new ledger after reopening
+        await ml.close()
+    run(scenario())
+
+
+def test_read_respects_byte_limit_but_returns_at_least_one_entry(tmp_path):
+    async def scenario():
+        ml = open_ml(tmp_path, FileLedgerConfig())
+        await append(ml, 10, size=1000)
+        assert len(ml.read_from_index(0, 1)) == 1
+        assert len(ml.read_from_index(0, 3500)) == 3
+        assert ml.read_from_index(20, 100) == []
+        await ml.close()
+    run(scenario())
+
+
+def test_torn_tail_is_truncated_and_acknowledged_entries_survive(tmp_path):
+    async def scenario():
+        ml = open_ml(tmp_path, FileLedgerConfig())
+        await append(ml, 5)
+        ledger_id = ml.last_confirmed.ledger_id
+        await ml.close()
+        log = tmp_path / f"{ledger_id}.log"
+        good = log.stat().st_size
+        with open(log, "ab") as f:  # a crash mid-write: a length prefix and part of a payload
+            f.write(b"\x00\x00\x01\x00\x12\x34\x56\x78partial")
+        ml = open_ml(tmp_path, FileLedgerConfig())
+        assert ml.confirmed_end_index == 10
+        assert log.stat().st_size == good
+        assert [e.first_index for e in ml.read_from_index(0, 1 << 20)] == [0, 2, 4, 6, 8]
+        await ml.close()
+    run(scenario())
+
+
+def test_corrupt_last_entry_is_dropped_not_served(tmp_path):
+    async def scenario():
+        ml = open_ml(tmp_path, FileLedgerConfig())
+        await append(ml, 3)
+        ledger_id = ml.last_confirmed.ledger_id
+        await ml.close()
+        log = tmp_path / f"{ledger_id}.log"
+        data = bytearray(log.read_bytes())
+        data[-5] ^= 0xFF  # bit rot in the last entry's payload
+        log.write_bytes(bytes(data))
+        ml = open_ml(tmp_path, FileLedgerConfig())
+        assert ml.confirmed_end_index == 4
+        await ml.close()
+    run(scenario())
+
+
+def test_missing_index_is_rebuilt_from_the_log(tmp_path):
+    async def scenario():
+        ml = open_ml(tmp_path, FileLedgerConfig())
+        await append(ml, 7)
+        ledger_id = ml.last_confirmed.ledger_id
+        await ml.close()
+        os.unlink(tmp_path / f"{ledger_id}.idx")
+        ml = open_ml(tmp_path, FileLedgerConfig())
+        assert ml.position_of_index(9) == Position(ledger_id, 4)
+        assert ml.confirmed_end_index == 14
+        await ml.close()
+    run(scenario())
+
+
+def test_failed_write_fails_pending_entries_and_rolls(tmp_path):
+    async def scenario():
+        ml = open_ml(tmp_path, FileLedgerConfig())
+        first = await append(ml, 2)
+        ml.inject_write_failures(1)
+        doomed = [ml.add_entry(ml.written_end_index, 2, b"", b"x") for _ in range(1)]
+        with pytest.raises(LedgerWriteError):
+            await doomed[0]
+        assert ml.written_end_index == 4  # offsets of the failed entry are free again
+        again = await append(ml, 1)
+        assert again[0].ledger_id > first[-1].ledger_id
+        await ml.close()
+        ml = open_ml(tmp_path, FileLedgerConfig())
+        assert [e.first_index for e in ml.read_from_index(0, 1 << 20)] == [0, 2, 4]
+        await ml.close()
+    run(scenario())
+
+
+def test_cursor_position_and_properties_are_one_atomic_record(tmp_path):
+    async def scenario():
+        ml = open_ml(tmp_path, FileLedgerConfig())
+        positions = await append(ml, 4)
+        cursor = ml.open_cursor("pulsar.dedup", BEFORE_FIRST)
+        await cursor.mark_delete(positions[1], {"p1": 10})
+        await cursor.mark_delete(positions[3], {"p1": 20, "p2": 5})
+        await ml.close()
+        # corrupt the latest record: recovery falls back to the previous consistent pair
+        path = tmp_path / "cursors.log"
+        data = bytearray(path.read_bytes())
+        data[-3] ^= 0xFF
+        path.write_bytes(bytes(data))
+        ml = open_ml(tmp_path, FileLedgerConfig())
+        cursor = ml.cursors["pulsar.dedup"]
+        assert cursor.mark_delete_position == positions[1]
+        assert cursor.properties == {"p1": 10}
+        await ml.close()
+    run(scenario())
+
+
+def test_mark_delete_never_moves_backwards_or_past_the_last_confirmed_entry(tmp_path):
+    async def scenario():
+        ml = open_ml(tmp_path, FileLedgerConfig())
+        positions = await append(ml, 3)
+        cursor = ml.open_cursor("g", BEFORE_FIRST)
+        await cursor.mark_delete(positions[2])
+        with pytest.raises(InvalidMarkDeleteError):
+            await cursor.mark_delete(positions[0])
+        with pytest.raises(InvalidMarkDeleteError):
+            await cursor.mark_delete(Position(positions[2].ledger_id, 99))
+        await cursor.mark_delete(positions[2], {"same": 1})  # same position, new properties: allowed
+        assert cursor.properties == {"same": 1}
+        await ml.close()
+    run(scenario())
+
+
+def test_cursor_log_compacts_and_keeps_latest_state(tmp_path, monkeypatch):
+    import kop.ledger.cursor_log as cursor_log
+    monkeypatch.setattr(cursor_log, "COMPACT_MIN_BYTES", 2000)
+
+    async def scenario():
+        ml = open_ml(tmp_path, FileLedgerConfig())
+        positions = await append(ml, 1)
+        cursors = [ml.open_cursor(f"group-{i}", BEFORE_FIRST) for i in range(3)]
+        for round_ in range(200):
+            await asyncio.gather(*(c.mark_delete(positions[0], {"round": round_}) for c in cursors))
+        await ml.delete_cursor("group-2")
+        await ml.close()
+        assert (tmp_path / "cursors.log").stat().st_size < 2000 * 2
+        ml = open_ml(tmp_path, FileLedgerConfig())
+        assert sorted(ml.cursors) == ["group-0", "group-1"]
+        assert ml.cursors["group-1"].properties == {"round": 199}
+        await ml.close()
+    run(scenario())
+
+
+def test_retention_deletes_whole_old_ledgers_but_not_what_a_cursor_needs(tmp_path):
+    async def scenario():
+        ml = open_ml(tmp_path)
+        positions = await append(ml, 100)
+        ledgers_before = len({p.ledger_id for p in positions})
+        keep = positions[40]
+        deleted = await ml.trim(now_ms=1 << 60, retention_ms=0, retention_bytes=-1, keep_from=keep)
+        assert deleted > 0
+        assert ml.start_index <= 80  # offsets from the cursor's ledger on are still there
+        assert ml.read_from_index(ml.start_index, 1 << 20)[0].position.ledger_id <= keep.ledger_id
+        deleted_all = await ml.trim(now_ms=1 << 60, retention_ms=0, retention_bytes=-1, keep_from=None)
+        assert deleted + deleted_all < ledgers_before + 1
+        assert ml.start_index > 80
+        assert ml.read_from_index(10, 100) == []
+        await ml.close()
+    run(scenario())
