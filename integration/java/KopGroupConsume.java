@@ -1,0 +1,175 @@
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.TreeMap;
+
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
+import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.StringDeserializer;
+
+/**
+ * Consumes --topic as a member of --group until --max-records records were read, nothing new arrived for
+ * --idle-ms since the last record or assignment, or --deadline-ms passed. Prints a JSON line per record, per
+ * assignment change (assigned, revoked, lost), per commit, and a summary line with the reason it stopped.
+ *
+ * --commit sync|async|none: after each poll, commit the offsets of the records printed so far (never past
+ * --max-records); "async" commits asynchronously and then once synchronously before closing.
+ * Assignor, group.instance.id and auto-commit come in as --prop client settings.
+ */
+public final class KopGroupConsume {
+    private static final Duration POLL = Duration.ofMillis(200);
+    private static final Duration CLOSE_TIMEOUT = Duration.ofSeconds(10);
+
+    private final long startedAt = System.nanoTime();
+    private final Map<TopicPartition, OffsetAndMetadata> consumed = new HashMap<>();
+    private KafkaConsumer<String, String> consumer;
+    private long lastProgressAt = -1;
+
+    public static void main(String[] argv) {
+        new KopGroupConsume().run(new HarnessArgs(argv));
+    }
+
+    private void run(HarnessArgs args) {
+        String topic = args.required("topic");
+        long maxRecords = args.longValue("max-records", Long.MAX_VALUE);
+        long idleNanos = Duration.ofMillis(args.longValue("idle-ms", 5_000)).toNanos();
+        long deadline = startedAt + Duration.ofMillis(args.longValue("deadline-ms", 60_000)).toNanos();
+        String commitMode = args.optional("commit", "sync");
+        if (!List.of("sync", "async", "none").contains(commitMode)) {
+            throw new IllegalArgumentException("--commit wants sync, async or none, got: " + commitMode);
+        }
+
+        Properties props = args.clientProperties();
+        props.put(ConsumerConfig.GROUP_ID_CONFIG, args.required("group"));
+        props.putIfAbsent(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        props.putIfAbsent(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        props.putIfAbsent(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        props.putIfAbsent(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+
+        long records = 0;
+        String reason = "deadline";
+        consumer = new KafkaConsumer<>(props);
+        try {
+            consumer.subscribe(List.of(topic), new AssignmentPrinter());
+            while (System.nanoTime() < deadline) {
+                if (records >= maxRecords) {
+                    reason = "max_records";
+                    break;
+                }
+                // The idle clock starts at the first assignment: joining a group may take a while.
+                if (lastProgressAt >= 0 && System.nanoTime() - lastProgressAt >= idleNanos) {
+                    reason = "idle";
+                    break;
+                }
+                ConsumerRecords<String, String> batch = consumer.poll(POLL);
+                for (ConsumerRecord<String, String> record : batch) {
+                    if (records >= maxRecords) {
+                        break;
+                    }
+                    RecordLines.emit(record);
+                    consumed.put(new TopicPartition(record.topic(), record.partition()),
+                        new OffsetAndMetadata(record.offset() + 1));
+                    records++;
+                }
+                if (!batch.isEmpty()) {
+                    lastProgressAt = System.nanoTime();
+                    commit(commitMode, false);
+                }
+            }
+            commit(commitMode, true);
+            Json.object()
+                .put("type", "summary")
+                .put("records", records)
+                .put("reason", reason)
+                .put("assignment", partitionNumbers(consumer.assignment()))
+                .emit();
+        } finally {
+            consumer.close(CLOSE_TIMEOUT);
+        }
+    }
+
+    private void commit(String mode, boolean closing) {
+        if (consumed.isEmpty() || mode.equals("none")) {
+            return;
+        }
+        Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>(consumed);
+        if (mode.equals("async") && !closing) {
+            consumer.commitAsync(offsets, (committed, error) -> printCommit(offsets, error));
+            return;
+        }
+        try {
+            consumer.commitSync(offsets);
+            printCommit(offsets, null);
+        } catch (KafkaException error) {
+            // A rebalance can reject a commit; report it and keep consuming, as an application would.
+            printCommit(offsets, error);
+        }
+    }
+
+    private void printCommit(Map<TopicPartition, OffsetAndMetadata> offsets, Exception error) {
+        Map<Integer, Long> byPartition = new TreeMap<>();
+        offsets.forEach((partition, offset) -> byPartition.put(partition.partition(), offset.offset()));
+        Json.object()
+            .put("type", error == null ? "committed" : "commit_failed")
+            .put("offsets", byPartition)
+            .put("error", error == null ? null : error.getClass().getSimpleName())
+            .put("error_message", error == null ? null : String.valueOf(error.getMessage()))
+            .put("at_ms", elapsedMillis())
+            .emit();
+    }
+
+    private long elapsedMillis() {
+        return Duration.ofNanos(System.nanoTime() - startedAt).toMillis();
+    }
+
+    private static List<Integer> partitionNumbers(Collection<TopicPartition> partitions) {
+        List<Integer> numbers = new ArrayList<>();
+        partitions.forEach(partition -> numbers.add(partition.partition()));
+        numbers.sort(null);
+        return numbers;
+    }
+
+    /** Prints assignment changes; runs on the polling thread, inside poll(). */
+    private final class AssignmentPrinter implements ConsumerRebalanceListener {
+        @Override
+        public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
+            lastProgressAt = System.nanoTime();
+            print("assigned", partitions);
+        }
+
+        @Override
+        public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
+            // Records of revoked partitions now belong to another member: stop committing them.
+            partitions.forEach(consumed::remove);
+            print("revoked", partitions);
+        }
+
+        @Override
+        public void onPartitionsLost(Collection<TopicPartition> partitions) {
+            partitions.forEach(consumed::remove);
+            print("lost", partitions);
+        }
+
+        private void print(String kind, Collection<TopicPartition> partitions) {
+            ConsumerGroupMetadata group = consumer.groupMetadata();
+            Json.object()
+                .put("type", kind)
+                .put("partitions", partitionNumbers(partitions))
+                .put("generation", group.generationId())
+                .put("member_id", group.memberId())
+                .put("at_ms", elapsedMillis())
+                .emit();
+        }
+    }
+}
