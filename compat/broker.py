@@ -1,0 +1,126 @@
+"""Start and stop one `kop standalone` for a suite: free port, temp data dir, readiness by ApiVersions."""
+from __future__ import annotations
+
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from compat.paths import REPO_ROOT
+from compat.system import free_port
+
+HOST = "127.0.0.1"
+
+
+def kop_command() -> list[str]:
+    """The console script installed beside this interpreter, else the module (before pyproject has it)."""
+    script = Path(sys.executable).parent / "kop"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "kop.cli"]
+
+
+def api_versions_ok(host: str, port: int, timeout: float = 2.0) -> bool:
+    """True when the broker answers an ApiVersions v0 request with error_code 0.
+
+    A bare TCP connect is not enough: a listener can accept before the broker serves requests.
+    """
+    client_id = b"kop-compat"
+    body = struct.pack(">hhih", 18, 0, 1, len(client_id)) + client_id
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(struct.pack(">i", len(body)) + body)
+            header = _read_exact(sock, 4)
+            size = struct.unpack(">i", header)[0]
+            payload = _read_exact(sock, size)
+    except OSError:
+        return False
+    if len(payload) < 6:
+        return False
+    correlation_id, error_code = struct.unpack(">ih", payload[:6])
+    return correlation_id == 1 and error_code == 0
+
+
+def _read_exact(sock: socket.socket, count: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < count:
+        chunk = sock.recv(count - len(chunks))
+        if not chunk:
+            raise ConnectionError("broker closed the connection")
+        chunks += chunk
+    return bytes(chunks)
+
+
+@dataclass
+class KopBroker:
+    """One broker process this gate started; `stop()` ends only that pid."""
+
+    log_path: Path
+    port: int = 0
+    data_dir: Path | None = None
+    process: subprocess.Popen | None = field(default=None, repr=False)
+    restarts: int = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def start(self, ready_timeout: float = 60.0) -> None:
+        if self.port == 0:
+            self.port = free_port(HOST)
+        if self.data_dir is None:
+            self.data_dir = Path(tempfile.mkdtemp(prefix="kop-compat-data-"))
+        command = [*kop_command(), "standalone", "--listen", self.bootstrap, "--data-dir", str(self.data_dir)]
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        log.write(f"\n=== compat: starting {' '.join(command)}\n".encode())
+        log.flush()
+        self.process = subprocess.Popen(
+            command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+        log.close()
+        deadline = time.monotonic() + ready_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"kop exited with code {self.process.returncode} during startup; see {self.log_path}"
+                )
+            if api_versions_ok(HOST, self.port):
+                return
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"kop did not answer ApiVersions within {ready_timeout:.0f}s; see {self.log_path}")
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def restart(self) -> None:
+        """Bring the broker back on the same port and data dir (after it died under a test)."""
+        self.stop(remove_data=False)
+        self.restarts += 1
+        self.start()
+
+    def stop(self, remove_data: bool = True) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=15)
+        self.process = None
+        if remove_data and self.data_dir is not None:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+            self.data_dir = None
+
+    def __enter__(self) -> "KopBroker":
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

@@ -1,0 +1,1 @@
+"""librdkafka's regression suite (tests/ of the librdkafka bundled in node-rdkafka) against kop."""

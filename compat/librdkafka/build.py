@@ -1,0 +1,80 @@
+"""Fetch node-rdkafka from npm, build its bundled librdkafka and test-runner once per package version."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+from compat.paths import build_cache_dir
+from compat.system import ensure_debian_packages, exclusive_lock
+
+NPM_PACKAGE = "node-rdkafka"
+NPM_VERSION = "3.6.1"  # bundles librdkafka v2.12.0
+LIBRDKAFKA_VERSION = "2.12.0"
+# Compilers and zlib for the build; npm to fetch the package through its own registry client.
+BUILD_PACKAGES = ["build-essential", "zlib1g-dev", "python3", "npm"]
+CONFIGURE = "./configure --disable-curl --disable-sasl --disable-ssl --disable-zstd --disable-lz4-ext"
+
+
+def build_root() -> Path:
+    return build_cache_dir() / f"{NPM_PACKAGE}-{NPM_VERSION}"
+
+
+def source_dir() -> Path:
+    return build_root() / "package" / "deps" / "librdkafka"
+
+
+def tests_dir() -> Path:
+    return source_dir() / "tests"
+
+
+def _stamp() -> Path:
+    return build_root() / ".build-ok"
+
+
+def is_built() -> bool:
+    return _stamp().exists() and (tests_dir() / "test-runner").exists()
+
+
+def ensure_built() -> Path:
+    """Return the tests dir with a built `test-runner`, building it first if this version never was."""
+    if is_built():
+        return tests_dir()
+    with exclusive_lock(build_cache_dir() / f"{NPM_PACKAGE}-{NPM_VERSION}.lock"):
+        if is_built():  # another run built it while we waited
+            return tests_dir()
+        ensure_debian_packages(BUILD_PACKAGES)
+        _fetch_and_unpack()
+        _build()
+        _stamp().touch()
+    return tests_dir()
+
+
+def _fetch_and_unpack() -> None:
+    cache = build_cache_dir()
+    tarball = cache / f"{NPM_PACKAGE}-{NPM_VERSION}.tgz"
+    if not tarball.exists():
+        print(f"compat: npm pack {NPM_PACKAGE}@{NPM_VERSION}", flush=True)
+        subprocess.run(
+            ["npm", "pack", f"{NPM_PACKAGE}@{NPM_VERSION}"], cwd=cache, check=True, stdout=subprocess.DEVNULL
+        )
+    root = build_root()
+    shutil.rmtree(root, ignore_errors=True)  # a half-built tree from an interrupted run
+    root.mkdir(parents=True)
+    with tarfile.open(tarball) as archive:
+        archive.extractall(root, filter="data")
+    if not (source_dir() / "configure").exists():
+        raise RuntimeError(f"{tarball} does not bundle librdkafka sources at package/deps/librdkafka")
+
+
+def _build() -> None:
+    log_path = build_cache_dir() / f"build-{NPM_PACKAGE}-{NPM_VERSION}.log"
+    script = f"{CONFIGURE} && make -j2 libs && make -j2 -C tests build"
+    print(f"compat: building librdkafka {LIBRDKAFKA_VERSION} and its test-runner (a few minutes); log {log_path}",
+          flush=True)
+    with open(log_path, "wb") as log:
+        done = subprocess.run(["bash", "-c", script], cwd=source_dir(), stdout=log, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        tail = log_path.read_text(errors="replace").splitlines()[-40:]
+        raise RuntimeError("librdkafka build failed:\n" + "\n".join(tail))

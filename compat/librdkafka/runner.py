@@ -1,0 +1,169 @@
+"""Run chosen librdkafka tests against a kop broker, one test number per `test-runner` process.
+
+One process per number keeps a crash or hang of one test from taking the others with it, and lets the
+gate notice when the broker itself died under a test. `test-runner` selects by number only (TESTS is a
+substring match on "0045"), so the names of one number that were not asked for are dropped from the result.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections import OrderedDict
+from pathlib import Path
+
+from compat.broker import KopBroker
+from compat.librdkafka.catalog import CatalogTest
+from compat.results import FAILED, PASSED, SKIPPED, TestOutcome
+
+KAFKA_VERSION = "3.9.0"  # the Kafka version kop answers as; gates version-dependent test paths
+TIMEOUT_MULTIPLIER = 2.0  # kop is a Python broker: give the suite's own timeouts some slack
+PROCESS_TIMEOUT_S = 900  # a hung test-runner is killed after this
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m|\x1b\(B")
+_SUMMARY_ROW = re.compile(r"^\|\s*(\S+)\s*\|\s*([A-Z]+)\s*\|\s*([0-9.]+)s\s*\|\s?(.*)$")
+_FAILURE_HEAD = re.compile(r'### Test "([^"]+)" failed at (\S+) at .*: ###')
+_STATES = {"PASSED": PASSED, "FAILED": FAILED, "RUNNING": FAILED, "SKIPPED": SKIPPED, "DNS": SKIPPED}
+
+
+def runner_args(*, idempotent: bool, allow_sockem: bool) -> list[str]:
+    """`-p1 -Q -E -L`: sequential, quick mode, no sockem, no mock-cluster tests; `-P`: idempotent producer."""
+    args = ["-p1", "-Q", "-L"]
+    if not allow_sockem:
+        args.append("-E")
+    if idempotent:
+        args.append("-P")
+    return args
+
+
+def write_test_conf(path: Path, bootstrap: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        f"bootstrap.servers={bootstrap}\n"
+        f"test.timeout.multiplier={TIMEOUT_MULTIPLIER}\n"
+    )
+
+
+def parse_summary(output: str) -> dict[str, TestOutcome]:
+    """The rows of test-runner's closing SUMMARY table, by test name (<MAIN> left out)."""
+    outcomes: dict[str, TestOutcome] = {}
+    in_table = False
+    for raw in output.splitlines():
+        line = _ANSI.sub("", raw).rstrip()
+        if re.match(r"^TEST \d+ \(.*\) SUMMARY$", line):
+            in_table = True
+            outcomes.clear()  # a timeout prints an early summary; the last table wins
+            continue
+        if not in_table:
+            continue
+        row = _SUMMARY_ROW.match(line)
+        if row is None:
+            continue
+        name, state, duration, detail = row.groups()
+        if name == "<MAIN>":
+            continue
+        outcomes[name] = TestOutcome(name, _STATES.get(state, FAILED), detail.strip(), float(duration))
+    return outcomes
+
+
+def failure_messages(output: str) -> dict[str, str]:
+    """First failure per test from the `### Test "NAME" failed at FILE:LINE:FUNC() at DATE: ###` blocks.
+
+    The summary row's reason is empty when a test times out (the table is printed before the reason is
+    recorded), so these blocks are the better source.
+    """
+    lines = [_ANSI.sub("", line).rstrip() for line in output.splitlines()]
+    messages: dict[str, str] = {}
+    for index, line in enumerate(lines):
+        found = _FAILURE_HEAD.search(line)
+        if found is None:
+            continue
+        name = found.group(1).split(" (", 1)[0]
+        following = lines[index + 1].strip() if index + 1 < len(lines) else ""
+        if following.startswith("[") or following.startswith("%"):
+            following = ""  # the process died before printing the message: the next line is other output
+        messages.setdefault(name, f"failed at {found.group(2)}: {following}".rstrip(": "))
+    return messages
+
+
+def run_tests(
+    tests_dir: Path,
+    tests: list[CatalogTest],
+    broker: KopBroker,
+    log_dir: Path,
+    *,
+    idempotent: bool,
+) -> list[TestOutcome]:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    conf_path = log_dir / "test.conf"
+    write_test_conf(conf_path, broker.bootstrap)
+    by_number: OrderedDict[str, list[CatalogTest]] = OrderedDict()
+    for test in tests:
+        by_number.setdefault(test.number, []).append(test)
+
+    outcomes: list[TestOutcome] = []
+    for number, wanted in by_number.items():
+        if not broker.alive():
+            broker.restart()
+        args = runner_args(idempotent=idempotent, allow_sockem=any(test.sockem for test in wanted))
+        output, returncode, timed_out = _run_one(tests_dir, number, args, conf_path, log_dir / f"{number}.log")
+        died = None if broker.alive() else broker.process.returncode if broker.process else "?"
+        table = parse_summary(output)
+        messages = failure_messages(output)
+        for test in wanted:
+            outcome = table.get(test.name)
+            if outcome is None:
+                outcome = _missing_row(test.name, output, returncode, timed_out)
+            if outcome.status == FAILED and test.name in messages and messages[test.name] not in outcome.detail:
+                outcome = TestOutcome(outcome.name, FAILED, _join(messages[test.name], outcome.detail),
+                                      outcome.duration)
+            if died is not None and outcome.status != PASSED:
+                outcome = TestOutcome(outcome.name, FAILED, f"kop exited (code {died}) during the test; "
+                                      + outcome.detail, outcome.duration)
+            outcomes.append(outcome)
+            print(f"  {outcome.status.upper():7} {outcome.name}"
+                  + (f"  {outcome.detail[:300]}" if outcome.status != PASSED and outcome.detail else ""), flush=True)
+    return outcomes
+
+
+def _run_one(tests_dir: Path, number: str, args: list[str], conf_path: Path, log_path: Path) -> tuple[str, int, bool]:
+    env = dict(os.environ)
+    env.pop("CI", None)  # test-runner changes its timeouts and parallelism on CI; keep runs comparable
+    env.update(
+        TESTS=number,
+        TEST_KAFKA_VERSION=KAFKA_VERSION,
+        RDKAFKA_TEST_CONF=str(conf_path),
+        LD_LIBRARY_PATH=":".join(filter(None, ["../src", "../src-cpp", env.get("LD_LIBRARY_PATH")])),
+    )
+    # Line-buffered stdout: on a timeout test-runner SIGKILLs itself, and a block-buffered summary is lost.
+    command = ["./test-runner", *args]
+    if shutil.which("stdbuf"):
+        command = ["stdbuf", "-oL", *command]
+    with open(log_path, "w") as log:
+        log.write(f"$ TESTS={number} {' '.join(command)}\n")
+        log.flush()
+        process = subprocess.Popen(command, cwd=tests_dir, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL)
+        timed_out = False
+        try:
+            process.wait(timeout=PROCESS_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            process.kill()
+            process.wait(timeout=30)
+    for stats in tests_dir.glob(f"stats_{number}_*.json"):  # per-test client statistics dumps
+        stats.unlink(missing_ok=True)
+    return log_path.read_text(errors="replace"), process.returncode, timed_out
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(part for part in parts if part)
+
+
+def _missing_row(name: str, output: str, returncode: int, timed_out: bool) -> TestOutcome:
+    if timed_out:
+        return TestOutcome(name, FAILED, f"test-runner killed after {PROCESS_TIMEOUT_S}s")
+    if "SUMMARY" not in output:
+        return TestOutcome(name, FAILED, f"test-runner exited with code {returncode} before its summary")
+    return TestOutcome(name, SKIPPED, "not run by test-runner (filtered by flags, scenario or broker version)")

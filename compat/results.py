@@ -1,0 +1,95 @@
+"""Per-test outcomes, the one-line summary per suite, and COMPATIBILITY.md."""
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from pathlib import Path
+
+PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+
+
+@dataclass(frozen=True, slots=True)
+class TestOutcome:
+    __test__ = False  # a value, not a pytest test class
+
+    name: str
+    status: str  # PASSED, FAILED or SKIPPED
+    detail: str = ""  # failure or skip reason, one line
+    duration: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteResult:
+    label: str  # one word: it prefixes the summary line ("librdkafka: 3 passed, ...")
+    suite: str  # human name for COMPATIBILITY.md
+    version: str
+    command: str
+    outcomes: tuple[TestOutcome, ...]
+    suite_size: int  # tests of the suite that need a broker (allowlisted or not)
+
+    def count(self, status: str) -> int:
+        return sum(1 for outcome in self.outcomes if outcome.status == status)
+
+    def summary_line(self) -> str:
+        return f"{self.label}: {self.count(PASSED)} passed, {self.count(FAILED)} failed, {self.count(SKIPPED)} skipped"
+
+    def failures(self) -> list[TestOutcome]:
+        return [outcome for outcome in self.outcomes if outcome.status == FAILED]
+
+
+def total_line(results: list[SuiteResult]) -> str:
+    passed = sum(result.count(PASSED) for result in results)
+    failed = sum(result.count(FAILED) for result in results)
+    skipped = sum(result.count(SKIPPED) for result in results)
+    return f"compat: {passed} passed, {failed} failed, {skipped} skipped"
+
+
+def write_compatibility_md(path: Path, results: list[SuiteResult], cache_dir: Path) -> None:
+    """Overwrite COMPATIBILITY.md with the latest full run."""
+    today = datetime.date.today().isoformat()
+    lines = [
+        "# Compatibility",
+        "",
+        "External client test suites run against `kop standalone` by `make compat` (`python -m compat.run`).",
+        "Each suite runs an allowlist; every test left out, and why, is in the suite's FINDINGS.md:",
+        "[librdkafka](compat/librdkafka/FINDINGS.md), [kafka-python](compat/kafka_python/FINDINGS.md).",
+        "This file is rewritten by every full run.",
+        "",
+        "| Suite | Version | Passed / allowlisted | Tests needing a broker | Date | Command |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for result in results:
+        lines.append(
+            f"| {result.suite} | {result.version} | {result.count(PASSED)} / {len(result.outcomes)} "
+            f"| {result.suite_size} | {today} | `{result.command}` |"
+        )
+    failing = [(result, outcome) for result in results for outcome in result.failures()]
+    if failing:
+        lines += ["", "## Allowlisted tests that failed in this run", ""]
+        lines += [f"- {result.label} `{outcome.name}`: {outcome.detail}" for result, outcome in failing]
+    lines += [
+        "",
+        "## How it runs",
+        "",
+        "- `make compat` runs everything; `make compat-quick` a few-minute subset (basic produce/consume, metadata,",
+        "  idempotence). `python -m compat.run --tests 0001,0090` runs chosen librdkafka tests (allowlisted or not),",
+        "  `--tests all` every librdkafka test that needs a broker; `--idempotent-only` only the `-P` pass.",
+        "- librdkafka's suite comes from the sources bundled in the npm package node-rdkafka, built once with",
+        "  `./configure --disable-curl --disable-sasl --disable-ssl --disable-zstd --disable-lz4-ext && make libs &&",
+        "  make -C tests build`. Its tests run one test number per `test-runner` process, `-p1 -Q -E -L`",
+        "  (sockem tests that are allowlisted run without `-E`), then again with `-P` (idempotent producer).",
+        "- kafka-python's integration tests come from its PyPI sdist; `compat/kafka_python/shim/` supplies the",
+        "  `test/service.py` and `test/conftest.py` the sdist lacks so they run against an external broker.",
+        f"- Build and download cache: `{_home_relative(cache_dir)}` (override with `KOP_COMPAT_CACHE`), keyed on",
+        "  the package versions, shared by every clone on the machine so CI does not rebuild. Per-test logs of the",
+        "  latest run: `compat/.cache/logs/` in the clone.",
+        "",
+    ]
+    path.write_text("\n".join(lines))
+
+
+def _home_relative(path: Path) -> str:
+    try:
+        return "~/" + str(path.relative_to(Path.home()))
+    except ValueError:
+        return str(path)

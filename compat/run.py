@@ -1,0 +1,160 @@
+"""The external compatibility gate: `python -m compat.run [--quick] [--idempotent-only] [--tests LIST]`.
+
+Runs librdkafka's regression suite (plain, then with `-P`: every producer idempotent) and kafka-python's
+integration tests against a `kop standalone` this script starts on a free port with a temp data dir,
+prints one `<suite>: N passed, N failed, N skipped` line per suite, and after a full run rewrites
+COMPATIBILITY.md. Exits non-zero when any selected test failed.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from compat.allowlist import AllowedTest, read_allowlist
+from compat.broker import KopBroker
+from compat.kafka_python import fetch as kp_fetch
+from compat.kafka_python import runner as kp_runner
+from compat.librdkafka import build as rdk_build
+from compat.librdkafka import runner as rdk_runner
+from compat.librdkafka.catalog import CatalogTest, read_catalog
+from compat.paths import COMPAT_DIR, REPO_ROOT, build_cache_dir, run_logs_dir
+from compat.results import FAILED, SuiteResult, total_line, write_compatibility_md
+
+RDK_ALLOW = COMPAT_DIR / "librdkafka" / "tests.allow"
+RDK_FINDINGS = COMPAT_DIR / "librdkafka" / "FINDINGS.md"
+KP_ALLOW = COMPAT_DIR / "kafka_python" / "tests.allow"
+KP_FINDINGS = COMPAT_DIR / "kafka_python" / "FINDINGS.md"
+_RDK_NUMBER = re.compile(r"^\d{4}$")
+_RDK_NAME = re.compile(r"^\d{4}_\w+$")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m compat.run", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="only the tests tagged `quick` (a few minutes)")
+    parser.add_argument("--idempotent-only", action="store_true", help="only librdkafka's -P pass")
+    parser.add_argument(
+        "--tests",
+        help="comma list, allowlisted or not: librdkafka numbers/names (0001,0090_idempotence), kafka-python "
+        "node ids (test_producer_integration.py::test_end_to_end[gzip]), or 'all' / 'all-librdkafka' / "
+        "'all-kafka-python' for every test of the suite that needs a broker",
+    )
+    parser.add_argument("--suite", choices=["all", "librdkafka", "kafka-python"], default="all")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    command = " ".join(["python -m compat.run", *(sys.argv[1:] if argv is None else argv)])
+    requested = [item.strip() for item in (args.tests or "").split(",") if item.strip()]
+    rdk_requested = [item for item in requested if _RDK_NUMBER.match(item) or _RDK_NAME.match(item)
+                     or item in ("all", "all-librdkafka")]
+    kp_requested = [item for item in requested if item not in rdk_requested or item == "all"]
+    kp_requested = ["all" if item in ("all", "all-kafka-python") else item for item in kp_requested]
+    run_rdk = args.suite in ("all", "librdkafka") and (not requested or bool(rdk_requested))
+    run_kp = (args.suite in ("all", "kafka-python") and not args.idempotent_only
+              and (not requested or bool(kp_requested)))
+
+    logs = run_logs_dir()
+    shutil.rmtree(logs, ignore_errors=True)
+    results: list[SuiteResult] = []
+    started = time.monotonic()
+    if run_rdk:
+        results += run_librdkafka(args, rdk_requested, command, logs)
+    if run_kp:
+        results.append(run_kafka_python(args, kp_requested, command, logs))
+
+    print(f"compat: finished in {time.monotonic() - started:.0f}s; logs in {logs}")
+    for result in results:
+        for outcome in result.failures():
+            print(f"FAILED {result.label} {outcome.name}: {outcome.detail}")
+    for result in results:
+        print(result.summary_line())
+    if len(results) > 1:
+        print(total_line(results))
+    full_run = not (args.quick or args.idempotent_only or requested) and args.suite == "all"
+    if full_run:
+        write_compatibility_md(REPO_ROOT / "COMPATIBILITY.md", results, build_cache_dir())
+        print("compat: wrote COMPATIBILITY.md")
+    return 1 if any(result.count(FAILED) for result in results) else 0
+
+
+def run_librdkafka(args: argparse.Namespace, requested: list[str], command: str, logs: Path) -> list[SuiteResult]:
+    tests_dir = rdk_build.ensure_built()
+    catalog = read_catalog(tests_dir)
+    broker_tests = [test for test in catalog if not test.local and not test.manual]
+    allow = read_allowlist(RDK_ALLOW)
+    by_name = {test.name: test for test in catalog}
+    unknown = [entry.name for entry in allow if entry.name not in by_name]
+    if unknown:
+        raise SystemExit(f"compat: {RDK_ALLOW} names tests test-runner does not have: {unknown}")
+    _warn_unexplained([t.name for t in broker_tests], {e.name for e in allow}, RDK_FINDINGS)
+
+    if requested:
+        plain = idempotent = _select_librdkafka(requested, broker_tests)
+    else:
+        chosen = [entry for entry in allow if not args.quick or "quick" in entry.tags]
+        plain = [by_name[entry.name] for entry in chosen]
+        idempotent = [by_name[entry.name] for entry in chosen if "plain-only" not in entry.tags]
+
+    version = f"librdkafka {rdk_build.LIBRDKAFKA_VERSION} (node-rdkafka {rdk_build.NPM_VERSION})"
+    passes = [] if args.idempotent_only else [("librdkafka", "librdkafka test suite", plain, False)]
+    passes.append(("librdkafka-idempotent", "librdkafka test suite, idempotent producer (-P)", idempotent, True))
+    results = []
+    for label, suite, tests, idem in passes:
+        print(f"compat: {label}: {len(tests)} tests (test-runner {' '.join(rdk_runner.runner_args(idempotent=idem, allow_sockem=False))})",
+              flush=True)
+        with KopBroker(log_path=logs / f"{label}-broker.log") as broker:
+            outcomes = rdk_runner.run_tests(tests_dir, tests, broker, logs / label, idempotent=idem)
+        results.append(SuiteResult(label, suite, version, command, tuple(outcomes), len(broker_tests)))
+    return results
+
+
+def _select_librdkafka(requested: list[str], broker_tests: list[CatalogTest]) -> list[CatalogTest]:
+    if any(item in ("all", "all-librdkafka") for item in requested):
+        return [test for test in broker_tests if test.scenario.startswith("default") or "default" in test.scenario]
+    chosen = [test for test in broker_tests if test.number in requested or test.name in requested]
+    if not chosen:
+        raise SystemExit(f"compat: no librdkafka test that needs a broker matches {requested}")
+    return chosen
+
+
+def run_kafka_python(args: argparse.Namespace, requested: list[str], command: str, logs: Path) -> SuiteResult:
+    sdist = kp_fetch.ensure_sdist()
+    collected = kp_runner.collect(sdist)
+    allow = read_allowlist(KP_ALLOW)
+    unknown = [entry.name for entry in allow if entry.name not in collected]
+    if unknown:
+        raise SystemExit(f"compat: {KP_ALLOW} names tests kafka-python does not have: {unknown}")
+    _warn_unexplained(collected, {entry.name for entry in allow}, KP_FINDINGS)
+    if "all" in requested:
+        names = collected
+    elif requested:
+        names = [name for name in collected if name in requested or name.split("[")[0] in requested]
+        if not names:
+            raise SystemExit(f"compat: no kafka-python integration test matches {requested}")
+    else:
+        names = [entry.name for entry in allow if not args.quick or "quick" in entry.tags]
+    print(f"compat: kafka-python: {len(names)} tests", flush=True)
+    outcomes = []
+    if names:
+        with KopBroker(log_path=logs / "kafka-python-broker.log") as broker:
+            outcomes = kp_runner.run_tests(sdist, names, broker, logs / "kafka-python")
+    return SuiteResult("kafka-python", "kafka-python integration tests", f"kafka-python {kp_fetch.VERSION}",
+                       command, tuple(outcomes), len(collected))
+
+
+def _warn_unexplained(all_names: list[str], allowed: set[str], findings: Path) -> None:
+    """Every test is either allowlisted or explained in FINDINGS.md; say which are neither."""
+    text = findings.read_text() if findings.exists() else ""
+    missing = [name for name in all_names if name not in allowed and f"`{name}`" not in text]
+    if missing:
+        print(f"compat: warning: {len(missing)} tests neither allowlisted nor in {findings.name}: "
+              + ", ".join(missing[:20]) + (" ..." if len(missing) > 20 else ""), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
