@@ -47,6 +47,19 @@ class ManagedCursor:
             raise InvalidMarkDeleteError(f"cursor {self.name}: {position} is before {self._submitted}")
         if position > self._log.last_confirmed():
             raise InvalidMarkDeleteError(f"cursor {self.name}: {position} is past the last confirmed entry")
+        await self._move(position, properties, string_properties)
+
+    async def reset(self, position: Position, properties: dict[str, int] | None = None,
+                    string_properties: dict[str, str] | None = None) -> None:
+        """Move the position anywhere up to the last confirmed entry, backwards included (Pulsar's resetCursor:
+        a consumer group that seeks back and commits)."""
+        position = Position(*position)
+        if position > self._log.last_confirmed():
+            raise InvalidMarkDeleteError(f"cursor {self.name}: {position} is past the last confirmed entry")
+        await self._move(position, properties, string_properties)
+
+    async def _move(self, position: Position, properties: dict[str, int] | None,
+                    string_properties: dict[str, str] | None) -> None:
         props = dict(properties) if properties is not None else dict(self.properties)
         strings = dict(string_properties) if string_properties is not None else dict(self.string_properties)
         self._submitted = position
