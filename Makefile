@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 LISTEN ?= 127.0.0.1:9092
 DATA ?= ./data
 
-.PHONY: run test test-fast bench proto compat compat-quick java clean
+.PHONY: run test test-fast bench proto compat compat-quick java kcat clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,13 @@ run: $(VENV)/.installed
 java: $(VENV)/.test-installed
 	$(PY) -m integration.java_harness build
 
-test: $(VENV)/.test-installed java
+# kcat (Debian's) is one of the clients the tests drive; install it when we can (root + apt), else its test skips.
+kcat:
+	@command -v kcat >/dev/null || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat) >/dev/null 2>&1; } || \
+	  echo "kcat not installed: its test will be skipped"
+
+test: $(VENV)/.test-installed java kcat
 	$(PY) -m pytest -q
 
 test-fast: $(VENV)/.test-installed

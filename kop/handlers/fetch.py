@@ -27,7 +27,7 @@ def _collect(ctx, request):
             partition = topics.partition(ftopic.topic, fpart.partition)
             data = cls.FetchableTopicResponse.PartitionData(
                 partition_index=fpart.partition, error_code=0, high_watermark=-1, last_stable_offset=-1,
-                log_start_offset=-1, aborted_transactions=None, records=None)
+                log_start_offset=-1, aborted_transactions=None, records=b"")
             if partition is None:
                 data.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 parts.append(data)
