@@ -26,6 +26,10 @@ class Broker:
         self._background: list[asyncio.Task] = []
         self.port = config.port
 
+    @property
+    def advertised_port(self) -> int:
+        return self.config.advertised_port or self.port
+
     async def start(self) -> None:
         os.makedirs(self.config.data_dir, exist_ok=True)
         self.producer_ids = ProducerIdAllocator(os.path.join(self.config.data_dir, "producer-ids"),

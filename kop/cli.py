@@ -27,6 +27,8 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         overrides["data_dir"] = args.data_dir
     if args.advertised_host:
         overrides["advertised_host"] = args.advertised_host
+    if args.advertised_port:
+        overrides["advertised_port"] = args.advertised_port
     if args.admin_port is not None:
         overrides["admin_port"] = args.admin_port
     return config.with_overrides(**overrides)
@@ -53,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     standalone.add_argument("--data-dir", help="data directory (default ./data)")
     standalone.add_argument("--config", help="properties file (key=value)")
     standalone.add_argument("--advertised-host", help="host name clients should connect to")
+    standalone.add_argument("--advertised-port", type=int, help="port clients should connect to (e.g. a proxy's)")
     standalone.add_argument("--admin-port", type=int, help="admin HTTP port (0 = off, -1 = any free port)")
     standalone.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)

@@ -12,6 +12,7 @@ class BrokerConfig:
     host: str = "127.0.0.1"
     port: int = 9092
     advertised_host: str = ""
+    advertised_port: int = 0  # 0: the port we listen on (a proxy in front of the broker sets its own)
     node_id: int = 1
     cluster_id: str = "kop-standalone"
     cluster_name: str = "standalone"
@@ -66,6 +67,7 @@ ALIASES = {
     "log.retention.bytes": "retention_bytes",
     "log.segment.bytes": "ledger_max_bytes",
     "advertised.host": "advertised_host",
+    "advertised.port": "advertised_port",
     "brokerDeduplicationEnabled": "broker_deduplication_enabled",
     "brokerDeduplicationEntriesInterval": "broker_deduplication_entries_interval",
     "brokerDeduplicationSnapshotIntervalSeconds": "broker_deduplication_snapshot_interval_seconds",

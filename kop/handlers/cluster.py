@@ -92,7 +92,7 @@ async def describe_cluster(ctx, request):
     cfg = ctx.broker.config
     return cls(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id=cfg.cluster_id,
                controller_id=cfg.node_id,
-               brokers=[cls.DescribeClusterBroker(broker_id=cfg.node_id, host=cfg.advertised, port=ctx.broker.port,
+               brokers=[cls.DescribeClusterBroker(broker_id=cfg.node_id, host=cfg.advertised, port=ctx.broker.advertised_port,
                                                   rack=None, is_fenced=False)])
 
 

@@ -9,7 +9,7 @@ from protocol.errors import ErrorCode
 
 def broker_list(ctx, cls):
     cfg = ctx.broker.config
-    return [cls.MetadataResponseBroker(node_id=cfg.node_id, host=cfg.advertised, port=ctx.broker.port, rack=None)]
+    return [cls.MetadataResponseBroker(node_id=cfg.node_id, host=cfg.advertised, port=ctx.broker.advertised_port, rack=None)]
 
 
 def topic_entry(ctx, cls, name, topic, error=ErrorCode.NONE):
