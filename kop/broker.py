@@ -8,6 +8,7 @@ import time
 from kop import handlers
 from kop.config import BrokerConfig
 from kop.connection import Connection
+from kop.policies import PolicyBook
 from kop.producer_ids import ProducerIdAllocator
 from kop.topics import TopicManager
 
@@ -17,7 +18,8 @@ log = logging.getLogger(__name__)
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.topics = TopicManager(config)
+        self.policies = PolicyBook(config)
+        self.topics = TopicManager(config, self.policies)
         self.router = handlers.build_router()
         self.producer_ids: ProducerIdAllocator | None = None
         self.started_ms = int(time.time() * 1000)
@@ -34,11 +36,14 @@ class Broker:
         os.makedirs(self.config.data_dir, exist_ok=True)
         self.producer_ids = ProducerIdAllocator(os.path.join(self.config.data_dir, "producer-ids"),
                                                 durable=self.config.fsync)
-        self.topics.load_all()
+        self.policies.load()
+        await self.topics.load_all()
         self._server = await asyncio.start_server(self._on_client, self.config.host, self.config.port,
                                                   backlog=1024, limit=1 << 20)
         self.port = self._server.sockets[0].getsockname()[1]
         self._background.append(asyncio.create_task(self._retention_loop()))
+        self._background.append(asyncio.create_task(self._dedup_snapshot_loop()))
+        self._background.append(asyncio.create_task(self._dedup_purge_loop()))
         log.info("kop listening on %s:%d (data in %s)", self.config.host, self.port, self.config.data_dir)
 
     async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -69,6 +74,25 @@ class Broker:
             retention_bytes = int(topic.configs.get("retention.bytes", self.config.retention_bytes))
             for partition in topic.partitions:
                 await partition.ledger.trim(now, retention_ms, retention_bytes, partition.retention_floor())
+
+    async def _dedup_snapshot_loop(self) -> None:
+        """PIP-6 time-based snapshots: each partition whose last snapshot is older than its interval policy."""
+        frequency = self.config.broker_deduplication_snapshot_frequency_seconds
+        if frequency <= 0:
+            return
+        while True:
+            await asyncio.sleep(frequency)
+            for partition in self.topics.all_partitions():
+                interval = self.policies.resolve(partition.topic).deduplication_snapshot_interval_seconds
+                partition.dedup.snapshot_if_due(interval_seconds=interval)
+
+    async def _dedup_purge_loop(self) -> None:
+        """Drop producers idle for longer than the inactivity timeout (checked every timeout/3, as Pulsar does)."""
+        timeout = self.config.broker_deduplication_producer_inactivity_timeout_minutes * 60
+        while True:
+            await asyncio.sleep(max(1.0, timeout / 3))
+            for partition in self.topics.all_partitions():
+                partition.dedup.purge_inactive(timeout)
 
     async def stop(self) -> None:
         for task in self._background:

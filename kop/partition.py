@@ -1,23 +1,29 @@
 """PartitionLog: one Kafka partition on top of one managed ledger.
 
-The produce path lands here: `publish_normal` for data batches (Kafka's producer rules and PIP-6 dedup first, then
-offset assignment and the append), `publish_control` for transaction markers (no sequence checks). Both run their
-decision and offset assignment synchronously, in call order, so appends to one partition happen in arrival order;
-they return a future of the result that resolves once the entry is durable, so many appends share one
-group-committed fsync. Bookkeeping after the write runs in callbacks, whether or not anyone awaits the result
-(acks=0).
+The produce path lands here. `publish_normal` takes a client data batch: idempotent batches (producer id >= 0) go
+through Kafka's producer rules and the PIP-6 core (`dedup/`), then get offsets and are appended; `publish_control`
+takes transaction markers, which never go through sequence checks. The decision and the offset assignment run
+synchronously, in call order, so appends to one partition happen in arrival order; both return a future of the
+result that resolves once the entry is durable, so many appends share one group-committed fsync. The bookkeeping
+after a write (dedup's persisted map, snapshots) runs in callbacks, whether or not anyone awaits the result (acks=0).
 """
 import asyncio
 import logging
 import time
 from dataclasses import dataclass
 
+from dedup import (Accept, DecideAgain, DedupConfig, Duplicate, KafkaProducers, MessageDeduplication, PendingBatch,
+                   Reject, Status, WaitFor, WriteFailed)
+from kop.dedup_storage import LedgerDedupStorage
 from kop.ledger import Entry, LedgerWriteError, ManagedLedger, ManagedLedgerError, Position
 from protocol.errors import ErrorCode
 from protocol.records import BatchHeader, assign_offsets
 from proto.kop_pb2 import MessageMetadata
 
 log = logging.getLogger(__name__)
+
+# A failed write is retriable: the client resends with the same sequence numbers.
+WRITE_FAILED = ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,13 +41,23 @@ def _resolved(result: AppendResult) -> asyncio.Future:
 
 
 class PartitionLog:
-    def __init__(self, topic: str, partition: int, ledger: ManagedLedger) -> None:
+    def __init__(self, topic: str, partition: int, ledger: ManagedLedger, dedup_config: DedupConfig,
+                 system_topic: bool = False) -> None:
         self.topic = topic
         self.partition = partition
         self.name = f"{topic}-{partition}"
         self.ledger = ledger
+        self.dedup = MessageDeduplication(LedgerDedupStorage(ledger), dedup_config, system_topic=system_topic,
+                                          log_name=self.name)
+        self.producers = KafkaProducers(self.dedup)
         self._waiters: list[asyncio.Future] = []
         ledger.add_confirm_listener(self._wake_waiters)
+        ledger.add_failure_listener(self._on_ledger_failure)
+
+    async def apply_dedup_policy(self, enabled: bool) -> Status:
+        """Enable (recover from snapshot + replay) or disable deduplication; the partition takes writes only after
+        the first call returns."""
+        return await self.dedup.check_status(enabled)
 
     # ---- offsets
 
@@ -55,45 +71,92 @@ class PartitionLog:
 
     # ---- writing
 
-    def publish_normal(self, header: BatchHeader, view: memoryview) -> asyncio.Future:
-        """Append a client data batch; resolves to an AppendResult once durable (or rejected)."""
-        metadata = MessageMetadata(producer_id=header.producer_id, producer_epoch=header.producer_epoch,
-                                   is_transactional=header.is_transactional)
-        return self._append(header, view, metadata)
+    def publish_normal(self, header: BatchHeader, view: memoryview, timeout_ms: int = 30000) -> asyncio.Future:
+        """Append a client data batch; resolves to an AppendResult once durable, deduplicated or rejected."""
+        if header.producer_id < 0:
+            return self._append(header, view, MessageMetadata(), None)
+        decision = self.producers.check(header.producer_id, header.producer_epoch, header.base_sequence,
+                                        header.last_offset_delta)
+        if isinstance(decision, Accept):
+            metadata = MessageMetadata(producer_name=decision.producer_name, sequence_id=decision.sequence_id,
+                                       highest_sequence_id=decision.highest_sequence_id,
+                                       producer_id=header.producer_id, producer_epoch=header.producer_epoch,
+                                       is_transactional=header.is_transactional)
+            return self._append(header, view, metadata, decision)
+        if isinstance(decision, Duplicate):
+            return _resolved(AppendResult(ErrorCode.NONE, decision.base_offset))
+        if isinstance(decision, Reject):
+            log.info("%s: producer %d epoch %d seq %d rejected (%d): %s", self.name, header.producer_id,
+                     header.producer_epoch, header.base_sequence, decision.error_code, decision.message)
+            return _resolved(AppendResult(ErrorCode(decision.error_code), message=decision.message))
+        if isinstance(decision, WaitFor):
+            return asyncio.ensure_future(self._await_original(decision, timeout_ms))
+        assert isinstance(decision, DecideAgain)
+        return asyncio.ensure_future(self._decide_again(decision, header, view, timeout_ms))
+
+    async def _await_original(self, decision: WaitFor, timeout_ms: int) -> AppendResult:
+        """A retry of a batch still being written: answer whatever the original gets."""
+        try:
+            original = await asyncio.wait_for(decision.future, max(timeout_ms, 1) / 1000)
+        except asyncio.TimeoutError:
+            return AppendResult(ErrorCode.REQUEST_TIMED_OUT, message="the original write is still in progress")
+        except WriteFailed as exc:
+            return AppendResult(ErrorCode(exc.error_code), message="the original write failed, retry")
+        return AppendResult(ErrorCode.NONE, original.base_offset)
+
+    async def _decide_again(self, decision: DecideAgain, header, view, timeout_ms: int) -> AppendResult:
+        try:
+            await asyncio.wait_for(decision.future, max(timeout_ms, 1) / 1000)
+        except asyncio.TimeoutError:
+            return AppendResult(ErrorCode.REQUEST_TIMED_OUT, message="earlier writes of this producer in progress")
+        return await self.publish_normal(header, view, timeout_ms)
 
     def publish_control(self, header: BatchHeader, view: memoryview, marker_type: int) -> asyncio.Future:
         """Append a control batch (transaction marker): no sequence checks, never deduplicated."""
         metadata = MessageMetadata(producer_id=header.producer_id, producer_epoch=header.producer_epoch,
                                    is_control=True, is_transactional=header.is_transactional,
                                    marker_type=marker_type)
-        return self._append(header, view, metadata)
+        return self._append(header, view, metadata, None)
 
-    def _append(self, header: BatchHeader, view: memoryview, metadata: MessageMetadata) -> asyncio.Future:
+    def _append(self, header: BatchHeader, view: memoryview, metadata: MessageMetadata,
+                accept: Accept | None) -> asyncio.Future:
         """Assign offsets to one batch and hand it to the ledger."""
         base = self.ledger.written_end_index
+        last = base + header.last_offset_delta
         batch = bytearray(view)
         assign_offsets(batch, 0, base)
-        metadata.publish_time = int(time.time() * 1000)
+        now = int(time.time() * 1000)
+        metadata.publish_time = now
         metadata.num_messages = header.records_count
+        pending = self.producers.on_pushed(accept, base, last, now) if accept is not None else None
         try:
             written = self.ledger.add_entry(base, header.last_offset_delta + 1, metadata.SerializeToString(), batch)
         except ManagedLedgerError as exc:
+            if accept is not None:
+                self.producers.on_write_failed(WRITE_FAILED)
             return _resolved(AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc)))
         result = asyncio.get_running_loop().create_future()
-        written.add_done_callback(lambda f: self._on_written(f, base, result))
+        written.add_done_callback(lambda f: self._on_written(f, base, pending, result))
         return result
 
-    def _on_written(self, written: asyncio.Future, base: int, result: asyncio.Future) -> None:
+    def _on_written(self, written: asyncio.Future, base: int, pending: PendingBatch | None,
+                    result: asyncio.Future) -> None:
         exc = written.exception()
         if exc is None:
+            self.producers.on_persisted(pending, written.result())
             outcome = AppendResult(ErrorCode.NONE, base)
         elif isinstance(exc, LedgerWriteError):
-            # Not written: retriable, the client resends with the same sequence numbers.
-            outcome = AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, message=f"write failed, retry: {exc}")
+            outcome = AppendResult(WRITE_FAILED, message=f"write failed, retry: {exc}")
         else:
             outcome = AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
         if not result.done():
             result.set_result(outcome)
+
+    def _on_ledger_failure(self, error: Exception) -> None:
+        """PIP-6 fencing: every write in flight failed; go back to the persisted state before anything else runs,
+        so the clients' retries are accepted again and nothing overtakes them."""
+        log.warning("%s: write failed (%s); dedup state reset to what is persisted", self.name, error)
+        self.producers.on_write_failed(WRITE_FAILED)
 
     # ---- reading
 
@@ -115,10 +178,14 @@ class PartitionLog:
             if not future.done():
                 future.set_result(None)
 
+    # ---- housekeeping
+
     def retention_floor(self) -> Position | None:
-        """The oldest position a cursor still needs (retention never deletes past it); None if none is needed."""
-        return None
+        """Retention never deletes entries the dedup cursor would have to replay."""
+        cursor = self.ledger.cursors.get("pulsar.dedup") if self.dedup.is_enabled else None
+        return Position(*cursor.mark_delete_position) if cursor is not None else None
 
     async def close(self) -> None:
         self._wake_waiters()
+        await self.dedup.close()
         await self.ledger.close()

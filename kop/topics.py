@@ -14,10 +14,12 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from dedup import DedupConfig
 from kop.config import BrokerConfig
 from kop.ledger import FileLedgerConfig, FileManagedLedger
 from kop.ledger.framed_file import replace_atomically
 from kop.partition import PartitionLog
+from kop.policies import PolicyBook
 from protocol.errors import ErrorCode
 from proto.kop_pb2 import KeyValue, TopicMetadata
 
@@ -60,8 +62,13 @@ def validate_topic_name(name: str | None) -> None:
 
 
 class TopicManager:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, policies: PolicyBook) -> None:
         self.config = config
+        self.policies = policies
+        self._dedup_config = DedupConfig(
+            entries_interval=config.broker_deduplication_entries_interval,
+            snapshot_interval_seconds=config.broker_deduplication_snapshot_interval_seconds,
+            max_producers=config.broker_deduplication_max_number_of_producers)
         ns = config.namespace.strip("/")
         self._meta_dir = os.path.join(config.data_dir, "topics", ns)
         self._ledger_dir = os.path.join(config.data_dir, "ledgers", ns)
@@ -75,7 +82,7 @@ class TopicManager:
 
     # ---- loading
 
-    def load_all(self) -> None:
+    async def load_all(self) -> None:
         os.makedirs(self._meta_dir, exist_ok=True)
         os.makedirs(self._ledger_dir, exist_ok=True)
         for name in sorted(os.listdir(self._meta_dir)):
@@ -86,15 +93,33 @@ class TopicManager:
                 meta.ParseFromString(f.read())
             topic = Topic(meta.name, meta.topic_id or uuid.uuid4().bytes, {kv.key: kv.value for kv in meta.configs})
             for p in range(meta.partitions):
-                topic.partitions.append(self._open_partition(meta.name, p))
+                topic.partitions.append(await self._open_partition(meta.name, p))
             self.topics[meta.name] = topic
         log.info("loaded %d topics from %s", len(self.topics), self.config.data_dir)
 
-    def _open_partition(self, topic: str, partition: int) -> PartitionLog:
+    async def _open_partition(self, topic: str, partition: int) -> PartitionLog:
+        """Open the partition's managed ledger and recover its dedup state before it takes any write."""
         name = f"{topic}-partition-{partition}"
         ledger = FileManagedLedger.open(name, os.path.join(self._ledger_dir, name), self._ledger_config,
                                         self._executor)
-        return PartitionLog(topic, partition, ledger)
+        log_ = PartitionLog(topic, partition, ledger, self._dedup_config,
+                            system_topic=topic.startswith(INTERNAL_PREFIX))
+        await log_.apply_dedup_policy(self.policies.resolve(topic).deduplication_enabled)
+        return log_
+
+    async def apply_policies(self, topic: str | None = None) -> None:
+        """Bring partitions in line with the current policies (after an admin change)."""
+        names = [topic] if topic is not None else list(self.topics)
+        for name in names:
+            t = self.topics.get(name)
+            if t is None:
+                continue
+            enabled = self.policies.resolve(name).deduplication_enabled
+            for partition in t.partitions:
+                await partition.apply_dedup_policy(enabled)
+
+    def all_partitions(self) -> list[PartitionLog]:
+        return [p for t in list(self.topics.values()) for p in t.partitions]
 
     def _write_meta(self, topic: Topic) -> None:
         meta = TopicMetadata(name=topic.name, partitions=len(topic.partitions), topic_id=topic.topic_id,
@@ -152,7 +177,7 @@ class TopicManager:
             partitions = self.check_create(name, partitions, configs)
             topic = Topic(name, uuid.uuid4().bytes, dict(configs))
             for p in range(partitions):
-                topic.partitions.append(self._open_partition(name, p))
+                topic.partitions.append(await self._open_partition(name, p))
             self._write_meta(topic)
             self.topics[name] = topic
             log.info("created topic %s with %d partitions", name, partitions)
@@ -167,6 +192,7 @@ class TopicManager:
             for partition in topic.partitions:
                 await partition.close()
                 shutil.rmtree(partition.ledger.directory, ignore_errors=True)
+            self.policies.drop_topic(name)
             log.info("deleted topic %s", name)
 
     async def add_partitions(self, name: str, count: int) -> None:
@@ -180,7 +206,7 @@ class TopicManager:
             if count > self.config.max_partitions_per_topic:
                 raise TopicError(ErrorCode.INVALID_PARTITIONS, f"at most {self.config.max_partitions_per_topic}")
             for p in range(len(topic.partitions), count):
-                topic.partitions.append(self._open_partition(name, p))
+                topic.partitions.append(await self._open_partition(name, p))
             self._write_meta(topic)
 
     async def close(self) -> None:

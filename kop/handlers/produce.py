@@ -22,7 +22,7 @@ def _rejected(code: ErrorCode, message: str) -> asyncio.Future:
     return future
 
 
-def _publish_one(ctx, topic, index: int, records) -> asyncio.Future:
+def _publish_one(ctx, topic, index: int, records, timeout_ms: int) -> asyncio.Future:
     partition = ctx.broker.topics.partition(topic, index)
     if partition is None:
         return _rejected(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic or partition {topic}-{index}")
@@ -44,7 +44,7 @@ def _publish_one(ctx, topic, index: int, records) -> asyncio.Future:
     except RecordBatchError as exc:
         log.info("rejected batch for %s-%d from %s (%s): %s", topic, index, ctx.client_id, ctx.peer, exc)
         return _rejected(ErrorCode(exc.error_code), str(exc))
-    return partition.publish_normal(header, view)
+    return partition.publish_normal(header, view, timeout_ms)
 
 
 async def handle(ctx, request):
@@ -57,7 +57,7 @@ async def handle(ctx, request):
             if acks not in (-1, 0, 1):
                 future = _rejected(ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, got {acks}")
             else:
-                future = _publish_one(ctx, topic_data.name, pdata.index, pdata.records)
+                future = _publish_one(ctx, topic_data.name, pdata.index, pdata.records, request.timeout_ms)
             per_partition.append((pdata.index, future))
         results.append((topic_data.name, per_partition))
     if acks == 0:

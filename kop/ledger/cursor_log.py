@@ -79,7 +79,8 @@ class CursorLog:
         self._fd = -1
         self._size = 0
         self._closed = False
-        self._group = GroupCommit(executor, durable, self._on_durable, self._on_failure)
+        self._durable_state: dict[str, ManagedCursorInfo] = {}  # the latest durable record of each live cursor
+        self._group = GroupCommit(executor, durable, self._on_durable, self._on_failure, self._maybe_compact)
 
     def open(self) -> None:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -104,6 +105,7 @@ class CursorLog:
         for name, info in latest.items():
             if info.deleted:
                 continue
+            self._durable_state[name] = info
             p = info.position
             self.cursors[name] = ManagedCursor(
                 self, name, Position(p.ledgerId, p.entryId),
@@ -136,38 +138,35 @@ class CursorLog:
         os.pwrite(self._fd, record, self._size)
         self._size += len(record)
         future = asyncio.get_running_loop().create_future()
-        self._group.add(self._fd, future)
+        self._group.add(self._fd, (future, info))
         await future
-        self._maybe_compact()
 
-    def _on_durable(self, futures: list) -> None:
-        for future in futures:
+    def _on_durable(self, items: list) -> None:
+        for future, info in items:
+            if info.deleted:
+                self._durable_state.pop(info.name, None)
+            else:
+                self._durable_state[info.name] = info
             if not future.done():
                 future.set_result(None)
 
-    def _on_failure(self, exc: OSError, futures: list) -> None:
-        for future in futures:
+    def _on_failure(self, exc: OSError, items: list) -> None:
+        for future, _info in items:
             if not future.done():
                 future.set_exception(exc)
 
     def _maybe_compact(self) -> None:
-        if self._size < COMPACT_MIN_BYTES or self._group.busy:
+        """Rewrite the log as one record per live cursor once it is mostly superseded records. Runs only when
+        every record written is durable and before any new one is, so the rewrite holds exactly the durable state."""
+        if self._size < COMPACT_MIN_BYTES or self._closed:
             return
-        live = b"".join(frame(self._snapshot_of(c).SerializeToString()) for c in self.cursors.values())
+        live = b"".join(frame(info.SerializeToString()) for info in self._durable_state.values())
         if self._size < 4 * len(live):
             return
         replace_atomically(self.path, live)
         os.close(self._fd)
         self._fd = os.open(self.path, os.O_RDWR)
         self._size = len(live)
-
-    @staticmethod
-    def _snapshot_of(cursor: ManagedCursor) -> ManagedCursorInfo:
-        p = cursor.mark_delete_position
-        return ManagedCursorInfo(name=cursor.name, position=PositionInfo(
-            ledgerId=p.ledger_id, entryId=p.entry_id,
-            properties=[LongProperty(name=k, value=v) for k, v in cursor.properties.items()],
-            string_properties=[StringProperty(name=k, value=v) for k, v in cursor.string_properties.items()]))
 
     async def close(self) -> None:
         self._closed = True

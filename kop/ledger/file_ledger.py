@@ -57,6 +57,7 @@ class FileManagedLedger(ManagedLedger):
         self._written_end = 0
         self._start_index = 0
         self._listeners: list[Callable[[], None]] = []
+        self._failure_listeners: list[Callable[[Exception], None]] = []
         self._group = GroupCommit(executor, config.fsync, self._on_durable, self._on_write_failed)
         self._cursors = CursorLog(os.path.join(directory, "cursors.log"), executor, config.fsync,
                                   lambda: self._lac)
@@ -201,6 +202,8 @@ class FileManagedLedger(ManagedLedger):
         if not self._closed:
             self._roll_locked()
         error = LedgerWriteError(f"{self.name}: {exc}")
+        for listener in self._failure_listeners:
+            listener(error)
         for add in adds:
             if not add.future.done():
                 add.future.set_exception(error)
@@ -288,6 +291,9 @@ class FileManagedLedger(ManagedLedger):
 
     def add_confirm_listener(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
+
+    def add_failure_listener(self, listener: Callable[[Exception], None]) -> None:
+        self._failure_listeners.append(listener)
 
     # ---- retention and lifecycle
 

@@ -20,11 +20,13 @@ class GroupCommit:
         durable: bool,
         on_durable: Callable[[list[Any]], None],
         on_failure: Callable[[OSError, list[Any]], None],
+        on_idle: Callable[[], None] | None = None,
     ) -> None:
         self._executor = executor
         self._durable = durable
         self._on_durable = on_durable
         self._on_failure = on_failure
+        self._on_idle = on_idle  # called when everything written is durable, before any new write can start
         self._pending: list[tuple[int, Any]] = []
         self._flusher: asyncio.Task | None = None
         self._idle = asyncio.Event()
@@ -63,6 +65,11 @@ class GroupCommit:
                     self._on_failure(exc, failed)
                     continue
                 self._on_durable([item for _, item in batch])
+                # Let the owners' completion callbacks run before the next flush can fail, so "durable" is always
+                # reported before a later failure is.
+                await asyncio.sleep(0)
+            if self._on_idle is not None:
+                self._on_idle()
         finally:
             self._flusher = None
             self._idle.set()

@@ -78,6 +78,11 @@ class ManagedLedger(ABC):
         """Called after new entries become durable."""
 
     @abstractmethod
+    def add_failure_listener(self, listener: Callable[[Exception], None]) -> None:
+        """Called synchronously when a write fails, before the failed entries' futures are failed, so the owner
+        can reset state derived from them before anything else runs."""
+
+    @abstractmethod
     async def trim(self, now_ms: int, retention_ms: int, retention_bytes: int, keep_from: Position | None) -> int:
         """Delete whole closed ledgers past retention, never one holding entries after keep_from.
         Returns the number of ledgers deleted."""

@@ -1,0 +1,80 @@
+"""Namespace and topic policies, resolved topic -> namespace -> broker as in Pulsar, stored in one protobuf record
+(`<data>/policies`) replaced atomically on every change."""
+import os
+from dataclasses import dataclass
+
+from kop.config import BrokerConfig
+from kop.ledger.framed_file import replace_atomically
+from proto.kop_pb2 import Policies, PolicyStore
+
+FIELDS = ("deduplication_enabled", "deduplication_snapshot_interval_seconds")
+
+
+@dataclass(frozen=True)
+class ResolvedPolicies:
+    deduplication_enabled: bool
+    deduplication_snapshot_interval_seconds: int
+
+
+class PolicyBook:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self._path = os.path.join(config.data_dir, "policies")
+        self.namespaces: dict[str, Policies] = {}
+        self.topics: dict[str, Policies] = {}
+
+    def load(self) -> None:
+        if not os.path.exists(self._path):
+            return
+        store = PolicyStore()
+        with open(self._path, "rb") as f:
+            store.ParseFromString(f.read())
+        self.namespaces = {e.name: e.policies for e in store.namespaces}
+        self.topics = {e.name: e.policies for e in store.topics}
+
+    def _save(self) -> None:
+        store = PolicyStore(
+            namespaces=[PolicyStore.Entry(name=k, policies=v) for k, v in sorted(self.namespaces.items())],
+            topics=[PolicyStore.Entry(name=k, policies=v) for k, v in sorted(self.topics.items())])
+        replace_atomically(self._path, store.SerializeToString(), durable=self.config.fsync)
+
+    def topic_key(self, topic: str) -> str:
+        return f"{self.config.namespace.strip('/')}/{topic}"
+
+    def get(self, level: str, name: str) -> Policies:
+        book = self.namespaces if level == "namespace" else self.topics
+        return book.get(name, Policies())
+
+    def set(self, level: str, name: str, field: str, value) -> None:
+        """Set one field (value None removes it, falling back to the next level)."""
+        if field not in FIELDS:
+            raise KeyError(field)
+        book = self.namespaces if level == "namespace" else self.topics
+        policies = Policies()
+        policies.CopyFrom(book.get(name, Policies()))
+        if value is None:
+            policies.ClearField(field)
+        else:
+            setattr(policies, field, value)
+        if policies.ListFields():
+            book[name] = policies
+        else:
+            book.pop(name, None)
+        self._save()
+
+    def drop_topic(self, topic: str) -> None:
+        if self.topics.pop(self.topic_key(topic), None) is not None:
+            self._save()
+
+    def resolve(self, topic: str) -> ResolvedPolicies:
+        levels = [self.topics.get(self.topic_key(topic)), self.namespaces.get(self.config.namespace.strip("/"))]
+        broker = ResolvedPolicies(self.config.broker_deduplication_enabled,
+                                  self.config.broker_deduplication_snapshot_interval_seconds)
+        values = {}
+        for field in FIELDS:
+            values[field] = getattr(broker, field)
+            for level in levels:
+                if level is not None and level.HasField(field):
+                    values[field] = getattr(level, field)
+                    break
+        return ResolvedPolicies(**values)
