@@ -23,6 +23,10 @@ class ProducerIdAllocator:
                 block.ParseFromString(f.read())
             self._next = self._block_end = block.next_block_start
 
+    def was_issued(self, producer_id: int) -> bool:
+        """Whether the id may have been handed out by this broker (ids below the durable high-water mark)."""
+        return 0 <= producer_id < self._block_end
+
     def allocate(self) -> int:
         if self._next >= self._block_end:
             end = self._next + BLOCK_SIZE
