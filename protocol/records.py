@@ -270,7 +270,7 @@ def _check_producer_fields(header: BatchHeader) -> None:
         raise _invalid("transactional batch without a producer id")
 
 
-def _walk_records(data: BytesLike, pos: int, header: BatchHeader, from_client: bool) -> None:
+def _walk_records(data: bytes, pos: int, header: BatchHeader, from_client: bool) -> None:
     """Check the framing of every record in data[pos:] without building any object.
 
     This runs for every produced batch, so one- and two-byte varints (nearly all of them) are decoded inline and
@@ -387,13 +387,23 @@ def _walk_records(data: BytesLike, pos: int, header: BatchHeader, from_client: b
             raise _invalid(f"maxTimestamp {header.max_timestamp} is not the records' greatest, {max_timestamp}")
 
 
-def _skip_headers(data: BytesLike, pos: int, count: int, index: int) -> int:
+def _skip_headers(data: bytes, pos: int, count: int, index: int) -> int:
     for _ in range(count):
-        key_len, pos = decode_varint(data, pos, VARINT_MAX_BYTES)
+        b = data[pos]  # header key length: short keys are the rule, so one byte inline
+        if b < 0x80:
+            key_len = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            key_len, pos = decode_varint(data, pos, VARINT_MAX_BYTES)
         if key_len < 0:
             raise _invalid(f"record {index} has a header key of length {key_len}")
         pos += key_len
-        value_len, pos = decode_varint(data, pos, VARINT_MAX_BYTES)
+        b = data[pos]
+        if b < 0x80:
+            value_len = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            value_len, pos = decode_varint(data, pos, VARINT_MAX_BYTES)
         if value_len > 0:
             pos += value_len
         elif value_len < -1:
