@@ -1,6 +1,7 @@
 """Start and stop one `kop standalone` for a suite: free port, temp data dir, readiness by ApiVersions."""
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import struct
@@ -17,10 +18,16 @@ from compat.system import free_port
 HOST = "127.0.0.1"
 
 
+def kop_source() -> Path:
+    """The source tree whose kop is tested: this clone, or $KOP_COMPAT_KOP_SRC (e.g. an exported commit)."""
+    return Path(os.environ.get("KOP_COMPAT_KOP_SRC", REPO_ROOT)).resolve()
+
+
 def kop_command() -> list[str]:
-    """The console script installed beside this interpreter, else the module (before pyproject has it)."""
+    """The console script beside this interpreter, else the module (before pyproject has it, or when
+    $KOP_COMPAT_KOP_SRC names another tree: `-m` imports from the working directory first)."""
     script = Path(sys.executable).parent / "kop"
-    if script.exists():
+    if script.exists() and kop_source() == REPO_ROOT.resolve():
         return [str(script)]
     return [sys.executable, "-m", "kop.cli"]
 
@@ -61,6 +68,9 @@ class KopBroker:
     """One broker process this gate started; `stop()` ends only that pid."""
 
     log_path: Path
+    # Broker settings (Kafka spelling, written to a --config properties file): suites assume a cluster
+    # configured their way, e.g. librdkafka's "default" scenario has num.partitions=4.
+    properties: dict[str, str] = field(default_factory=dict)
     port: int = 0
     data_dir: Path | None = None
     process: subprocess.Popen | None = field(default=None, repr=False)
@@ -76,12 +86,17 @@ class KopBroker:
         if self.data_dir is None:
             self.data_dir = Path(tempfile.mkdtemp(prefix="kop-compat-data-"))
         command = [*kop_command(), "standalone", "--listen", self.bootstrap, "--data-dir", str(self.data_dir)]
+        if self.properties:
+            config = self.log_path.with_suffix(".properties")
+            config.parent.mkdir(parents=True, exist_ok=True)
+            config.write_text("".join(f"{key}={value}\n" for key, value in self.properties.items()))
+            command += ["--config", str(config)]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         log.write(f"\n=== compat: starting {' '.join(command)}\n".encode())
         log.flush()
         self.process = subprocess.Popen(
-            command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            command, cwd=kop_source(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
         log.close()
         deadline = time.monotonic() + ready_timeout

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -46,7 +47,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    # SystemExit unwinds the `with KopBroker` blocks, so the broker and test processes we started stop too.
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     args = parse_args(sys.argv[1:] if argv is None else argv)
     command = " ".join(["python -m compat.run", *(sys.argv[1:] if argv is None else argv)])
     requested = [item.strip() for item in (args.tests or "").split(",") if item.strip()]
@@ -105,17 +112,23 @@ def run_librdkafka(args: argparse.Namespace, requested: list[str], command: str,
     passes.append(("librdkafka-idempotent", "librdkafka test suite, idempotent producer (-P)", idempotent, True))
     results = []
     for label, suite, tests, idem in passes:
-        print(f"compat: {label}: {len(tests)} tests (test-runner {' '.join(rdk_runner.runner_args(idempotent=idem, allow_sockem=False))})",
-              flush=True)
-        with KopBroker(log_path=logs / f"{label}-broker.log") as broker:
-            outcomes = rdk_runner.run_tests(tests_dir, tests, broker, logs / label, idempotent=idem)
+        print(f"compat: {label}: {len(tests)} tests (test-runner "
+              f"{' '.join(rdk_runner.runner_args(idempotent=idem, allow_sockem=False))})", flush=True)
+        outcomes = []
+        # One broker per scenario, configured as the suite's scenario file says (noautocreate: no auto-create).
+        for scenario in dict.fromkeys(rdk_runner.run_scenario(test) for test in tests):
+            chosen = [test for test in tests if rdk_runner.run_scenario(test) == scenario]
+            properties = rdk_runner.scenario_properties(tests_dir, scenario)
+            with KopBroker(log_path=logs / f"{label}-{scenario}-broker.log", properties=properties) as broker:
+                outcomes += rdk_runner.run_tests(tests_dir, chosen, broker, logs / label, idempotent=idem,
+                                                 scenario=scenario)
         results.append(SuiteResult(label, suite, version, command, tuple(outcomes), len(broker_tests)))
     return results
 
 
 def _select_librdkafka(requested: list[str], broker_tests: list[CatalogTest]) -> list[CatalogTest]:
     if any(item in ("all", "all-librdkafka") for item in requested):
-        return [test for test in broker_tests if test.scenario.startswith("default") or "default" in test.scenario]
+        return broker_tests
     chosen = [test for test in broker_tests if test.number in requested or test.name in requested]
     if not chosen:
         raise SystemExit(f"compat: no librdkafka test that needs a broker matches {requested}")

@@ -12,31 +12,31 @@ from pathlib import Path
 _apt_updated = False
 
 
-def _installed(package: str) -> bool:
-    probe = subprocess.run(
-        ["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True, check=False
-    )
-    return probe.returncode == 0 and "install ok installed" in probe.stdout
+def _present(probe: str) -> bool:
+    """A probe is a command name (looked up on PATH) or an absolute file path."""
+    return Path(probe).exists() if probe.startswith("/") else shutil.which(probe) is not None
 
 
-def ensure_debian_packages(packages: list[str]) -> None:
-    """apt-get install whichever of `packages` is missing (we run as root; `apt-get update` once first)."""
+def ensure_debian_packages(requirements: dict[str, str]) -> None:
+    """Install the Debian package of every probe (command or file) that is missing.
+
+    Probing for the thing itself rather than asking dpkg keeps a tool installed some other way (npm
+    bundled with a Node.js install, say) from pulling in the Debian package. We run as root; `apt-get
+    update` runs once first.
+    """
     global _apt_updated
-    missing = [p for p in packages if not _installed(p)]
+    missing = sorted({package for probe, package in requirements.items() if not _present(probe)})
     if not missing:
         return
     if shutil.which("apt-get") is None:
         raise RuntimeError(f"missing Debian packages {missing} and no apt-get to install them")
     print(f"compat: installing Debian packages {' '.join(missing)}", flush=True)
+    env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
     if not _apt_updated:
-        subprocess.run(["apt-get", "update", "-q"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["apt-get", "update", "-q"], check=True, stdout=subprocess.DEVNULL, env=env)
         _apt_updated = True
-    subprocess.run(
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
-        check=True,
-        stdout=subprocess.DEVNULL,
-        env={"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-    )
+    subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
+                   check=True, stdout=subprocess.DEVNULL, env=env)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -61,6 +61,10 @@ def run_tests(sdist: Path, names: list[str], broker: KopBroker, log_dir: Path) -
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=30)
+        except BaseException:  # interrupted: leave no pytest behind
+            process.kill()
+            process.wait(timeout=30)
+            raise
     recorded = _read_report(report)
     outcomes = []
     for name in names:

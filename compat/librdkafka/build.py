@@ -12,8 +12,16 @@ from compat.system import ensure_debian_packages, exclusive_lock
 NPM_PACKAGE = "node-rdkafka"
 NPM_VERSION = "3.6.1"  # bundles librdkafka v2.12.0
 LIBRDKAFKA_VERSION = "2.12.0"
-# Compilers and zlib for the build; npm to fetch the package through its own registry client.
-BUILD_PACKAGES = ["build-essential", "zlib1g-dev", "python3", "npm"]
+# What the build needs -> the Debian package that provides it. npm fetches the package through its own
+# registry client; configure's mklove scripts want python3.
+BUILD_REQUIREMENTS = {
+    "gcc": "build-essential",
+    "g++": "build-essential",
+    "make": "build-essential",
+    "/usr/include/zlib.h": "zlib1g-dev",
+    "python3": "python3",
+    "npm": "npm",
+}
 CONFIGURE = "./configure --disable-curl --disable-sasl --disable-ssl --disable-zstd --disable-lz4-ext"
 
 
@@ -44,7 +52,7 @@ def ensure_built() -> Path:
     with exclusive_lock(build_cache_dir() / f"{NPM_PACKAGE}-{NPM_VERSION}.lock"):
         if is_built():  # another run built it while we waited
             return tests_dir()
-        ensure_debian_packages(BUILD_PACKAGES)
+        ensure_debian_packages(BUILD_REQUIREMENTS)
         _fetch_and_unpack()
         _build()
         _stamp().touch()
@@ -57,7 +65,7 @@ def _fetch_and_unpack() -> None:
     if not tarball.exists():
         print(f"compat: npm pack {NPM_PACKAGE}@{NPM_VERSION}", flush=True)
         subprocess.run(
-            ["npm", "pack", f"{NPM_PACKAGE}@{NPM_VERSION}"], cwd=cache, check=True, stdout=subprocess.DEVNULL
+            ["npm", "pack", "--loglevel=error", f"{NPM_PACKAGE}@{NPM_VERSION}"], cwd=cache, check=True, stdout=subprocess.DEVNULL
         )
     root = build_root()
     shutil.rmtree(root, ignore_errors=True)  # a half-built tree from an interrupted run

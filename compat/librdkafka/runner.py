@@ -19,7 +19,7 @@ from compat.results import FAILED, PASSED, SKIPPED, TestOutcome
 
 KAFKA_VERSION = "3.9.0"  # the Kafka version kop answers as; gates version-dependent test paths
 TIMEOUT_MULTIPLIER = 2.0  # kop is a Python broker: give the suite's own timeouts some slack
-PROCESS_TIMEOUT_S = 900  # a hung test-runner is killed after this
+PROCESS_TIMEOUT_S = 600  # a hung test-runner is killed after this
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m|\x1b\(B")
 _SUMMARY_ROW = re.compile(r"^\|\s*(\S+)\s*\|\s*([A-Z]+)\s*\|\s*([0-9.]+)s\s*\|\s?(.*)$")
@@ -27,14 +27,39 @@ _FAILURE_HEAD = re.compile(r'### Test "([^"]+)" failed at (\S+) at .*: ###')
 _STATES = {"PASSED": PASSED, "FAILED": FAILED, "RUNNING": FAILED, "SKIPPED": SKIPPED, "DNS": SKIPPED}
 
 
-def runner_args(*, idempotent: bool, allow_sockem: bool) -> list[str]:
+def runner_args(*, idempotent: bool, allow_sockem: bool, scenario: str = "default") -> list[str]:
     """`-p1 -Q -E -L`: sequential, quick mode, no sockem, no mock-cluster tests; `-P`: idempotent producer."""
     args = ["-p1", "-Q", "-L"]
     if not allow_sockem:
         args.append("-E")
     if idempotent:
         args.append("-P")
+    if scenario != "default":
+        args += ["-s", scenario]
     return args
+
+
+def run_scenario(test: CatalogTest) -> str:
+    """The scenario a test runs under: "default" when its list allows it (0103 says "default,ak23")."""
+    choices = test.scenario.split(",")
+    return "default" if "default" in choices else choices[0]
+
+
+def scenario_properties(tests_dir: Path, scenario: str) -> dict[str, str]:
+    """Broker settings of a test scenario, read from the suite's own tests/scenarios/<name>.json.
+
+    Those files configure trivup's Kafka cluster (and carry trailing commas, so they are read by pattern,
+    not as JSON). Replication factor is left out: kop is a single broker.
+    """
+    text = (tests_dir / "scenarios" / f"{scenario}.json").read_text()
+    properties = {}
+    auto_create = re.search(r'"auto_create_topics"\s*:\s*"?(true|false)"?', text)
+    partitions = re.search(r'"num_partitions"\s*:\s*(\d+)', text)
+    if auto_create:
+        properties["auto.create.topics.enable"] = auto_create.group(1)
+    if partitions:
+        properties["num.partitions"] = partitions.group(1)
+    return properties
 
 
 def write_test_conf(path: Path, bootstrap: str) -> None:
@@ -94,9 +119,10 @@ def run_tests(
     log_dir: Path,
     *,
     idempotent: bool,
+    scenario: str = "default",
 ) -> list[TestOutcome]:
     log_dir.mkdir(parents=True, exist_ok=True)
-    conf_path = log_dir / "test.conf"
+    conf_path = log_dir / f"test-{scenario}.conf"
     write_test_conf(conf_path, broker.bootstrap)
     by_number: OrderedDict[str, list[CatalogTest]] = OrderedDict()
     for test in tests:
@@ -106,8 +132,8 @@ def run_tests(
     for number, wanted in by_number.items():
         if not broker.alive():
             broker.restart()
-        args = runner_args(idempotent=idempotent, allow_sockem=any(test.sockem for test in wanted))
-        output, returncode, timed_out = _run_one(tests_dir, number, args, conf_path, log_dir / f"{number}.log")
+        args = runner_args(idempotent=idempotent, allow_sockem=any(test.sockem for test in wanted), scenario=scenario)
+        output, returncode, timed_out = _run_one(tests_dir, number, args, conf_path, log_dir / f"{number}{'' if scenario == 'default' else '-' + scenario}.log")
         died = None if broker.alive() else broker.process.returncode if broker.process else "?"
         table = parse_summary(output)
         messages = failure_messages(output)
@@ -152,6 +178,10 @@ def _run_one(tests_dir: Path, number: str, args: list[str], conf_path: Path, log
             timed_out = True
             process.kill()
             process.wait(timeout=30)
+        except BaseException:  # interrupted: leave no test-runner behind
+            process.kill()
+            process.wait(timeout=30)
+            raise
     for stats in tests_dir.glob(f"stats_{number}_*.json"):  # per-test client statistics dumps
         stats.unlink(missing_ok=True)
     return log_path.read_text(errors="replace"), process.returncode, timed_out
