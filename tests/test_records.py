@@ -413,6 +413,30 @@ def test_negative_key_length_is_invalid() -> None:
     assert records_section_damage(mutate).error_code == INVALID_RECORD
 
 
+def test_negative_record_length_is_invalid() -> None:
+    def mutate(batch):
+        batch[HEADER_SIZE:HEADER_SIZE + 2] = b"\x01\x00"  # zigzag -1, then a zero byte of padding
+    assert records_section_damage(mutate).error_code == INVALID_RECORD
+
+
+def test_huge_key_length_is_invalid() -> None:
+    records = [Record(0, 0, b"k" * 10, b"v")]
+    batch = bytearray(build_batch(records))
+    # Record: length (1 byte), attributes, timestampDelta, offsetDelta, then keyLength = 10 (zigzag 20).
+    assert batch[HEADER_SIZE + 4] == 20
+    batch[HEADER_SIZE + 4] = 0x7E  # zigzag 63: runs past the record and the batch
+    assert refuse(with_fixed_crc(batch)).error_code == INVALID_RECORD
+
+
+def test_offset_delta_beyond_last_offset_delta_is_invalid_even_for_broker_batches() -> None:
+    batch = build_batch([Record(0, 0, None, b"a"), Record(5, 0, None, b"b")], last_offset_delta=5)
+    header, view = only_batch(batch)
+    validate_batch(header, view, from_client=False)
+    shrunk = patch_header(batch, ">i", 23, 4)
+    error = refuse(shrunk, from_client=False)
+    assert error.error_code == INVALID_RECORD and "offset delta 5" in str(error)
+
+
 def test_overlong_varint_is_invalid() -> None:
     def mutate(batch):
         batch[HEADER_SIZE + 3:HEADER_SIZE + 13] = b"\xff" * 10  # timestampDelta that never ends
