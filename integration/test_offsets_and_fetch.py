@@ -1,0 +1,95 @@
+"""ListOffsets (earliest, latest, by timestamp), fetch from any offset, out-of-range offsets, long polling, and
+retention deleting whole ledgers."""
+import threading
+import time
+
+from kafka import KafkaConsumer, TopicPartition
+
+from integration.clients import ck_produce, kp_consume_all
+
+
+def consumer(broker):
+    return KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None, enable_auto_commit=False,
+                         auto_offset_reset="none", consumer_timeout_ms=2000)
+
+
+def test_list_offsets_earliest_latest_and_by_timestamp(broker):
+    base = 1_700_000_000_000
+    records = [(None, f"t{i}".encode(), [], base + i * 1000) for i in range(30)]
+    for i in range(0, 30, 10):  # three batches
+        ck_produce(broker.bootstrap, "times", records[i:i + 10], **{"linger.ms": 50})
+    c = consumer(broker)
+    tp = TopicPartition("times", 0)
+    assert c.beginning_offsets([tp]) == {tp: 0}
+    assert c.end_offsets([tp]) == {tp: 30}
+    found = c.offsets_for_times({tp: base + 15_000})[tp]
+    assert found is not None and found.offset <= 15 and found.timestamp >= base + 15_000
+    assert c.offsets_for_times({tp: base + 10**9})[tp] is None
+    c.close()
+
+
+def test_fetch_from_any_offset_and_out_of_range(broker):
+    ck_produce(broker.bootstrap, "seek", [(None, f"s{i}".encode(), [], 1_700_000_000_000) for i in range(40)],
+               **{"linger.ms": 20})
+    c = consumer(broker)
+    tp = TopicPartition("seek", 0)
+    c.assign([tp])
+    c.seek(tp, 17)
+    got = []
+    deadline = time.monotonic() + 10
+    while len(got) < 23 and time.monotonic() < deadline:
+        for batch in c.poll(timeout_ms=500).values():
+            got.extend(batch)
+    assert [m.offset for m in got] == list(range(17, 40))
+    c.seek(tp, 1000)
+    from kafka.errors import OffsetOutOfRangeError
+    raised = False
+    deadline = time.monotonic() + 10
+    while not raised and time.monotonic() < deadline:
+        try:
+            c.poll(timeout_ms=500)
+        except OffsetOutOfRangeError:
+            raised = True
+    assert raised
+    c.close()
+
+
+def test_long_poll_returns_as_soon_as_data_arrives(broker):
+    ck_produce(broker.bootstrap, "poll", [(None, b"first", [], 1)])
+    from confluent_kafka import Consumer, TopicPartition as CkTP
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lp", "fetch.wait.max.ms": 5000,
+                  "enable.auto.commit": False})
+    c.assign([CkTP("poll", 0, 1)])
+    timer = threading.Timer(1.0, lambda: ck_produce(broker.bootstrap, "poll", [(None, b"late", [], 2)]))
+    timer.start()
+    start = time.monotonic()
+    msg = None
+    while msg is None and time.monotonic() - start < 15:
+        msg = c.poll(0.2)
+    elapsed = time.monotonic() - start
+    c.close()
+    timer.join()
+    assert msg is not None and msg.value() == b"late"
+    assert elapsed < 4.5, f"took {elapsed:.1f}s: the fetch waited for max_wait instead of the data"
+
+
+def test_retention_deletes_old_ledgers_and_moves_the_log_start(broker_factory):
+    b = broker_factory({"log.segment.bytes": "2000", "retention_check_interval_ms": "300",
+                        "brokerDeduplicationEnabled": "false"})
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("short", 1, 1, config={"retention.ms": "500"})])["short"].result(10)
+    for i in range(20):
+        ck_produce(b.bootstrap, "short", [(None, bytes([i]) * 500, [], 1_700_000_000_000 + i)])
+    c = consumer(b)
+    tp = TopicPartition("short", 0)
+    deadline = time.monotonic() + 20
+    start = 0
+    while start == 0 and time.monotonic() < deadline:
+        time.sleep(0.3)
+        start = c.beginning_offsets([tp])[tp]
+    assert 0 < start <= 20
+    assert c.end_offsets([tp])[tp] == 20
+    remaining = kp_consume_all(b.bootstrap, "short", 20 - start, timeout=10)
+    assert remaining and remaining[0].offset == start
+    c.close()

@@ -1,0 +1,105 @@
+"""Topic administration with kafka-python's and confluent-kafka's admin clients: create, delete, add partitions,
+describe configs and cluster; auto-creation on and off; many partitions."""
+import time
+
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions
+from confluent_kafka.admin import NewTopic as CkNewTopic
+from kafka.admin import ConfigResource as KpConfigResource
+from kafka.admin import ConfigResourceType, KafkaAdminClient, NewTopic
+from kafka.admin import NewPartitions as KpNewPartitions
+from kafka.errors import InvalidPartitionsError, TopicAlreadyExistsError
+
+from integration.clients import ck_consume_all, ck_produce
+
+
+def wait_all(futures, timeout=20):
+    return {k: f.result(timeout=timeout) for k, f in futures.items()}
+
+
+def test_confluent_admin_create_describe_add_partitions_delete(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    wait_all(admin.create_topics([CkNewTopic("a1", num_partitions=3, replication_factor=1,
+                                              config={"retention.ms": "3600000"})]))
+    meta = admin.list_topics(timeout=10)
+    assert len(meta.topics["a1"].partitions) == 3
+    configs = wait_all(admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "a1")]))
+    entries = next(iter(configs.values()))
+    assert entries["retention.ms"].value == "3600000" and not entries["retention.ms"].is_default
+    assert entries["cleanup.policy"].value == "delete"
+    wait_all(admin.create_partitions([NewPartitions("a1", 5)]))
+    assert len(admin.list_topics(timeout=10).topics["a1"].partitions) == 5
+    reports = ck_produce(broker.bootstrap, "a1", [(None, b"p4", [], 1_700_000_000_000)], partition=4)
+    assert reports[0][0] is None
+    wait_all(admin.delete_topics(["a1"]))
+    deadline = time.monotonic() + 10
+    while "a1" in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "a1" not in admin.list_topics(timeout=10).topics
+
+
+def test_kafka_python_admin_errors(broker):
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    admin.create_topics([NewTopic("k1", num_partitions=2, replication_factor=1)])
+    with pytest.raises(TopicAlreadyExistsError):
+        _raise_on_error(admin.create_topics([NewTopic("k1", num_partitions=2, replication_factor=1)]))
+    with pytest.raises(InvalidPartitionsError):
+        _raise_on_error(admin.create_partitions({"k1": KpNewPartitions(total_count=1)}))
+    broker_configs = admin.describe_configs([KpConfigResource(ConfigResourceType.BROKER, "1")])
+    assert broker_configs
+    cluster = admin.describe_cluster()
+    assert cluster["cluster_id"] == "kop-standalone"
+    assert [b["port"] for b in cluster["brokers"]] == [broker.port]
+    admin.delete_topics(["k1"])
+    assert "k1" not in admin.list_topics()
+    admin.close()
+
+
+def _raise_on_error(response):
+    from kafka.errors import for_code
+    for topic in getattr(response, "topics", None) or getattr(response, "results", None) or []:
+        if topic.error_code:
+            raise for_code(topic.error_code)()
+    return response
+
+
+def test_invalid_creations_are_refused_with_reasons(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    futures = admin.create_topics([
+        CkNewTopic("bad/name", num_partitions=1, replication_factor=1),
+        CkNewTopic("zero", num_partitions=0, replication_factor=1),
+        CkNewTopic("rf3", num_partitions=1, replication_factor=3),
+        CkNewTopic("badcfg", num_partitions=1, replication_factor=1, config={"no.such.config": "1"}),
+    ])
+    for name, future in futures.items():
+        with pytest.raises(Exception) as info:
+            future.result(timeout=10)
+        assert info.value.args[0].str(), name
+
+
+def test_auto_creation_can_be_turned_off(broker_factory):
+    off = broker_factory({"auto.create.topics.enable": "false", "num.partitions": "2"}, name="off")
+    admin = AdminClient({"bootstrap.servers": off.bootstrap})
+    from confluent_kafka import Producer
+    producer = Producer({"bootstrap.servers": off.bootstrap, "message.timeout.ms": 3000})
+    errors = []
+    producer.produce("never-created", b"x", on_delivery=lambda err, msg: errors.append(err))
+    producer.flush(10)
+    assert errors and errors[0] is not None
+    assert "never-created" not in admin.list_topics(timeout=10).topics
+    on = broker_factory({"num.partitions": "4"}, name="on")
+    ck_produce(on.bootstrap, "auto", [(None, b"x", [], 1)], partition=3)
+    assert len(AdminClient({"bootstrap.servers": on.bootstrap}).list_topics(timeout=10).topics["auto"].partitions) == 4
+
+
+def test_many_partitions(broker):
+    from confluent_kafka import Producer
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    wait_all(admin.create_topics([CkNewTopic("wide", num_partitions=200, replication_factor=1)]))
+    records = [(f"k{i}".encode(), f"v{i}".encode(), [], 1_700_000_000_000 + i) for i in range(1000)]
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 10})
+    for k, v, _, ts in records:
+        producer.produce("wide", key=k, value=v, timestamp=ts)
+    assert producer.flush(60) == 0
+    got = ck_consume_all(broker.bootstrap, "wide", 1000, partitions=range(200), timeout=60)
+    assert sorted(r.value for r in got) == sorted(v for _, v, _, _ in records)
