@@ -98,11 +98,9 @@ class LedgerFile:
         if end < log_size:
             os.ftruncate(self.fd, end)  # the torn tail of a crash: never acknowledged
         self.size = end
-        self._rewrite_index()
-
-    def _rewrite_index(self) -> None:
-        os.ftruncate(self.idx_fd, 0)
-        self.indexed = 0
+        # Keep the index records that were right; drop stale ones and add those the scan found.
+        os.ftruncate(self.idx_fd, count * INDEX_RECORD.size)
+        self.indexed = count
         self.write_index(len(self.first_indexes))
 
     @property
