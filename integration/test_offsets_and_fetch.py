@@ -93,3 +93,14 @@ def test_retention_deletes_old_ledgers_and_moves_the_log_start(broker_factory):
     remaining = kp_consume_all(b.bootstrap, "short", 20 - start, timeout=10)
     assert remaining and remaining[0].offset == start
     c.close()
+
+
+def test_log_append_time_topics_stamp_batches_with_the_broker_clock(broker):
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("lat", 1, 1, config={"message.timestamp.type": "LogAppendTime"})])["lat"].result(10)
+    before = int(time.time() * 1000)
+    reports = ck_produce(broker.bootstrap, "lat", [(None, b"old", [], 1_000)])
+    assert reports[0][0] is None
+    got = kp_consume_all(broker.bootstrap, "lat", 1)
+    assert before - 1000 <= got[0].timestamp <= int(time.time() * 1000) + 1000

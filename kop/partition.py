@@ -17,7 +17,7 @@ from dedup import (Accept, DecideAgain, DedupConfig, Duplicate, KafkaProducers, 
 from kop.dedup_storage import LedgerDedupStorage
 from kop.ledger import Entry, LedgerWriteError, ManagedLedger, ManagedLedgerError, Position
 from protocol.errors import ErrorCode
-from protocol.records import BatchHeader, assign_offsets
+from protocol.records import BatchHeader, assign_offsets, set_log_append_time
 from proto.kop_pb2 import MessageMetadata
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,7 @@ class PartitionLog:
         self.dedup = MessageDeduplication(LedgerDedupStorage(ledger), dedup_config, system_topic=system_topic,
                                           log_name=self.name)
         self.producers = KafkaProducers(self.dedup)
+        self.log_append_time = False  # topic config message.timestamp.type=LogAppendTime
         self._waiters: list[asyncio.Future] = []
         ledger.add_confirm_listener(self._wake_waiters)
         ledger.add_failure_listener(self._on_ledger_failure)
@@ -84,7 +85,7 @@ class PartitionLog:
                                        is_transactional=header.is_transactional)
             return self._append(header, view, metadata, decision)
         if isinstance(decision, Duplicate):
-            return _resolved(AppendResult(ErrorCode.NONE, decision.base_offset))
+            return _resolved(AppendResult(ErrorCode.NONE, decision.base_offset, self._append_time(decision)))
         if isinstance(decision, Reject):
             log.info("%s: producer %d epoch %d seq %d rejected (%d): %s", self.name, header.producer_id,
                      header.producer_epoch, header.base_sequence, decision.error_code, decision.message)
@@ -102,7 +103,7 @@ class PartitionLog:
             return AppendResult(ErrorCode.REQUEST_TIMED_OUT, message="the original write is still in progress")
         except WriteFailed as exc:
             return AppendResult(ErrorCode(exc.error_code), message="the original write failed, retry")
-        return AppendResult(ErrorCode.NONE, original.base_offset)
+        return AppendResult(ErrorCode.NONE, original.base_offset, self._append_time(original))
 
     async def _decide_again(self, decision: DecideAgain, header, view, timeout_ms: int) -> AppendResult:
         try:
@@ -110,6 +111,10 @@ class PartitionLog:
         except asyncio.TimeoutError:
             return AppendResult(ErrorCode.REQUEST_TIMED_OUT, message="earlier writes of this producer in progress")
         return await self.publish_normal(header, view, timeout_ms)
+
+    def _append_time(self, duplicate: Duplicate) -> int:
+        """The original log-append time of a deduplicated batch (-1 for CreateTime topics, as Kafka answers)."""
+        return duplicate.log_append_time if self.log_append_time else -1
 
     def publish_control(self, header: BatchHeader, view: memoryview, marker_type: int) -> asyncio.Future:
         """Append a control batch (transaction marker): no sequence checks, never deduplicated."""
@@ -126,6 +131,8 @@ class PartitionLog:
         batch = bytearray(view)
         assign_offsets(batch, 0, base)
         now = int(time.time() * 1000)
+        if self.log_append_time:
+            set_log_append_time(batch, 0, now)
         metadata.publish_time = now
         metadata.num_messages = header.records_count
         pending = self.producers.on_pushed(accept, base, last, now) if accept is not None else None
@@ -136,15 +143,16 @@ class PartitionLog:
                 self.producers.on_write_failed(WRITE_FAILED)
             return _resolved(AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc)))
         result = asyncio.get_running_loop().create_future()
-        written.add_done_callback(lambda f: self._on_written(f, base, pending, result))
+        append_time = now if self.log_append_time else -1
+        written.add_done_callback(lambda f: self._on_written(f, base, append_time, pending, result))
         return result
 
-    def _on_written(self, written: asyncio.Future, base: int, pending: PendingBatch | None,
+    def _on_written(self, written: asyncio.Future, base: int, append_time: int, pending: PendingBatch | None,
                     result: asyncio.Future) -> None:
         exc = written.exception()
         if exc is None:
             self.producers.on_persisted(pending, written.result())
-            outcome = AppendResult(ErrorCode.NONE, base)
+            outcome = AppendResult(ErrorCode.NONE, base, append_time)
         elif isinstance(exc, LedgerWriteError):
             outcome = AppendResult(WRITE_FAILED, message=f"write failed, retry: {exc}")
         else:

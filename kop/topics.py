@@ -94,6 +94,7 @@ class TopicManager:
             topic = Topic(meta.name, meta.topic_id or uuid.uuid4().bytes, {kv.key: kv.value for kv in meta.configs})
             for p in range(meta.partitions):
                 topic.partitions.append(await self._open_partition(meta.name, p))
+            self._apply_configs(topic)
             self.topics[meta.name] = topic
         log.info("loaded %d topics from %s", len(self.topics), self.config.data_dir)
 
@@ -120,6 +121,13 @@ class TopicManager:
 
     def all_partitions(self) -> list[PartitionLog]:
         return [p for t in list(self.topics.values()) for p in t.partitions]
+
+    @staticmethod
+    def _apply_configs(topic: Topic) -> None:
+        """Push topic configs that the produce path reads into its partitions."""
+        log_append = topic.configs.get("message.timestamp.type") == "LogAppendTime"
+        for partition in topic.partitions:
+            partition.log_append_time = log_append
 
     def _write_meta(self, topic: Topic) -> None:
         meta = TopicMetadata(name=topic.name, partitions=len(topic.partitions), topic_id=topic.topic_id,
@@ -165,6 +173,8 @@ class TopicManager:
         for key, value in configs.items():
             if key not in TOPIC_CONFIG_DEFAULTS:
                 raise TopicError(ErrorCode.INVALID_CONFIG, f"unknown topic config {key!r}")
+            if key == "message.timestamp.type" and value not in ("CreateTime", "LogAppendTime"):
+                raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be CreateTime or LogAppendTime")
             if key in ("retention.ms", "retention.bytes", "max.message.bytes", "segment.bytes"):
                 try:
                     int(value)
@@ -179,6 +189,7 @@ class TopicManager:
             for p in range(partitions):
                 topic.partitions.append(await self._open_partition(name, p))
             self._write_meta(topic)
+            self._apply_configs(topic)
             self.topics[name] = topic
             log.info("created topic %s with %d partitions", name, partitions)
             return topic
@@ -208,6 +219,7 @@ class TopicManager:
             for p in range(len(topic.partitions), count):
                 topic.partitions.append(await self._open_partition(name, p))
             self._write_meta(topic)
+            self._apply_configs(topic)
 
     async def close(self) -> None:
         for topic in self.topics.values():

@@ -43,6 +43,7 @@ __all__ = [
     "Record",
     "RecordBatchError",
     "assign_offsets",
+    "set_log_append_time",
     "build_batch",
     "build_control_batch",
     "control_marker",
@@ -79,6 +80,9 @@ _BELOW_ANY_VARLONG = -(2**64)
 
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
+_INT16 = struct.Struct(">h")
+_UINT32 = struct.Struct(">I")
+MAX_TIMESTAMP_OFFSET = 35
 _CONTROL_KEY = struct.Struct(">hh")  # version, type
 _TXN_MARKER_VALUE = struct.Struct(">hi")  # version, coordinator epoch
 CONTROL_ABORT = 0
@@ -210,6 +214,16 @@ def split_batches(records: BytesLike) -> list[tuple[BatchHeader, memoryview]]:
 def assign_offsets(buf: bytearray, pos: int, base_offset: int) -> None:
     """Write the batch's baseOffset in place; the CRC does not cover it, so the batch stays valid."""
     _INT64.pack_into(buf, pos, base_offset)
+
+
+def set_log_append_time(buf: bytearray, pos: int, timestamp_ms: int) -> None:
+    """Mark the batch at pos as LogAppendTime with maxTimestamp = timestamp_ms, as Kafka's broker does for topics
+    with message.timestamp.type=LogAppendTime; both fields are covered by the CRC, which is recomputed."""
+    attributes = _INT16.unpack_from(buf, pos + CRC_START)[0] | TIMESTAMP_TYPE_MASK
+    _INT16.pack_into(buf, pos + CRC_START, attributes)
+    _INT64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, timestamp_ms)
+    size = LOG_OVERHEAD + _INT32.unpack_from(buf, pos + 8)[0]
+    _UINT32.pack_into(buf, pos + CRC_OFFSET, crc32c.crc32c(memoryview(buf)[pos + CRC_START:pos + size]))
 
 
 # --- validation ---------------------------------------------------------------------------------------------------
