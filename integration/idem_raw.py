@@ -1,0 +1,186 @@
+"""A raw-socket Kafka client for one broker, built on kafka-python's protocol classes.
+
+The idempotence tests use it twice: to read back what a broker stored, straight from the broker's own port (no
+client library and no fault proxy in between), and to send hand-made Produce and InitProducerId requests whose
+producer id, epoch and sequence numbers the test chooses.
+"""
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kafka.protocol.admin.topics import CreateTopicsRequest, CreateTopicsResponse
+from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
+from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
+from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
+
+from protocol.records import Record, build_batch, iter_records, split_batches
+
+FETCH_VERSION = 11
+PRODUCE_VERSION = 9
+CREATE_TOPICS_VERSION = 5
+MAX_FRAME = 64 * 1024 * 1024
+BASE_TIMESTAMP = 1_700_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """One record as the broker stores it, with the header fields of the batch that holds it."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    producer_id: int
+    base_sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceAnswer:
+    error_code: int
+    base_offset: int
+    error_message: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdentity:
+    error_code: int
+    producer_id: int
+    producer_epoch: int
+
+
+class RawKafka:
+    """One blocking connection; every call is one request and its response, each bounded by `timeout`."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0) -> None:
+        self._sock = socket.create_connection((host, port), timeout=timeout)
+        self._sock.settimeout(timeout)
+        self._correlation_id = 0
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> "RawKafka":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def call(self, request, response_cls, version: int):
+        self._correlation_id += 1
+        request.with_header(correlation_id=self._correlation_id, client_id="kop-idem-test")
+        self._sock.sendall(request.encode(header=True, framed=True))
+        size = struct.unpack(">i", self._recv_exact(4))[0]
+        if not 0 < size <= MAX_FRAME:
+            raise ConnectionError(f"absurd response frame size {size}")
+        response = response_cls.decode(self._recv_exact(size), version=version, header=True)
+        if response.header.correlation_id != self._correlation_id:
+            raise ConnectionError(f"response for correlation id {response.header.correlation_id}, "
+                                  f"expected {self._correlation_id}")
+        return response
+
+    def _recv_exact(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self._sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("broker closed the connection")
+            buf += chunk
+        return bytes(buf)
+
+    # ---- topics
+
+    def create_topic(self, name: str, partitions: int = 1) -> int:
+        """CreateTopics; returns the error code (0, or 36 TOPIC_ALREADY_EXISTS)."""
+        v = CREATE_TOPICS_VERSION
+        request = CreateTopicsRequest[v](
+            topics=[CreateTopicsRequest.CreatableTopic(name=name, num_partitions=partitions, replication_factor=1,
+                                                       assignments=[], configs=[])],
+            timeout_ms=10_000, validate_only=False)
+        response = self.call(request, CreateTopicsResponse, v)
+        return response.topics[0].error_code
+
+    # ---- producing
+
+    def init_producer_id(self, version: int = 4) -> ProducerIdentity:
+        """InitProducerId for an idempotent (non-transactional) producer."""
+        fields = {"transactional_id": None, "transaction_timeout_ms": 60_000}
+        if version >= 3:
+            fields.update(producer_id=-1, producer_epoch=-1)
+        response = self.call(InitProducerIdRequest[version](**fields), InitProducerIdResponse, version)
+        return ProducerIdentity(response.error_code, response.producer_id, response.producer_epoch)
+
+    def produce(self, topic: str, partition: int, batch: bytes, *, acks: int = -1,
+                timeout_ms: int = 10_000) -> ProduceAnswer:
+        v = PRODUCE_VERSION
+        request = ProduceRequest[v](
+            transactional_id=None, acks=acks, timeout_ms=timeout_ms,
+            topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=[
+                ProduceRequest.TopicProduceData.PartitionProduceData(index=partition, records=batch)])])
+        response = self.call(request, ProduceResponse, v)
+        answer = response.responses[0].partition_responses[0]
+        return ProduceAnswer(answer.error_code, answer.base_offset, answer.error_message)
+
+    # ---- reading
+
+    def fetch_once(self, topic: str, partition: int, offset: int,
+                   max_bytes: int = 4 * 1024 * 1024) -> tuple[int, int, bytes]:
+        """One Fetch (no long poll); returns (error code, high watermark, records bytes)."""
+        v = FETCH_VERSION
+        request = FetchRequest[v](
+            replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes, isolation_level=0,
+            session_id=0, session_epoch=-1, rack_id="",
+            topics=[FetchRequest.FetchTopic(topic=topic, partitions=[FetchRequest.FetchTopic.FetchPartition(
+                partition=partition, current_leader_epoch=-1, fetch_offset=offset, log_start_offset=-1,
+                partition_max_bytes=max_bytes)])],
+            forgotten_topics_data=[])
+        response = self.call(request, FetchResponse, v)
+        data = response.responses[0].partitions[0]
+        records = data.records if isinstance(data.records, (bytes, bytearray)) else bytes(data.records or b"")
+        return data.error_code, data.high_watermark, bytes(records)
+
+    def read_partition(self, topic: str, partition: int, timeout: float = 30.0) -> list[StoredRecord]:
+        """Every record of one partition from offset 0 up to the high watermark seen at the first fetch."""
+        out: list[StoredRecord] = []
+        offset = 0
+        end = None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            error, high_watermark, records = self.fetch_once(topic, partition, offset)
+            if error:
+                raise RuntimeError(f"fetch {topic}-{partition}@{offset} failed with error {error}")
+            end = high_watermark if end is None else end
+            for header, view in split_batches(records) if records else ():
+                for record in iter_records(view):
+                    if offset <= record.offset < end:
+                        out.append(StoredRecord(partition, record.offset, record.key, record.value,
+                                                header.producer_id, header.base_sequence))
+                offset = max(offset, header.last_offset + 1)
+            if offset >= end:
+                return out
+            if not records:
+                raise RuntimeError(f"fetch {topic}-{partition}@{offset} returned nothing below the end {end}")
+        raise TimeoutError(f"reading {topic}-{partition} did not reach {end} within {timeout}s")
+
+
+def read_topic(port: int, topic: str, partitions: Iterable[int], timeout: float = 60.0) -> list[StoredRecord]:
+    """Everything stored in the given partitions, each in offset order, read directly from the broker's port."""
+    with RawKafka(port) as kafka:
+        return [r for p in partitions for r in kafka.read_partition(topic, p, timeout)]
+
+
+def idempotent_batch(values: list[bytes], *, producer_id: int, epoch: int, base_sequence: int,
+                     compression: int = 0) -> bytes:
+    """A batch as an idempotent producer writes it: one record per value, sequences from base_sequence."""
+    records = [Record(offset=i, timestamp=BASE_TIMESTAMP + i, key=None, value=v) for i, v in enumerate(values)]
+    return build_batch(records, producer_id=producer_id, producer_epoch=epoch, base_sequence=base_sequence,
+                       compression=compression)
+
+
+def plain_batch(values: list[bytes]) -> bytes:
+    """A batch without a producer id (a non-idempotent producer's)."""
+    records = [Record(offset=i, timestamp=BASE_TIMESTAMP + i, key=None, value=v) for i, v in enumerate(values)]
+    return build_batch(records)
