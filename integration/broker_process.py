@@ -23,17 +23,26 @@ class BrokerProcess:
     config: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
     log_path: str = ""
+    admin_port: int | None = None  # None: no admin API; 0: on a free port picked at the first start (then kept)
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def admin_url(self) -> str:
+        if not self.admin_port:
+            raise RuntimeError("this broker was started without the admin API (admin_port=None)")
+        return f"http://127.0.0.1:{self.admin_port}"
+
     def start(self, timeout: float = 30.0) -> "BrokerProcess":
         if not self.port:
             self.port = free_port()
         os.makedirs(self.data_dir, exist_ok=True)
+        if self.admin_port == 0:
+            self.admin_port = free_port()
         args = [sys.executable, "-m", "kop.cli", "standalone", "--listen", f"127.0.0.1:{self.port}",
-                "--data-dir", self.data_dir]
+                "--data-dir", self.data_dir, "--admin-port", str(self.admin_port or 0)]
         if self.config:
             path = os.path.join(self.data_dir, "..", f"kop-{self.port}.properties")
             with open(path, "w") as f:
@@ -49,7 +58,7 @@ class BrokerProcess:
                 raise RuntimeError(f"kop exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return self
+                return self  # the admin API listens before the Kafka port does
             except OSError:
                 time.sleep(0.05)
         self.kill()

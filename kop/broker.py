@@ -6,6 +6,7 @@ import os
 import time
 
 from kop import handlers
+from kop.admin.server import AdminServer
 from kop.config import BrokerConfig
 from kop.connection import Connection
 from kop.policies import PolicyBook
@@ -27,6 +28,8 @@ class Broker:
         self._connections: set[asyncio.Task] = set()
         self._background: list[asyncio.Task] = []
         self.port = config.port
+        self._admin: AdminServer | None = None
+        self.admin_port = 0  # the admin HTTP port bound, 0 when the admin API is off
 
     @property
     def advertised_port(self) -> int:
@@ -38,6 +41,10 @@ class Broker:
                                                 durable=self.config.fsync)
         self.policies.load()
         await self.topics.load_all()
+        if self.config.admin_port != 0:  # first, so a busy admin port stops the start before clients connect
+            self._admin = AdminServer(self)
+            await self._admin.start()
+            self.admin_port = self._admin.port
         self._server = await asyncio.start_server(self._on_client, self.config.host, self.config.port,
                                                   backlog=1024, limit=1 << 20)
         self.port = self._server.sockets[0].getsockname()[1]
@@ -97,6 +104,8 @@ class Broker:
     async def stop(self) -> None:
         for task in self._background:
             task.cancel()
+        if self._admin is not None:
+            await self._admin.stop()
         if self._server is not None:
             self._server.close()
         for task in list(self._connections):

@@ -1,12 +1,17 @@
-"""The `kop` command: `kop standalone` runs one broker on the embedded file storage (like `pulsar standalone`)."""
+"""The `kop` command: `kop standalone` runs one broker on the embedded file storage (like `pulsar standalone`), with
+its admin REST API on port 8080; `kop admin ...` talks to that API (like `pulsar-admin`)."""
 import argparse
 import asyncio
+import errno
 import logging
 import signal
+import socket
 import sys
 
-from kop.broker import Broker
+from kop.admin.cli import add_admin_parser, run_admin
 from kop.config import BrokerConfig, load_properties
+
+STANDALONE_ADMIN_PORT = 8080  # pulsar standalone's web service port
 
 log = logging.getLogger("kop")
 
@@ -19,7 +24,9 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 
 def build_config(args: argparse.Namespace) -> BrokerConfig:
-    config = load_properties(args.config) if args.config else BrokerConfig()
+    unset = -2  # tells "the file did not set the admin port" apart from every value it could set
+    config = load_properties(args.config, BrokerConfig(admin_port=unset)) if args.config else BrokerConfig(
+        admin_port=unset)
     overrides = {}
     if args.listen:
         overrides["host"], overrides["port"] = args.listen
@@ -31,17 +38,37 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         overrides["advertised_port"] = args.advertised_port
     if args.admin_port is not None:
         overrides["admin_port"] = args.admin_port
-    return config.with_overrides(**overrides)
+    config = config.with_overrides(**overrides)
+    if config.admin_port == unset:
+        config = config.with_overrides(admin_port=STANDALONE_ADMIN_PORT)
+        if _port_in_use(config.host, STANDALONE_ADMIN_PORT):
+            # Only the default gives way: a second standalone on one machine still starts, without its admin API.
+            log.warning("admin port %d is in use; running without the admin API (set --admin-port)",
+                        STANDALONE_ADMIN_PORT)
+            config = config.with_overrides(admin_port=0)
+    return config
+
+
+def _port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio's listener will
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
 
 
 async def run_standalone(config: BrokerConfig) -> None:
+    from kop.broker import Broker  # here, so `kop admin` starts without loading the broker
     broker = Broker(config)
     await broker.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"kop standalone ready on {config.host}:{broker.port} data={config.data_dir}", flush=True)
+    admin = f" admin=http://{config.host}:{broker.admin_port}" if broker.admin_port else ""
+    print(f"kop standalone ready on {config.host}:{broker.port} data={config.data_dir}{admin}", flush=True)
     await stop.wait()
     log.info("shutting down")
     await broker.stop()
@@ -56,9 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     standalone.add_argument("--config", help="properties file (key=value)")
     standalone.add_argument("--advertised-host", help="host name clients should connect to")
     standalone.add_argument("--advertised-port", type=int, help="port clients should connect to (e.g. a proxy's)")
-    standalone.add_argument("--admin-port", type=int, help="admin HTTP port (0 = off, -1 = any free port)")
+    standalone.add_argument("--admin-port", type=int,
+                            help=f"admin HTTP port (default {STANDALONE_ADMIN_PORT}; 0 = off, -1 = any free port)")
     standalone.add_argument("--log-level", default="INFO")
+    add_admin_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "admin":
+        return run_admin(args)
     logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if args.command == "standalone":

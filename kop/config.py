@@ -19,6 +19,7 @@ class BrokerConfig:
     data_dir: str = "./data"
     namespace: str = "public/default"
     admin_port: int = 0  # 0: no admin HTTP server; -1: any free port
+    admin_failpoints_enabled: bool = False  # test-only fault injection routes on the admin API
     # topics
     auto_create_topics: bool = True
     num_partitions: int = 1
@@ -68,6 +69,8 @@ ALIASES = {
     "log.segment.bytes": "ledger_max_bytes",
     "advertised.host": "advertised_host",
     "advertised.port": "advertised_port",
+    "webServicePort": "admin_port",
+    "adminFailpointsEnabled": "admin_failpoints_enabled",
     "brokerDeduplicationEnabled": "broker_deduplication_enabled",
     "brokerDeduplicationEntriesInterval": "broker_deduplication_entries_interval",
     "brokerDeduplicationSnapshotIntervalSeconds": "broker_deduplication_snapshot_interval_seconds",

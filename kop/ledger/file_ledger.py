@@ -35,6 +35,33 @@ class FileLedgerConfig:
     fsync: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class LedgerStats:
+    ledger_id: int
+    entries: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class CursorStats:
+    name: str
+    mark_delete_position: Position
+    properties: dict[str, int]
+    string_properties: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerInternalStats:
+    """What Pulsar's `topics stats-internal` shows of a managed ledger: its ledgers, LAC and cursors."""
+
+    ledgers: tuple[LedgerStats, ...]
+    current_ledger_id: int
+    last_confirmed: Position
+    start_index: int
+    confirmed_end_index: int
+    cursors: tuple[CursorStats, ...]
+
+
 @dataclass(slots=True)
 class _PendingAdd:
     future: asyncio.Future
@@ -160,6 +187,18 @@ class FileManagedLedger(ManagedLedger):
     @property
     def group_commit(self) -> GroupCommit:
         return self._group
+
+    def internal_stats(self) -> LedgerInternalStats:
+        """A read-only copy of the ledger list, LAC and cursor states (durable positions and their properties)."""
+        return LedgerInternalStats(
+            ledgers=tuple(LedgerStats(l.ledger_id, l.entries, l.size) for l in self._ledgers),
+            current_ledger_id=self._current.ledger_id if self._current is not None else -1,
+            last_confirmed=self._lac,
+            start_index=self._start_index,
+            confirmed_end_index=self._confirmed_end,
+            cursors=tuple(CursorStats(c.name, Position(*c.mark_delete_position), dict(c.properties),
+                                      dict(c.string_properties))
+                          for c in sorted(self.cursors.values(), key=lambda c: c.name)))
 
     # ---- writing
 

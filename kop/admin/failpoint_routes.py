@@ -1,0 +1,38 @@
+"""Fault injection for tests, only when the broker runs with `admin_failpoints_enabled` (404 otherwise).
+
+`POST /admin/v2/kop/failpoints/{topic}/{partition}` with `{"write_failures": n}` makes the next n flushes of that
+partition's ledger fail as a disk error would, so the fencing path runs inside a real broker under real clients.
+"""
+from typing import TYPE_CHECKING
+
+from kop.admin.http import HttpError, Request, Response, json_response
+from kop.admin.requests import int_value, json_body
+from kop.admin.router import Router
+
+if TYPE_CHECKING:
+    from kop.broker import Broker
+
+PATH = "/admin/v2/kop/failpoints/{topic}/{partition}"
+MAX_FAILURES = 1_000_000
+
+
+class FailpointRoutes:
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+
+    def register(self, router: Router) -> None:
+        if self.broker.config.admin_failpoints_enabled:
+            router.add("POST", PATH, self.inject)
+
+    async def inject(self, request: Request, topic: str, partition: str) -> Response:
+        body = json_body(request)
+        if not isinstance(body, dict) or set(body) != {"write_failures"}:
+            raise HttpError(400, 'expected {"write_failures": n}')
+        count = int_value(body["write_failures"], "write_failures", 0, MAX_FAILURES)
+        if not partition.isdigit():
+            raise HttpError(400, f"partition must be a number, got {partition!r}")
+        target = self.broker.topics.partition(topic, int(partition))
+        if target is None:
+            raise HttpError(404, f"no partition {topic}-{partition}")
+        target.ledger.inject_write_failures(count)
+        return json_response({"topic": topic, "partition": int(partition), "write_failures": count})

@@ -1,0 +1,120 @@
+"""Deduplication policies at namespace and topic level, on Pulsar's REST paths.
+
+GET answers the value set at that level (`null` when unset) or, with `?applied=true`, the value in force there
+(topic -> namespace -> broker). POST sets it, DELETE removes it (falling back to the next level); both answer 204
+once the partitions follow the new policy, so a status read right after sees it.
+"""
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kop.admin.http import Request, Response, json_response
+from kop.admin.requests import bool_body, check_namespace, find_topic, flag_query, int_value, json_body
+from kop.admin.router import Router
+
+if TYPE_CHECKING:
+    from kop.broker import Broker
+
+NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
+TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
+NO_CONTENT = Response(204)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyField:
+    field: str  # the Policies field (kop.policies.FIELDS)
+    namespace_path: str  # Pulsar's path segment at namespace level
+    topic_path: str  # ... and at topic level
+    parse: Callable[[Request], object]
+    changes_status: bool  # whether partitions must be brought in line after a change
+
+
+def _interval_body(request: Request) -> int:
+    return int_value(json_body(request), "the snapshot interval (seconds)")
+
+
+FIELDS = (
+    PolicyField("deduplication_enabled", "deduplication", "deduplicationEnabled", bool_body, True),
+    PolicyField("deduplication_snapshot_interval_seconds", "deduplicationSnapshotInterval",
+                "deduplicationSnapshotInterval", _interval_body, False),
+)
+
+
+class PolicyRoutes:
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+
+    def register(self, router: Router) -> None:
+        for spec in FIELDS:
+            self._register_namespace(router, spec)
+            self._register_topic(router, spec)
+
+    # ---- namespace level
+
+    def _register_namespace(self, router: Router, spec: PolicyField) -> None:
+        path = f"{NAMESPACE}/{spec.namespace_path}"
+        policies = self.broker.policies
+
+        async def get(request: Request, tenant: str, namespace: str) -> Response:
+            ns = check_namespace(self.broker, tenant, namespace)
+            value = _field_value(policies.get("namespace", ns), spec.field)
+            if value is None and flag_query(request, "applied"):
+                value = self._broker_default(spec)
+            return json_response(value)
+
+        async def post(request: Request, tenant: str, namespace: str) -> Response:
+            ns = check_namespace(self.broker, tenant, namespace)
+            policies.set("namespace", ns, spec.field, spec.parse(request))
+            return await self._applied(spec, None)
+
+        async def delete(request: Request, tenant: str, namespace: str) -> Response:
+            ns = check_namespace(self.broker, tenant, namespace)
+            policies.set("namespace", ns, spec.field, None)
+            return await self._applied(spec, None)
+
+        router.add("GET", path, get)
+        router.add("POST", path, post)
+        router.add("DELETE", path, delete)
+
+    # ---- topic level
+
+    def _register_topic(self, router: Router, spec: PolicyField) -> None:
+        path = f"{TOPIC}/{spec.topic_path}"
+        policies = self.broker.policies
+
+        async def get(request: Request, tenant: str, namespace: str, topic: str) -> Response:
+            ref = find_topic(self.broker, tenant, namespace, topic)
+            if flag_query(request, "applied"):
+                return json_response(getattr(policies.resolve(ref.topic), spec.field))
+            return json_response(_field_value(policies.get("topic", policies.topic_key(ref.topic)), spec.field))
+
+        async def post(request: Request, tenant: str, namespace: str, topic: str) -> Response:
+            ref = find_topic(self.broker, tenant, namespace, topic)
+            policies.set("topic", policies.topic_key(ref.topic), spec.field, spec.parse(request))
+            return await self._applied(spec, ref.topic)
+
+        async def delete(request: Request, tenant: str, namespace: str, topic: str) -> Response:
+            ref = find_topic(self.broker, tenant, namespace, topic)
+            policies.set("topic", policies.topic_key(ref.topic), spec.field, None)
+            return await self._applied(spec, ref.topic)
+
+        router.add("GET", path, get)
+        router.add("POST", path, post)
+        router.add("DELETE", path, delete)
+
+    # ---- helpers
+
+    def _broker_default(self, spec: PolicyField) -> object:
+        config = self.broker.config
+        return {"deduplication_enabled": config.broker_deduplication_enabled,
+                "deduplication_snapshot_interval_seconds":
+                    config.broker_deduplication_snapshot_interval_seconds}[spec.field]
+
+    async def _applied(self, spec: PolicyField, topic: str | None) -> Response:
+        if spec.changes_status:
+            await self.broker.topics.apply_policies(topic)
+        return NO_CONTENT
+
+
+def _field_value(policies, field: str) -> object:
+    return getattr(policies, field) if policies.HasField(field) else None

@@ -1,0 +1,41 @@
+"""The admin HTTP server of one broker: Pulsar's admin REST paths for deduplication policies and topic stats."""
+import logging
+from typing import TYPE_CHECKING
+
+from kop.admin.failpoint_routes import FailpointRoutes
+from kop.admin.http import HttpServer
+from kop.admin.policy_routes import PolicyRoutes
+from kop.admin.router import Router
+from kop.admin.topic_routes import TopicRoutes
+
+if TYPE_CHECKING:
+    from kop.broker import Broker
+
+log = logging.getLogger(__name__)
+
+
+def build_router(broker: "Broker") -> Router:
+    router = Router()
+    for routes in (PolicyRoutes(broker), TopicRoutes(broker), FailpointRoutes(broker)):
+        routes.register(router)
+    return router
+
+
+class AdminServer:
+    """Serves on `config.admin_port` (-1: any free port) at `config.host`; `port` is the port bound."""
+
+    def __init__(self, broker: "Broker") -> None:
+        config = broker.config
+        self.router = build_router(broker)
+        self._http = HttpServer(self.router, config.host, max(config.admin_port, 0))
+
+    @property
+    def port(self) -> int:
+        return self._http.port
+
+    async def start(self) -> None:
+        await self._http.start()
+        log.info("kop admin API on http://%s:%d", self._http.host, self.port)
+
+    async def stop(self) -> None:
+        await self._http.close()

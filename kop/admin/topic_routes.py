@@ -1,0 +1,53 @@
+"""Topic listing, stats and internal stats, on Pulsar's REST paths.
+
+`GET /admin/v2/persistent/{tenant}/{namespace}` lists partitions as Pulsar does (`...-partition-N`);
+`.../partitioned` lists the Kafka topics themselves. Stats and internal stats take a topic (all its partitions) or a
+partition name `T-partition-N` (that partition alone).
+"""
+from typing import TYPE_CHECKING
+
+from kop.admin import views
+from kop.admin.http import Request, Response, json_response
+from kop.admin.requests import check_namespace, find_topic
+from kop.admin.router import Router
+
+if TYPE_CHECKING:
+    from kop.broker import Broker
+
+NAMESPACE = "/admin/v2/persistent/{tenant}/{namespace}"
+TOPIC = f"{NAMESPACE}/{{topic}}"
+
+
+class TopicRoutes:
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+
+    def register(self, router: Router) -> None:
+        router.add("GET", NAMESPACE, self.list_partitions)
+        router.add("GET", f"{NAMESPACE}/partitioned", self.list_topics)
+        router.add("GET", f"{TOPIC}/stats", self.stats)
+        router.add("GET", f"{TOPIC}/internalStats", self.internal_stats)
+
+    def _topics(self) -> list:
+        return sorted(self.broker.topics.topics.values(), key=lambda t: t.name)
+
+    async def list_partitions(self, request: Request, tenant: str, namespace: str) -> Response:
+        ns = check_namespace(self.broker, tenant, namespace)
+        return json_response([views.partition_topic_name(ns, t.name, p.partition)
+                              for t in self._topics() for p in t.partitions])
+
+    async def list_topics(self, request: Request, tenant: str, namespace: str) -> Response:
+        ns = check_namespace(self.broker, tenant, namespace)
+        return json_response([views.topic_name(ns, t.name) for t in self._topics()])
+
+    async def stats(self, request: Request, tenant: str, namespace: str, topic: str) -> Response:
+        ref = find_topic(self.broker, tenant, namespace, topic, partition_names=True)
+        if ref.single_partition:
+            return json_response(views.partition_stats(ref.partitions[0]))
+        return json_response(views.topic_stats(ref.namespace, ref.topic, ref.partitions))
+
+    async def internal_stats(self, request: Request, tenant: str, namespace: str, topic: str) -> Response:
+        ref = find_topic(self.broker, tenant, namespace, topic, partition_names=True)
+        if ref.single_partition:
+            return json_response(views.partition_internal_stats(ref.partitions[0]))
+        return json_response(views.topic_internal_stats(ref.namespace, ref.topic, ref.partitions))

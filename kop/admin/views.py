@@ -1,0 +1,129 @@
+"""JSON views of partitions for the admin API, in the shape of Pulsar's topic stats and internal stats.
+
+A Kafka topic T with N partitions is Pulsar's partitioned topic `persistent://{ns}/T` whose partitions are
+`persistent://{ns}/T-partition-{i}`. Stats of T aggregate its partitions and list each under `partitions`, as
+`pulsar-admin topics partitioned-stats --per-partition` does.
+"""
+from collections.abc import Sequence
+
+from dedup.sequences import to_wire
+from kop.partition import PartitionLog
+
+
+def partition_topic_name(namespace: str, topic: str, partition: int) -> str:
+    return f"persistent://{namespace}/{topic}-partition-{partition}"
+
+
+def topic_name(namespace: str, topic: str) -> str:
+    return f"persistent://{namespace}/{topic}"
+
+
+def format_position(position: Sequence[int]) -> str:
+    return f"{position[0]}:{position[1]}"
+
+
+def publishers(partition: PartitionLog) -> list[dict]:
+    """Kafka idempotent producers known to this partition's dedup state, with their last sequence ids.
+
+    `lastSequenceId` is Pulsar's (the highest sequence id pushed, as a monotonic int64); `lastSequenceIdWire` is the
+    int32 Kafka sequence it stands for. Names in the dedup maps with no Kafka producer state behind them (a write
+    still in flight, or a name kept only in a snapshot) are listed by name alone.
+    """
+    dedup, producers = partition.dedup, partition.producers
+    out = []
+    seen = set()
+    for producer_id, state in sorted(producers.persisted_state().items()):
+        name = producers.producer_name(producer_id, state.epoch)
+        seen.add(name)
+        out.append({
+            "producerId": producer_id,
+            "producerEpoch": state.epoch,
+            "producerName": name,
+            **_sequence_fields(dedup.last_sequence_id(name), dedup.persisted_sequence_id(name)),
+            "recentBatches": [{"firstSequence": to_wire(b.first_seq), "lastSequence": to_wire(b.last_seq),
+                               "baseOffset": b.base_offset, "lastOffset": b.last_offset} for b in state.batches],
+        })
+    for name in sorted(set(dedup.pushed) - seen):
+        out.append({"producerName": name,
+                    **_sequence_fields(dedup.last_sequence_id(name), dedup.persisted_sequence_id(name))})
+    return out
+
+
+def _sequence_fields(last: int, persisted: int | None) -> dict:
+    return {
+        "lastSequenceId": last,
+        "lastSequenceIdWire": to_wire(last) if last >= 0 else -1,
+        "lastPersistedSequenceId": -1 if persisted is None else persisted,
+    }
+
+
+def partition_stats(partition: PartitionLog) -> dict:
+    stats = partition.ledger.internal_stats()
+    return {
+        "deduplicationStatus": partition.dedup.status.value,
+        "publishers": publishers(partition),
+        "storageSize": sum(l.size for l in stats.ledgers),
+        "numberOfEntries": sum(l.entries for l in stats.ledgers),
+        "logStartOffset": partition.log_start_offset,
+        "highWatermark": partition.high_watermark,
+        "subscriptions": {},
+        "replication": {},
+    }
+
+
+def topic_stats(namespace: str, topic: str, partitions: Sequence[PartitionLog]) -> dict:
+    """Aggregated stats of a topic plus each partition's own."""
+    per_partition = {partition_topic_name(namespace, topic, p.partition): partition_stats(p) for p in partitions}
+    statuses = {s["deduplicationStatus"] for s in per_partition.values()}
+    by_producer: dict[str, dict] = {}
+    for stats in per_partition.values():
+        for publisher in stats["publishers"]:
+            entry = by_producer.setdefault(publisher["producerName"], {
+                k: publisher[k] for k in ("producerId", "producerEpoch", "producerName") if k in publisher})
+            entry["partitions"] = entry.get("partitions", 0) + 1
+    return {
+        "metadata": {"partitions": len(partitions)},
+        "deduplicationStatus": statuses.pop() if len(statuses) == 1 else "Mixed",
+        "publishers": [by_producer[name] for name in sorted(by_producer)],
+        "storageSize": sum(s["storageSize"] for s in per_partition.values()),
+        "numberOfEntries": sum(s["numberOfEntries"] for s in per_partition.values()),
+        "subscriptions": {},
+        "replication": {},
+        "partitions": per_partition,
+    }
+
+
+def partition_internal_stats(partition: PartitionLog) -> dict:
+    """Pulsar's PersistentTopicInternalStats for one partition's managed ledger."""
+    stats = partition.ledger.internal_stats()
+    current = next((l for l in stats.ledgers if l.ledger_id == stats.current_ledger_id), None)
+    return {
+        "numberOfEntries": sum(l.entries for l in stats.ledgers),
+        "totalSize": sum(l.size for l in stats.ledgers),
+        "currentLedgerEntries": current.entries if current else 0,
+        "currentLedgerSize": current.size if current else 0,
+        "lastConfirmedEntry": format_position(stats.last_confirmed),
+        "firstOffset": stats.start_index,
+        "highWatermark": stats.confirmed_end_index,
+        "state": "LedgerOpened",
+        "ledgers": [{"ledgerId": l.ledger_id, "entries": l.entries, "size": l.size, "offloaded": False}
+                    for l in stats.ledgers],
+        "cursors": {c.name: {"markDeletePosition": format_position(c.mark_delete_position),
+                             "properties": c.properties,
+                             "stringProperties": c.string_properties}
+                    for c in stats.cursors},
+        "deduplicationStatus": partition.dedup.status.value,
+    }
+
+
+def topic_internal_stats(namespace: str, topic: str, partitions: Sequence[PartitionLog]) -> dict:
+    """Pulsar's partitioned-internalStats shape: metadata plus each partition's internal stats."""
+    return {
+        "metadata": {"partitions": len(partitions)},
+        "partitions": {partition_topic_name(namespace, topic, p.partition): partition_internal_stats(p)
+                       for p in partitions},
+    }
+
+
+__all__ = ["partition_internal_stats", "partition_stats", "partition_topic_name", "publishers",
+           "topic_internal_stats", "topic_name", "topic_stats"]
