@@ -14,12 +14,15 @@ from dataclasses import dataclass
 
 from kafka.protocol.admin.topics import CreateTopicsRequest, CreateTopicsResponse
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
+from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
 
 from protocol.records import Record, build_batch, iter_records, split_batches
 
 FETCH_VERSION = 11
+LIST_OFFSETS_VERSION = 5
+LATEST = -1
 PRODUCE_VERSION = 9
 CREATE_TOPICS_VERSION = 5
 MAX_FRAME = 64 * 1024 * 1024
@@ -125,6 +128,20 @@ class RawKafka:
         return ProduceAnswer(answer.error_code, answer.base_offset, answer.error_message)
 
     # ---- reading
+
+    def end_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+        """ListOffsets LATEST: the offset after the last stored record, per partition."""
+        v = LIST_OFFSETS_VERSION
+        request = ListOffsetsRequest[v](replica_id=-1, isolation_level=0, topics=[ListOffsetsRequest.ListOffsetsTopic(
+            name=topic, partitions=[ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                partition_index=p, current_leader_epoch=-1, timestamp=LATEST) for p in partitions])])
+        response = self.call(request, ListOffsetsResponse, v)
+        out = {}
+        for answer in response.topics[0].partitions:
+            if answer.error_code:
+                raise RuntimeError(f"ListOffsets {topic}-{answer.partition_index} failed: {answer.error_code}")
+            out[answer.partition_index] = answer.offset
+        return out
 
     def fetch_once(self, topic: str, partition: int, offset: int,
                    max_bytes: int = 4 * 1024 * 1024) -> tuple[int, int, bytes]:
