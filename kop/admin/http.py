@@ -19,11 +19,15 @@ MAX_HEADERS = 100
 MAX_BODY = 1024 * 1024
 IDLE_TIMEOUT = 60.0  # seconds a kept-alive connection may sit between requests
 BODY_TIMEOUT = 30.0
+LINGER_SECONDS = 2.0  # after an error answer, how long to drain a client still sending
+LINGER_MAX_BYTES = 4 * MAX_BODY
+MAX_CONNECTIONS = 256  # an admin API has few clients; more connections than this are refused
 
 
 @dataclass(frozen=True, slots=True)
 class Request:
     method: str
+    version: str  # "HTTP/1.1" or "HTTP/1.0"
     path: str  # percent-decoded per segment by the router, raw here
     query: dict[str, str]
     headers: dict[str, str]  # names lower-cased
@@ -88,6 +92,10 @@ class HttpServer:
         await asyncio.gather(*self._connections, return_exceptions=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._connections) >= MAX_CONNECTIONS:
+            log.warning("admin API: refusing a connection, %d open", len(self._connections))
+            writer.close()
+            return
         task = asyncio.current_task()
         self._connections.add(task)
         try:
@@ -97,6 +105,7 @@ class HttpServer:
                     request = await _read_request(reader, writer)
                 except _BadRequest as exc:
                     await _write(writer, error_response(exc.status, str(exc)), keep_alive=False)
+                    await _lingering_close(reader, writer)
                     return
                 if request is None:
                     return
@@ -134,7 +143,6 @@ async def _read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
         raise _BadRequest(400, "malformed request line")
     method, target, version = parts
     headers = await _read_headers(reader)
-    headers[":version"] = version
     if "transfer-encoding" in headers:
         raise _BadRequest(411, "send the body with a Content-Length")
     try:
@@ -149,7 +157,7 @@ async def _read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
     body = await asyncio.wait_for(reader.readexactly(length), BODY_TIMEOUT) if length else b""
     url = urlsplit(target)
     query = dict(parse_qsl(url.query, keep_blank_values=True))
-    return Request(method.upper(), url.path, query, headers, body)
+    return Request(method.upper(), version, url.path, query, headers, body)
 
 
 async def _read_headers(reader: asyncio.StreamReader) -> dict[str, str]:
@@ -170,9 +178,26 @@ async def _read_headers(reader: asyncio.StreamReader) -> dict[str, str]:
     raise _BadRequest(431, "too many header lines")
 
 
+async def _lingering_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Half-close, then drop what the client is still sending for a moment: closing with unread input makes the
+    kernel reset the connection, which can destroy the error answer before the client reads it."""
+    if writer.can_write_eof():
+        writer.write_eof()
+    deadline = asyncio.get_running_loop().time() + LINGER_SECONDS
+    discarded = 0
+    while discarded < LINGER_MAX_BYTES:
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            return
+        chunk = await asyncio.wait_for(reader.read(65536), remaining)
+        if not chunk:
+            return
+        discarded += len(chunk)
+
+
 def _wants_keep_alive(request: Request) -> bool:
     connection = request.headers.get("connection", "").lower()
-    if request.headers.get(":version") == "HTTP/1.0":
+    if request.version == "HTTP/1.0":
         return connection == "keep-alive"
     return connection != "close"
 

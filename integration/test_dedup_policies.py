@@ -1,0 +1,228 @@
+"""PIP-6 deduplication driven through the admin API of a real broker: runtime disable and enable, snapshots by
+entry count and by time, recovery from snapshot + replay after a crash, and write-failure fencing under a real
+idempotent client. Batches that must be retried exactly are hand-made ProduceRequest v9s (kafka-python's protocol
+classes); the stream is confluent-kafka's."""
+import threading
+import time
+
+import pytest
+
+from integration.broker_process import BrokerProcess
+from integration.idem_raw import RawKafka, idempotent_batch, read_topic
+from integration.idem_stream import wait_until
+from kop.admin.client import AdminClient, topic_resource
+
+DEDUP_CURSOR = "pulsar.dedup"
+NONE = 0
+
+
+@pytest.fixture
+def start_broker(tmp_path):
+    """start(config) -> a broker with the admin API on a free port; all are stopped at the end."""
+    started = []
+
+    def start(config: dict[str, str] | None = None) -> BrokerProcess:
+        broker = BrokerProcess(str(tmp_path / f"data{len(started)}"), admin_port=0, config=dict(config or {}))
+        started.append(broker.start())
+        return broker
+
+    yield start
+    for broker in started:
+        broker.stop()
+
+
+def admin(broker: BrokerProcess) -> AdminClient:
+    return AdminClient(broker.admin_url)
+
+
+def partition_stats(broker: BrokerProcess, topic: str) -> dict:
+    return admin(broker).get(topic_resource(f"{topic}-partition-0", "stats"))
+
+
+def internal_stats(broker: BrokerProcess, topic: str) -> dict:
+    return admin(broker).get(topic_resource(f"{topic}-partition-0", "internalStats"))
+
+
+def set_topic_dedup(broker: BrokerProcess, topic: str, enabled: bool) -> None:
+    admin(broker).post(topic_resource(topic, "deduplicationEnabled"), enabled)
+
+
+def entry_id(position: str) -> tuple[int, int]:
+    ledger, entry = position.split(":")
+    return int(ledger), int(entry)
+
+
+def stored_values(broker: BrokerProcess, topic: str) -> list[bytes]:
+    return [r.value for r in read_topic(broker.port, topic, [0])]
+
+
+def send(kafka: RawKafka, topic: str, pid: int, seq: int, values: list[bytes]) -> int:
+    """One idempotent batch (epoch 0); must be answered NONE; returns the base offset it was answered with."""
+    answer = kafka.produce(topic, 0, idempotent_batch(values, producer_id=pid, epoch=0, base_sequence=seq))
+    assert answer.error_code == NONE, answer
+    return answer.base_offset
+
+
+def test_runtime_disable_and_enable(start_broker):
+    broker = start_broker()
+    topic = "toggled"
+    with RawKafka(broker.port) as kafka:
+        assert kafka.create_topic(topic) == 0
+        pid = kafka.init_producer_id().producer_id
+        name = f"KOP-PID-{pid}-0"
+
+        # On (the default): a retried batch is stored once and answered with its original offset.
+        assert send(kafka, topic, pid, 0, [b"a0", b"a1"]) == 0
+        assert send(kafka, topic, pid, 0, [b"a0", b"a1"]) == 0
+        stats = partition_stats(broker, topic)
+        assert stats["deduplicationStatus"] == "Enabled"
+        assert [(p["producerId"], p["producerName"], p["lastSequenceId"]) for p in stats["publishers"]] == [
+            (pid, name, 1)]
+        assert DEDUP_CURSOR in internal_stats(broker, topic)["cursors"]
+
+        # Off: the dedup cursor is deleted, producer state is gone, and a retry is stored again.
+        set_topic_dedup(broker, topic, False)
+        stats = partition_stats(broker, topic)
+        assert stats["deduplicationStatus"] == "Disabled" and stats["publishers"] == []
+        assert DEDUP_CURSOR not in internal_stats(broker, topic)["cursors"]
+        assert send(kafka, topic, pid, 2, [b"b2"]) == 2
+        assert send(kafka, topic, pid, 2, [b"b2"]) == 3
+        assert stored_values(broker, topic) == [b"a0", b"a1", b"b2", b"b2"]
+
+        # On again: a fresh start at the end of the log; what came before is not deduplicated...
+        set_topic_dedup(broker, topic, True)
+        stats = partition_stats(broker, topic)
+        assert stats["deduplicationStatus"] == "Enabled" and stats["publishers"] == []
+        cursor = internal_stats(broker, topic)["cursors"][DEDUP_CURSOR]
+        assert cursor == {"markDeletePosition": internal_stats(broker, topic)["lastConfirmedEntry"],
+                          "properties": {}, "stringProperties": {}}
+        assert send(kafka, topic, pid, 0, [b"a0", b"a1"]) == 4
+        # ...and from here on a retry is stored once again.
+        assert send(kafka, topic, pid, 0, [b"a0", b"a1"]) == 4
+        assert send(kafka, topic, pid, 2, [b"c2"]) == 6
+        assert send(kafka, topic, pid, 2, [b"c2"]) == 6
+    assert stored_values(broker, topic) == [b"a0", b"a1", b"b2", b"b2", b"a0", b"a1", b"c2"]
+    publishers = partition_stats(broker, topic)["publishers"]
+    assert [(p["producerName"], p["lastSequenceId"], p["lastSequenceIdWire"]) for p in publishers] == [(name, 2, 2)]
+
+
+def test_snapshot_every_n_entries(start_broker):
+    # Time-based snapshots off, so only the entry count can move the cursor.
+    broker = start_broker({"brokerDeduplicationEntriesInterval": "10",
+                           "brokerDeduplicationSnapshotFrequencyInSeconds": "0"})
+    topic = "counted"
+    with RawKafka(broker.port) as kafka:
+        assert kafka.create_topic(topic) == 0
+        pid = kafka.init_producer_id().producer_id
+        for seq in range(25):
+            send(kafka, topic, pid, seq, [f"v{seq}".encode()])
+
+    def cursor() -> dict:
+        return internal_stats(broker, topic)["cursors"][DEDUP_CURSOR]
+
+    stats = internal_stats(broker, topic)
+    ledger, last = entry_id(stats["lastConfirmedEntry"])
+    assert last == 24
+    # Snapshots after the 10th and the 20th entry: the mark-delete sits on entry 19 with sequence 19 recorded.
+    assert wait_until(lambda: entry_id(cursor()["markDeletePosition"]) == (ledger, 19), timeout=5), cursor()
+    properties = cursor()["properties"]
+    assert properties[f"KOP-PID-{pid}-0"] == 19
+    # The five recent batches (Kafka's window) travel with the snapshot.
+    assert sum(1 for key in properties if key.startswith("__kafka_batch:")) == 5
+
+
+def test_snapshot_by_time_follows_the_topic_interval(start_broker):
+    # The snapshot monitor runs every second; the broker's interval (120 s) is far longer than the test.
+    broker = start_broker({"brokerDeduplicationSnapshotFrequencyInSeconds": "1"})
+    with RawKafka(broker.port) as kafka:
+        for topic in ("timed", "untimed"):
+            assert kafka.create_topic(topic) == 0
+        admin(broker).post(topic_resource("timed", "deduplicationSnapshotInterval"), 1)
+        pid = kafka.init_producer_id().producer_id
+        for topic in ("timed", "untimed"):
+            for seq in range(3):
+                send(kafka, topic, pid, seq, [f"{topic}{seq}".encode()])
+    assert admin(broker).get(topic_resource("untimed", "deduplicationSnapshotInterval"), applied=True) == 120
+
+    def caught_up(topic: str) -> bool:
+        stats = internal_stats(broker, topic)
+        return stats["cursors"][DEDUP_CURSOR]["markDeletePosition"] == stats["lastConfirmedEntry"]
+
+    # No more traffic: only the timer can move the mark-delete to the last entry.
+    assert wait_until(lambda: caught_up("timed"), timeout=6)
+    assert internal_stats(broker, "timed")["cursors"][DEDUP_CURSOR]["properties"][f"KOP-PID-{pid}-0"] == 2
+    assert not caught_up("untimed")
+    assert internal_stats(broker, "untimed")["cursors"][DEDUP_CURSOR]["markDeletePosition"] == "-1:-1"
+
+
+def test_recovery_from_snapshot_and_replay_after_kill(start_broker):
+    broker = start_broker({"brokerDeduplicationEntriesInterval": "10",
+                           "brokerDeduplicationSnapshotFrequencyInSeconds": "0"})
+    topic = "recovered"
+    with RawKafka(broker.port) as kafka:
+        assert kafka.create_topic(topic) == 0
+        pid = kafka.init_producer_id().producer_id
+        offsets = {seq: send(kafka, topic, pid, seq, [f"v{seq}".encode(), f"w{seq}".encode()]) for seq in
+                   range(0, 50, 2)}
+    name = f"KOP-PID-{pid}-0"
+    assert wait_until(lambda: entry_id(internal_stats(broker, topic)["cursors"][DEDUP_CURSOR]
+                                       ["markDeletePosition"])[1] == 19, timeout=5)
+    before = partition_stats(broker, topic)["publishers"]
+    assert [(p["producerId"], p["producerEpoch"], p["lastSequenceId"]) for p in before] == [(pid, 0, 49)]
+
+    broker.restart(hard=True)  # kill -9: the state comes back from the snapshot at entry 19 plus 5 replayed
+
+    after = partition_stats(broker, topic)
+    assert after["deduplicationStatus"] == "Enabled"
+    assert after["publishers"] == before
+    cursor = internal_stats(broker, topic)["cursors"][DEDUP_CURSOR]
+    assert entry_id(cursor["markDeletePosition"])[1] == 19 and cursor["properties"][name] == 39
+    with RawKafka(broker.port) as kafka:
+        # Retries of the last batch, and of one still in the five-batch window, get their original offsets.
+        assert send(kafka, topic, pid, 48, [b"v48", b"w48"]) == offsets[48] == 48
+        assert send(kafka, topic, pid, 42, [b"v42", b"w42"]) == offsets[42]
+        # Older than the window: already stored, with no offset to give (the client counts it a success).
+        assert kafka.produce(topic, 0, idempotent_batch([b"v2", b"w2"], producer_id=pid, epoch=0,
+                                                        base_sequence=2)).error_code == 46
+        assert send(kafka, topic, pid, 50, [b"v50"]) == 50
+    values = stored_values(broker, topic)
+    assert values == [v for seq in range(0, 50, 2) for v in (f"v{seq}".encode(), f"w{seq}".encode())] + [b"v50"]
+
+
+def test_write_failures_fence_and_every_value_is_stored_once_in_order(start_broker):
+    from confluent_kafka import Producer
+
+    broker = start_broker({"adminFailpointsEnabled": "true"})
+    topic = "fenced"
+    count, injections = 1500, (300, 700, 1100)  # a failed flush after roughly these many values were sent
+    with RawKafka(broker.port) as kafka:
+        assert kafka.create_topic(topic) == 0
+    reports: dict[bytes, tuple[str | None, int]] = {}
+    lock = threading.Lock()
+
+    def on_delivery(err, msg) -> None:
+        with lock:
+            reports[msg.value()] = (None if err is None else err.name(), msg.offset())
+
+    # One message per request and no linger: five requests really are in flight when a flush fails.
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "acks": "all",
+                         "max.in.flight.requests.per.connection": 5, "linger.ms": 0, "batch.num.messages": 1,
+                         "message.timeout.ms": 60_000, "retry.backoff.ms": 20})
+    values = [f"f-{i}".encode() for i in range(count)]
+    for i, value in enumerate(values):
+        if i in injections:
+            admin(broker).post(f"/admin/v2/kop/failpoints/{topic}/0", {"write_failures": 1})
+        producer.produce(topic, value=value, partition=0, on_delivery=on_delivery)
+        producer.poll(0)
+        if i % 50 == 49:  # keep the stream going at the broker's pace, so each injection lands mid-stream
+            producer.flush(30)
+    assert producer.flush(90) == 0
+
+    errors = {v: r for v, r in reports.items() if r[0] is not None}
+    assert len(reports) == count and not errors, list(errors.items())[:5]
+    stored = read_topic(broker.port, topic, [0])
+    assert [r.value for r in stored] == values  # exactly once, in order
+    assert all(reports[r.value][1] == r.offset for r in stored)  # delivery reports name the stored offsets
+    # Each injected failure failed one flush, which rolled the ledger: ledger ids 0..3 were used.
+    ledgers = internal_stats(broker, topic)["ledgers"]
+    assert ledgers[-1]["ledgerId"] == len(injections), ledgers
