@@ -9,6 +9,7 @@ from kop import handlers
 from kop.admin.server import AdminServer
 from kop.config import BrokerConfig
 from kop.connection import Connection
+from kop.groups import GroupCoordinator
 from kop.policies import PolicyBook
 from kop.producer_ids import ProducerIdAllocator
 from kop.topics import TopicManager
@@ -21,6 +22,7 @@ class Broker:
         self.config = config
         self.policies = PolicyBook(config)
         self.topics = TopicManager(config, self.policies)
+        self.groups = GroupCoordinator(config, self.topics)
         self.router = handlers.build_router()
         self.producer_ids: ProducerIdAllocator | None = None
         self.started_ms = int(time.time() * 1000)
@@ -41,6 +43,7 @@ class Broker:
                                                 durable=self.config.fsync)
         self.policies.load()
         await self.topics.load_all()
+        self.groups.start()  # needs the topics: groups are found from their partitions' cursors
         if self.config.admin_port != 0:  # first, so a busy admin port stops the start before clients connect
             self._admin = AdminServer(self)
             await self._admin.start()
@@ -111,5 +114,6 @@ class Broker:
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
+        await self.groups.stop()
         await self.topics.close()
         log.info("kop stopped")

@@ -1,0 +1,264 @@
+"""The group coordinator: every group this broker coordinates (all of them: one broker), their membership
+protocol, their committed offsets, and the admin operations on both.
+
+Groups with committed offsets are found at start-up by looking at the cursors of every partition; they exist in
+state Empty until members join. Until that scan is done the group APIs answer COORDINATOR_LOAD_IN_PROGRESS.
+Offsets are never expired by time (Pulsar keeps a subscription until it is deleted); an Empty group without
+offsets is forgotten by a periodic sweep, as Kafka's offsets cleanup does.
+"""
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from kop.config import BrokerConfig
+from kop.groups.group import Group, GroupState, JoinResult, SyncResult
+from kop.groups.membership import JoinRequest, Membership, resolved
+from kop.groups.offsets import SYSTEM_CURSOR_PREFIX, CommittedOffset, OffsetStore
+from kop.topics import TopicManager
+from protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+CLASSIC_GROUP_TYPE = "classic"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    error: ErrorCode
+    group_id: str
+    state: str = GroupState.DEAD.value
+    protocol_type: str = ""
+    protocol_data: str = ""
+    members: tuple[MemberDescription, ...] = ()
+
+
+def _int_setting(config: BrokerConfig, key: str, default: int) -> int:
+    try:
+        return int(config.extra.get(key, default))
+    except ValueError:
+        log.warning("ignoring %s=%r: not an integer", key, config.extra[key])
+        return default
+
+
+class GroupCoordinator:
+    def __init__(self, config: BrokerConfig, topics: TopicManager) -> None:
+        self.config = config
+        self.topics = topics
+        self.groups: dict[str, Group] = {}
+        self.offsets = OffsetStore(topics, _int_setting(config, "offset.metadata.max.bytes", 4096))
+        self.membership = Membership(self.groups, config.group_initial_rebalance_delay_ms,
+                                     config.group_min_session_timeout_ms, config.group_max_session_timeout_ms,
+                                     _int_setting(config, "group.max.size", 2 ** 31 - 1))
+        self.sweep_interval_ms = _int_setting(config, "offsets.retention.check.interval.ms", 600_000)
+        self.loaded = False
+        self._sweeper: asyncio.Task | None = None
+
+    # ---- lifecycle
+
+    def start(self) -> None:
+        """Find the groups that have committed offsets (topics must be loaded), then serve."""
+        for group_id, protocol_type in self.offsets.load().items():
+            self.groups.setdefault(group_id, Group(group_id, protocol_type=protocol_type))
+        self.loaded = True
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop())
+        log.info("group coordinator loaded %d groups with committed offsets", len(self.groups))
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        self.membership.close()
+        self.loaded = False
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(max(1.0, self.sweep_interval_ms / 1000))
+            self.sweep()
+
+    def sweep(self) -> None:
+        """Forget Empty groups that have no committed offsets left."""
+        for group in list(self.groups.values()):
+            if group.is_(GroupState.EMPTY) and not group.pending_members and not self.offsets.has_offsets(
+                    group.group_id):
+                self._discard(group)
+
+    def _discard(self, group: Group) -> None:
+        if group.state is not GroupState.DEAD:
+            group.transition(GroupState.DEAD)
+        self.membership.forget(group)
+        if self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
+        self.offsets.forget(group.group_id)
+
+    # ---- validation
+
+    def check(self, group_id: str | None, allow_empty: bool = False) -> ErrorCode | None:
+        """Kafka allows an empty group id only where old clients sent one (offsets, describe, delete)."""
+        if group_id is None or (group_id == "" and not allow_empty) or group_id.startswith(SYSTEM_CURSOR_PREFIX):
+            return ErrorCode.INVALID_GROUP_ID
+        if not self.loaded:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return None
+
+    # ---- membership
+
+    def join(self, req: JoinRequest) -> asyncio.Future:
+        error = self.check(req.group_id)
+        if error is not None:
+            return resolved(JoinResult(error, req.member_id))
+        return self.membership.join(req)
+
+    def sync(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
+             protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes]) -> asyncio.Future:
+        error = self.check(group_id)
+        if error is not None:
+            return resolved(SyncResult(error))
+        return self.membership.sync(group_id, generation_id, member_id, instance_id, protocol_type, protocol_name,
+                                    assignments)
+
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> ErrorCode:
+        return self.check(group_id) or self.membership.heartbeat(group_id, generation_id, member_id, instance_id)
+
+    def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
+        error = self.check(group_id)
+        if error is not None:
+            return error, []
+        return self.membership.leave(group_id, leaving)
+
+    # ---- offsets
+
+    def validate_commit(self, group_id: str, generation_id: int, member_id: str,
+                        instance_id: str | None) -> ErrorCode:
+        """May this request commit? Generation -1 with no members is a simple (assign-only) commit."""
+        error = self.check(group_id, allow_empty=True)
+        if error is not None:
+            return error
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation_id < 0:
+                self.groups[group_id] = Group(group_id)  # a group that only stores offsets
+                return ErrorCode.NONE
+            return ErrorCode.ILLEGAL_GENERATION  # a member of a generation this coordinator never saw
+        if group.is_(GroupState.DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if group.is_static_member_fenced(instance_id, member_id):
+            return ErrorCode.FENCED_INSTANCE_ID
+        if generation_id < 0 and group.is_(GroupState.EMPTY):
+            return ErrorCode.NONE
+        if group.is_(GroupState.COMPLETING_REBALANCE):
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        if not group.has(member_id):
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation_id != group.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        # PreparingRebalance is fine: eager members commit before they rejoin.
+        self.membership.touch(group, member_id)
+        return ErrorCode.NONE
+
+    def commit(self, group_id: str, topic: str, partition: int, offset: int, leader_epoch: int = -1,
+               metadata: str | None = "", commit_timestamp: int = -1) -> asyncio.Future:
+        """Store one offset after validate_commit said yes; resolves to its ErrorCode once durable."""
+        group = self.groups.get(group_id)
+        return self.offsets.commit(group_id, topic, partition, offset, leader_epoch, metadata, commit_timestamp,
+                                   group.protocol_type if group is not None else None)
+
+    def fetch_offset(self, group_id: str, topic: str, partition: int) -> CommittedOffset | None:
+        return self.offsets.fetch(group_id, topic, partition)
+
+    def fetch_all_offsets(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
+        return self.offsets.fetch_all(group_id)
+
+    async def delete_offsets(self, group_id: str,
+                             partitions: list[tuple[str, int]]) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        """OffsetDelete: an Empty group loses any offsets; a live consumer group only those of topics it does not
+        subscribe to."""
+        error = self.check(group_id)
+        if error is not None:
+            return error, {}
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
+        if not group.is_(GroupState.EMPTY) and group.protocol_type != "consumer":
+            return ErrorCode.NON_EMPTY_GROUP, {}
+        results = {}
+        for topic, partition in partitions:
+            if self.topics.partition(topic, partition) is None:
+                results[(topic, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif not group.is_(GroupState.EMPTY) and group.is_subscribed_to(topic):
+                results[(topic, partition)] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+            else:
+                await self.offsets.delete(group_id, topic, partition)
+                results[(topic, partition)] = ErrorCode.NONE
+        return ErrorCode.NONE, results
+
+    # ---- admin
+
+    def _alive(self, group: Group) -> bool:
+        """False for an Empty group whose every offset went with deleted topics (Kafka drops it at once)."""
+        if not group.is_(GroupState.EMPTY) or group.pending_members:
+            return not group.is_(GroupState.DEAD)
+        if self.offsets.ever_had_offsets(group.group_id) and not self.offsets.has_offsets(group.group_id):
+            self._discard(group)
+            return False
+        return True
+
+    def list_groups(self, states: list[str] | None = None, types: list[str] | None = None) -> list[GroupListing]:
+        if types and CLASSIC_GROUP_TYPE not in {t.lower() for t in types}:
+            return []
+        wanted = {s.lower() for s in states} if states else None
+        out = []
+        for group in list(self.groups.values()):
+            if not self._alive(group):
+                continue
+            if wanted is not None and group.state.value.lower() not in wanted:
+                continue
+            out.append(GroupListing(group.group_id, group.protocol_type or "", group.state.value))
+        return out
+
+    def describe(self, group_id: str) -> GroupDescription:
+        error = self.check(group_id, allow_empty=True)
+        if error is not None:
+            return GroupDescription(error, group_id)
+        group = self.groups.get(group_id)
+        if group is None or not self._alive(group):
+            return GroupDescription(ErrorCode.GROUP_ID_NOT_FOUND, group_id)
+        stable = group.is_(GroupState.STABLE)
+        members = tuple(
+            MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                              m.metadata_for(group.protocol_name) if stable else b"",
+                              m.assignment if stable else b"")
+            for m in group.members.values())
+        return GroupDescription(ErrorCode.NONE, group_id, group.state.value, group.protocol_type or "",
+                                group.protocol_name or "" if stable else "", members)
+
+    async def delete_groups(self, group_ids: list[str]) -> list[tuple[str, ErrorCode]]:
+        results = []
+        for group_id in group_ids:
+            error = self.check(group_id, allow_empty=True)
+            group = self.groups.get(group_id) if error is None else None
+            if error is None and (group is None or not self._alive(group)):
+                error = ErrorCode.GROUP_ID_NOT_FOUND
+            elif error is None and not group.is_(GroupState.EMPTY):
+                error = ErrorCode.NON_EMPTY_GROUP
+            if error is None:
+                self._discard(group)
+                await self.offsets.delete_group(group_id)
+                log.info("deleted group %s and its offsets", group_id)
+            results.append((group_id, error or ErrorCode.NONE))
+        return results

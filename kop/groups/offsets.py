@@ -1,0 +1,208 @@
+"""Committed offsets, stored where Pulsar keeps subscription state: one cursor per group on each partition's managed
+ledger, named after the group.
+
+The cursor's mark-delete position is the entry holding offset `committed - 1` (the last consumed entry;
+BEFORE_FIRST for 0; the last confirmed entry if the commit is beyond the end). The exact Kafka offset, leader epoch
+and commit time ride in the cursor's long properties and the metadata string in its string properties, written as one
+atomic, group-committed cursor-log record: a commit is durable before OffsetCommit answers, and thousands of commits
+share a few fsyncs. Cursor names starting with `pulsar.` belong to the system (dedup, replicators), never to groups.
+"""
+import asyncio
+import logging
+import time
+import weakref
+from dataclasses import dataclass
+
+from kop.ledger import BEFORE_FIRST, LedgerClosedError, ManagedLedger, Position
+from kop.ledger.errors import CursorNotFoundError
+from kop.topics import TopicManager
+from protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+SYSTEM_CURSOR_PREFIX = "pulsar."
+OFFSET_KEY = "kafka.offset"
+LEADER_EPOCH_KEY = "kafka.leader_epoch"
+COMMIT_TS_KEY = "kafka.commit_ts"
+METADATA_KEY = "kafka.metadata"
+PROTOCOL_TYPE_KEY = "kafka.protocol_type"  # so a group is listed as it was ("consumer") after a restart
+OFFSET_METADATA_TOO_LARGE = 12  # Kafka's error code (not yet in protocol.errors)
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    commit_timestamp: int = -1
+
+
+TopicPartition = tuple[str, int]
+
+
+def position_for_offset(ledger: ManagedLedger, committed: int) -> Position:
+    """The mark-delete position for a committed offset: the entry holding the last consumed offset."""
+    last = committed - 1
+    if last < ledger.start_index:
+        return BEFORE_FIRST
+    if last >= ledger.confirmed_end_index:
+        return ledger.last_confirmed
+    return ledger.position_of_index(last) or ledger.last_confirmed
+
+
+def _cursors(ledger: ManagedLedger) -> dict:
+    # The file engine exposes its cursors by name; the interface should declare this mapping.
+    return ledger.cursors
+
+
+def _committed(cursor) -> CommittedOffset | None:
+    props = cursor.properties
+    if OFFSET_KEY not in props:
+        return None  # opened but nothing durable yet
+    return CommittedOffset(props[OFFSET_KEY], props.get(LEADER_EPOCH_KEY, -1),
+                           cursor.string_properties.get(METADATA_KEY, ""), props.get(COMMIT_TS_KEY, -1))
+
+
+def _done(value) -> asyncio.Future:
+    future = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future
+
+
+class OffsetStore:
+    def __init__(self, topics: TopicManager, metadata_max_bytes: int = 4096) -> None:
+        self._topics = topics
+        self.metadata_max_bytes = metadata_max_bytes
+        # group -> partitions that may hold its cursor; verified against the live cursor on every read
+        self._index: dict[str, set[TopicPartition]] = {}
+        # the newest position handed to each cursor, durable or not, to choose mark_delete or reset
+        self._submitted: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    # ---- loading
+
+    def load(self) -> dict[str, str | None]:
+        """Index every group cursor of every partition; returns the groups with committed offsets and the
+        protocol type they last committed with."""
+        self._index.clear()
+        found: dict[str, str | None] = {}
+        for topic in self._topics.topics.values():
+            for partition in topic.partitions:
+                for name, cursor in _cursors(partition.ledger).items():
+                    if not name.startswith(SYSTEM_CURSOR_PREFIX) and _committed(cursor) is not None:
+                        self._index.setdefault(name, set()).add((topic.name, partition.partition))
+                        found[name] = found.get(name) or cursor.string_properties.get(PROTOCOL_TYPE_KEY)
+        return found
+
+    # ---- reading
+
+    def _live_cursor(self, group: str, topic: str, index: int):
+        partition = self._topics.partition(topic, index)
+        if partition is None:
+            return None
+        cursor = _cursors(partition.ledger).get(group)
+        return cursor if cursor is not None and _committed(cursor) is not None else None
+
+    def fetch(self, group: str, topic: str, index: int) -> CommittedOffset | None:
+        cursor = self._live_cursor(group, topic, index)
+        return _committed(cursor) if cursor is not None else None
+
+    def fetch_all(self, group: str) -> dict[TopicPartition, CommittedOffset]:
+        out = {}
+        for topic, index in sorted(self._prune(group)):
+            committed = self.fetch(group, topic, index)
+            if committed is not None:
+                out[(topic, index)] = committed
+        return out
+
+    def has_offsets(self, group: str) -> bool:
+        return any(self.fetch(group, *tp) is not None for tp in self._prune(group))
+
+    def ever_had_offsets(self, group: str) -> bool:
+        """True if the group was indexed, even if its partitions (and cursors) were deleted since."""
+        return group in self._index
+
+    def _prune(self, group: str) -> set[TopicPartition]:
+        """Drop index entries whose cursor is gone (topic deleted, offsets deleted); returns the rest."""
+        parts = self._index.get(group)
+        if not parts:
+            return set()
+        for tp in list(parts):
+            partition = self._topics.partition(*tp)
+            if partition is None or group not in _cursors(partition.ledger):
+                parts.discard(tp)
+        return set(parts)
+
+    def forget(self, group: str) -> None:
+        """Stop tracking a group that no longer exists."""
+        if not self.has_offsets(group):
+            self._index.pop(group, None)
+
+    # ---- writing
+
+    def commit(self, group: str, topic: str, index: int, offset: int, leader_epoch: int = -1,
+               metadata: str | None = "", commit_timestamp: int = -1,
+               protocol_type: str | None = None) -> asyncio.Future:
+        """Start storing one committed offset; the result resolves once it is durable (or failed).
+
+        Called synchronously in request order, so the cursor log gets a partition's commits in that order."""
+        partition = self._topics.partition(topic, index)
+        if partition is None:
+            return _done(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        metadata = metadata or ""
+        if len(metadata.encode("utf-8")) > self.metadata_max_bytes:
+            return _done(OFFSET_METADATA_TOO_LARGE)
+        ledger = partition.ledger
+        try:
+            cursor = ledger.open_cursor(group, initial=BEFORE_FIRST)
+        except LedgerClosedError:
+            return _done(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        position = position_for_offset(ledger, offset)
+        previous = self._submitted.get(cursor, cursor.mark_delete_position)
+        move = cursor.mark_delete if position >= previous else cursor.reset
+        self._submitted[cursor] = position
+        self._index.setdefault(group, set()).add((topic, index))
+        now = int(time.time() * 1000)
+        longs = {OFFSET_KEY: offset, LEADER_EPOCH_KEY: leader_epoch,
+                 COMMIT_TS_KEY: commit_timestamp if commit_timestamp >= 0 else now}
+        strings = {METADATA_KEY: metadata}
+        if protocol_type:
+            strings[PROTOCOL_TYPE_KEY] = protocol_type
+        task = asyncio.ensure_future(move(position, longs, strings))
+        result = asyncio.get_running_loop().create_future()
+        task.add_done_callback(lambda done: result.set_result(_outcome(done, f"{group} on {topic}-{index}")))
+        return result
+
+    async def delete(self, group: str, topic: str, index: int) -> None:
+        partition = self._topics.partition(topic, index)
+        if partition is None:
+            return
+        try:
+            await partition.ledger.delete_cursor(group)
+        except (CursorNotFoundError, LedgerClosedError):
+            pass
+        parts = self._index.get(group)
+        if parts is not None:
+            parts.discard((topic, index))
+            if not parts:
+                del self._index[group]
+
+    async def delete_group(self, group: str) -> None:
+        for topic, index in sorted(self._index.get(group, set())):
+            await self.delete(group, topic, index)
+        self._index.pop(group, None)
+
+
+def _outcome(task: asyncio.Future, what: str) -> ErrorCode:
+    exc = task.exception() if not task.cancelled() else asyncio.CancelledError()
+    if exc is None:
+        return ErrorCode.NONE
+    if isinstance(exc, LedgerClosedError):
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION  # the topic was deleted meanwhile
+    if isinstance(exc, OSError):
+        # As Kafka answers a failed offsets append: the client looks up the coordinator again and retries.
+        log.error("offset commit for %s failed: %s", what, exc)
+        return ErrorCode.NOT_COORDINATOR
+    if isinstance(exc, asyncio.CancelledError):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE  # shutting down
+    log.error("offset commit for %s failed", what, exc_info=exc)
+    return ErrorCode.UNKNOWN_SERVER_ERROR

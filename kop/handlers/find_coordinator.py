@@ -1,0 +1,40 @@
+"""FindCoordinator (key 10). Version notes: v1+ key type (0 group, 1 transaction) and an error message; v3+
+flexible; v4+ a batch of coordinator keys with one answer each (KIP-699); v6 allows key type 2 (share groups),
+which we refuse with INVALID_REQUEST.
+
+One broker coordinates every group, so the answer is always this broker, or COORDINATOR_NOT_AVAILABLE until the
+group coordinator has loaded. Transaction keys get this broker too: it is where the transaction coordinator will
+live, and until transactions are served InitProducerId refuses a transactional id with a clear, non-retriable
+error, which beats COORDINATOR_NOT_AVAILABLE making clients retry until they time out.
+"""
+from protocol.api import response_class
+from protocol.errors import ErrorCode
+
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+
+
+def _answer(ctx, key_type: int) -> tuple[ErrorCode, str | None]:
+    if key_type not in (GROUP_KEY, TRANSACTION_KEY):
+        return ErrorCode.INVALID_REQUEST, f"unsupported coordinator key type {key_type}"
+    if not ctx.broker.groups.loaded:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is loading"
+    return ErrorCode.NONE, None
+
+
+async def handle(ctx, request):
+    v = ctx.version
+    cls = response_class(10, v)
+    cfg = ctx.broker.config
+    node, host, port = cfg.node_id, cfg.advertised, ctx.broker.advertised_port
+    key_type = request.key_type if v >= 1 else GROUP_KEY
+    error, message = _answer(ctx, key_type)
+    if error != ErrorCode.NONE:
+        node, host, port = -1, "", -1
+    if v < 4:
+        return cls(throttle_time_ms=0, error_code=error, error_message=message, node_id=node, host=host, port=port)
+    return cls(throttle_time_ms=0, coordinators=[
+        cls.Coordinator(key=key, node_id=node, host=host, port=port, error_code=error, error_message=message)
+        for key in request.coordinator_keys])
+
+
+ROUTES = [(10, 0, 6, handle)]

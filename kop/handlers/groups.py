@@ -1,0 +1,173 @@
+"""The classic group membership and group admin APIs. Version notes:
+
+- JoinGroup (11) v0-9: v1+ rebalance timeout (v0 uses the session timeout); v4+ an empty member id gets
+  MEMBER_ID_REQUIRED with the id to rejoin with (KIP-394); v5+ group.instance.id (KIP-345); v6+ flexible;
+  v7+ protocol type in the response; v8+ a reason; v9+ skip_assignment for a rejoining static leader (KIP-814).
+- SyncGroup (14) v0-5: v3+ group.instance.id; v5+ protocol type/name, checked against the group's.
+- Heartbeat (12) v0-4: v3+ group.instance.id.
+- LeaveGroup (13) v0-5: v0-2 one member id, the error at the top; v3+ a batch of member identities with one error
+  each (KIP-345); v5+ reasons.
+- ListGroups (16) v0-5: v4+ states filter (KIP-518); v5+ types filter, every group here is "classic".
+- DescribeGroups (15) v0-6: v3+ authorized operations; v6+ GROUP_ID_NOT_FOUND for an unknown group where older
+  versions describe it as Dead.
+- DeleteGroups (42) v0-2.
+Version ranges: aiokafka 0.14 sends JoinGroup v5, SyncGroup v3, Heartbeat/LeaveGroup v1; librdkafka 2.x JoinGroup v5,
+SyncGroup/Heartbeat v3, LeaveGroup v1, DescribeGroups v4, ListGroups v5; kafka-python 3 JoinGroup v7; the Java
+client 3.9 the maxima listed. KIP-848's ConsumerGroupHeartbeat (68) is not served, so every client uses these.
+"""
+from kop.groups.coordinator import CLASSIC_GROUP_TYPE
+from kop.groups.membership import JoinRequest
+from protocol.api import response_class
+from protocol.errors import ErrorCode
+
+GROUP_OPERATIONS = {3, 6, 8}  # READ, DELETE, DESCRIBE: bits of Kafka's AclOperation codes
+NOT_REQUESTED = None  # encoded as Integer.MIN_VALUE
+
+
+def client_host(ctx) -> str:
+    host = ctx.peer.rpartition(":")[0] or ctx.peer
+    return "/" + host  # as Kafka prints an InetAddress
+
+
+# ---- JoinGroup
+
+async def join_group(ctx, request):
+    v = ctx.version
+    cls = response_class(11, v)
+    req = JoinRequest(
+        group_id=request.group_id, member_id=request.member_id or "",
+        group_instance_id=request.group_instance_id if v >= 5 else None,
+        session_timeout_ms=request.session_timeout_ms,
+        rebalance_timeout_ms=request.rebalance_timeout_ms if v >= 1 else request.session_timeout_ms,
+        protocol_type=request.protocol_type or "",
+        protocols=[(p.name, bytes(p.metadata or b"")) for p in request.protocols],
+        client_id=ctx.client_id, client_host=client_host(ctx), require_known_member_id=v >= 4,
+        supports_skip_assignment=v >= 9, reason=request.reason if v >= 8 else None)
+    future = ctx.broker.groups.join(req)
+    if future.done():
+        return _join_response(cls, v, future.result())
+    return _await_join(cls, v, future)
+
+
+async def _await_join(cls, v, future):
+    return _join_response(cls, v, await future)
+
+
+def _join_response(cls, v, result):
+    members = [cls.JoinGroupResponseMember(member_id=m.member_id, group_instance_id=m.group_instance_id,
+                                           metadata=m.metadata) for m in result.members]
+    protocol_name = result.protocol_name
+    if protocol_name is None and v < 7:
+        protocol_name = ""
+    return cls(throttle_time_ms=0, error_code=result.error, generation_id=result.generation_id,
+               protocol_type=result.protocol_type, protocol_name=protocol_name, leader=result.leader_id,
+               skip_assignment=result.skip_assignment, member_id=result.member_id, members=members)
+
+
+# ---- SyncGroup
+
+async def sync_group(ctx, request):
+    v = ctx.version
+    cls = response_class(14, v)
+    assignments = {a.member_id: bytes(a.assignment or b"") for a in request.assignments}
+    future = ctx.broker.groups.sync(request.group_id, request.generation_id, request.member_id,
+                                    request.group_instance_id if v >= 3 else None,
+                                    request.protocol_type if v >= 5 else None,
+                                    request.protocol_name if v >= 5 else None, assignments)
+    if future.done():
+        return _sync_response(cls, future.result())
+    return _await_sync(cls, future)
+
+
+async def _await_sync(cls, future):
+    return _sync_response(cls, await future)
+
+
+def _sync_response(cls, result):
+    return cls(throttle_time_ms=0, error_code=result.error, protocol_type=result.protocol_type,
+               protocol_name=result.protocol_name, assignment=result.assignment)
+
+
+# ---- Heartbeat
+
+async def heartbeat(ctx, request):
+    cls = response_class(12, ctx.version)
+    error = ctx.broker.groups.heartbeat(request.group_id, request.generation_id, request.member_id,
+                                        request.group_instance_id if ctx.version >= 3 else None)
+    return cls(throttle_time_ms=0, error_code=error)
+
+
+# ---- LeaveGroup
+
+async def leave_group(ctx, request):
+    v = ctx.version
+    cls = response_class(13, v)
+    if v >= 3:
+        leaving = [(m.member_id or "", m.group_instance_id) for m in request.members]
+    else:
+        leaving = [(request.member_id or "", None)]
+    error, results = ctx.broker.groups.leave(request.group_id, leaving)
+    if v < 3:
+        if error == ErrorCode.NONE and results:
+            error = results[0]
+        return cls(throttle_time_ms=0, error_code=error)
+    members = [cls.MemberResponse(member_id=member_id, group_instance_id=instance_id, error_code=member_error)
+               for (member_id, instance_id), member_error in zip(leaving, results)]
+    return cls(throttle_time_ms=0, error_code=error, members=members)
+
+
+# ---- ListGroups, DescribeGroups, DeleteGroups
+
+async def list_groups(ctx, request):
+    v = ctx.version
+    cls = response_class(16, v)
+    coordinator = ctx.broker.groups
+    if not coordinator.loaded:
+        return cls(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, groups=[])
+    listed = coordinator.list_groups(request.states_filter if v >= 4 else None,
+                                     request.types_filter if v >= 5 else None)
+    groups = [cls.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
+                              group_type=CLASSIC_GROUP_TYPE) for g in listed]
+    return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=groups)
+
+
+async def describe_groups(ctx, request):
+    v = ctx.version
+    cls = response_class(15, v)
+    operations = GROUP_OPERATIONS if v >= 3 and request.include_authorized_operations else NOT_REQUESTED
+    described = []
+    for group_id in request.groups:
+        d = ctx.broker.groups.describe(group_id)
+        error, message = d.error, None
+        if error == ErrorCode.GROUP_ID_NOT_FOUND:
+            if v >= 6:
+                message = f"group {group_id} not found"
+            else:
+                error = ErrorCode.NONE  # older versions describe an unknown group as Dead
+        members = [cls.DescribedGroup.DescribedGroupMember(
+            member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+            client_host=m.client_host, member_metadata=m.metadata, member_assignment=m.assignment)
+            for m in d.members]
+        described.append(cls.DescribedGroup(
+            error_code=error, error_message=message, group_id=group_id, group_state=d.state,
+            protocol_type=d.protocol_type, protocol_data=d.protocol_data, members=members,
+            authorized_operations=operations))
+    return cls(throttle_time_ms=0, groups=described)
+
+
+async def delete_groups(ctx, request):
+    cls = response_class(42, ctx.version)
+    results = await ctx.broker.groups.delete_groups(list(request.groups_names))
+    return cls(throttle_time_ms=0,
+               results=[cls.DeletableGroupResult(group_id=g, error_code=e) for g, e in results])
+
+
+ROUTES = [
+    (11, 0, 9, join_group),
+    (14, 0, 5, sync_group),
+    (12, 0, 4, heartbeat),
+    (13, 0, 5, leave_group),
+    (16, 0, 5, list_groups),
+    (15, 0, 6, describe_groups),
+    (42, 0, 2, delete_groups),
+]

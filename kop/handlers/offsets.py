@@ -1,0 +1,134 @@
+"""Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete. Version notes:
+
+- OffsetCommit (8) v0-9: v0 has no generation (a simple commit, as generation -1 is in v1+: groups without members,
+  assign-only consumers and the Reader pattern commit that way); v1 carries a commit timestamp; v2-4 a retention time
+  we ignore (offsets live as long as the cursor); v6+ leader epochs; v7+ group.instance.id; v8+ flexible; v9 renames
+  the generation to GenerationIdOrMemberEpoch, which for a classic group is still the generation. v10 (topic ids) is
+  not served.
+- OffsetFetch (9) v0-9: v2+ null topics mean every partition with an offset, and a top-level error; v5+ leader
+  epochs; v7+ require_stable (no transactional offsets are pending here yet, so every offset is stable); v8+ many
+  groups per request; v9 member id and epoch, which Kafka ignores for classic groups, as we do.
+- OffsetDelete (47) v0.
+
+Durability: the ordered phase validates and hands every partition's offset to its cursor in request order; the
+response waits until all of them are durable.
+"""
+import asyncio
+
+from protocol.api import response_class
+from protocol.errors import ErrorCode
+
+NO_OFFSET = -1
+
+
+# ---- OffsetCommit
+
+async def offset_commit(ctx, request):
+    v = ctx.version
+    cls = response_class(8, v)
+    groups = ctx.broker.groups
+    generation = request.generation_id_or_member_epoch if v >= 1 else -1
+    member_id = request.member_id if v >= 1 else ""
+    error = groups.validate_commit(request.group_id, generation, member_id or "",
+                                   request.group_instance_id if v >= 7 else None)
+    pending: list[tuple[str, list[tuple[int, ErrorCode | asyncio.Future]]]] = []
+    for topic in request.topics:
+        per_partition = []
+        for p in topic.partitions:
+            if error != ErrorCode.NONE:
+                per_partition.append((p.partition_index, error))
+                continue
+            per_partition.append((p.partition_index, groups.commit(
+                request.group_id, topic.name, p.partition_index, p.committed_offset,
+                p.committed_leader_epoch if v >= 6 else -1, p.committed_metadata,
+                p.commit_timestamp if v == 1 else -1)))
+        pending.append((topic.name, per_partition))
+    return _commit_response(cls, pending)
+
+
+async def _commit_response(cls, pending):
+    topics = []
+    for name, per_partition in pending:
+        partitions = []
+        for index, outcome in per_partition:
+            code = await outcome if isinstance(outcome, asyncio.Future) else outcome
+            partitions.append(cls.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
+                partition_index=index, error_code=code))
+        topics.append(cls.OffsetCommitResponseTopic(name=name, partitions=partitions))
+    return cls(throttle_time_ms=0, topics=topics)
+
+
+# ---- OffsetFetch
+
+def _fetch_group(ctx, group_id: str, topics) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, object]]]]]:
+    """(group error, [(topic, [(partition, CommittedOffset | None)])]) for named topics, or every committed
+    partition when topics is None."""
+    groups = ctx.broker.groups
+    error = groups.check(group_id, allow_empty=True)
+    if error is not None:
+        requested = [(t.name, [(i, None) for i in t.partition_indexes]) for t in topics or []]
+        return error, requested
+    if topics is None:
+        by_topic: dict[str, list] = {}
+        for (topic, index), committed in groups.fetch_all_offsets(group_id).items():
+            by_topic.setdefault(topic, []).append((index, committed))
+        return ErrorCode.NONE, sorted(by_topic.items())
+    return ErrorCode.NONE, [(t.name, [(i, groups.fetch_offset(group_id, t.name, i)) for i in t.partition_indexes])
+                            for t in topics]
+
+
+def _partition_fields(committed, error: ErrorCode) -> dict:
+    if committed is None:
+        return dict(committed_offset=NO_OFFSET, committed_leader_epoch=-1, metadata="", error_code=error)
+    return dict(committed_offset=committed.offset, committed_leader_epoch=committed.leader_epoch,
+                metadata=committed.metadata, error_code=ErrorCode.NONE)
+
+
+async def offset_fetch(ctx, request):
+    v = ctx.version
+    cls = response_class(9, v)
+    if v >= 8:
+        out = []
+        for group in request.groups:
+            error, found = _fetch_group(ctx, group.group_id, group.topics)
+            Topics = cls.OffsetFetchResponseGroup.OffsetFetchResponseTopics
+            topics = [] if error != ErrorCode.NONE else [
+                Topics(name=name, partitions=[Topics.OffsetFetchResponsePartitions(
+                    partition_index=index, **_partition_fields(committed, ErrorCode.NONE))
+                    for index, committed in partitions])
+                for name, partitions in found]
+            out.append(cls.OffsetFetchResponseGroup(group_id=group.group_id, topics=topics, error_code=error))
+        return cls(throttle_time_ms=0, groups=out)
+    topics_requested = request.topics
+    error, found = _fetch_group(ctx, request.group_id, topics_requested)
+    # v0-1 have no top-level error: each partition carries it.
+    partition_error = error if v < 2 else ErrorCode.NONE
+    Topic = cls.OffsetFetchResponseTopic
+    topics = [] if error != ErrorCode.NONE and v >= 2 else [
+        Topic(name=name, partitions=[Topic.OffsetFetchResponsePartition(
+            partition_index=index, **_partition_fields(committed, partition_error))
+            for index, committed in partitions])
+        for name, partitions in found]
+    return cls(throttle_time_ms=0, topics=topics, error_code=error)
+
+
+# ---- OffsetDelete
+
+async def offset_delete(ctx, request):
+    cls = response_class(47, ctx.version)
+    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    error, results = await ctx.broker.groups.delete_offsets(request.group_id, wanted)
+    Topic = cls.OffsetDeleteResponseTopic
+    topics = [] if error != ErrorCode.NONE else [
+        Topic(name=t.name, partitions=[Topic.OffsetDeleteResponsePartition(
+            partition_index=p.partition_index, error_code=results[(t.name, p.partition_index)])
+            for p in t.partitions])
+        for t in request.topics]
+    return cls(error_code=error, throttle_time_ms=0, topics=topics)
+
+
+ROUTES = [
+    (8, 0, 9, offset_commit),
+    (9, 0, 9, offset_fetch),
+    (47, 0, 0, offset_delete),
+]
