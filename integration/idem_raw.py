@@ -73,16 +73,24 @@ class RawKafka:
         self.close()
 
     def call(self, request, response_cls, version: int):
+        return self.receive(self.send(request), response_cls, version)
+
+    def send(self, request) -> int:
+        """Send one request without waiting; returns its correlation id (for pipelining and acks=0)."""
         self._correlation_id += 1
         request.with_header(correlation_id=self._correlation_id, client_id="kop-idem-test")
         self._sock.sendall(request.encode(header=True, framed=True))
+        return self._correlation_id
+
+    def receive(self, correlation_id: int, response_cls, version: int):
+        """The next response, which must answer `correlation_id` (a broker answers in request order)."""
         size = struct.unpack(">i", self._recv_exact(4))[0]
         if not 0 < size <= MAX_FRAME:
             raise ConnectionError(f"absurd response frame size {size}")
         response = response_cls.decode(self._recv_exact(size), version=version, header=True)
-        if response.header.correlation_id != self._correlation_id:
+        if response.header.correlation_id != correlation_id:
             raise ConnectionError(f"response for correlation id {response.header.correlation_id}, "
-                                  f"expected {self._correlation_id}")
+                                  f"expected {correlation_id}")
         return response
 
     def _recv_exact(self, n: int) -> bytes:
@@ -116,16 +124,25 @@ class RawKafka:
         response = self.call(InitProducerIdRequest[version](**fields), InitProducerIdResponse, version)
         return ProducerIdentity(response.error_code, response.producer_id, response.producer_epoch)
 
-    def produce(self, topic: str, partition: int, batch: bytes, *, acks: int = -1,
-                timeout_ms: int = 10_000) -> ProduceAnswer:
-        v = PRODUCE_VERSION
-        request = ProduceRequest[v](
+    def produce(self, topic: str, partition: int, batch: bytes, *, acks: int = -1, timeout_ms: int = 10_000,
+                version: int = PRODUCE_VERSION) -> ProduceAnswer | None:
+        """One Produce request and its answer; None for acks=0, which gets no response."""
+        correlation_id = self.send_produce(topic, partition, batch, acks=acks, timeout_ms=timeout_ms,
+                                           version=version)
+        return None if acks == 0 else self.receive_produce(correlation_id, version)
+
+    def send_produce(self, topic: str, partition: int, batch: bytes, *, acks: int = -1, timeout_ms: int = 10_000,
+                     version: int = PRODUCE_VERSION) -> int:
+        request = ProduceRequest[version](
             transactional_id=None, acks=acks, timeout_ms=timeout_ms,
             topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=[
                 ProduceRequest.TopicProduceData.PartitionProduceData(index=partition, records=batch)])])
-        response = self.call(request, ProduceResponse, v)
+        return self.send(request)
+
+    def receive_produce(self, correlation_id: int, version: int = PRODUCE_VERSION) -> ProduceAnswer:
+        response = self.receive(correlation_id, ProduceResponse, version)
         answer = response.responses[0].partition_responses[0]
-        return ProduceAnswer(answer.error_code, answer.base_offset, answer.error_message)
+        return ProduceAnswer(answer.error_code, answer.base_offset, getattr(answer, "error_message", None))
 
     # ---- reading
 

@@ -1,0 +1,76 @@
+"""The FaultProxy the idempotence tests rely on: it drops exactly the Produce responses its policy picks, only
+after the broker stored the batch, and passes everything else through with responses matched to requests."""
+import pytest
+
+from integration.fault_proxy import CutPolicy, FaultProxy
+from integration.idem_raw import RawKafka, plain_batch, read_topic
+from integration.idem_stream import wait_until
+
+TOPIC = "proxied"
+
+
+@pytest.fixture
+def proxied(broker_factory):
+    with FaultProxy() as proxy:
+        broker = broker_factory({"advertised.port": str(proxy.port)})
+        proxy.upstream_port = broker.port
+        with RawKafka(broker.port) as kafka:
+            assert kafka.create_topic(TOPIC, 1) == 0
+        yield broker, proxy
+
+
+def stored(broker) -> list[bytes]:
+    return [r.value for r in read_topic(broker.port, TOPIC, [0])]
+
+
+@pytest.mark.parametrize("version", [3, 8, 9, 10])  # request header v1 and v2 (flexible from v9)
+def test_cuts_the_picked_produce_responses_after_the_batch_is_stored(proxied, version):
+    broker, proxy = proxied
+    proxy.set_policy(CutPolicy(every=2, max_cuts=2, skip_first=1))
+    answered, cut = [], []
+    client = RawKafka(proxy.port)
+    try:
+        for i in range(1, 8):
+            try:
+                assert client.produce(TOPIC, 0, plain_batch([b"v%d" % i]), version=version).error_code == 0
+                answered.append(i)
+            except ConnectionError:
+                cut.append(i)
+                client.close()
+                client = RawKafka(proxy.port)
+    finally:
+        client.close()
+    assert (answered, cut) == ([1, 2, 4, 6, 7], [3, 5])
+    assert stored(broker) == [b"v%d" % i for i in range(1, 8)]  # the cut batches were stored all the same
+    stats = proxy.stats()
+    assert (stats.produce_requests, stats.cuts, stats.connections) == (7, 2, 3)
+    assert stats.produce_errors == {0: 5} and stats.order_violations == 0
+
+
+def test_acks_zero_produce_is_never_picked_and_other_requests_pass(proxied):
+    broker, proxy = proxied
+    proxy.set_policy(CutPolicy(every=1, max_cuts=1))
+    with RawKafka(proxy.port) as client:
+        assert client.produce(TOPIC, 0, plain_batch([b"a0"]), acks=0) is None  # no response will come
+        assert client.produce(TOPIC, 0, plain_batch([b"a1"]), acks=0) is None
+        assert client.init_producer_id().error_code == 0  # answered, and matched to its own request
+        with pytest.raises(ConnectionError):
+            client.produce(TOPIC, 0, plain_batch([b"acked"]))
+    assert stored(broker) == [b"a0", b"a1", b"acked"]
+    stats = proxy.stats()
+    assert (stats.requests, stats.produce_requests, stats.cuts, stats.order_violations) == (4, 1, 1, 0)
+
+
+def test_responses_pipelined_behind_a_cut_are_lost_with_it(proxied):
+    broker, proxy = proxied
+    proxy.set_policy(CutPolicy(every=1, max_cuts=1))
+    with RawKafka(proxy.port) as client:
+        first = client.send_produce(TOPIC, 0, plain_batch([b"p0"]))
+        for i in (1, 2):
+            client.send_produce(TOPIC, 0, plain_batch([b"p%d" % i]))
+        with pytest.raises(ConnectionError):
+            client.receive_produce(first)
+    assert wait_until(lambda: b"p0" in stored(broker), timeout=10)
+    stats = proxy.stats()
+    assert stats.cuts == 1 and 1 <= stats.produce_requests <= 3  # the cut may come before all three are read
+    assert stats.produce_errors == {}, "no Produce response may reach the client after the cut"
