@@ -160,8 +160,8 @@ def aiokafka_stream(bootstrap: str, topic: str, values: Sequence[bytes], *, idem
     async def go() -> list[Report]:
         producer = AIOKafkaProducer(
             bootstrap_servers=bootstrap, enable_idempotence=idempotent, acks="all",
-            compression_type=None if compression == "none" else compression, linger_ms=5, max_batch_size=SMALL_BATCH_BYTES,
-            retry_backoff_ms=20, request_timeout_ms=10_000)
+            compression_type=None if compression == "none" else compression, linger_ms=5,
+            max_batch_size=SMALL_BATCH_BYTES, retry_backoff_ms=20, request_timeout_ms=10_000)
         await producer.start()
         try:
             futures = [await producer.send(topic, key=_key(v), value=v) for v in values]
@@ -183,7 +183,8 @@ def java_stream(bootstrap: str, topic: str, values: Sequence[bytes], *, idempote
                 compression: str) -> list[Report]:
     """The Java harness numbers its values itself: value_prefix + i, so `values` must be stream_values()."""
     prefix = values[0].rsplit(b"-", 1)[0].decode() + "-"
-    extra = {"batch.size": SMALL_BATCH_BYTES, "retry.backoff.ms": 20, "reconnect.backoff.ms": 20, "reconnect.backoff.max.ms": 200}
+    extra = {"batch.size": SMALL_BATCH_BYTES, "retry.backoff.ms": 20, "reconnect.backoff.ms": 20,
+             "reconnect.backoff.max.ms": 200}
     if not idempotent:
         extra["retries"] = 1_000_000
     deliveries = java_produce(bootstrap, topic, len(values), idempotence=idempotent, max_in_flight=5,

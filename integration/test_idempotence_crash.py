@@ -83,8 +83,8 @@ def java_reports(bootstrap: str, topic: str, values: list[bytes], running: threa
     try:
         deliveries = java_produce(bootstrap, topic, len(values), idempotence=True, max_in_flight=5,
                                   key_prefix="k", value_prefix=values[0].decode().rsplit("-", 1)[0] + "-",
-                                  extra_props={"batch.size": SMALL_BATCH_BYTES, "retry.backoff.ms": 50, "reconnect.backoff.ms": 50,
-                                               "reconnect.backoff.max.ms": 500},
+                                  extra_props={"batch.size": SMALL_BATCH_BYTES, "retry.backoff.ms": 50,
+                                               "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500},
                                   timeout=STREAM_TIMEOUT_S)
         out.extend(Report(d.value.encode(), d.partition, d.offset if d.ok else None, d.error) for d in deliveries)
     finally:
