@@ -226,3 +226,13 @@ def test_write_failures_fence_and_every_value_is_stored_once_in_order(start_brok
     # Each injected failure failed one flush, which rolled the ledger: ledger ids 0..3 were used.
     ledgers = internal_stats(broker, topic)["ledgers"]
     assert ledgers[-1]["ledgerId"] == len(injections), ledgers
+
+
+def test_system_topics_are_never_deduplicated(start_broker):
+    broker = start_broker()
+    with RawKafka(broker.port) as kafka:
+        assert kafka.create_topic("__kop_system") == 0
+    set_topic_dedup(broker, "__kop_system", True)
+    assert admin(broker).get(topic_resource("__kop_system", "deduplicationEnabled"), applied=True) is True
+    assert partition_stats(broker, "__kop_system")["deduplicationStatus"] == "Disabled"
+    assert DEDUP_CURSOR not in internal_stats(broker, "__kop_system")["cursors"]

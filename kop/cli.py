@@ -74,7 +74,7 @@ async def run_standalone(config: BrokerConfig) -> None:
     await broker.stop()
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kop", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     standalone = sub.add_parser("standalone", help="run one broker with embedded file storage")
@@ -87,6 +87,11 @@ def main(argv: list[str] | None = None) -> int:
                             help=f"admin HTTP port (default {STANDALONE_ADMIN_PORT}; 0 = off, -1 = any free port)")
     standalone.add_argument("--log-level", default="INFO")
     add_admin_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "admin":
         return run_admin(args)

@@ -11,13 +11,38 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from kop.admin.client import (DEFAULT_ADMIN_URL, AdminClient, AdminError, namespace_resource, namespace_topics,
                               topic_resource)
 
-# policy command suffix -> REST path segment, per level (Pulsar names the topic-level flag differently)
-NAMESPACE_POLICIES = {"deduplication": "deduplication", "deduplication-snapshot-interval": "deduplicationSnapshotInterval"}
-TOPIC_POLICIES = {"deduplication": "deduplicationEnabled", "deduplication-snapshot-interval": "deduplicationSnapshotInterval"}
+
+def _enable_arguments(parser: argparse.ArgumentParser) -> None:
+    choice = parser.add_mutually_exclusive_group(required=True)
+    choice.add_argument("--enable", "-e", dest="enable", action="store_true", default=None)
+    choice.add_argument("--disable", "-d", dest="enable", action="store_false")
+
+
+def _interval_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--interval", "-i", type=int, required=True, help="seconds (0 = no time-based snapshots)")
+
+
+@dataclass(frozen=True)
+class PolicyCommands:
+    """The get-/set-/remove-{suffix} commands of one policy."""
+
+    suffix: str
+    namespace_segment: str  # its REST path segment at namespace level
+    topic_segment: str  # ... and at topic level (Pulsar names the topic-level flag differently)
+    value_arguments: Callable[[argparse.ArgumentParser], None]
+    value: Callable[[argparse.Namespace], object]
+
+
+POLICIES = (
+    PolicyCommands("deduplication", "deduplication", "deduplicationEnabled", _enable_arguments, lambda a: a.enable),
+    PolicyCommands("deduplication-snapshot-interval", "deduplicationSnapshotInterval",
+                   "deduplicationSnapshotInterval", _interval_arguments, lambda a: a.interval),
+)
 
 Action = Callable[[AdminClient, argparse.Namespace], object]
 QUIET = object()  # an action's result when there is nothing to print
@@ -29,10 +54,10 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
     admin.add_argument("--admin-url", default=os.environ.get("KOP_ADMIN_URL", DEFAULT_ADMIN_URL),
                        help=f"the broker's admin API (default $KOP_ADMIN_URL or {DEFAULT_ADMIN_URL})")
     admin.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for an answer")
-    groups = admin.add_subparsers(dest="admin_group", required=True)
-    _add_policy_commands(groups.add_parser("namespaces", help="namespace policies"), "namespace", NAMESPACE_POLICIES)
+    groups = admin.add_subparsers(dest="admin_group", required=True, metavar="{namespaces,topics}")
+    _add_policy_commands(groups.add_parser("namespaces", help="namespace policies"), "namespace")
     topics = groups.add_parser("topics", help="topic policies, stats and listing")
-    topic_commands = _add_policy_commands(topics, "topic", TOPIC_POLICIES)
+    topic_commands = _add_policy_commands(topics, "topic")
     _add_topic_commands(topic_commands)
 
 
@@ -51,41 +76,36 @@ def run_admin(args: argparse.Namespace) -> int:
 # ---- commands
 
 
-def _add_policy_commands(group: argparse.ArgumentParser, level: str,
-                         policies: dict[str, str]) -> argparse._SubParsersAction:
-    commands = group.add_subparsers(dest="admin_command", required=True)
+def _add_policy_commands(group: argparse.ArgumentParser, level: str) -> argparse._SubParsersAction:
+    commands = group.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
     metavar = "tenant/namespace" if level == "namespace" else "TOPIC"
+    for policy in POLICIES:
+        if level == "namespace":
+            def resource(args: argparse.Namespace, segment: str = policy.namespace_segment) -> str:
+                return namespace_resource(args.target, segment)
+        else:
+            def resource(args: argparse.Namespace, segment: str = policy.topic_segment) -> str:
+                return topic_resource(args.target, segment)
 
-    def resource(args: argparse.Namespace, segment: str) -> str:
-        build = namespace_resource if level == "namespace" else topic_resource
-        return build(args.target, segment)
+        def get(client: AdminClient, args: argparse.Namespace, resource=resource) -> object:
+            return client.get(resource(args), **({"applied": True} if args.applied else {}))
 
-    for suffix, segment in policies.items():
-        def get(client: AdminClient, args: argparse.Namespace, segment: str = segment) -> object:
-            query = {"applied": True} if getattr(args, "applied", False) else {}
-            return client.get(resource(args, segment), **query)
-
-        def set_(client: AdminClient, args: argparse.Namespace, segment: str = segment) -> object:
-            value = args.enable if segment != "deduplicationSnapshotInterval" else args.interval
-            client.post(resource(args, segment), value)
+        def set_(client: AdminClient, args: argparse.Namespace, resource=resource, policy=policy) -> object:
+            client.post(resource(args), policy.value(args))
             return QUIET
 
-        def remove(client: AdminClient, args: argparse.Namespace, segment: str = segment) -> object:
-            client.delete(resource(args, segment))
+        def remove(client: AdminClient, args: argparse.Namespace, resource=resource) -> object:
+            client.delete(resource(args))
             return QUIET
 
-        getter = _command(commands, f"get-{suffix}", get, metavar, f"show the {level}'s {suffix} policy")
+        name = policy.suffix.replace("-", " ")
+        getter = _command(commands, f"get-{policy.suffix}", get, metavar, f"show the {level}'s {name} policy")
         getter.add_argument("--applied", "-ap", action="store_true",
                             help="the value in force (topic -> namespace -> broker), not only this level's")
-        setter = _command(commands, f"set-{suffix}", set_, metavar, f"set the {level}'s {suffix} policy")
-        if suffix == "deduplication":
-            choice = setter.add_mutually_exclusive_group(required=True)
-            choice.add_argument("--enable", "-e", dest="enable", action="store_true", default=None)
-            choice.add_argument("--disable", "-d", dest="enable", action="store_false")
-        else:
-            setter.add_argument("--interval", "-i", type=int, required=True, help="seconds (0 = no time snapshots)")
-        _command(commands, f"remove-{suffix}", remove, metavar,
-                 f"remove the {level}'s {suffix} policy (fall back to the next level)")
+        setter = _command(commands, f"set-{policy.suffix}", set_, metavar, f"set the {level}'s {name} policy")
+        policy.value_arguments(setter)
+        _command(commands, f"remove-{policy.suffix}", remove, metavar,
+                 f"remove the {level}'s {name} policy (fall back to the next level)")
     return commands
 
 

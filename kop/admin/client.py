@@ -28,7 +28,8 @@ def topic_path(topic: str) -> str:
     if len(parts) == 1:
         parts = ["public", "default", parts[0]]
     if len(parts) != 3 or not all(parts):
-        raise ValueError(f"expected TOPIC, tenant/namespace/TOPIC or persistent://tenant/namespace/TOPIC, got {topic!r}")
+        raise ValueError(f"expected TOPIC, tenant/namespace/TOPIC or persistent://tenant/namespace/TOPIC, "
+                         f"got {topic!r}")
     return "/".join(quote(p, safe="") for p in parts)
 
 

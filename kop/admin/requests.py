@@ -62,7 +62,7 @@ def json_body(request: Request) -> object:
 def bool_body(request: Request) -> bool:
     value = json_body(request)
     if not isinstance(value, bool):
-        raise HttpError(400, f"expected true or false, got {request.body[:100]!r}")
+        raise HttpError(400, f"expected true or false, got {json.dumps(value)[:100]}")
     return value
 
 

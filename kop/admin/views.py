@@ -83,6 +83,7 @@ def topic_stats(namespace: str, topic: str, partitions: Sequence[PartitionLog]) 
             entry["partitions"] = entry.get("partitions", 0) + 1
     return {
         "metadata": {"partitions": len(partitions)},
+        # One status when the partitions agree; they differ only for a moment while a policy change is applied.
         "deduplicationStatus": statuses.pop() if len(statuses) == 1 else "Mixed",
         "publishers": [by_producer[name] for name in sorted(by_producer)],
         "storageSize": sum(s["storageSize"] for s in per_partition.values()),
