@@ -124,7 +124,7 @@ def test_snapshot_every_n_entries(start_broker):
     ledger, last = entry_id(stats["lastConfirmedEntry"])
     assert last == 24
     # Snapshots after the 10th and the 20th entry: the mark-delete sits on entry 19 with sequence 19 recorded.
-    assert wait_until(lambda: entry_id(cursor()["markDeletePosition"]) == (ledger, 19), timeout=5), cursor()
+    assert wait_until(lambda: entry_id(cursor()["markDeletePosition"]) == (ledger, 19), timeout=10), cursor()
     properties = cursor()["properties"]
     assert properties[f"KOP-PID-{pid}-0"] == 19
     # The five recent batches (Kafka's window) travel with the snapshot.
@@ -148,8 +148,8 @@ def test_snapshot_by_time_follows_the_topic_interval(start_broker):
         stats = internal_stats(broker, topic)
         return stats["cursors"][DEDUP_CURSOR]["markDeletePosition"] == stats["lastConfirmedEntry"]
 
-    # No more traffic: only the timer can move the mark-delete to the last entry.
-    assert wait_until(lambda: caught_up("timed"), timeout=6)
+    # No more traffic: only the timer (every 1 s, interval 1 s) can move the mark-delete to the last entry.
+    assert wait_until(lambda: caught_up("timed"), timeout=15)
     assert internal_stats(broker, "timed")["cursors"][DEDUP_CURSOR]["properties"][f"KOP-PID-{pid}-0"] == 2
     assert not caught_up("untimed")
     assert internal_stats(broker, "untimed")["cursors"][DEDUP_CURSOR]["markDeletePosition"] == "-1:-1"
@@ -166,7 +166,7 @@ def test_recovery_from_snapshot_and_replay_after_kill(start_broker):
                    range(0, 50, 2)}
     name = f"KOP-PID-{pid}-0"
     assert wait_until(lambda: entry_id(internal_stats(broker, topic)["cursors"][DEDUP_CURSOR]
-                                       ["markDeletePosition"])[1] == 19, timeout=5)
+                                       ["markDeletePosition"])[1] == 19, timeout=10)
     before = partition_stats(broker, topic)["publishers"]
     assert [(p["producerId"], p["producerEpoch"], p["lastSequenceId"]) for p in before] == [(pid, 0, 49)]
 
@@ -236,3 +236,19 @@ def test_system_topics_are_never_deduplicated(start_broker):
     assert admin(broker).get(topic_resource("__kop_system", "deduplicationEnabled"), applied=True) is True
     assert partition_stats(broker, "__kop_system")["deduplicationStatus"] == "Disabled"
     assert DEDUP_CURSOR not in internal_stats(broker, "__kop_system")["cursors"]
+
+
+def test_stats_show_the_monotonic_and_the_wire_sequence_across_the_wrap(start_broker):
+    broker = start_broker()
+    topic = "wrapped"
+    with RawKafka(broker.port) as kafka:
+        assert kafka.create_topic(topic) == 0
+        pid = kafka.init_producer_id().producer_id
+        assert send(kafka, topic, pid, 2**31 - 2, [b"x", b"y"]) == 0  # sequences 2147483646, 2147483647
+        assert send(kafka, topic, pid, 0, [b"z"]) == 2  # the int32 sequence wrapped to 0
+        assert send(kafka, topic, pid, 0, [b"z"]) == 2  # and its retry is still a retry
+    [publisher] = partition_stats(broker, topic)["publishers"]
+    assert (publisher["lastSequenceId"], publisher["lastSequenceIdWire"]) == (2**31, 0)
+    assert [(b["firstSequence"], b["lastSequence"], b["baseOffset"]) for b in publisher["recentBatches"]] == [
+        (2**31 - 2, 2**31 - 1, 0), (0, 0, 2)]
+    assert stored_values(broker, topic) == [b"x", b"y", b"z"]
