@@ -1,0 +1,40 @@
+"""Producer deduplication: Pulsar's PIP-6 core and Kafka's idempotent-producer rules on top of it.
+
+No I/O here: storage is reached through the Protocols of `dedup.interfaces`, and nothing imports from `kop`.
+"""
+
+from dedup.interfaces import (
+    BEFORE_FIRST,
+    DEDUP_CURSOR_NAME,
+    DedupCursor,
+    DedupLedger,
+    EntrySource,
+    Position,
+    ReplayEntry,
+)
+from dedup.kafka_producers import (
+    DUPLICATE_SEQUENCE_NUMBER,
+    INVALID_PRODUCER_EPOCH,
+    OUT_OF_ORDER_SEQUENCE_NUMBER,
+    REQUEST_TIMED_OUT,
+    Accept,
+    BatchMetadata,
+    DecideAgain,
+    Decision,
+    Duplicate,
+    KafkaProducers,
+    PendingBatch,
+    ProducerSnapshot,
+    Reject,
+    WaitFor,
+    WriteFailed,
+)
+from dedup.message_deduplication import DedupConfig, DupStatus, MessageDeduplication, Status, carries_dedup_identity
+
+__all__ = [
+    "BEFORE_FIRST", "DEDUP_CURSOR_NAME", "DedupCursor", "DedupLedger", "EntrySource", "Position", "ReplayEntry",
+    "DUPLICATE_SEQUENCE_NUMBER", "INVALID_PRODUCER_EPOCH", "OUT_OF_ORDER_SEQUENCE_NUMBER", "REQUEST_TIMED_OUT",
+    "Accept", "BatchMetadata", "DecideAgain", "Decision", "Duplicate", "KafkaProducers", "PendingBatch",
+    "ProducerSnapshot", "Reject", "WaitFor", "WriteFailed",
+    "DedupConfig", "DupStatus", "MessageDeduplication", "Status", "carries_dedup_identity",
+]

@@ -1,0 +1,409 @@
+"""Kafka's idempotent-producer rules for one partition, on top of the PIP-6 core.
+
+The answer table is `reference/idempotence.md` §4.1. Per producer id this keeps the current epoch, the last five
+persisted batches of that epoch (Kafka's window, so a retry gets its original offset) and the batches still being
+written. The PIP-6 core holds the sequence ids, under the name `"{prefix}-{producerId}-{epoch}"`, unwrapped to int64
+(`dedup.sequences`).
+
+The caller, one partition at a time and with no `await` between a decision and what it does with it:
+
+    decision = producers.check(pid, epoch, base_sequence, last_offset_delta)
+    Accept      -> assign offsets; pending = producers.on_pushed(decision, base, last, publish_time);
+                   write the entry (metadata: decision's name/sequence ids, pid, epoch, publish_time); then
+                   producers.on_persisted(pending, position) or, on a failed write, producers.on_write_failed(code)
+    Duplicate   -> answer NONE with the original base offset (no write)
+    WaitFor     -> await its future: a Duplicate to answer, or WriteFailed(code) to answer; REQUEST_TIMED_OUT if the
+                   request's timeout passes first
+    DecideAgain -> await its future (the producer's writes in flight finished), then call check() again
+    Reject      -> answer its error code
+
+Entries without a producer id (and control batches) bypass `check` but still report `on_persisted(None, position)`
+so the snapshot counter sees every entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from dedup.interfaces import Position, ReplayEntry
+from dedup.message_deduplication import DupStatus, MessageDeduplication
+from dedup.sequences import MAX_SEQUENCE, to_wire, unwrap
+
+log = logging.getLogger(__name__)
+
+# Kafka error codes this module answers with.
+REQUEST_TIMED_OUT = 7
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+DUPLICATE_SEQUENCE_NUMBER = 46
+INVALID_PRODUCER_EPOCH = 47
+
+DEFAULT_NAME_PREFIX = "KOP-PID"
+RECENT_BATCHES = 5  # Kafka's NUM_BATCHES_TO_RETAIN, and every client's in-flight cap
+
+# Snapshot keys for the recent batches: "__kafka_batch:{pid}:{epoch}:{firstSeq}:{lastSeq}:{lastOffset}:{timestamp}"
+# -> baseOffset (cursor properties are str -> int64 only). The epoch of a producer is the epoch of its batches.
+BATCH_KEY_PREFIX = "__kafka_batch:"
+
+
+# -- decisions ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Accept:
+    """Write the batch; store these ids in its MessageMetadata."""
+
+    producer_id: int
+    producer_epoch: int
+    producer_name: str
+    sequence_id: int
+    highest_sequence_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    """Already stored: answer NONE with the original offsets (no write)."""
+
+    base_offset: int
+    last_offset: int
+    log_append_time: int
+
+
+@dataclass(frozen=True, slots=True)
+class WaitFor:
+    """A retry of a batch still being written: its future gives the original's Duplicate, or raises WriteFailed."""
+
+    future: asyncio.Future[Duplicate]
+
+
+@dataclass(frozen=True, slots=True)
+class DecideAgain:
+    """Not decidable while the producer has writes in flight (PIP-6 Unknown); the future completes when they end."""
+
+    future: asyncio.Future[None]
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    error_code: int
+    message: str
+
+
+Decision = Accept | Duplicate | WaitFor | DecideAgain | Reject
+
+
+class WriteFailed(Exception):
+    """The write a WaitFor was waiting on failed; answer the same retriable error."""
+
+    def __init__(self, error_code: int) -> None:
+        super().__init__(f"the original write failed with error {error_code}")
+        self.error_code = error_code
+
+
+# -- state -------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    epoch: int
+    first_seq: int  # int64, unwrapped
+    last_seq: int
+    base_offset: int
+    last_offset: int
+    timestamp: int  # the entry's publish time (log-append time)
+
+    def same_batch(self, epoch: int, first_seq: int, last_seq: int) -> bool:
+        return (self.epoch, self.first_seq, self.last_seq) == (epoch, first_seq, last_seq)
+
+
+class PendingBatch:
+    """A batch accepted and not yet durable; the handle the caller passes back to `on_persisted`."""
+
+    __slots__ = ("producer_id", "producer_name", "batch", "_waiters")
+
+    def __init__(self, producer_id: int, producer_name: str, batch: BatchMetadata) -> None:
+        self.producer_id = producer_id
+        self.producer_name = producer_name
+        self.batch = batch
+        self._waiters: list[asyncio.Future[Duplicate]] = []
+
+    def waiter(self) -> asyncio.Future[Duplicate]:
+        # One future per waiter: a waiter that times out cancels only its own.
+        future: asyncio.Future[Duplicate] = asyncio.get_running_loop().create_future()
+        future.add_done_callback(_mark_exception_retrieved)
+        self._waiters.append(future)
+        return future
+
+    def succeed(self) -> None:
+        b = self.batch
+        for future in self._waiters:
+            if not future.done():
+                future.set_result(Duplicate(b.base_offset, b.last_offset, b.timestamp))
+
+    def fail(self, error_code: int) -> None:
+        for future in self._waiters:
+            if not future.done():
+                future.set_exception(WriteFailed(error_code))
+
+
+def _mark_exception_retrieved(future: asyncio.Future[object]) -> None:
+    # A waiter whose request went away must not log "exception was never retrieved".
+    if not future.cancelled():
+        future.exception()
+
+
+@dataclass(slots=True)
+class _Producer:
+    epoch: int  # the newest epoch accepted (pushed); decisions use this one
+    persisted_epoch: int | None = None  # the epoch of `persisted`; None until a batch is durable
+    persisted: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=RECENT_BATCHES))
+    pending: deque[PendingBatch] = field(default_factory=deque)
+    idle_waiters: list[asyncio.Future[None]] = field(default_factory=list)
+
+    def cached(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | PendingBatch | None:
+        for pending in self.pending:
+            if pending.batch.same_batch(epoch, first_seq, last_seq):
+                return pending
+        for batch in self.persisted:
+            if batch.same_batch(epoch, first_seq, last_seq):
+                return batch
+        return None
+
+    def wait_idle(self) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.idle_waiters.append(future)
+        return future
+
+    def notify_idle(self) -> None:
+        for future in self.idle_waiters:
+            if not future.done():
+                future.set_result(None)
+        self.idle_waiters.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerSnapshot:
+    """A producer's durable state, as a snapshot keeps it (for stats and for tests)."""
+
+    epoch: int
+    batches: tuple[BatchMetadata, ...]
+
+
+# -- the rules ---------------------------------------------------------------------------------------------------
+
+
+class KafkaProducers:
+    """Kafka producer state of one partition; attaches itself to `dedup` so it is snapshotted and recovered too."""
+
+    def __init__(self, dedup: MessageDeduplication, name_prefix: str = DEFAULT_NAME_PREFIX) -> None:
+        self._dedup = dedup
+        self._prefix = name_prefix
+        self._producers: dict[int, _Producer] = {}
+        dedup.attach(self)
+
+    def producer_name(self, producer_id: int, producer_epoch: int) -> str:
+        return f"{self._prefix}-{producer_id}-{producer_epoch}"
+
+    def epoch(self, producer_id: int) -> int | None:
+        producer = self._producers.get(producer_id)
+        return None if producer is None else producer.epoch
+
+    def persisted_state(self) -> dict[int, ProducerSnapshot]:
+        return {
+            pid: ProducerSnapshot(p.persisted_epoch, tuple(p.persisted))
+            for pid, p in self._producers.items()
+            if p.persisted_epoch is not None
+        }
+
+    # -- decide ----------------------------------------------------------------------------------------------------
+
+    def check(self, producer_id: int, producer_epoch: int, base_sequence: int, last_offset_delta: int) -> Decision:
+        """Decide one idempotent batch (producer_id >= 0, not a control batch), following §4.1 in order.
+
+        Call it on the event loop: WaitFor and DecideAgain carry futures. Changes nothing; `on_pushed` does.
+        """
+        if producer_id < 0:
+            raise ValueError("batches without a producer id bypass deduplication")
+        if not 0 <= base_sequence <= MAX_SEQUENCE or last_offset_delta < 0:
+            raise ValueError(f"bad sequence range: base {base_sequence}, last offset delta {last_offset_delta}")
+        name = self.producer_name(producer_id, producer_epoch)
+        if not self._dedup.is_enabled:  # dedup off by policy (or being enabled at runtime): PIP-6 says NotDup
+            return Accept(producer_id, producer_epoch, name, base_sequence, base_sequence + last_offset_delta)
+
+        producer = self._producers.get(producer_id)
+        if producer is not None and producer_epoch < producer.epoch:
+            return Reject(INVALID_PRODUCER_EPOCH, f"producer {producer_id}: epoch {producer_epoch} is older than "
+                                                  f"the current epoch {producer.epoch}")
+        if producer is not None and producer_epoch > producer.epoch:
+            if base_sequence != 0:
+                return Reject(OUT_OF_ORDER_SEQUENCE_NUMBER, f"producer {producer_id}: new epoch {producer_epoch} "
+                                                            f"must start at sequence 0, got {base_sequence}")
+            return Accept(producer_id, producer_epoch, name, 0, last_offset_delta)
+
+        last_pushed = self._dedup.pushed_sequence_id(name)
+        if last_pushed is None:  # nothing known for this producer: any sequence starts it (Kafka >= 2.5, never 59)
+            return Accept(producer_id, producer_epoch, name, base_sequence, base_sequence + last_offset_delta)
+
+        first = unwrap(base_sequence, last_pushed)
+        last = first + last_offset_delta
+        cached = producer.cached(producer_epoch, first, last) if producer is not None else None
+        if isinstance(cached, BatchMetadata):
+            return Duplicate(cached.base_offset, cached.last_offset, cached.timestamp)
+        if isinstance(cached, PendingBatch):
+            return WaitFor(cached.waiter())
+
+        if first == last_pushed + 1:
+            return Accept(producer_id, producer_epoch, name, first, last)
+        if first > last_pushed + 1:
+            return Reject(OUT_OF_ORDER_SEQUENCE_NUMBER, f"producer {producer_id}: out of order sequence, expected "
+                                                        f"{to_wire(last_pushed + 1)}, got {base_sequence}")
+        last_persisted = self._dedup.persisted_sequence_id(name)
+        if last_persisted is not None and first <= last_persisted:
+            if last <= last_persisted:  # stored, but older than the cached window: success with no offset
+                return Reject(DUPLICATE_SEQUENCE_NUMBER, f"producer {producer_id}: sequence {base_sequence} is "
+                                                         f"already stored")
+            return Reject(OUT_OF_ORDER_SEQUENCE_NUMBER, f"producer {producer_id}: batch {base_sequence}.."
+                                                        f"{to_wire(last)} overlaps stored sequences")
+        if producer is None or not producer.pending:
+            return Reject(OUT_OF_ORDER_SEQUENCE_NUMBER, f"producer {producer_id}: sequence {base_sequence} was "
+                                                        f"already used")
+        # PIP-6 Unknown and not an exact retry: decide once the writes in flight have landed or failed.
+        return DecideAgain(producer.wait_idle())
+
+    # -- follow the write ------------------------------------------------------------------------------------------
+
+    def on_pushed(self, accept: Accept, base_offset: int, last_offset: int, timestamp: int) -> PendingBatch | None:
+        """Record an accepted batch as being written (right after `check`, offsets assigned). None: not tracked."""
+        if not self._dedup.is_enabled:
+            return None
+        status = self._dedup.is_duplicate(accept.producer_name, accept.sequence_id, accept.highest_sequence_id)
+        if status is not DupStatus.NOT_DUP:
+            raise RuntimeError(f"{accept} was overtaken by another write before on_pushed ({status.value})")
+        producer = self._producers.get(accept.producer_id)
+        if producer is None:
+            producer = self._producers[accept.producer_id] = _Producer(epoch=accept.producer_epoch)
+        producer.epoch = accept.producer_epoch
+        batch = BatchMetadata(accept.producer_epoch, accept.sequence_id, accept.highest_sequence_id,
+                              base_offset, last_offset, timestamp)
+        pending = PendingBatch(accept.producer_id, accept.producer_name, batch)
+        producer.pending.append(pending)
+        return pending
+
+    def on_persisted(self, pending: PendingBatch | None, position: Position) -> None:
+        """The entry at `position` is durable (call in log order). `pending=None`: an entry dedup does not track."""
+        if pending is None:
+            self._dedup.record_persisted(None, 0, 0, position)
+            return
+        batch = pending.batch
+        producer = self._producers.get(pending.producer_id)
+        if producer is not None and pending in producer.pending:
+            producer.pending.remove(pending)
+            self._apply_persisted(pending.producer_id, producer, batch)
+            pending.succeed()
+            if not producer.pending:
+                producer.notify_idle()
+        else:  # failed or reset meanwhile; the entry is durable all the same
+            log.warning("persisted batch %s of producer %d was no longer pending", batch, pending.producer_id)
+        # After the batch state, so a snapshot this triggers contains it.
+        self._dedup.record_persisted(pending.producer_name, batch.first_seq, batch.last_seq, position)
+        self._dedup.producer_removed(pending.producer_name)  # idle since its last write; purge_inactive expires it
+
+    def on_write_failed(self, error_code: int) -> None:
+        """A write failed and the partition is fenced: fail every write in flight with `error_code` (retriable),
+        and go back to what is persisted so the client's retries are accepted again. Report the writes that did
+        succeed (`on_persisted`) first."""
+        for producer_id, producer in list(self._producers.items()):
+            if not producer.pending:
+                continue
+            for pending in producer.pending:
+                pending.fail(error_code)
+            producer.pending.clear()
+            producer.notify_idle()
+            if producer.persisted_epoch is None:
+                del self._producers[producer_id]
+            else:
+                producer.epoch = producer.persisted_epoch
+        self._dedup.reset_pushed_to_persisted()
+
+    def _apply_persisted(self, producer_id: int, producer: _Producer, batch: BatchMetadata) -> None:
+        if producer.persisted_epoch is None or batch.epoch > producer.persisted_epoch:
+            if producer.persisted_epoch is not None:  # an epoch bump is durable: the old name is gone for good
+                self._dedup.forget(self.producer_name(producer_id, producer.persisted_epoch))
+            producer.persisted.clear()
+            producer.persisted_epoch = batch.epoch
+        elif batch.epoch < producer.persisted_epoch:
+            return
+        if any(b.same_batch(batch.epoch, batch.first_seq, batch.last_seq) for b in producer.persisted):
+            return  # replayed over a snapshot that already had it
+        producer.persisted.append(batch)
+
+    # -- DedupExtension: snapshot and recovery ---------------------------------------------------------------------
+
+    def owns_property(self, key: str) -> bool:
+        return key.startswith(BATCH_KEY_PREFIX)
+
+    def reset(self) -> None:
+        for producer in self._producers.values():
+            for pending in producer.pending:
+                pending.fail(REQUEST_TIMED_OUT)
+            producer.notify_idle()
+        self._producers.clear()
+
+    def snapshot_properties(self, names: Collection[str]) -> dict[str, int]:
+        properties: dict[str, int] = {}
+        for producer_id, producer in self._producers.items():
+            if producer.persisted_epoch is None:
+                continue
+            if self.producer_name(producer_id, producer.persisted_epoch) not in names:
+                continue  # left out by the producer cap, with its sequence
+            for b in producer.persisted:
+                key = f"{BATCH_KEY_PREFIX}{producer_id}:{b.epoch}:{b.first_seq}:{b.last_seq}:{b.last_offset}:" \
+                      f"{b.timestamp}"
+                properties[key] = b.base_offset
+        return properties
+
+    def restore(self, properties: Mapping[str, int]) -> None:
+        by_producer: dict[int, list[BatchMetadata]] = {}
+        for producer_id, batch in _parse_batch_properties(properties):
+            by_producer.setdefault(producer_id, []).append(batch)
+        for producer_id, batches in by_producer.items():
+            epoch = max(b.epoch for b in batches)
+            current = sorted((b for b in batches if b.epoch == epoch), key=lambda b: b.first_seq)
+            producer = self._producers[producer_id] = _Producer(epoch=epoch, persisted_epoch=epoch)
+            producer.persisted.extend(current)
+
+    def replay(self, entry: ReplayEntry) -> None:
+        metadata = entry.metadata
+        producer_id, epoch = metadata.producer_id, metadata.producer_epoch
+        if producer_id < 0:
+            return
+        producer = self._producers.get(producer_id)
+        if producer is None:
+            producer = self._producers[producer_id] = _Producer(epoch=epoch)
+        elif epoch < producer.epoch:  # older than a snapshot taken after it (a purge re-snapshot)
+            self._dedup.forget(metadata.producer_name)
+            return
+        producer.epoch = epoch
+        batch = BatchMetadata(epoch, metadata.sequence_id, metadata.highest_sequence_id,
+                              entry.first_offset, entry.last_offset, metadata.publish_time)
+        self._apply_persisted(producer_id, producer, batch)
+
+    def forget(self, names: Collection[str]) -> None:
+        for producer_id, producer in list(self._producers.items()):
+            if producer.persisted_epoch is None or producer.pending:
+                continue
+            if self.producer_name(producer_id, producer.persisted_epoch) in names:
+                del self._producers[producer_id]
+
+
+def _parse_batch_properties(properties: Mapping[str, int]) -> Iterator[tuple[int, BatchMetadata]]:
+    for key, base_offset in properties.items():
+        try:
+            pid, epoch, first, last, last_offset, timestamp = map(int, key[len(BATCH_KEY_PREFIX):].split(":"))
+        except ValueError:
+            log.warning("ignoring malformed dedup snapshot key %r", key)
+            continue
+        yield pid, BatchMetadata(epoch, first, last, base_offset, last_offset, timestamp)

@@ -1,0 +1,452 @@
+"""Kafka's idempotent-producer rules on top of PIP-6: every row of the answer table (idempotence.md §4.1)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from dataclasses import dataclass
+
+import pytest
+
+from dedup.interfaces import DEDUP_CURSOR_NAME, Position
+from dedup.kafka_producers import (
+    BATCH_KEY_PREFIX,
+    DUPLICATE_SEQUENCE_NUMBER,
+    INVALID_PRODUCER_EPOCH,
+    OUT_OF_ORDER_SEQUENCE_NUMBER,
+    Accept,
+    DecideAgain,
+    Decision,
+    Duplicate,
+    KafkaProducers,
+    PendingBatch,
+    Reject,
+    WaitFor,
+    WriteFailed,
+)
+from dedup.memory import InMemoryDedupLedger
+from dedup.message_deduplication import DedupConfig, MessageDeduplication
+from dedup.sequences import MAX_SEQUENCE, unwrap
+from proto.kop_pb2 import MessageMetadata
+
+NOT_LEADER_OR_FOLLOWER = 6
+PID = 1000
+
+
+def async_test(test):
+    @functools.wraps(test)
+    def run(*args, **kwargs):
+        asyncio.run(asyncio.wait_for(test(*args, **kwargs), timeout=10))
+
+    return run
+
+
+@dataclass
+class Write:
+    pending: PendingBatch | None
+    metadata: MessageMetadata
+    first_offset: int
+    last_offset: int
+
+
+class Partition:
+    """The produce path as kop/partition.py drives it: decide, assign offsets, write, report."""
+
+    def __init__(self, ledger: InMemoryDedupLedger | None = None, **config) -> None:
+        self.ledger = ledger or InMemoryDedupLedger()
+        self.dedup = MessageDeduplication(self.ledger, DedupConfig(**config))
+        self.producers = KafkaProducers(self.dedup)
+        self.in_flight: list[Write] = []
+        self.next_offset = self._durable_end()
+
+    def _durable_end(self) -> int:
+        return self.ledger.entries[-1].last_offset + 1 if self.ledger.entries else 0
+
+    async def start(self, enabled: bool = True) -> Partition:
+        await self.dedup.check_status(enabled)
+        return self
+
+    def send(self, pid: int, epoch: int, base: int, count: int = 1) -> Decision:
+        decision = self.producers.check(pid, epoch, base, count - 1)
+        if isinstance(decision, Accept):
+            first, last = self.next_offset, self.next_offset + count - 1
+            self.next_offset = last + 1
+            timestamp = 10_000 + first
+            pending = self.producers.on_pushed(decision, first, last, timestamp)
+            metadata = MessageMetadata(
+                producer_name=decision.producer_name, sequence_id=decision.sequence_id,
+                highest_sequence_id=decision.highest_sequence_id, producer_id=pid, producer_epoch=epoch,
+                publish_time=timestamp)
+            self.in_flight.append(Write(pending, metadata, first, last))
+        return decision
+
+    def persist_next(self) -> Position:
+        write = self.in_flight.pop(0)
+        position = self.ledger.append(write.metadata, write.first_offset, write.last_offset)
+        self.producers.on_persisted(write.pending, position)
+        return position
+
+    def persist_all(self) -> None:
+        while self.in_flight:
+            self.persist_next()
+
+    def fail_writes(self, error_code: int = NOT_LEADER_OR_FOLLOWER) -> None:
+        self.in_flight.clear()
+        self.next_offset = self._durable_end()
+        self.producers.on_write_failed(error_code)
+
+    def stored(self, pid: int) -> list[tuple[int, int]]:
+        """(first, last) sequence ids of the producer's durable entries, in log order."""
+        return [(e.metadata.sequence_id, e.metadata.highest_sequence_id) for e in self.ledger.entries
+                if e.metadata.producer_id == pid]
+
+
+async def started(**config) -> Partition:
+    return await Partition(**config).start()
+
+
+def accepted(partition: Partition, pid: int, epoch: int, base: int, count: int = 1) -> Accept:
+    decision = partition.send(pid, epoch, base, count)
+    assert isinstance(decision, Accept), decision
+    return decision
+
+
+def rejected(decision, error_code: int) -> bool:
+    return isinstance(decision, Reject) and decision.error_code == error_code
+
+
+# -- sequences -----------------------------------------------------------------------------------------------------
+
+
+def test_unwrap_picks_the_value_closest_to_the_last_one_and_never_negative():
+    assert unwrap(7, None) == 7
+    assert unwrap(0, MAX_SEQUENCE) == MAX_SEQUENCE + 1
+    assert unwrap(MAX_SEQUENCE, MAX_SEQUENCE + 1) == MAX_SEQUENCE
+    assert unwrap(5, 3 * 2**31 + 2) == 3 * 2**31 + 5
+    assert unwrap(MAX_SEQUENCE - 2, 5) == MAX_SEQUENCE - 2  # far ahead, not "behind zero"
+    with pytest.raises(ValueError):
+        unwrap(2**31, 0)
+
+
+# -- rule 1: bypass ------------------------------------------------------------------------------------------------
+
+
+@async_test
+async def test_rule1_batches_without_producer_id_never_reach_check_but_count_for_snapshots():
+    partition = await started(entries_interval=2)
+    with pytest.raises(ValueError):
+        partition.producers.check(-1, -1, -1, 0)
+    accepted(partition, PID, 0, 0)
+    partition.persist_next()
+    position = partition.ledger.append(MessageMetadata(is_control=True), 1, 1)  # a control batch
+    partition.producers.on_persisted(None, position)
+    await partition.dedup.flush_snapshot()
+    assert partition.ledger.cursors[DEDUP_CURSOR_NAME].mark_delete_position == position
+
+
+# -- rules 2, 3, 4: duplicates -------------------------------------------------------------------------------------
+
+
+@async_test
+async def test_rule2_retry_of_each_of_the_last_five_persisted_batches_gets_its_original_offsets():
+    partition = await started()
+    for i in range(7):
+        accepted(partition, PID, 0, 2 * i, count=2)
+    partition.persist_all()
+    for i in range(2, 7):
+        assert partition.send(PID, 0, 2 * i, count=2) == Duplicate(2 * i, 2 * i + 1, 10_000 + 2 * i)
+    assert len(partition.ledger.entries) == 7  # nothing written twice
+
+
+@async_test
+async def test_rule3_retry_of_a_pending_batch_waits_for_it_and_gets_its_result():
+    partition = await started()
+    accepted(partition, PID, 0, 0, count=3)
+    retry = partition.send(PID, 0, 0, count=3)
+    assert isinstance(retry, WaitFor) and not retry.future.done()
+    partition.persist_next()
+    assert await retry.future == Duplicate(0, 2, 10_000)
+    assert len(partition.ledger.entries) == 1
+
+
+@async_test
+async def test_rule3_retry_of_a_pending_batch_whose_write_fails_gets_the_same_retriable_error():
+    partition = await started()
+    accepted(partition, PID, 0, 0)
+    retry = partition.send(PID, 0, 0)
+    impatient = partition.send(PID, 0, 0)
+    impatient.future.cancel()  # one waiter's timeout does not disturb another
+    partition.fail_writes(NOT_LEADER_OR_FOLLOWER)
+    with pytest.raises(WriteFailed) as failed:
+        await retry.future
+    assert failed.value.error_code == NOT_LEADER_OR_FOLLOWER
+    accepted(partition, PID, 0, 0)  # the client's next retry is written
+
+
+@async_test
+async def test_rule4_stored_batch_older_than_the_window_is_duplicate_sequence_number():
+    partition = await started()
+    for i in range(6):
+        accepted(partition, PID, 0, i)
+    partition.persist_all()
+    assert rejected(partition.send(PID, 0, 0), DUPLICATE_SEQUENCE_NUMBER)
+    assert isinstance(partition.send(PID, 0, 1), Duplicate)
+
+
+@async_test
+async def test_unknown_that_is_no_exact_retry_is_decided_again_once_the_writes_in_flight_end():
+    partition = await started()
+    accepted(partition, PID, 0, 0, count=5)
+    accepted(partition, PID, 0, 5, count=5)
+    again = partition.send(PID, 0, 5, count=3)  # overlaps a pending batch without matching it
+    assert isinstance(again, DecideAgain) and not again.future.done()
+    partition.persist_next()
+    assert not again.future.done()  # one more write in flight
+    partition.persist_next()
+    assert again.future.done()
+    assert rejected(partition.send(PID, 0, 5, count=3), DUPLICATE_SEQUENCE_NUMBER)
+
+
+@async_test
+async def test_unknown_decided_again_after_a_failed_write_is_accepted():
+    partition = await started()
+    accepted(partition, PID, 0, 0)
+    accepted(partition, PID, 0, 1, count=2)
+    again = partition.send(PID, 0, 1)
+    assert isinstance(again, DecideAgain)
+    partition.fail_writes()
+    assert again.future.done()
+    accepted(partition, PID, 0, 0)
+    assert isinstance(partition.send(PID, 0, 1), Accept)
+
+
+# -- rules 5, 6, 7: epochs and unknown producers -------------------------------------------------------------------
+
+
+@async_test
+async def test_rule5_older_epoch_is_invalid_producer_epoch_even_for_its_own_duplicate():
+    partition = await started()
+    accepted(partition, PID, 3, 0)
+    partition.persist_all()
+    accepted(partition, PID, 4, 0)
+    assert rejected(partition.send(PID, 3, 1), INVALID_PRODUCER_EPOCH)
+    partition.persist_all()
+    assert rejected(partition.send(PID, 3, 0), INVALID_PRODUCER_EPOCH)
+    assert rejected(partition.send(PID, 2, 0), INVALID_PRODUCER_EPOCH)
+
+
+@async_test
+async def test_rule6_new_epoch_must_start_at_zero_and_clears_the_cache():
+    partition = await started()
+    accepted(partition, PID, 0, 0, count=3)
+    partition.persist_all()
+    assert rejected(partition.send(PID, 1, 3), OUT_OF_ORDER_SEQUENCE_NUMBER)
+    assert partition.producers.epoch(PID) == 0
+    accepted(partition, PID, 1, 0)
+    partition.persist_all()
+    assert rejected(partition.send(PID, 0, 0, count=3), INVALID_PRODUCER_EPOCH)
+    assert isinstance(partition.send(PID, 1, 0), Duplicate)
+    accepted(partition, PID, 1, 1)
+
+
+@async_test
+async def test_epoch_bump_drops_the_old_name_from_the_pip6_maps():
+    partition = await started()
+    for epoch in range(4):
+        accepted(partition, PID, epoch, 0)
+        partition.persist_all()
+    name = partition.producers.producer_name(PID, 3)
+    assert name == f"KOP-PID-{PID}-3"
+    assert dict(partition.dedup.persisted) == {name: 0}
+    assert dict(partition.dedup.pushed) == {name: 0}
+
+
+@async_test
+async def test_rule7_unknown_producer_starts_at_any_sequence():
+    partition = await started()
+    accepted(partition, PID, 5, 12345)
+    accepted(partition, PID + 1, 0, MAX_SEQUENCE)
+    assert not rejected(partition.send(PID + 2, 0, 0), 59)
+
+
+# -- rules 8, 9: continuity ----------------------------------------------------------------------------------------
+
+
+@async_test
+async def test_rule8_next_sequence_is_accepted_while_earlier_writes_are_in_flight():
+    partition = await started()
+    for i in range(5):  # five requests in flight, as Java and librdkafka pipeline them
+        decision = accepted(partition, PID, 0, 2 * i, count=2)
+        assert (decision.sequence_id, decision.highest_sequence_id) == (2 * i, 2 * i + 1)
+    assert partition.dedup.last_sequence_id(partition.producers.producer_name(PID, 0)) == 9
+    partition.persist_all()
+    assert partition.stored(PID) == [(0, 1), (2, 3), (4, 5), (6, 7), (8, 9)]
+
+
+@async_test
+async def test_rule9_gap_partial_overlap_and_rewind_are_out_of_order():
+    partition = await started()
+    for i in range(7):
+        accepted(partition, PID, 0, 3 * i, count=3)  # batches 0-2, 3-5, ..., 18-20
+    partition.persist_all()
+    assert rejected(partition.send(PID, 0, 22), OUT_OF_ORDER_SEQUENCE_NUMBER)  # gap
+    assert rejected(partition.send(PID, 0, 19, count=4), OUT_OF_ORDER_SEQUENCE_NUMBER)  # overlaps the end
+    assert rejected(partition.send(PID, 0, 16, count=3), DUPLICATE_SEQUENCE_NUMBER)  # stored, not a cached batch
+    accepted(partition, PID, 0, 21)
+    assert rejected(partition.send(PID, 0, 23), OUT_OF_ORDER_SEQUENCE_NUMBER)  # skips 22, with 21 in flight
+    accepted(partition, PID, 0, 22)
+
+
+# -- rule 10: failed writes ----------------------------------------------------------------------------------------
+
+
+@async_test
+async def test_rule10_failed_write_fails_every_pending_batch_and_retries_are_accepted_in_order():
+    partition = await started()
+    accepted(partition, PID, 0, 0)
+    partition.persist_all()
+    for seq in (1, 2, 3):
+        accepted(partition, PID, 0, seq)
+    partition.fail_writes()
+    assert rejected(partition.send(PID, 0, 2), OUT_OF_ORDER_SEQUENCE_NUMBER)  # a follower before the retry
+    assert isinstance(partition.send(PID, 0, 0), Duplicate)
+    for seq in (1, 2, 3):
+        accepted(partition, PID, 0, seq)
+    partition.persist_all()
+    assert partition.stored(PID) == [(0, 0), (1, 1), (2, 2), (3, 3)]
+
+
+@async_test
+async def test_failed_first_write_of_a_new_epoch_goes_back_to_the_persisted_epoch():
+    partition = await started()
+    accepted(partition, PID, 0, 0)
+    partition.persist_all()
+    accepted(partition, PID, 1, 0)
+    partition.fail_writes()
+    assert partition.producers.epoch(PID) == 0
+    assert isinstance(partition.send(PID, 0, 0), Duplicate)
+    accepted(partition, PID, 1, 0)
+
+
+@async_test
+async def test_failed_first_write_of_a_producer_forgets_it():
+    partition = await started()
+    accepted(partition, PID, 0, 7)
+    partition.fail_writes()
+    assert partition.producers.epoch(PID) is None
+    accepted(partition, PID, 0, 7)
+
+
+# -- sequence wrap-around ------------------------------------------------------------------------------------------
+
+
+@async_test
+async def test_sequences_continue_across_the_int32_wrap():
+    partition = await started()
+    accepted(partition, PID, 0, MAX_SEQUENCE - 4, count=3)  # ..-4 .. -2
+    straddling = accepted(partition, PID, 0, MAX_SEQUENCE - 1, count=3)  # -1, MAX, then 0
+    assert (straddling.sequence_id, straddling.highest_sequence_id) == (MAX_SEQUENCE - 1, MAX_SEQUENCE + 1)
+    after = accepted(partition, PID, 0, 1, count=2)
+    assert (after.sequence_id, after.highest_sequence_id) == (MAX_SEQUENCE + 2, MAX_SEQUENCE + 3)
+    partition.persist_all()
+    assert isinstance(partition.send(PID, 0, MAX_SEQUENCE - 1, count=3), Duplicate)
+    assert isinstance(partition.send(PID, 0, 1, count=2), Duplicate)
+    assert rejected(partition.send(PID, 0, 0), DUPLICATE_SEQUENCE_NUMBER)  # stored, inside a batch
+    assert rejected(partition.send(PID, 0, 5), OUT_OF_ORDER_SEQUENCE_NUMBER)
+    accepted(partition, PID, 0, 3)
+
+
+@async_test
+async def test_wrapped_sequences_survive_a_restart():
+    partition = await started()
+    accepted(partition, PID, 0, MAX_SEQUENCE, count=2)
+    partition.persist_all()
+    restarted = await Partition(partition.ledger).start()
+    assert isinstance(restarted.send(PID, 0, MAX_SEQUENCE, count=2), Duplicate)
+    accepted(restarted, PID, 0, 1)
+
+
+# -- snapshot and recovery -----------------------------------------------------------------------------------------
+
+
+@async_test
+async def test_snapshot_holds_the_five_recent_batches_and_epoch_and_recovery_restores_them():
+    partition = await started(entries_interval=9)
+    accepted(partition, PID, 2, 0)
+    partition.persist_all()
+    accepted(partition, PID, 3, 0)
+    for seq in range(1, 7):
+        accepted(partition, PID, 3, seq)
+    accepted(partition, PID + 1, 0, 40, count=2)
+    partition.persist_all()
+    await partition.dedup.flush_snapshot()
+    properties = partition.ledger.cursors[DEDUP_CURSOR_NAME].properties
+    batch_keys = sorted(k for k in properties if k.startswith(BATCH_KEY_PREFIX))
+    assert len(batch_keys) == 6  # 5 of PID's epoch-3 batches, 1 of PID + 1
+    assert f"{BATCH_KEY_PREFIX}{PID}:3:6:6:7:10007" in batch_keys
+    assert properties[f"KOP-PID-{PID}-3"] == 6
+    assert f"KOP-PID-{PID}-2" not in properties
+    before = partition.producers.persisted_state()
+
+    restarted = await Partition(partition.ledger).start()
+    assert restarted.producers.persisted_state() == before
+    for seq in range(2, 7):
+        assert restarted.send(PID, 3, seq) == Duplicate(seq + 1, seq + 1, 10_000 + seq + 1)
+    assert rejected(restarted.send(PID, 3, 1), DUPLICATE_SEQUENCE_NUMBER)
+    assert rejected(restarted.send(PID, 2, 1), INVALID_PRODUCER_EPOCH)
+    accepted(restarted, PID, 3, 7)
+
+
+@async_test
+async def test_replay_rebuilds_the_batches_written_after_the_snapshot():
+    partition = await started(entries_interval=3)
+    for seq in range(5):
+        accepted(partition, PID, 0, seq)
+    accepted(partition, PID, 1, 0)
+    partition.persist_all()
+    await partition.dedup.flush_snapshot()
+    assert partition.ledger.cursors[DEDUP_CURSOR_NAME].mark_delete_position == partition.ledger.entries[2].position
+    restarted = await Partition(partition.ledger, entries_interval=100).start()
+    assert restarted.producers.persisted_state() == partition.producers.persisted_state()
+    assert dict(restarted.dedup.persisted) == {f"KOP-PID-{PID}-1": 0}
+    assert isinstance(restarted.send(PID, 1, 0), Duplicate)
+    assert rejected(restarted.send(PID, 0, 5), INVALID_PRODUCER_EPOCH)
+
+
+@async_test
+async def test_purge_after_an_epoch_bump_resnapshot_then_replay_keeps_the_newest_epoch():
+    """A purge re-snapshots at the old position with newer state; replaying older entries over it is harmless."""
+    partition = await started(entries_interval=100)
+    accepted(partition, PID, 0, 0)
+    accepted(partition, PID + 1, 0, 0)
+    accepted(partition, PID, 1, 0)
+    partition.persist_all()
+    partition.dedup.producer_added(partition.producers.producer_name(PID, 1))  # still active
+    assert partition.dedup.purge_inactive(1, now=10.0**9) == [f"KOP-PID-{PID + 1}-0"]
+    await partition.dedup.flush_snapshot()
+    restarted = await Partition(partition.ledger).start()
+    assert dict(restarted.dedup.persisted) == {f"KOP-PID-{PID}-1": 0, f"KOP-PID-{PID + 1}-0": 0}
+    assert restarted.producers.epoch(PID) == 1
+    assert isinstance(restarted.send(PID, 1, 0), Duplicate)
+
+
+@async_test
+async def test_purged_producer_starts_afresh():
+    partition = await started()
+    accepted(partition, PID, 0, 0)
+    partition.persist_all()
+    name = partition.producers.producer_name(PID, 0)
+    assert partition.dedup.inactive.keys() == {name}  # idle since its last write
+    assert partition.dedup.purge_inactive(60, now=partition.dedup.inactive[name] + 61) == [name]
+    assert partition.producers.epoch(PID) is None
+    accepted(partition, PID, 0, 9)
+
+
+@async_test
+async def test_dedup_disabled_accepts_everything_and_tracks_nothing():
+    partition = await Partition().start(enabled=False)
+    accepted(partition, PID, 0, 0)
+    partition.persist_all()
+    accepted(partition, PID, 0, 0)
+    assert partition.in_flight[0].pending is None
+    assert partition.producers.epoch(PID) is None

@@ -1,0 +1,454 @@
+"""PIP-6 core: Pulsar's MessageDuplicationTest scenarios and the parity checklist (pulsar.md §7), as statements."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+
+from dedup.interfaces import DEDUP_CURSOR_NAME, Position
+from dedup.memory import InMemoryCursor, InMemoryDedupLedger
+from dedup.message_deduplication import DedupConfig, DupStatus, MessageDeduplication, Status
+from proto.kop_pb2 import MessageMetadata
+
+NOT_DUP, DUP, UNKNOWN = DupStatus.NOT_DUP, DupStatus.DUP, DupStatus.UNKNOWN
+
+
+def async_test(test):
+    @functools.wraps(test)
+    def run(*args, **kwargs):
+        asyncio.run(asyncio.wait_for(test(*args, **kwargs), timeout=10))
+
+    return run
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def enabled(ledger: InMemoryDedupLedger | None = None, clock: Clock | None = None, system_topic: bool = False,
+                  **config) -> MessageDeduplication:
+    dedup = MessageDeduplication(ledger or InMemoryDedupLedger(), DedupConfig(**config), clock=clock or Clock(),
+                                 system_topic=system_topic)
+    await dedup.check_status(True)
+    return dedup
+
+
+def metadata(name: str, seq: int, highest: int | None = None, **fields) -> MessageMetadata:
+    return MessageMetadata(producer_name=name, sequence_id=seq,
+                           highest_sequence_id=seq if highest is None else highest, **fields)
+
+
+def write(dedup: MessageDeduplication, ledger: InMemoryDedupLedger, name: str, seq: int,
+          highest: int | None = None) -> Position:
+    """Publish one entry the way the produce path does: check, store, record."""
+    highest = seq if highest is None else highest
+    assert dedup.is_duplicate(name, seq, highest) is NOT_DUP
+    position = ledger.append(metadata(name, seq, highest), 0, 0)
+    dedup.record_persisted(name, seq, highest, position)
+    return position
+
+
+def cursor(ledger: InMemoryDedupLedger) -> InMemoryCursor:
+    return ledger.cursors[DEDUP_CURSOR_NAME]
+
+
+# -- isDuplicate ---------------------------------------------------------------------------------------------------
+
+
+@async_test
+async def test_higher_ids_are_accepted_with_gaps_and_lower_ones_are_rejected():
+    dedup = await enabled()
+    assert dedup.is_duplicate("p1", 0, 0) is NOT_DUP
+    assert dedup.is_duplicate("p1", 1, 1) is NOT_DUP
+    assert dedup.is_duplicate("p1", 5, 5) is NOT_DUP  # a gap is fine
+    assert dedup.pushed == {"p1": 5}
+    assert dedup.is_duplicate("p1", 4, 4) is UNKNOWN  # 2, 3, 5 then 4: 4 is dropped
+    assert dedup.is_duplicate("p1", 0, 0) is UNKNOWN  # persisted is empty, so not known to be stored
+    assert dedup.pushed == {"p1": 5}  # rejections change nothing
+
+
+@async_test
+async def test_id_at_or_below_persisted_is_dup_and_between_persisted_and_pushed_is_unknown():
+    dedup = await enabled()
+    for seq in range(6):
+        dedup.is_duplicate("p1", seq, seq)
+    dedup.record_persisted("p1", 3, 3, (0, 0))
+    assert dedup.is_duplicate("p1", 3, 3) is DUP
+    assert dedup.is_duplicate("p1", 0, 0) is DUP
+    assert dedup.is_duplicate("p1", 4, 4) is UNKNOWN
+    assert dedup.is_duplicate("p1", 6, 6) is NOT_DUP
+    assert dedup.is_duplicate("p2", 0, 0) is NOT_DUP  # producers are independent
+
+
+@async_test
+async def test_batch_is_judged_by_its_lowest_id_and_advances_pushed_to_its_highest():
+    dedup = await enabled()
+    assert dedup.is_duplicate("p1", 0, 0) is NOT_DUP
+    dedup.record_persisted("p1", 0, 0, (0, 0))
+    assert dedup.is_duplicate("p1", 1, 5) is NOT_DUP
+    assert dedup.pushed["p1"] == 5
+    assert dedup.is_duplicate("p1", 4, 8) is UNKNOWN  # partial overlap: rejected whole
+    assert dedup.is_duplicate("p1", 6, 8) is NOT_DUP
+    assert dedup.pushed["p1"] == 8
+    assert dedup.is_duplicate("p1", 9, 7) is NOT_DUP  # highest below the id counts as the id
+    assert dedup.pushed["p1"] == 9
+
+
+@async_test
+async def test_failed_write_resets_pushed_to_persisted_so_the_retry_is_accepted():
+    dedup = await enabled()
+    for seq in range(7):
+        dedup.is_duplicate("p1", seq, seq)
+        dedup.record_persisted("p1", seq, seq, (0, seq))
+    assert dedup.is_duplicate("p1", 7, 7) is NOT_DUP  # this write will fail
+    assert dedup.is_duplicate("p1", 7, 7) is UNKNOWN  # its re-send while in flight
+    dedup.reset_pushed_to_persisted()
+    assert dedup.pushed["p1"] == 6
+    assert dedup.is_duplicate("p1", 6, 6) is DUP
+    assert dedup.is_duplicate("p1", 7, 7) is NOT_DUP
+    assert dedup.is_duplicate("p1", 8, 8) is NOT_DUP
+
+
+@async_test
+async def test_last_sequence_id_is_pushed_or_minus_one():
+    dedup = await enabled()
+    assert dedup.last_sequence_id("p1") == -1
+    dedup.is_duplicate("p1", 9, 9)
+    assert dedup.last_sequence_id("p1") == 9  # pushed, so a write in flight counts
+
+
+@async_test
+async def test_status_not_enabled_means_never_duplicate_and_nothing_recorded():
+    dedup = MessageDeduplication(InMemoryDedupLedger())
+    assert dedup.status is Status.INITIALIZED
+    assert dedup.is_duplicate("p1", 1, 1) is NOT_DUP
+    assert dedup.is_duplicate("p1", 1, 1) is NOT_DUP
+    dedup.record_persisted("p1", 1, 1, (0, 0))
+    assert dedup.persisted == {} and dedup.pushed == {}
+
+
+@async_test
+async def test_system_topic_is_never_deduplicated_whatever_the_policy():
+    ledger = InMemoryDedupLedger()
+    dedup = await enabled(ledger, system_topic=True)
+    assert dedup.status is Status.DISABLED
+    assert DEDUP_CURSOR_NAME not in ledger.cursors
+    assert dedup.is_duplicate("p1", 1, 1) is NOT_DUP
+    assert dedup.is_duplicate("p1", 1, 1) is NOT_DUP
+
+
+# -- status transitions --------------------------------------------------------------------------------------------
+
+
+@async_test
+async def test_initialized_and_disabled_policy_removes_a_leftover_cursor():
+    ledger = InMemoryDedupLedger()
+    await ledger.open_cursor(DEDUP_CURSOR_NAME)
+    dedup = MessageDeduplication(ledger)
+    assert await dedup.check_status(False) is Status.DISABLED
+    assert DEDUP_CURSOR_NAME not in ledger.cursors
+
+
+@async_test
+async def test_runtime_disable_deletes_the_cursor_and_clears_the_maps():
+    ledger = InMemoryDedupLedger()
+    dedup = await enabled(ledger)
+    write(dedup, ledger, "p1", 4)
+    assert await dedup.check_status(False) is Status.DISABLED
+    assert DEDUP_CURSOR_NAME not in ledger.cursors
+    assert dedup.pushed == {} and dedup.persisted == {}
+    assert dedup.last_sequence_id("p1") == -1
+
+
+@async_test
+async def test_runtime_enable_starts_at_the_end_of_the_log_so_history_is_not_deduplicated():
+    ledger = InMemoryDedupLedger()
+    ledger.append(metadata("p1", 4), 0, 0)
+    dedup = await enabled(ledger)
+    assert cursor(ledger).mark_delete_position == ledger.last_position
+    assert dedup.last_sequence_id("p1") == -1
+    assert dedup.is_duplicate("p1", 4, 4) is NOT_DUP
+
+
+class SlowLedger(InMemoryDedupLedger):
+    """Counts opens and replays; each replay yields to the loop so callers can overlap; can fail opens."""
+
+    def __init__(self, failing_opens: int = 0) -> None:
+        super().__init__()
+        self.opens = self.replays = 0
+        self.failing_opens = failing_opens
+
+    async def open_cursor(self, name):
+        self.opens += 1
+        await asyncio.sleep(0)
+        if self.failing_opens:
+            self.failing_opens -= 1
+            raise OSError("cursor ledger unavailable")
+        return await super().open_cursor(name)
+
+    async def replay_after(self, position):
+        self.replays += 1
+        async for entry in super().replay_after(position):
+            await asyncio.sleep(0)
+            yield entry
+
+
+@async_test
+async def test_concurrent_enables_share_one_recovery():
+    ledger = SlowLedger()
+    await ledger.open_cursor(DEDUP_CURSOR_NAME)  # an existing cursor at the start, with entries after it
+    for seq in range(5):
+        ledger.append(metadata("p1", seq), seq, seq)
+    ledger.opens = 0
+    dedup = MessageDeduplication(ledger)
+    first = asyncio.ensure_future(dedup.check_status(True))
+    await asyncio.sleep(0)
+    assert dedup.status is Status.RECOVERING  # before any storage call completed
+    assert dedup.is_duplicate("p1", 0, 0) is NOT_DUP  # not enabled yet: Pulsar answers NotDup
+    statuses = await asyncio.gather(first, dedup.check_status(True), dedup.check_status(True))
+    assert statuses == [Status.ENABLED] * 3
+    assert (ledger.opens, ledger.replays) == (1, 1)
+    assert dedup.persisted == {"p1": 4}
+
+
+@async_test
+async def test_disable_requested_during_recovery_runs_after_it():
+    ledger = SlowLedger()
+    dedup = MessageDeduplication(ledger)
+    enabling = asyncio.ensure_future(dedup.check_status(True))
+    await asyncio.sleep(0)
+    assert await dedup.check_status(False) is Status.DISABLED
+    assert await enabling is Status.ENABLED  # what its own transition reached
+    assert dedup.status is Status.DISABLED
+    assert DEDUP_CURSOR_NAME not in ledger.cursors
+
+
+@async_test
+async def test_failed_recovery_is_retried_from_clean_state_by_the_next_check():
+    ledger = SlowLedger(failing_opens=1)
+    ledger.append(metadata("p1", 3), 0, 0)
+    dedup = MessageDeduplication(ledger)
+    assert await dedup.check_status(True) is Status.FAILED
+    assert dedup.is_duplicate("p1", 0, 0) is NOT_DUP  # Failed is not enabled
+    assert await dedup.check_status(True) is Status.ENABLED
+    assert dedup.pushed == {} and dedup.persisted == {}  # nothing left over from the failed attempt
+    assert dedup.is_duplicate("p1", 0, 0) is NOT_DUP
+
+
+# -- snapshots -----------------------------------------------------------------------------------------------------
+
+
+@async_test
+async def test_snapshot_every_entries_interval_persisted_entries_counting_nameless_ones():
+    ledger = InMemoryDedupLedger()
+    dedup = await enabled(ledger, entries_interval=3)
+    write(dedup, ledger, "p1", 0)
+    write(dedup, ledger, "p2", 7)
+    position = ledger.append(MessageMetadata(), 0, 0)  # e.g. a batch without a producer id
+    dedup.record_persisted(None, 0, 0, position)
+    await dedup.flush_snapshot()
+    assert cursor(ledger).mark_delete_position == position
+    assert cursor(ledger).properties == {"p1": 0, "p2": 7}
+    write(dedup, ledger, "p1", 1)
+    write(dedup, ledger, "p1", 2)
+    await dedup.flush_snapshot()
+    assert cursor(ledger).mark_delete_position == position  # 2 more entries: not yet
+    third = write(dedup, ledger, "p1", 3)
+    await dedup.flush_snapshot()
+    assert cursor(ledger).mark_delete_position == third
+    assert cursor(ledger).properties == {"p1": 3, "p2": 7}
+
+
+@async_test
+async def test_time_snapshot_at_the_last_recorded_position_once_the_interval_passed():
+    ledger, clock = InMemoryDedupLedger(), Clock()
+    dedup = await enabled(ledger, clock, snapshot_interval_seconds=10)
+    start = cursor(ledger).mark_delete_position
+    assert not dedup.snapshot_if_due(clock.now + 11)  # nothing new to snapshot
+    position = write(dedup, ledger, "p1", 5)
+    assert not dedup.snapshot_if_due(clock.now + 9)
+    assert cursor(ledger).mark_delete_position == start
+    clock.now += 11
+    assert dedup.snapshot_if_due()
+    await dedup.flush_snapshot()
+    assert (cursor(ledger).mark_delete_position, cursor(ledger).properties) == (position, {"p1": 5})
+    write(dedup, ledger, "p1", 6)
+    assert not dedup.snapshot_if_due(clock.now + 5)  # the interval runs from the last snapshot
+    assert dedup.snapshot_if_due(clock.now + 5, interval_seconds=3)  # the policy can shorten it
+
+
+@async_test
+async def test_time_snapshot_interval_zero_or_negative_disables_it():
+    ledger, clock = InMemoryDedupLedger(), Clock()
+    dedup = await enabled(ledger, clock, snapshot_interval_seconds=0)
+    write(dedup, ledger, "p1", 5)
+    assert not dedup.snapshot_if_due(clock.now + 10**6)
+    assert not dedup.snapshot_if_due(clock.now + 10**6, interval_seconds=-1)
+    assert cursor(ledger).mark_delete_position == (-1, -1)
+
+
+@async_test
+async def test_snapshot_is_never_ahead_of_recorded_persists():
+    """Pulsar's hazard: a time snapshot at the ledger's LAC, taken before that entry's persist is recorded, claims
+    an entry its properties lack; the replay after a crash would then skip it."""
+    ledger, clock = InMemoryDedupLedger(), Clock()
+    dedup = await enabled(ledger, clock, snapshot_interval_seconds=10)
+    recorded = write(dedup, ledger, "p1", 1)
+    assert dedup.is_duplicate("p1", 2, 2) is NOT_DUP
+    ledger.append(metadata("p1", 2), 0, 0)  # durable, its completion not yet reported
+    assert dedup.snapshot_if_due(clock.now + 11)
+    await dedup.flush_snapshot()
+    assert cursor(ledger).mark_delete_position == recorded != ledger.last_position
+    assert cursor(ledger).properties == {"p1": 1}
+    crashed_then_recovered = await enabled(ledger)
+    assert crashed_then_recovered.persisted == {"p1": 2}  # the unreported entry came back by replay
+
+
+@async_test
+async def test_only_one_snapshot_in_flight():
+    ledger, clock = InMemoryDedupLedger(), Clock()
+    dedup = await enabled(ledger, clock, entries_interval=1, snapshot_interval_seconds=1)
+    first = write(dedup, ledger, "p1", 1)  # starts a snapshot, not yet stored
+    write(dedup, ledger, "p1", 2)  # its snapshot is skipped
+    assert not dedup.snapshot_if_due(clock.now + 5)
+    await dedup.flush_snapshot()
+    assert cursor(ledger).mark_delete_position == first
+    assert cursor(ledger).mark_deletes == 1
+
+
+class FailingCursor(InMemoryCursor):
+    failures = 1
+
+    async def mark_delete(self, position, properties):
+        if self.failures:
+            self.failures -= 1
+            raise OSError("bookie down")
+        await super().mark_delete(position, properties)
+
+
+@async_test
+async def test_failed_snapshot_is_only_logged_and_the_next_trigger_retries():
+    ledger = InMemoryDedupLedger()
+    ledger.cursors[DEDUP_CURSOR_NAME] = FailingCursor(ledger, ledger.last_position)
+    dedup = await enabled(ledger, entries_interval=1)
+    write(dedup, ledger, "p1", 1)
+    await dedup.flush_snapshot()
+    assert dedup.status is Status.ENABLED
+    assert cursor(ledger).mark_delete_position == (-1, -1)
+    second = write(dedup, ledger, "p1", 2)
+    await dedup.flush_snapshot()
+    assert (cursor(ledger).mark_delete_position, cursor(ledger).properties) == (second, {"p1": 2})
+
+
+@async_test
+async def test_snapshot_keeps_at_most_max_producers_names():
+    ledger = InMemoryDedupLedger()
+    dedup = await enabled(ledger, entries_interval=5, max_producers=3)
+    for i in range(5):
+        write(dedup, ledger, f"p{i}", i)
+    await dedup.flush_snapshot()
+    assert len(cursor(ledger).properties) == 3
+    assert len(dedup.persisted) == 5  # the maps themselves are not capped
+
+
+# -- recovery ------------------------------------------------------------------------------------------------------
+
+
+@async_test
+async def test_recovery_loads_the_snapshot_into_both_maps_then_replays_the_entries_after_it():
+    ledger = InMemoryDedupLedger()
+    dedup = await enabled(ledger, entries_interval=3)
+    write(dedup, ledger, "p1", 0)
+    write(dedup, ledger, "p2", 10, 14)
+    write(dedup, ledger, "p1", 1)  # snapshot here
+    write(dedup, ledger, "p1", 2, 6)
+    write(dedup, ledger, "p3", 0)
+    await dedup.flush_snapshot()
+    ledger.append(MessageMetadata(producer_name="marker", sequence_id=99, marker_type=12), 0, 0)
+    ledger.append(MessageMetadata(producer_name="txn", sequence_id=99, is_control=True), 0, 0)
+    ledger.append(MessageMetadata(sequence_id=99), 0, 0)
+    ledger.roll()  # a restart rolls the ledger
+    recovered = await enabled(ledger, entries_interval=100)
+    assert recovered.persisted == {"p1": 6, "p2": 14, "p3": 0}
+    assert recovered.pushed == recovered.persisted
+    assert recovered.last_recorded_position == ledger.last_position
+    assert recovered.is_duplicate("p1", 6, 6) is DUP
+    assert recovered.is_duplicate("p2", 15, 15) is NOT_DUP
+
+
+@async_test
+async def test_long_replay_is_snapshotted_at_once():
+    ledger = InMemoryDedupLedger()
+    dedup = await enabled(ledger)
+    for seq in range(4):
+        last = write(dedup, ledger, "p1", seq)
+    recovered = await enabled(ledger, entries_interval=4)
+    assert cursor(ledger).mark_delete_position == last
+    assert cursor(ledger).properties == {"p1": 3}
+    assert recovered.status is Status.ENABLED
+
+
+@async_test
+async def test_entries_replayed_count_towards_the_next_snapshot():
+    """Pulsar's testSnapshotCounterAfterUnload: 999 entries, reload, 1 more entry: snapshot."""
+    ledger = InMemoryDedupLedger()
+    dedup = await enabled(ledger, entries_interval=5)
+    for seq in range(4):
+        write(dedup, ledger, "p1", seq)
+    recovered = await enabled(ledger, entries_interval=5)
+    assert cursor(ledger).mark_delete_position == (-1, -1)
+    fifth = write(recovered, ledger, "p1", 4)
+    await recovered.flush_snapshot()
+    assert cursor(ledger).mark_delete_position == fifth
+
+
+# -- inactivity purge ----------------------------------------------------------------------------------------------
+
+
+@async_test
+async def test_inactive_producers_are_purged_and_the_snapshot_rewritten_at_the_same_position():
+    ledger, clock = InMemoryDedupLedger(), Clock()
+    dedup = await enabled(ledger, clock, entries_interval=2)
+    write(dedup, ledger, "p1", 1)
+    position = write(dedup, ledger, "p2", 2)
+    await dedup.flush_snapshot()
+    assert cursor(ledger).properties == {"p1": 1, "p2": 2}
+    dedup.producer_removed("p1", clock.now)
+    dedup.producer_removed("p2", clock.now)
+    dedup.producer_added("p2")  # reconnected: no longer inactive
+    assert dedup.purge_inactive(60, now=clock.now + 60) == []  # not older than the timeout yet
+    assert dedup.purge_inactive(60, now=clock.now + 61) == ["p1"]
+    await dedup.flush_snapshot()
+    assert dedup.persisted == {"p2": 2} and dedup.pushed == {"p2": 2}
+    assert (cursor(ledger).mark_delete_position, cursor(ledger).properties) == (position, {"p2": 2})
+    assert dedup.last_sequence_id("p1") == -1
+    assert dedup.is_duplicate("p1", 0, 0) is NOT_DUP  # a returning producer starts afresh
+
+
+@async_test
+async def test_purge_keeps_a_producer_with_a_write_in_flight():
+    ledger, clock = InMemoryDedupLedger(), Clock()
+    dedup = await enabled(ledger, clock)
+    write(dedup, ledger, "p1", 1)
+    dedup.producer_removed("p1", clock.now)
+    dedup.is_duplicate("p1", 2, 2)  # still being written
+    assert dedup.purge_inactive(60, now=clock.now + 61) == []
+    dedup.record_persisted("p1", 2, 2, ledger.append(metadata("p1", 2), 0, 0))
+    assert dedup.purge_inactive(60, now=clock.now + 61) == ["p1"]
+
+
+@async_test
+async def test_recovered_producers_count_as_inactive_and_disabled_dedup_tracks_none():
+    ledger, clock = InMemoryDedupLedger(), Clock()
+    dedup = await enabled(ledger, clock)
+    write(dedup, ledger, "p1", 1)
+    recovered = await enabled(ledger, clock)
+    assert recovered.inactive == {"p1": clock.now}
+    assert recovered.purge_inactive(60, now=clock.now + 61) == ["p1"]
+    await recovered.check_status(False)
+    recovered.producer_removed("p2", clock.now)
+    assert recovered.inactive == {}
