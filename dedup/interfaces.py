@@ -68,7 +68,8 @@ class DedupLedger(EntrySource, Protocol):
     """The managed ledger of one partition, as far as deduplication is concerned."""
 
     async def open_cursor(self, name: str) -> DedupCursor:
-        """The named cursor; a new one starts at the end of the log with no properties (Pulsar's default)."""
+        """The named cursor; a new one starts at the end of the log with no properties (Pulsar's default), and is
+        durable when returned: a crash must not bring it back "at the end" of a longer log, skipping a replay."""
         ...
 
     async def delete_cursor(self, name: str) -> None:

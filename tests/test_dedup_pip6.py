@@ -227,6 +227,27 @@ async def test_disable_requested_during_recovery_runs_after_it():
     assert DEDUP_CURSOR_NAME not in ledger.cursors
 
 
+class SlowDeleteLedger(InMemoryDedupLedger):
+    async def delete_cursor(self, name):
+        await asyncio.sleep(0)
+        await super().delete_cursor(name)
+
+
+@async_test
+async def test_enable_requested_during_removal_runs_after_it():
+    ledger = SlowDeleteLedger()
+    dedup = await enabled(ledger)
+    write(dedup, ledger, "p1", 3)
+    disabling = asyncio.ensure_future(dedup.check_status(False))
+    await asyncio.sleep(0)
+    assert dedup.status is Status.REMOVING
+    assert await dedup.check_status(True) is Status.ENABLED
+    assert await disabling is Status.DISABLED
+    assert dedup.status is Status.ENABLED
+    assert cursor(ledger).mark_delete_position == ledger.last_position  # a new cursor, at the end
+    assert dedup.last_sequence_id("p1") == -1
+
+
 @async_test
 async def test_failed_recovery_is_retried_from_clean_state_by_the_next_check():
     ledger = SlowLedger(failing_opens=1)

@@ -325,6 +325,7 @@ class DedupMachine(RuleBasedStateMachine):
 
     @rule()
     def crash_and_recover(self) -> None:
+        before = dict(self.dedup.persisted), self.producers.persisted_state(), not self.unreported
         for task in asyncio.all_tasks(self.loop):  # the process dies: whatever was in flight never lands
             task.cancel()
         self.run(asyncio.sleep(0))
@@ -340,6 +341,8 @@ class DedupMachine(RuleBasedStateMachine):
         assert dict(self.dedup.persisted) == sequences
         assert dict(self.dedup.pushed) == sequences
         assert self.producers.persisted_state() == producers
+        if before[2]:  # nothing durable was left unreported: recovery gives back exactly the persisted state
+            assert (dict(self.dedup.persisted), self.producers.persisted_state()) == before[:2]
 
     # -- invariants ----------------------------------------------------------------------------------------------
 
