@@ -154,7 +154,7 @@ def run_kafka_python(args: argparse.Namespace, requested: list[str], command: st
     print(f"compat: kafka-python: {len(names)} tests", flush=True)
     outcomes = []
     if names:
-        with KopBroker(log_path=logs / "kafka-python-broker.log") as broker:
+        with KopBroker(log_path=logs / "kafka-python-broker.log", properties=kp_runner.BROKER_PROPERTIES) as broker:
             outcomes = kp_runner.run_tests(sdist, names, broker, logs / "kafka-python")
     return SuiteResult("kafka-python", "kafka-python integration tests", f"kafka-python {kp_fetch.VERSION}",
                        command, tuple(outcomes), len(collected))

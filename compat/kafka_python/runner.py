@@ -14,6 +14,15 @@ from compat.results import FAILED, PASSED, SKIPPED, TestOutcome
 KAFKA_VERSION = "3.9.0"
 PREFIX = "test/integration/"  # allowlist names are node ids relative to this dir
 PER_TEST_TIMEOUT_S = 120
+# The broker settings kafka-python's own fixture gives the Kafka it starts (its kafka.properties template):
+# broker id 0 (tests name it in replica assignments), 4 partitions, short group sessions allowed, no
+# initial rebalance delay.
+BROKER_PROPERTIES = {
+    "broker.id": "0",
+    "num.partitions": "4",
+    "group.min.session.timeout.ms": "1000",
+    "group.initial.rebalance.delay.ms": "0",
+}
 RUN_TIMEOUT_S = 3600
 
 
