@@ -3,14 +3,15 @@
     0090_idempotence        quick
     0003_msgmaxsize         plain-only   # why it is plain-only
 
-Tags: `quick` (part of `--quick`), `plain-only` (left out of the idempotent `-P` pass).
+Tags: `quick` (part of `--quick`), `plain-only` (left out of the idempotent `-P` pass), `full` (librdkafka:
+run without test-runner's -Q, which would skip all of the test's sub-tests).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-KNOWN_TAGS = frozenset({"quick", "plain-only"})
+KNOWN_TAGS = frozenset({"quick", "plain-only", "full"})
 
 
 @dataclass(frozen=True, slots=True)

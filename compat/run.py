@@ -100,6 +100,7 @@ def run_librdkafka(args: argparse.Namespace, requested: list[str], command: str,
         raise SystemExit(f"compat: {RDK_ALLOW} names tests test-runner does not have: {unknown}")
     _warn_unexplained([t.name for t in broker_tests], {e.name for e in allow}, RDK_FINDINGS)
 
+    full = frozenset(entry.name for entry in allow if "full" in entry.tags)
     if requested:
         plain = idempotent = _select_librdkafka(requested, broker_tests)
     else:
@@ -121,7 +122,7 @@ def run_librdkafka(args: argparse.Namespace, requested: list[str], command: str,
             properties = rdk_runner.scenario_properties(tests_dir, scenario)
             with KopBroker(log_path=logs / f"{label}-{scenario}-broker.log", properties=properties) as broker:
                 outcomes += rdk_runner.run_tests(tests_dir, chosen, broker, logs / label, idempotent=idem,
-                                                 scenario=scenario)
+                                                 scenario=scenario, full=full)
         results.append(SuiteResult(label, suite, version, command, tuple(outcomes), len(broker_tests)))
     return results
 

@@ -1,7 +1,7 @@
 """Tests of the gate's own parsing (run with `python -m pytest compat/test_compat.py`).
 
-The test-runner outputs under testdata/ were captured from the real librdkafka 2.12 test-runner: one
-passing local test, and one test that timed out against a closed port.
+The test-runner outputs under testdata/ were captured from the real librdkafka 2.12 test-runner: a passing
+local test, a test that timed out against a closed port, and a test that did nothing under -Q.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from compat.broker import api_versions_ok
 from compat.kafka_python.runner import _read_report
 from compat.librdkafka import build
 from compat.librdkafka.catalog import _parse_entry, _test_macro_args, read_catalog
-from compat.librdkafka.runner import failure_messages, parse_summary, runner_args
+from compat.librdkafka.runner import did_nothing, failure_messages, parse_summary, runner_args
 from compat.results import FAILED, PASSED, SKIPPED, SuiteResult, TestOutcome, write_compatibility_md
 from compat.system import free_port
 
@@ -39,6 +39,14 @@ def test_timed_out_test_is_failed_with_its_reason() -> None:
     }
 
 
+def test_a_test_whose_subtests_all_skip_under_quick_mode_did_nothing() -> None:
+    noop = (DATA / "rdk_0018_noop_quick.log").read_text()
+    assert parse_summary(noop)["0018_cgrp_term"].status == PASSED
+    assert did_nothing(noop, "0018_cgrp_term")
+    worked = (DATA / "rdk_0002_timeout.log").read_text()
+    assert not did_nothing(worked, "0002_unkpart")
+
+
 def test_summary_rows_map_states_and_keep_the_reason() -> None:
     output = "\n".join([
         "TEST 20260101000000 (bare, scenario default) SUMMARY",
@@ -60,6 +68,8 @@ def test_summary_rows_map_states_and_keep_the_reason() -> None:
 def test_runner_args_follow_the_pass() -> None:
     assert runner_args(idempotent=False, allow_sockem=False) == ["-p1", "-Q", "-L", "-E"]
     assert runner_args(idempotent=True, allow_sockem=True) == ["-p1", "-Q", "-L", "-P"]
+    assert runner_args(idempotent=False, allow_sockem=False, scenario="noautocreate", quick=False) == [
+        "-p1", "-L", "-E", "-s", "noautocreate"]
 
 
 def test_catalog_entry_with_nested_macros() -> None:

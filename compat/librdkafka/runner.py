@@ -19,17 +19,27 @@ from compat.results import FAILED, PASSED, SKIPPED, TestOutcome
 
 KAFKA_VERSION = "3.9.0"  # the Kafka version kop answers as; gates version-dependent test paths
 TIMEOUT_MULTIPLIER = 2.0  # kop is a Python broker: give the suite's own timeouts some slack
-PROCESS_TIMEOUT_S = 600  # a hung test-runner is killed after this
+PROCESS_TIMEOUT_S = 600
+NO_OP = "did nothing under -Q (all its sub-tests are non-quick): a pass would prove nothing"  # a hung test-runner is killed after this
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m|\x1b\(B")
 _SUMMARY_ROW = re.compile(r"^\|\s*(\S+)\s*\|\s*([A-Z]+)\s*\|\s*([0-9.]+)s\s*\|\s?(.*)$")
+_TEST_LINE = re.compile(r"^\[([^\s/]+)\s*/\s*[0-9.]+s\]\s?(.*)$")
+# What test-runner prints for every test, whether or not the test did anything.
+_BOILERPLATE = re.compile(
+    r"Running test|Stats written to file|Using topic|: duration |Test resource usage summary|Test \S+ PASSED"
+    r"|Setting test timeout|^\s*$"
+)
 _FAILURE_HEAD = re.compile(r'### Test "([^"]+)" failed at (\S+) at .*: ###')
 _STATES = {"PASSED": PASSED, "FAILED": FAILED, "RUNNING": FAILED, "SKIPPED": SKIPPED, "DNS": SKIPPED}
 
 
-def runner_args(*, idempotent: bool, allow_sockem: bool, scenario: str = "default") -> list[str]:
-    """`-p1 -Q -E -L`: sequential, quick mode, no sockem, no mock-cluster tests; `-P`: idempotent producer."""
-    args = ["-p1", "-Q", "-L"]
+def runner_args(*, idempotent: bool, allow_sockem: bool, scenario: str = "default", quick: bool = True) -> list[str]:
+    """`-p1 -Q -E -L`: sequential, quick mode, no sockem, no mock-cluster tests; `-P`: idempotent producer.
+
+    Tests allowlisted with the `full` tag run without -Q: under -Q they skip all their sub-tests.
+    """
+    args = ["-p1", "-Q", "-L"] if quick else ["-p1", "-L"]
     if not allow_sockem:
         args.append("-E")
     if idempotent:
@@ -92,6 +102,16 @@ def parse_summary(output: str) -> dict[str, TestOutcome]:
     return outcomes
 
 
+def did_nothing(output: str, name: str) -> bool:
+    """True when a test printed only test-runner's boilerplate: under -Q a test whose sub-tests are all
+    non-quick (SUB_TEST, not SUB_TEST_QUICK) returns at once and "passes" against any broker, or none."""
+    for raw in output.splitlines():
+        line = _TEST_LINE.match(_ANSI.sub("", raw).rstrip())
+        if line and line.group(1) == name and not _BOILERPLATE.search(line.group(2)):
+            return False
+    return True
+
+
 def failure_messages(output: str) -> dict[str, str]:
     """First failure per test from the `### Test "NAME" failed at FILE:LINE:FUNC() at DATE: ###` blocks.
 
@@ -120,6 +140,7 @@ def run_tests(
     *,
     idempotent: bool,
     scenario: str = "default",
+    full: frozenset[str] = frozenset(),
 ) -> list[TestOutcome]:
     log_dir.mkdir(parents=True, exist_ok=True)
     conf_path = log_dir / f"test-{scenario}.conf"
@@ -132,7 +153,8 @@ def run_tests(
     for number, wanted in by_number.items():
         if not broker.alive():
             broker.restart()
-        args = runner_args(idempotent=idempotent, allow_sockem=any(test.sockem for test in wanted), scenario=scenario)
+        args = runner_args(idempotent=idempotent, allow_sockem=any(test.sockem for test in wanted), scenario=scenario,
+                           quick=not any(test.name in full for test in wanted))
         output, returncode, timed_out = _run_one(tests_dir, number, args, conf_path, log_dir / f"{number}{'' if scenario == 'default' else '-' + scenario}.log")
         died = None if broker.alive() else broker.process.returncode if broker.process else "?"
         table = parse_summary(output)
@@ -144,6 +166,8 @@ def run_tests(
             if outcome.status == FAILED and test.name in messages and messages[test.name] not in outcome.detail:
                 outcome = TestOutcome(outcome.name, FAILED, _join(messages[test.name], outcome.detail),
                                       outcome.duration)
+            if outcome.status == PASSED and "-Q" in args and did_nothing(output, test.name):
+                outcome = TestOutcome(outcome.name, SKIPPED, NO_OP, outcome.duration)
             if died is not None and outcome.status != PASSED:
                 outcome = TestOutcome(outcome.name, FAILED, f"kop exited (code {died}) during the test; "
                                       + outcome.detail, outcome.duration)
