@@ -23,6 +23,21 @@ def kop_source() -> Path:
     return Path(os.environ.get("KOP_COMPAT_KOP_SRC", REPO_ROOT)).resolve()
 
 
+def kop_revision() -> str:
+    """Which kop a run tested: the clone's commit (marked when the tree has uncommitted changes), or the
+    $KOP_COMPAT_KOP_SRC tree."""
+    if kop_source() != REPO_ROOT.resolve():
+        return f"kop from `{kop_source()}`"
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                                text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "kop (not a git checkout)"
+    return f"kop at commit `{commit}`" + (" with uncommitted changes" if dirty else "")
+
+
 def kop_command() -> list[str]:
     """The console script beside this interpreter, else the module (before pyproject has it, or when
     $KOP_COMPAT_KOP_SRC names another tree: `-m` imports from the working directory first)."""

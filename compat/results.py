@@ -44,8 +44,8 @@ def total_line(results: list[SuiteResult]) -> str:
     return f"compat: {passed} passed, {failed} failed, {skipped} skipped"
 
 
-def write_compatibility_md(path: Path, results: list[SuiteResult], cache_dir: Path) -> None:
-    """Overwrite COMPATIBILITY.md with the latest full run."""
+def write_compatibility_md(path: Path, results: list[SuiteResult], cache_dir: Path, broker: str) -> None:
+    """Overwrite COMPATIBILITY.md with the latest full run; `broker` says which kop was tested."""
     today = datetime.date.today().isoformat()
     lines = [
         "# Compatibility",
@@ -54,6 +54,8 @@ def write_compatibility_md(path: Path, results: list[SuiteResult], cache_dir: Pa
         "Each suite runs an allowlist; every test left out, and why, is in the suite's FINDINGS.md:",
         "[librdkafka](compat/librdkafka/FINDINGS.md), [kafka-python](compat/kafka_python/FINDINGS.md).",
         "This file is rewritten by every full run.",
+        "",
+        f"Broker tested: {broker}.",
         "",
         "| Suite | Version | Passed / allowlisted | Tests needing a broker | Date | Command |",
         "| --- | --- | --- | --- | --- | --- |",

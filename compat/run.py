@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from compat.allowlist import AllowedTest, read_allowlist
-from compat.broker import KopBroker
+from compat.broker import KopBroker, kop_revision
 from compat.kafka_python import fetch as kp_fetch
 from compat.kafka_python import runner as kp_runner
 from compat.librdkafka import build as rdk_build
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         print(total_line(results))
     full_run = not (args.quick or args.idempotent_only or requested) and args.suite == "all"
     if full_run:
-        write_compatibility_md(REPO_ROOT / "COMPATIBILITY.md", results, build_cache_dir())
+        write_compatibility_md(REPO_ROOT / "COMPATIBILITY.md", results, build_cache_dir(), kop_revision())
         print("compat: wrote COMPATIBILITY.md")
     return 1 if any(result.count(FAILED) for result in results) else 0
 

@@ -122,8 +122,9 @@ def test_compatibility_md_lists_counts_and_failures(tmp_path: Path) -> None:
                          109)
     assert result.summary_line() == "librdkafka: 1 passed, 1 failed, 0 skipped"
     target = tmp_path / "COMPATIBILITY.md"
-    write_compatibility_md(target, [result], tmp_path)
+    write_compatibility_md(target, [result], tmp_path, "kop at commit `abc1234`")
     text = target.read_text()
+    assert "Broker tested: kop at commit `abc1234`." in text
     assert "| librdkafka test suite | librdkafka 2.12.0 | 1 / 2 | 109 |" in text
     assert "`0002_unkpart`: timed out" in text
 
