@@ -1,6 +1,7 @@
 """The group coordinator in process, on a real broker object with real file storage: the classic group state
 machine, its error codes, and committed offsets stored as managed-ledger cursors."""
 import asyncio
+import dataclasses
 import shutil
 import struct
 import tempfile
@@ -235,9 +236,7 @@ def test_static_leader_rejoining_with_v9_is_told_to_skip_assignment():
         groups = broker.groups
         first = await groups.join(join_req(instance="i-1"))
         await groups.sync("g", 1, first.member_id, "i-1", None, None, {})
-        req = join_req(instance="i-1")
-        req = JoinRequest(**{**{f: getattr(req, f) for f in req.__slots__}, "supports_skip_assignment": True})
-        again = await groups.join(req)
+        again = await groups.join(dataclasses.replace(join_req(instance="i-1"), supports_skip_assignment=True))
         assert again.skip_assignment and again.leader_id == again.member_id and len(again.members) == 1
     run(body)
 

@@ -141,8 +141,8 @@ class Membership:
         if group.is_(GroupState.PREPARING_REBALANCE) and group.generation_id == 0:
             group.new_member_added = True
         self._arm_session(group, member, NEW_MEMBER_JOIN_TIMEOUT_MS)
-        log.info("group %s: member %s (client %s, %s) joins", group.group_id, member_id, req.client_id,
-                 req.client_host)
+        log.info("group %s: member %s (client %s, %s) joins%s", group.group_id, member_id, req.client_id,
+                 req.client_host, f" ({req.reason})" if req.reason else "")
         self._maybe_prepare_rebalance(group, f"new member {member_id} joined")
         self._try_complete_join(group)
         return future
@@ -156,7 +156,8 @@ class Membership:
         member.session_timeout_ms = req.session_timeout_ms
         member.rebalance_timeout_ms = req.rebalance_timeout_ms
         member.join_waiter = future
-        self._maybe_prepare_rebalance(group, f"{reason}: {member.member_id}")
+        client_reason = f" ({req.reason})" if req.reason else ""
+        self._maybe_prepare_rebalance(group, f"{reason}: {member.member_id}{client_reason}")
         self._try_complete_join(group)
         return future
 
