@@ -313,3 +313,38 @@ def test_reader_pattern_resumes_from_the_applications_own_offset(broker):
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     assert admin.list_groups() == []
     admin.close()
+
+
+# ---- members across a broker crash
+
+@pytest.mark.parametrize("lib", ["confluent-kafka", "kafka-python"])
+def test_live_members_rejoin_after_kill_9_and_nothing_is_skipped(broker_factory, lib):
+    """Membership is not stored: after a crash the members learn they are unknown, rejoin, and resume at the
+    committed offsets (kept in the cursors)."""
+    from integration.test_groups_clients import ThreadMember, check_deliveries, wait_balanced, wait_delivered
+    broker = broker_factory({"group.min.session.timeout.ms": "1000"})
+    topic, group = f"crash-{lib}", f"crash-group-{lib}"
+    create_topic(broker.bootstrap, topic)
+    produced = produce(broker.bootstrap, topic, 0, 120)
+    members = [ThreadMember(lib, broker.bootstrap, topic, group, name) for name in "ab"]
+    try:
+        wait_balanced(members, "two members")
+        wait_delivered(members, produced)
+        broker.kill()
+        broker.start()
+        produced += produce(broker.bootstrap, topic, 120, 120)
+        wait_delivered(members, produced, timeout=60)
+        from kafka.admin import KafkaAdminClient
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            def rejoined():
+                g = admin.describe_groups([group])[group]
+                return g["group_state"] == "Stable" and len(g["members"]) == 2
+            wait_for(rejoined, "both members to rejoin the restarted broker")
+        finally:
+            admin.close()
+        wait_balanced(members, "two members after the restart")
+    finally:
+        for m in members:
+            m.leave()
+    check_deliveries(members, produced)
