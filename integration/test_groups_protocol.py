@@ -190,3 +190,36 @@ def test_offset_delete_and_delete_groups_error_codes(raw):
     results = call(raw, 42, 2, groups_names=["doomed", "doomed", "pulsar.dedup"]).results
     assert [(r.group_id, r.error_code) for r in results] == [
         ("doomed", E.NONE), ("doomed", E.GROUP_ID_NOT_FOUND), ("pulsar.dedup", E.INVALID_GROUP_ID)]
+
+
+def test_every_acknowledged_commit_survives_kill_9_in_the_middle_of_a_commit_stream(broker):
+    """Commits pipelined for many groups; the broker is killed right after some of them were acknowledged. After the
+    restart every group reads back its last acknowledged offset or a later one it sent, never an earlier one."""
+    groups = [f"stream-{i}" for i in range(20)]
+    sent: dict[str, list[int]] = {g: [] for g in groups}
+    acked: dict[str, int] = {}
+    with RawKafka(broker.port) as conn:
+        conn.create_topic(TOPIC, 2)
+        pending = []
+        for offset in range(1, 31):
+            for group in groups:
+                Req = REQ[8][8]
+                Part = Req.OffsetCommitRequestTopic.OffsetCommitRequestPartition
+                cid = conn.send(Req(group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                                    topics=[Req.OffsetCommitRequestTopic(name=TOPIC, partitions=[
+                                        Part(partition_index=0, committed_offset=offset, committed_metadata="")])]))
+                sent[group].append(offset)
+                pending.append((cid, group, offset))
+        for cid, group, offset in pending[:400]:  # two thirds acknowledged, the rest still in flight
+            response = conn.receive(cid, RESP[8], 8)
+            assert response.topics[0].partitions[0].error_code == E.NONE
+            acked[group] = offset
+        broker.kill()
+    broker.start()
+    with RawKafka(broker.port) as conn:
+        Req = REQ[9][8]
+        fetched = conn.call(Req(groups=[Req.OffsetFetchRequestGroup(group_id=g, topics=None) for g in groups]),
+                            RESP[9], 8)
+    for group in fetched.groups:
+        (offset,) = [p.committed_offset for t in group.topics for p in t.partitions]
+        assert offset >= acked[group.group_id] and offset in sent[group.group_id], (group.group_id, offset)
