@@ -1,0 +1,35 @@
+"""Benchmark brokers: a fresh `kop standalone` process per run, in its own temporary directory, always stopped."""
+import logging
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from integration.broker_process import BrokerProcess
+
+# librdkafka's own log lines (connection closed, retries) go through this logger instead of stderr.
+RDKAFKA_LOG = logging.getLogger("bench.rdkafka")
+RDKAFKA_LOG.setLevel(logging.ERROR)
+
+
+@contextmanager
+def running_broker(config: dict[str, str] | None = None, keep: bool = False) -> Iterator[BrokerProcess]:
+    """Start a broker with `config` (properties-file keys, e.g. {"fsync": "false"}) on a free port; stop it and
+    delete its data on exit unless keep."""
+    root = tempfile.mkdtemp(prefix="kop-bench-")
+    broker = BrokerProcess(f"{root}/data", config=dict(config or {}))
+    try:
+        broker.start()
+        yield broker
+    finally:
+        broker.stop()
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, timeout_s: float = 30.0) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": RDKAFKA_LOG})
+    for future in admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=timeout_s).values():
+        future.result(timeout_s)
+    del admin  # closes its connections before the broker may be stopped

@@ -1,0 +1,216 @@
+"""Produce throughput and ack latency: a confluent-kafka (librdkafka) producer against a real `kop standalone`.
+
+Each run gets a fresh broker and topic. Variants (idempotence off/on x compression none/lz4) run interleaved, round
+after round, so that the ratios between them are measured side by side on a noisy machine; the table shows medians
+over rounds and each variant's median per-round ratio to the first one.
+
+    python -m bench.produce --records 200000 --size 100 --rounds 3
+"""
+import argparse
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from bench import machine
+from bench.brokers import RDKAFKA_LOG, create_topic, running_broker
+from bench.procstat import cpu_seconds
+from bench.report import Table, fmt
+from bench.stats import interleaved_order, median, paired_ratios, percentile
+
+PAYLOAD_POOL = 256  # distinct values per run, so compression sees varied input
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceSpec:
+    records: int = 200_000
+    record_bytes: int = 100
+    partitions: int = 4
+    idempotence: bool = False
+    compression: str = "none"
+    linger_ms: int = 5
+    rate: int = 0  # records/s to pace at; 0 = as fast as the client can
+    client: tuple[tuple[str, str], ...] = ()  # extra librdkafka settings, e.g. (("max.in.flight", "5"),)
+    timeout_s: float = 300.0
+
+    @property
+    def label(self) -> str:
+        paced = f", paced {self.rate:,}/s" if self.rate else ""
+        extra = "".join(f", {k}={v}" for k, v in self.client)
+        return f"idempotence {'on' if self.idempotence else 'off'}, {self.compression}{paced}{extra}"
+
+    @property
+    def shape(self) -> str:
+        size = f"{self.record_bytes // 1000} KB" if self.record_bytes >= 1000 else f"{self.record_bytes} B"
+        return f"{self.records:,} x {size}"
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResult:
+    spec: ProduceSpec
+    seconds: float  # first produce() to the last delivery report
+    delivered: int
+    failed: int
+    p50_ms: float  # produce() to its delivery callback (Message.latency(), read in the callback)
+    p99_ms: float
+    broker_cpu_s: float
+
+    @property
+    def records_per_s(self) -> float:
+        return self.delivered / self.seconds
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.delivered * self.spec.record_bytes / self.seconds / 1e6
+
+    @property
+    def broker_busy(self) -> float:
+        """Share of one core the broker used while the run lasted."""
+        return self.broker_cpu_s / self.seconds
+
+    @property
+    def cpu_s_per_100k(self) -> float:
+        return self.broker_cpu_s / self.delivered * 100_000 if self.delivered else float("nan")
+
+
+def payloads(record_bytes: int, seed: int = 7) -> list[bytes]:
+    """Values about half compressible: random bytes followed by repeated text."""
+    rng = random.Random(seed)
+    half = record_bytes // 2
+    filler = (b"kop benchmark record " * (record_bytes // 21 + 1))[:record_bytes - half]
+    return [rng.randbytes(half) + filler for _ in range(PAYLOAD_POOL)]
+
+
+def producer_config(bootstrap: str, spec: ProduceSpec) -> dict:
+    return {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": spec.linger_ms,
+            "enable.idempotence": spec.idempotence, "compression.type": spec.compression,
+            "logger": RDKAFKA_LOG, **dict(spec.client)}
+
+
+def produce(bootstrap: str, topic: str, spec: ProduceSpec, broker_pid: int) -> ProduceResult:
+    """Produce spec.records to topic (round-robin over its partitions) and measure; the topic must exist."""
+    from confluent_kafka import Producer
+    producer = Producer(producer_config(bootstrap, spec))
+    latencies: list[float] = []
+    failures: list[str] = []
+
+    def on_delivery(err, msg) -> None:
+        if err is not None:
+            failures.append(str(err))
+        else:
+            latencies.append(msg.latency())
+
+    # Warm up outside the clock: metadata, connections, the producer id (idempotence).
+    for p in range(spec.partitions):
+        producer.produce(topic, b"warm-up", partition=p)
+    if producer.flush(30) != 0:
+        raise RuntimeError("warm-up records were not delivered within 30 s")
+
+    values = payloads(spec.record_bytes)
+    deadline = time.monotonic() + spec.timeout_s
+    cpu_before = cpu_seconds(broker_pid)
+    start = time.perf_counter()
+    for i in range(spec.records):
+        if i % 100 == 0:
+            # Delivery callbacks run only inside poll(), and the latency is read there: poll often, and when pacing
+            # wait in poll() rather than sleep, so callbacks are not held back by our own loop.
+            producer.poll(0)
+            while spec.rate and (ahead := start + i / spec.rate - time.perf_counter()) > 0:
+                producer.poll(ahead)  # returns early when it served a callback
+        while True:
+            try:
+                producer.produce(topic, values[i % PAYLOAD_POOL], partition=i % spec.partitions,
+                                 on_delivery=on_delivery)
+                break
+            except BufferError:  # the client's queue is full: serve delivery reports until there is room
+                producer.poll(0.005)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{spec.label}: queue still full after {spec.timeout_s}s") from None
+    remaining = producer.flush(max(1.0, deadline - time.monotonic()))
+    seconds = time.perf_counter() - start
+    broker_cpu = cpu_seconds(broker_pid) - cpu_before
+    del producer  # closes its connections while the broker is still up
+    if remaining:
+        raise TimeoutError(f"{spec.label}: {remaining} records undelivered after {spec.timeout_s}s")
+    return ProduceResult(spec, seconds, len(latencies), len(failures),
+                         percentile(latencies, 0.50) * 1000, percentile(latencies, 0.99) * 1000, broker_cpu)
+
+
+def produce_on_fresh_broker(spec: ProduceSpec, broker_config: dict[str, str] | None = None,
+                            topic: str = "bench-produce") -> ProduceResult:
+    with running_broker(broker_config) as broker:
+        create_topic(broker.bootstrap, topic, spec.partitions)
+        return produce(broker.bootstrap, topic, spec, broker.proc.pid)
+
+
+def run_interleaved(specs: Sequence[ProduceSpec], rounds: int, broker_configs: Sequence[dict] | None = None,
+                    progress=print, labels: Sequence[str] | None = None) -> list[list[ProduceResult]]:
+    """results[v][r]: variant v in round r. Round r runs the variants forward or backward (ABBA)."""
+    configs = list(broker_configs) if broker_configs else [{}] * len(specs)
+    labels = list(labels) if labels else [s.label for s in specs]
+    results: list[list[ProduceResult]] = [[] for _ in specs]
+    for r in range(rounds):
+        for v in interleaved_order(len(specs), r):
+            result = produce_on_fresh_broker(specs[v], configs[v])
+            results[v].append(result)
+            progress(f"  round {r + 1}/{rounds} {specs[v].shape} {labels[v]}: {result.records_per_s:,.0f} rec/s, "
+                     f"broker {result.cpu_s_per_100k:.2f} CPU s/100k")
+    return results
+
+
+def table(results: list[list[ProduceResult]], title: str, labels: Sequence[str] | None = None) -> Table:
+    """Medians over rounds; 'vs first' is the median per-round throughput ratio to the first variant."""
+    t = Table(title, ["variant", "records", "rec/s", "MB/s", "p50 ms", "p99 ms", "broker CPU s",
+                      "broker busy", "CPU s/100k rec", "rec/s vs first", "CPU/rec vs first"])
+    baseline = results[0]
+    for i, runs in enumerate(results):
+        rate_ratio = median(paired_ratios([r.records_per_s for r in runs], [b.records_per_s for b in baseline]))
+        cpu_ratio = median(paired_ratios([r.cpu_s_per_100k for r in runs], [b.cpu_s_per_100k for b in baseline]))
+        t.add(labels[i] if labels else runs[0].spec.label, runs[0].spec.shape,
+              fmt(median([r.records_per_s for r in runs])), fmt(median([r.mb_per_s for r in runs]), 1),
+              fmt(median([r.p50_ms for r in runs]), 1), fmt(median([r.p99_ms for r in runs]), 1),
+              fmt(median([r.broker_cpu_s for r in runs]), 2),
+              f"{median([r.broker_busy for r in runs]):.0%}", fmt(median([r.cpu_s_per_100k for r in runs]), 2),
+              f"{rate_ratio:.3f}", f"{cpu_ratio:.3f}")
+    failed = sum(r.failed for runs in results for r in runs)
+    t.notes.append(f"{len(results[0])} rounds, medians; failed deliveries: {failed}")
+    return t
+
+
+VARIANTS = [(False, "none"), (True, "none"), (False, "lz4"), (True, "lz4")]
+
+
+def variant_specs(base: ProduceSpec) -> list[ProduceSpec]:
+    return [replace(base, idempotence=idem, compression=comp) for idem, comp in VARIANTS]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.produce", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--size", type=int, default=100, help="record value bytes")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--linger-ms", type=int, default=5)
+    parser.add_argument("--rate", type=int, default=0, help="pace at this many records/s (0 = unpaced)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--client", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra librdkafka setting for every variant (repeatable)")
+    choices = "; ".join(f"{i}=idempotence {'on' if idem else 'off'} {comp}" for i, (idem, comp) in enumerate(VARIANTS))
+    parser.add_argument("--variants", default="all", help=f"comma-separated indexes into: {choices}")
+    parser.add_argument("--fsync", choices=["true", "false"], default="true", help="broker fsync (default true)")
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args(argv)
+    client = tuple(tuple(kv.split("=", 1)) for kv in args.client)
+    base = ProduceSpec(args.records, args.size, args.partitions, linger_ms=args.linger_ms, rate=args.rate,
+                       client=client)
+    specs = variant_specs(base)
+    if args.variants != "all":
+        specs = [specs[int(i)] for i in args.variants.split(",")]
+    results = run_interleaved(specs, args.rounds, [{"fsync": args.fsync}] * len(specs))
+    t = table(results, f"produce ({machine.describe()}, fsync={args.fsync})")
+    print(t.markdown() if args.markdown else t.text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,117 @@
+"""The benchmarks' own checks: their helpers compute what they claim, and each benchmark, run tiny against a real
+broker, moves and counts the records it says it does. No assertion here is about speed.
+
+    python -m pytest bench/test_bench.py
+"""
+import asyncio
+import os
+
+import pytest
+
+from bench import consume, recovery
+from bench.brokers import create_topic, running_broker
+from bench.pipelined_producer import BatchTemplate, ProducerIdentity, load_partition
+from bench.procstat import cpu_seconds, directory_bytes
+from bench.produce import ProduceSpec, produce, table
+from bench.profile_produce import fold
+from bench.report import Table
+from bench.stats import interleaved_order, paired_ratios, percentile
+
+
+def test_percentile_is_nearest_rank():
+    values = list(range(1, 101))
+    assert percentile(values, 0.50) == 50
+    assert percentile(values, 0.99) == 99
+    assert percentile([7.0], 0.99) == 7.0
+
+
+def test_rounds_alternate_direction_so_no_variant_always_runs_first():
+    assert interleaved_order(3, 0) == [0, 1, 2]
+    assert interleaved_order(3, 1) == [2, 1, 0]
+
+
+def test_ratios_pair_rounds_and_skip_a_zero_baseline():
+    assert paired_ratios([2.0, 3.0, 5.0], [1.0, 0.0, 10.0]) == [2.0, 0.5]
+
+
+def test_cpu_seconds_counts_this_process_work():
+    before = cpu_seconds(os.getpid())
+    sum(i * i for i in range(300_000))
+    assert cpu_seconds(os.getpid()) > before
+
+
+def test_directory_bytes_sums_nested_files(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x").write_bytes(b"1" * 10)
+    (tmp_path / "y").write_bytes(b"2" * 5)
+    assert directory_bytes(str(tmp_path)) == 15
+
+
+def test_fold_counts_leaf_as_self_and_every_frame_once_as_total():
+    raw = ["main (kop/cli.py:10);handle (kop/handlers/produce.py:50);_walk (protocol/records.py:300) 3",
+           "main (kop/cli.py:10);handle (kop/handlers/produce.py:51) 1",
+           "main (kop/cli.py:10);main (kop/cli.py:12) 2"]
+    profile = fold(raw)
+    by_name = {f.function: f for f in profile.functions}
+    assert profile.samples == 6
+    assert by_name["_walk (records.py)"].self_samples == 3
+    assert by_name["handle (produce.py)"].self_samples == 1
+    assert by_name["handle (produce.py)"].total_samples == 4
+    assert by_name["main (cli.py)"].total_samples == 6  # recursion counted once per sample
+    assert profile.functions[0].function == "_walk (records.py)"
+
+
+def test_batch_template_patches_sequence_and_keeps_a_valid_crc():
+    from protocol.records import split_batches, validate_batch
+    template = BatchTemplate(ProducerIdentity(producer_id=42, epoch=3), b"value")
+    for sequence in (0, 1, 123_456):
+        header, view = split_batches(bytes(template.batch(sequence)))[0]
+        validate_batch(header, view)  # raises on a bad CRC
+        assert (header.producer_id, header.producer_epoch, header.base_sequence) == (42, 3, sequence)
+
+
+def test_table_rejects_a_row_of_the_wrong_width():
+    t = Table("t", ["a", "b"])
+    t.add("1", "2")
+    with pytest.raises(ValueError):
+        t.add("1")
+    assert t.markdown().splitlines()[2] == "| 1 | 2 |"
+
+
+def test_produce_delivers_every_record_and_consume_reads_them_all_back():
+    spec = ProduceSpec(records=2_000, record_bytes=100, partitions=2, idempotence=True, compression="lz4")
+    with running_broker() as broker:
+        create_topic(broker.bootstrap, "bench-test", spec.partitions)
+        result = produce(broker.bootstrap, "bench-test", spec, broker.proc.pid)
+        assert (result.delivered, result.failed) == (2_000, 0)
+        assert result.p50_ms <= result.p99_ms
+        read = consume.consume_all(broker.bootstrap, "bench-test", spec.partitions, 2_000 + spec.partitions,
+                                   broker.proc.pid, timeout_s=60)
+    assert read.records == 2_000 + spec.partitions  # one warm-up record per partition
+    assert read.value_bytes == 2_000 * 100 + spec.partitions * len(b"warm-up")
+    assert len(table([[result]], "t").rows) == 1
+
+
+def test_pipelined_producers_write_one_entry_per_batch_with_contiguous_sequences():
+    from integration.idem_raw import read_topic
+    with running_broker() as broker:
+        create_topic(broker.bootstrap, "bench-load", 1)
+        loaded = asyncio.run(asyncio.wait_for(
+            load_partition("127.0.0.1", broker.port, "bench-load", 0, 301, connections=3), 60))
+        stored = read_topic(broker.port, "bench-load", [0], timeout=60)
+    assert loaded.entries == 301
+    assert [r.offset for r in stored] == list(range(301))
+    by_producer: dict[int, list[int]] = {}
+    for r in stored:
+        by_producer.setdefault(r.producer_id, []).append(r.base_sequence)
+    assert sorted(len(s) for s in by_producer.values()) == [100, 100, 101]
+    assert all(s == list(range(len(s))) for s in by_producer.values())
+
+
+def test_recovery_probe_resumes_a_producer_after_kill_9():
+    result = recovery.run([200], restarts=2, connections=2, tail=30, progress=lambda _: None)
+    (checkpoint,) = result.checkpoints
+    assert len(result.empty_start_s) == 2
+    assert [r.fatal_error for r in checkpoint.restarts] == [0, 0]
+    assert checkpoint.entries == 200 + 2 * 30 + 2  # each acknowledged probe added one entry
+    assert all(r.listening_s <= r.first_ack_s for r in checkpoint.restarts)
