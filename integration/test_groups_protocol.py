@@ -223,3 +223,31 @@ def test_every_acknowledged_commit_survives_kill_9_in_the_middle_of_a_commit_str
     for group in fetched.groups:
         (offset,) = [p.committed_offset for t in group.topics for p in t.partitions]
         assert offset >= acked[group.group_id] and offset in sent[group.group_id], (group.group_id, offset)
+
+
+def test_generation_ids_keep_rising_across_kill_9(broker):
+    """Kafka keeps a group's generation in __consumer_offsets; kop keeps it in its generation log. A member of a
+    pre-crash generation must not be mistaken for a member of the new one, so ids never repeat after a restart."""
+    Sync = REQ[14][0]
+    with RawKafka(broker.port) as conn:
+        conn.create_topic(TOPIC, 2)
+        for expected in (1, 2):  # two stable generations: a join, then a rejoin of the same member
+            joined = join(conn, 0, "gen-crash", member_id="" if expected == 1 else joined.member_id)
+            assert (joined.error_code, joined.generation_id) == (E.NONE, expected)
+            synced = conn.call(Sync(group_id="gen-crash", generation_id=expected, member_id=joined.member_id,
+                                    assignments=[Sync.SyncGroupRequestAssignment(member_id=joined.member_id,
+                                                                                 assignment=b"a")]), RESP[14], 0)
+            assert synced.error_code == E.NONE
+        old_member = joined.member_id
+        broker.kill()
+    broker.start()
+    with RawKafka(broker.port) as conn:
+        rejoined = join(conn, 0, "gen-crash")
+        assert (rejoined.error_code, rejoined.generation_id) == (E.NONE, 3)
+        assert rejoined.member_id != old_member
+        synced = conn.call(Sync(group_id="gen-crash", generation_id=3, member_id=rejoined.member_id,
+                                assignments=[Sync.SyncGroupRequestAssignment(member_id=rejoined.member_id,
+                                                                             assignment=b"a")]), RESP[14], 0)
+        assert synced.error_code == E.NONE
+        stale = commit_v(conn, 2, "gen-crash", 5, generation_id_or_member_epoch=2, member_id=old_member)
+        assert [p.error_code for t in stale.topics for p in t.partitions] == [E.UNKNOWN_MEMBER_ID]

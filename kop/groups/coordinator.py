@@ -8,9 +8,11 @@ offsets is forgotten by a periodic sweep, as Kafka's offsets cleanup does.
 """
 import asyncio
 import logging
+import os
 from dataclasses import dataclass
 
 from kop.config import BrokerConfig
+from kop.groups.generations import GenerationLog
 from kop.groups.group import Group, GroupState, JoinResult, SyncResult
 from kop.groups.membership import JoinRequest, Membership, resolved
 from kop.groups.offsets import SYSTEM_CURSOR_PREFIX, CommittedOffset, OffsetStore
@@ -63,12 +65,14 @@ class GroupCoordinator:
         self.topics = topics
         self.groups: dict[str, Group] = {}
         self.offsets = OffsetStore(topics, _int_setting(config, "offset.metadata.max.bytes", 4096))
+        self.generations = GenerationLog(os.path.join(config.data_dir, "groups", "generations.log"), config.fsync)
         self.membership = Membership(self.groups, config.group_initial_rebalance_delay_ms,
                                      config.group_min_session_timeout_ms, config.group_max_session_timeout_ms,
-                                     _int_setting(config, "group.max.size", 2 ** 31 - 1))
+                                     _int_setting(config, "group.max.size", 2 ** 31 - 1), self._store_generation)
         self.sweep_interval_ms = _int_setting(config, "offsets.retention.check.interval.ms", 600_000)
         self.loaded = False
         self._sweeper: asyncio.Task | None = None
+        self._forget_generation: asyncio.Task | None = None  # a reference keeps the task alive
 
     # ---- lifecycle
 
@@ -76,6 +80,9 @@ class GroupCoordinator:
         """Find the groups that have committed offsets (topics must be loaded), then serve."""
         for group_id, protocol_type in self.offsets.load().items():
             self.groups.setdefault(group_id, Group(group_id, protocol_type=protocol_type))
+        for group_id, (generation, protocol_type) in self.generations.load().items():
+            group = self.groups.setdefault(group_id, Group(group_id, protocol_type=protocol_type or None))
+            group.generation_id = generation  # the next rebalance moves past every generation handed out before
         self.loaded = True
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop())
         log.info("group coordinator loaded %d groups with committed offsets", len(self.groups))
@@ -84,6 +91,7 @@ class GroupCoordinator:
         if self._sweeper is not None:
             self._sweeper.cancel()
         self.membership.close()
+        self.generations.close()
         self.loaded = False
 
     async def _sweep_loop(self) -> None:
@@ -105,6 +113,12 @@ class GroupCoordinator:
         if self.groups.get(group.group_id) is group:
             del self.groups[group.group_id]
         self.offsets.forget(group.group_id)
+        if group.group_id in self.generations.generations:
+            self._forget_generation = asyncio.get_running_loop().create_task(
+                self.generations.delete(group.group_id))
+
+    async def _store_generation(self, group: Group) -> None:
+        await self.generations.record(group.group_id, group.generation_id, group.protocol_type)
 
     # ---- validation
 

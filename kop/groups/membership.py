@@ -4,11 +4,13 @@ state machines, with member sessions and rebalance deadlines on timers.
 Version-independent: the wire handlers translate each request version into these calls. Waiting requests
 (JoinGroup until the rebalance completes, a follower's SyncGroup until the leader's) get futures that resolve to
 JoinResult / SyncResult. Membership lives in memory only; after a restart members learn through UNKNOWN_MEMBER_ID
-that they must rejoin, as after a Kafka coordinator move.
+that they must rejoin, as after a Kafka coordinator move. Only each group's generation id is stored (through
+store_generation, before the members of a new generation get their assignments), so ids never repeat.
 """
 import asyncio
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from kop.groups.group import Group, GroupState, JoinResult, Member, SyncResult
@@ -43,6 +45,10 @@ def resolved(value) -> asyncio.Future:
     return future
 
 
+async def _nothing_to_store(group: Group) -> None:
+    pass
+
+
 def _answer(future: asyncio.Future | None, value) -> None:
     if future is not None and not future.done():
         future.set_result(value)
@@ -50,8 +56,10 @@ def _answer(future: asyncio.Future | None, value) -> None:
 
 class Membership:
     def __init__(self, groups: dict[str, Group], initial_rebalance_delay_ms: int,
-                 min_session_timeout_ms: int, max_session_timeout_ms: int, max_group_size: int) -> None:
+                 min_session_timeout_ms: int, max_session_timeout_ms: int, max_group_size: int,
+                 store_generation: Callable[[Group], Awaitable[None]] | None = None) -> None:
         self.groups = groups
+        self.store_generation = store_generation or _nothing_to_store
         self.timers = Timers()
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.min_session_timeout_ms = min_session_timeout_ms
@@ -312,15 +320,38 @@ class Membership:
         future = asyncio.get_running_loop().create_future()
         _answer(member.sync_waiter, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
         member.sync_waiter = future
-        if group.is_leader(member_id):
-            for other in group.members.values():
-                other.assignment = assignments.get(other.member_id, b"")
-            group.transition(GroupState.STABLE)
-            log.info("group %s: stable at generation %d", group.group_id, group.generation_id)
-            for other in group.members.values():
-                waiter, other.sync_waiter = other.sync_waiter, None
-                _answer(waiter, self._sync_result(group, other))
+        if group.is_leader(member_id) and not group.storing_generation:
+            group.storing_generation = True
+            asyncio.get_running_loop().create_task(
+                self._complete_sync(group, group.generation_id, dict(assignments)))
         return future
+
+    async def _complete_sync(self, group: Group, generation: int, assignments: dict[str, bytes]) -> None:
+        """Store the generation durably, then hand out the leader's assignment, unless the group moved on meanwhile
+        (its waiters were answered by the rebalance that moved it)."""
+        error = None
+        try:
+            await self.store_generation(group)
+        except Exception:
+            log.exception("group %s: could not store generation %d", group.group_id, generation)
+            error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        finally:
+            group.storing_generation = False
+        if group.generation_id != generation or not group.is_(GroupState.COMPLETING_REBALANCE):
+            return
+        if error is not None:
+            for member in group.members.values():
+                waiter, member.sync_waiter = member.sync_waiter, None
+                _answer(waiter, SyncResult(error))
+            self._prepare_rebalance(group, "its generation could not be stored")
+            return
+        for member in group.members.values():
+            member.assignment = assignments.get(member.member_id, b"")
+        group.transition(GroupState.STABLE)
+        log.info("group %s: stable at generation %d", group.group_id, group.generation_id)
+        for member in group.members.values():
+            waiter, member.sync_waiter = member.sync_waiter, None
+            _answer(waiter, self._sync_result(group, member))
 
     @staticmethod
     def _sync_result(group: Group, member: Member) -> SyncResult:
