@@ -22,8 +22,10 @@ def test_list_offsets_earliest_latest_and_by_timestamp(broker):
     tp = TopicPartition("times", 0)
     assert c.beginning_offsets([tp]) == {tp: 0}
     assert c.end_offsets([tp]) == {tp: 30}
-    found = c.offsets_for_times({tp: base + 15_000})[tp]
-    assert found is not None and found.offset <= 15 and found.timestamp >= base + 15_000
+    found = c.offsets_for_times({tp: base + 15_000})[tp]  # inside the second batch: its record, not its start
+    assert (found.offset, found.timestamp) == (15, base + 15_000)
+    found = c.offsets_for_times({tp: base + 15_500})[tp]
+    assert (found.offset, found.timestamp) == (16, base + 16_000)
     assert c.offsets_for_times({tp: base + 10**9})[tp] is None
     c.close()
 
@@ -104,3 +106,38 @@ def test_log_append_time_topics_stamp_batches_with_the_broker_clock(broker):
     assert reports[0][0] is None
     got = kp_consume_all(broker.bootstrap, "lat", 1)
     assert before - 1000 <= got[0].timestamp <= int(time.time() * 1000) + 1000
+
+
+def test_fetch_limits_only_the_first_batch_may_exceed_them(broker):
+    """KIP-74: max_bytes and partition_max_bytes are soft only for the response's first batch, so a consumer is never
+    stuck behind a large batch; every other partition gets whole batches that fit, or nothing."""
+    from integration.idem_raw import RawKafka, plain_batch
+    from protocol.api import REQUEST_CLASSES, RESPONSE_CLASSES
+    from protocol.records import split_batches
+
+    version = 11
+    FetchRequest = REQUEST_CLASSES[1][version]
+    big = [b"x" * 3000]
+    with RawKafka(broker.port) as raw:
+        raw.create_topic("limits", 2)
+        for partition in (0, 1):
+            for _ in range(2):
+                assert raw.produce("limits", partition, plain_batch(big)).error_code == 0
+
+        def fetch(max_bytes, partition_max_bytes):
+            request = FetchRequest(
+                replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes, isolation_level=0, session_id=0,
+                session_epoch=-1, rack_id="", forgotten_topics_data=[],
+                topics=[FetchRequest.FetchTopic(topic="limits", partitions=[FetchRequest.FetchTopic.FetchPartition(
+                    partition=p, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
+                    partition_max_bytes=partition_max_bytes) for p in (0, 1)])])
+            response = raw.call(request, RESPONSE_CLASSES[1], version)
+            return [len(split_batches(bytes(p.records))) if p.records else 0
+                    for p in response.responses[0].partitions]
+
+        assert fetch(100, 100) == [1, 0]  # the first batch exceeds both limits and still comes back
+        assert fetch(7000, 100) == [1, 0]  # partition 1's batch exceeds its partition limit
+        assert fetch(5000, 10_000) == [1, 0]  # the second batch would exceed max_bytes
+        assert fetch(7000, 10_000) == [2, 0]
+        assert fetch(20_000, 10_000) == [2, 2]
+        assert fetch(20_000, 4000) == [1, 1]

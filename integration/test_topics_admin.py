@@ -103,3 +103,23 @@ def test_many_partitions(broker):
     assert producer.flush(60) == 0
     got = ck_consume_all(broker.bootstrap, "wide", 1000, partitions=range(200), timeout=60)
     assert sorted(r.value for r in got) == sorted(v for _, v, _, _ in records)
+
+
+def test_manual_assignments_may_name_only_this_broker(broker):
+    """Tools that always pass replica assignments (librdkafka's tests, reassignment scripts) work on one broker; an
+    assignment naming another broker, or inconsistent with the partition count, is refused as Kafka refuses it."""
+    from confluent_kafka import KafkaException
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    wait_all(admin.create_topics([CkNewTopic("assigned", num_partitions=3, replica_assignment=[[1], [1], [1]])]))
+    assert len(admin.list_topics(timeout=10).topics["assigned"].partitions) == 3
+    wait_all(admin.create_partitions([NewPartitions("assigned", 5, replica_assignment=[[1], [1]])]))
+    assert len(admin.list_topics(timeout=10).topics["assigned"].partitions) == 5
+    for bad in (admin.create_topics([CkNewTopic("elsewhere", num_partitions=2, replica_assignment=[[1], [2]])]),
+                admin.create_partitions([NewPartitions("assigned", 7, replica_assignment=[[1]])]),
+                admin.create_partitions([NewPartitions("assigned", 6, replica_assignment=[[1, 2]])])):
+        with pytest.raises(KafkaException) as failure:
+            wait_all(bad)
+        assert failure.value.args[0].name() == "INVALID_REPLICA_ASSIGNMENT"
+    assert "elsewhere" not in admin.list_topics(timeout=10).topics
+    assert len(admin.list_topics(timeout=10).topics["assigned"].partitions) == 5

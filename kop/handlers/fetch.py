@@ -46,6 +46,10 @@ def _collect(ctx, request):
             limit = min(fpart.partition_max_bytes, budget - total)
             if offset < hw and (limit > 0 or total == 0):
                 entries = partition.read(offset, max(limit, 1))
+                if total > 0:
+                    # Only the response's first batch may exceed the limits (KIP-74), so a consumer stuck on a
+                    # large batch progresses; later partitions get whole batches that fit, or nothing.
+                    entries = _fitting(entries, limit)
                 if entries:
                     records = b"".join(e.data for e in entries)
                     data.records = records
@@ -53,6 +57,15 @@ def _collect(ctx, request):
             parts.append(data)
         out.append(cls.FetchableTopicResponse(topic=ftopic.topic, partitions=parts))
     return out, total
+
+
+def _fitting(entries, limit: int) -> list:
+    size = 0
+    for i, entry in enumerate(entries):
+        size += len(entry.data)
+        if size > limit:
+            return entries[:i]
+    return entries
 
 
 def _response(ctx, topics):

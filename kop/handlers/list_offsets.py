@@ -1,10 +1,12 @@
 """ListOffsets (key 2). Version notes: served v1-v7 (v0 returns old-style offset arrays); v2+ isolation level; v4+
 leader epoch. Timestamp -2 = earliest, -1 = latest (the high watermark, = last offset + 1), -3 = max timestamp
-(v7+); otherwise the first offset whose record timestamp is >= the given one, found via batch max timestamps."""
+(v7+); otherwise the first offset whose record timestamp is >= the given one: batch max timestamps find the batch,
+its records the offset (as Kafka's LogSegment.findOffsetByTimestamp)."""
 import struct
 
 from protocol.api import response_class
 from protocol.errors import ErrorCode
+from protocol.records import iter_records
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 _TIMES = struct.Struct(">qq")  # firstTimestamp, maxTimestamp at byte 27 of a v2 batch
@@ -12,7 +14,7 @@ SCAN_BYTES = 4 * 1024 * 1024
 
 
 def _batches(partition, start: int):
-    """(first offset, last offset, max timestamp) of each durable batch from offset start on."""
+    """(entry, last offset, max timestamp) of each durable batch from offset start on."""
     offset = start
     while offset < partition.high_watermark:
         entries = partition.read(offset, SCAN_BYTES)
@@ -20,20 +22,22 @@ def _batches(partition, start: int):
             return
         for e in entries:
             _first_ts, max_ts = _TIMES.unpack_from(e.data, 27)
-            yield e.first_index, e.first_index + e.span - 1, max_ts
+            yield e, e.first_index + e.span - 1, max_ts
         offset = entries[-1].first_index + entries[-1].span
 
 
 def _by_timestamp(partition, timestamp: int) -> tuple[int, int]:
-    for first, _last, max_ts in _batches(partition, partition.log_start_offset):
+    for entry, _last, max_ts in _batches(partition, partition.log_start_offset):
         if max_ts >= timestamp:
-            return max_ts, first
+            for record in iter_records(entry.data):
+                if record.timestamp >= timestamp and record.offset >= partition.log_start_offset:
+                    return record.timestamp, record.offset
     return -1, -1
 
 
 def _max_timestamp(partition) -> tuple[int, int]:
     best = (-1, -1)
-    for _first, last, max_ts in _batches(partition, partition.log_start_offset):
+    for _entry, last, max_ts in _batches(partition, partition.log_start_offset):
         if max_ts > best[0]:
             best = (max_ts, last)
     return best

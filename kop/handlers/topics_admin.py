@@ -1,6 +1,7 @@
 """CreateTopics (19), DeleteTopics (20), CreatePartitions (37). Version notes: CreateTopics v5+ returns the
 partition count and configs; DeleteTopics v6 names topics in `topics` (by name or id), v0-5 in `topic_names`;
-replication factor must be -1 or 1 on a single broker; ValidateOnly checks without creating."""
+replication factor must be -1 or 1 on a single broker, and a manual assignment may name only this broker;
+ValidateOnly checks without creating."""
 import uuid
 
 from kop.topics import TOPIC_CONFIG_DEFAULTS, TopicError
@@ -15,16 +16,25 @@ async def create_topics(ctx, request):
         configs = {c.name: c.value for c in item.configs if c.value is not None}
         result = cls.CreatableTopicResult(name=item.name, error_code=0, error_message=None)
         try:
-            if item.replication_factor not in (-1, 1):
+            num_partitions = item.num_partitions
+            if item.assignments:
+                if item.num_partitions != -1 or item.replication_factor != -1:
+                    raise TopicError(ErrorCode.INVALID_REQUEST, "both numPartitions or replicationFactor and "
+                                     "replicasAssignments were set; give one or the other")
+                indexes = sorted(a.partition_index for a in item.assignments)
+                if indexes != list(range(len(indexes))):
+                    raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                     f"partitions must be numbered 0..{len(indexes) - 1}, got {indexes}")
+                _check_replicas(ctx, [a.broker_ids for a in item.assignments])
+                num_partitions = len(indexes)
+            elif item.replication_factor not in (-1, 1):
                 raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
                                  f"replication factor {item.replication_factor} > 1 broker")
-            if item.assignments:
-                raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "manual replica assignment is not supported")
             if request.validate_only:
-                partitions = ctx.broker.topics.check_create(item.name, item.num_partitions, configs)
+                partitions = ctx.broker.topics.check_create(item.name, num_partitions, configs)
                 topic_id = uuid.UUID(int=0)
             else:
-                topic = await ctx.broker.topics.create(item.name, item.num_partitions, configs)
+                topic = await ctx.broker.topics.create(item.name, num_partitions, configs)
                 partitions = len(topic.partitions)
                 topic_id = uuid.UUID(bytes=topic.topic_id)
             result.topic_id = topic_id
@@ -38,6 +48,15 @@ async def create_topics(ctx, request):
             result.error_code, result.error_message = exc.code, str(exc)
         results.append(result)
     return cls(throttle_time_ms=0, topics=results)
+
+
+def _check_replicas(ctx, replica_lists: list[list[int]]) -> None:
+    """A manual assignment is valid when every partition names exactly this broker (a single broker's only choice)."""
+    node = ctx.broker.config.node_id
+    for replicas in replica_lists:
+        if list(replicas) != [node]:
+            raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                             f"replicas {list(replicas)}: this cluster has one broker, id {node}")
 
 
 async def delete_topics(ctx, request):
@@ -76,14 +95,18 @@ async def create_partitions(ctx, request):
     for item in request.topics:
         result = cls.CreatePartitionsTopicResult(name=item.name, error_code=0, error_message=None)
         try:
-            if item.assignments:
-                raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "manual replica assignment is not supported")
             topic = ctx.broker.topics.get(item.name)
             if topic is None:
                 raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {item.name!r}")
             if item.count <= len(topic.partitions):
                 raise TopicError(ErrorCode.INVALID_PARTITIONS,
                                  f"topic has {len(topic.partitions)} partitions; {item.count} is not more")
+            if item.assignments is not None:
+                added = item.count - len(topic.partitions)
+                if len(item.assignments) != added:
+                    raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                     f"{len(item.assignments)} assignments for {added} new partitions")
+                _check_replicas(ctx, [a.broker_ids for a in item.assignments])
             if not request.validate_only:
                 await ctx.broker.topics.add_partitions(item.name, item.count)
         except TopicError as exc:
