@@ -192,6 +192,23 @@ class ProducerSnapshot:
     batches: tuple[BatchMetadata, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class _FailedWrites:
+    """The sequences of a producer's writes that failed when the partition was fenced. Until the producer has
+    resent them, any later batch of its epoch was pipelined behind them (already in flight, or sent before the
+    client saw the failure): it is early, not out of order, and gets the retriable error the failed writes got, so
+    the client resends it after them. OUT_OF_ORDER_SEQUENCE_NUMBER would make librdkafka bump its epoch and is
+    fatal for aiokafka. Nothing can be stored ahead of the failed batches."""
+
+    epoch: int
+    first_seq: int
+    last_seq: int
+    error_code: int
+
+
+MAX_FAILED_PRODUCERS = 10_000  # bounds the memory of producers that never come back after a failed write
+
+
 # -- the rules ---------------------------------------------------------------------------------------------------
 
 
@@ -202,6 +219,7 @@ class KafkaProducers:
         self._dedup = dedup
         self._prefix = name_prefix
         self._producers: dict[int, _Producer] = {}
+        self._failed: dict[int, _FailedWrites] = {}
         dedup.attach(self)
 
     def producer_name(self, producer_id: int, producer_epoch: int) -> str:
@@ -237,6 +255,9 @@ class KafkaProducers:
         if producer is not None and producer_epoch < producer.epoch:
             return Reject(INVALID_PRODUCER_EPOCH, f"producer {producer_id}: epoch {producer_epoch} is older than "
                                                   f"the current epoch {producer.epoch}")
+        early = self._behind_failed_writes(producer_id, producer_epoch, base_sequence, name)
+        if early is not None:
+            return early
         if producer is not None and producer_epoch > producer.epoch:
             if base_sequence != 0:
                 return Reject(OUT_OF_ORDER_SEQUENCE_NUMBER, f"producer {producer_id}: new epoch {producer_epoch} "
@@ -273,6 +294,19 @@ class KafkaProducers:
         # PIP-6 Unknown and not an exact retry: decide once the writes in flight have landed or failed.
         return DecideAgain(producer.wait_idle())
 
+    def _behind_failed_writes(self, producer_id: int, producer_epoch: int, base_sequence: int,
+                              name: str) -> Reject | None:
+        failed = self._failed.get(producer_id)
+        if failed is None or failed.epoch != producer_epoch:
+            return None
+        last_pushed = self._dedup.pushed_sequence_id(name)
+        expected = failed.first_seq if last_pushed is None else last_pushed + 1
+        first = unwrap(base_sequence, expected - 1)
+        if first > expected:
+            return Reject(failed.error_code, f"producer {producer_id}: sequence {base_sequence} follows writes that "
+                                             f"failed; resend from {to_wire(expected)} first")
+        return None
+
     # -- follow the write ------------------------------------------------------------------------------------------
 
     def on_pushed(self, accept: Accept, base_offset: int, last_offset: int, timestamp: int) -> PendingBatch | None:
@@ -286,6 +320,10 @@ class KafkaProducers:
         if producer is None:
             producer = self._producers[accept.producer_id] = _Producer(epoch=accept.producer_epoch)
         producer.epoch = accept.producer_epoch
+        failed = self._failed.get(accept.producer_id)
+        if failed is not None and (failed.epoch != accept.producer_epoch
+                                   or accept.highest_sequence_id >= failed.last_seq):
+            del self._failed[accept.producer_id]  # resent up to where the failure left it: the usual rules again
         batch = BatchMetadata(accept.producer_epoch, accept.sequence_id, accept.highest_sequence_id,
                               base_offset, last_offset, timestamp)
         pending = PendingBatch(accept.producer_id, accept.producer_name, batch)
@@ -318,6 +356,7 @@ class KafkaProducers:
         for producer_id, producer in list(self._producers.items()):
             if not producer.pending:
                 continue
+            self._remember_failed(producer_id, [p.batch for p in producer.pending], error_code)
             for pending in producer.pending:
                 pending.fail(error_code)
             producer.pending.clear()
@@ -327,6 +366,17 @@ class KafkaProducers:
             else:
                 producer.epoch = producer.persisted_epoch
         self._dedup.reset_pushed_to_persisted()
+
+    def _remember_failed(self, producer_id: int, batches: list[BatchMetadata], error_code: int) -> None:
+        epoch = batches[-1].epoch
+        first = min(b.first_seq for b in batches if b.epoch == epoch)
+        last = max(b.last_seq for b in batches if b.epoch == epoch)
+        earlier = self._failed.pop(producer_id, None)
+        if earlier is not None and earlier.epoch == epoch:  # failed again while resending: cover both
+            first, last = min(first, earlier.first_seq), max(last, earlier.last_seq)
+        self._failed[producer_id] = _FailedWrites(epoch, first, last, error_code)
+        if len(self._failed) > MAX_FAILED_PRODUCERS:
+            del self._failed[next(iter(self._failed))]
 
     def _apply_persisted(self, producer_id: int, producer: _Producer, batch: BatchMetadata) -> None:
         if producer.persisted_epoch is None or batch.epoch > producer.persisted_epoch:
@@ -351,6 +401,7 @@ class KafkaProducers:
                 pending.fail(REQUEST_TIMED_OUT)
             producer.notify_idle()
         self._producers.clear()
+        self._failed.clear()
 
     def snapshot_properties(self, names: Collection[str]) -> dict[str, int]:
         properties: dict[str, int] = {}

@@ -223,6 +223,11 @@ def test_write_failures_fence_and_every_value_is_stored_once_in_order(start_brok
     stored = read_topic(broker.port, topic, [0])
     assert [r.value for r in stored] == values  # exactly once, in order
     assert all(reports[r.value][1] == r.offset for r in stored)  # delivery reports name the stored offsets
+    # No request was answered OUT_OF_ORDER_SEQUENCE_NUMBER (librdkafka would have bumped its epoch and started its
+    # sequences again at 0): the batches pipelined behind a failed write were told to retry, and were stored later.
+    assert len({r.producer_id for r in stored}) == 1
+    sequences = [r.base_sequence for r in stored]
+    assert sequences == list(range(count)), [(i, s) for i, s in enumerate(sequences) if s != i][:5]
     # Each injected failure failed one flush, which rolled the ledger: ledger ids 0..3 were used.
     ledgers = internal_stats(broker, topic)["ledgers"]
     assert ledgers[-1]["ledgerId"] == len(injections), ledgers

@@ -308,9 +308,30 @@ async def test_rule10_failed_write_fails_every_pending_batch_and_retries_are_acc
     for seq in (1, 2, 3):
         accepted(partition, PID, 0, seq)
     partition.fail_writes()
-    assert rejected(partition.send(PID, 0, 2), OUT_OF_ORDER_SEQUENCE_NUMBER)  # a follower before the retry
+    # A follower that arrives before the retry is early, not out of order: the retriable error again.
+    assert rejected(partition.send(PID, 0, 2), NOT_LEADER_OR_FOLLOWER)
+    assert rejected(partition.send(PID, 0, 4), NOT_LEADER_OR_FOLLOWER)  # the next batch the client would send
+    assert rejected(partition.send(PID, 0, 9), NOT_LEADER_OR_FOLLOWER)  # sent before the client saw the failure
     assert isinstance(partition.send(PID, 0, 0), Duplicate)
-    for seq in (1, 2, 3):
+    accepted(partition, PID, 0, 1)
+    assert rejected(partition.send(PID, 0, 3), NOT_LEADER_OR_FOLLOWER)  # 2 is still to be resent
+    for seq in (2, 3):
+        accepted(partition, PID, 0, seq)
+    assert rejected(partition.send(PID, 0, 5), OUT_OF_ORDER_SEQUENCE_NUMBER)  # resent in full: usual rules again
+    partition.persist_all()
+    assert partition.stored(PID) == [(0, 0), (1, 1), (2, 2), (3, 3)]
+
+
+@async_test
+async def test_rule10_a_write_failing_again_while_resending_keeps_the_whole_failed_range():
+    partition = await started()
+    for seq in (0, 1, 2, 3):
+        accepted(partition, PID, 0, seq)
+    partition.fail_writes()
+    accepted(partition, PID, 0, 0)
+    partition.fail_writes()  # the resend fails too: 1..3 are still owed
+    assert rejected(partition.send(PID, 0, 3), NOT_LEADER_OR_FOLLOWER)
+    for seq in (0, 1, 2, 3):
         accepted(partition, PID, 0, seq)
     partition.persist_all()
     assert partition.stored(PID) == [(0, 0), (1, 1), (2, 2), (3, 3)]
@@ -332,9 +353,13 @@ async def test_failed_first_write_of_a_new_epoch_goes_back_to_the_persisted_epoc
 async def test_failed_first_write_of_a_producer_forgets_it():
     partition = await started()
     accepted(partition, PID, 0, 7)
+    accepted(partition, PID, 0, 8)
     partition.fail_writes()
     assert partition.producers.epoch(PID) is None
+    # Nothing is stored for it, yet its pipelined follower must not be stored ahead of the first batch.
+    assert rejected(partition.send(PID, 0, 8), NOT_LEADER_OR_FOLLOWER)
     accepted(partition, PID, 0, 7)
+    accepted(partition, PID, 0, 8)
 
 
 # -- sequence wrap-around ------------------------------------------------------------------------------------------

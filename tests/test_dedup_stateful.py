@@ -67,6 +67,7 @@ class Model:
         self.completed: list[Batch] = []  # durable, persist reported
         self.written: list[Batch] = []  # durable, persist not yet reported
         self.pending: list[Batch] = []  # accepted, not durable
+        self.failed: dict[int, tuple[int, int, int]] = {}  # pid -> (epoch, first, last) of writes that failed
 
     def of(self, pid: int) -> list[Batch]:
         return [b for b in self.completed + self.written + self.pending if b.pid == pid]
@@ -76,11 +77,20 @@ class Model:
 
     def decide(self, pid: int, epoch: int, wire: int, count: int) -> tuple:
         mine = self.of(pid)
+        if mine and epoch < mine[-1].epoch:
+            return ("reject", INVALID_PRODUCER_EPOCH)
+        if pid in self.failed and self.failed[pid][0] == epoch:
+            # Sent behind writes that failed, before they were resent: retriable, so it comes again after them.
+            _, failed_first, _ = self.failed[pid]
+            same = [b for b in mine if b.epoch == epoch]
+            expected = same[-1].last + 1 if same else failed_first
+            first = min((wire + lap * SEQUENCE_MODULUS for lap in range(4)),
+                        key=lambda v: (abs(v - (expected - 1)), v))
+            if first > expected:
+                return ("reject", NOT_LEADER_OR_FOLLOWER)
         if not mine:
             return ("accept", wire, wire + count - 1)
         current = mine[-1].epoch
-        if epoch < current:
-            return ("reject", INVALID_PRODUCER_EPOCH)
         if epoch > current:
             return ("accept", 0, count - 1) if wire == 0 else ("reject", OUT_OF_ORDER_SEQUENCE_NUMBER)
         same = [b for b in mine if b.epoch == epoch]
@@ -271,6 +281,9 @@ class DedupMachine(RuleBasedStateMachine):
         self.unwritten.append(Write(batch, pending, metadata))
         self.model.pending.append(batch)
         self.sent[pid].append(batch)
+        failed = self.model.failed.get(pid)
+        if failed is not None and (failed[0] != epoch or batch.last >= failed[2]):
+            del self.model.failed[pid]
 
     # -- storage -------------------------------------------------------------------------------------------------
 
@@ -294,6 +307,16 @@ class DedupMachine(RuleBasedStateMachine):
     def write_fails(self) -> None:
         while self.unreported:  # the writes before the failed one did succeed
             self.report_persisted()
+        for pid in PIDS:
+            dropped = [w.batch for w in self.unwritten if w.batch.pid == pid]
+            if dropped:
+                epoch = dropped[-1].epoch
+                first = min(b.first for b in dropped if b.epoch == epoch)
+                last = max(b.last for b in dropped if b.epoch == epoch)
+                earlier = self.model.failed.get(pid)
+                if earlier is not None and earlier[0] == epoch:
+                    first, last = min(first, earlier[1]), max(last, earlier[2])
+                self.model.failed[pid] = (epoch, first, last)
         for write in self.unwritten:
             self.dropped.add(id(write.batch))
         self.unwritten.clear()
@@ -334,6 +357,7 @@ class DedupMachine(RuleBasedStateMachine):
         self.waiters.clear()
         self.model.completed += self.model.written
         self.model.written, self.model.pending = [], []
+        self.model.failed.clear()
         self.ledger.roll()
         self.next_offset = self.durable_end()
         self.start()
