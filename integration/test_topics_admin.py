@@ -123,3 +123,115 @@ def test_manual_assignments_may_name_only_this_broker(broker):
         assert failure.value.args[0].name() == "INVALID_REPLICA_ASSIGNMENT"
     assert "elsewhere" not in admin.list_topics(timeout=10).topics
     assert len(admin.list_topics(timeout=10).topics["assigned"].partitions) == 5
+
+
+def test_topic_configs_can_be_altered_whole_and_incrementally(broker):
+    """AlterConfigs replaces a topic's overrides, IncrementalAlterConfigs sets, deletes, appends and subtracts; both
+    take effect at once (max.message.bytes here) and survive a restart. Kafka configs kop does not act on are
+    stored and reported; unknown ones, bad values and broker configs are refused."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    wait_all(admin.create_topics([CkNewTopic("altered", num_partitions=1, replication_factor=1,
+                                              config={"retention.ms": "3600000", "segment.ms": "1000"})]))
+
+    def describe():
+        resource = ConfigResource(ConfigResource.Type.TOPIC, "altered")
+        entries = next(iter(wait_all(admin.describe_configs([resource])).values()))
+        return {name: e.value for name, e in entries.items() if not e.is_default}
+
+    assert describe() == {"retention.ms": "3600000", "segment.ms": "1000"}
+    kp = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        # kafka-python sends IncrementalAlterConfigs (and emulates it over AlterConfigs for old brokers)
+        kp.alter_configs([KpConfigResource(ConfigResourceType.TOPIC, "altered", configs={"segment.ms": "2000"})])
+        assert describe() == {"retention.ms": "3600000", "segment.ms": "2000"}
+    finally:
+        kp.close()
+    # confluent-kafka's alter_configs is AlterConfigs itself, which replaces every override
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "altered", set_config={"max.message.bytes": "2000"})
+    wait_all(admin.alter_configs([resource]))
+    assert describe() == {"max.message.bytes": "2000"}  # AlterConfigs: retention.ms and segment.ms went back
+    (report,) = ck_produce(broker.bootstrap, "altered", [(None, b"x" * 3000, [], 0)], retries=0)
+    assert report[0] is not None and report[0].name() == "MSG_SIZE_TOO_LARGE"  # a 3000-byte record no longer fits
+
+    changes = ConfigResource(ConfigResource.Type.TOPIC, "altered", incremental_configs=[
+        ConfigEntry("max.message.bytes", None, incremental_operation=AlterConfigOpType.DELETE),
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND),
+        ConfigEntry("delete.retention.ms", "900", incremental_operation=AlterConfigOpType.SET)])
+    wait_all(admin.incremental_alter_configs([changes]))
+    assert describe() == {"cleanup.policy": "delete,compact", "delete.retention.ms": "900"}
+    (report,) = ck_produce(broker.bootstrap, "altered", [(b"key", b"x" * 3000, [], 0)])  # compacted: keys needed
+    assert report[0] is None
+
+    broker.stop()
+    broker.start()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    assert describe() == {"cleanup.policy": "delete,compact", "delete.retention.ms": "900"}
+
+    refused = [
+        ConfigResource(ConfigResource.Type.TOPIC, "altered", incremental_configs=[
+            ConfigEntry("no.such.config", "1", incremental_operation=AlterConfigOpType.SET)]),
+        ConfigResource(ConfigResource.Type.TOPIC, "altered", incremental_configs=[
+            ConfigEntry("retention.ms", "soon", incremental_operation=AlterConfigOpType.SET)]),
+        ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[
+            ConfigEntry("num.partitions", "4", incremental_operation=AlterConfigOpType.SET)]),
+    ]
+    for resource in refused:
+        with pytest.raises(KafkaException) as failure:
+            wait_all(admin.incremental_alter_configs([resource]))
+        assert failure.value.args[0].name() in ("INVALID_CONFIG", "INVALID_REQUEST")
+    assert describe() == {"cleanup.policy": "delete,compact", "delete.retention.ms": "900"}
+
+
+def test_compacted_topics_refuse_records_without_a_key(broker):
+    """Kafka's rule, with the reason per record (Produce v8+ record_errors) that librdkafka reports as
+    INVALID_RECORD for the keyless record and _INVALID_DIFFERENT_RECORD for the rest of its batch."""
+    from confluent_kafka import Producer
+
+    from integration.idem_raw import RawKafka
+    from protocol.api import REQUEST_CLASSES, RESPONSE_CLASSES
+    from protocol.records import Record, build_batch
+    ProduceRequest, ProduceResponse = REQUEST_CLASSES[0], RESPONSE_CLASSES[0]
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    wait_all(admin.create_topics([CkNewTopic("compacted", num_partitions=1, replication_factor=1,
+                                              config={"cleanup.policy": "compact"})]))
+    reports = []
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 100})
+    for i in range(10):
+        producer.produce("compacted", key=None if i == 3 else f"k{i}".encode(), value=b"v", partition=0,
+                         on_delivery=lambda err, msg: reports.append(err and err.name()))
+    assert producer.flush(30) == 0
+    # librdkafka 2.12 tells the records apart by record_errors (its test 0011 checks it); 2.16 fails them all alike
+    assert "INVALID_RECORD" in reports and set(reports) <= {"INVALID_RECORD", "_INVALID_DIFFERENT_RECORD"}, reports
+    assert len(reports) == 10
+    with RawKafka(broker.port) as raw:
+        request = ProduceRequest[9](transactional_id=None, acks=-1, timeout_ms=10_000, topic_data=[
+            ProduceRequest.TopicProduceData(name="compacted", partition_data=[
+                ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=build_batch([
+                    Record(offset=i, timestamp=0, key=None if i in (1, 4) else b"k", value=b"v")
+                    for i in range(6)]))])])
+        answer = raw.call(request, ProduceResponse, 9).responses[0].partition_responses[0]
+    assert answer.error_code == 87  # INVALID_RECORD
+    reason = "Compacted topic cannot accept message without key"
+    assert [(e.batch_index, e.batch_index_error_message) for e in answer.record_errors] == [(1, reason), (4, reason)]
+    keyed = ck_produce(broker.bootstrap, "compacted", [(b"k", b"v", [], 0)])
+    assert keyed[0][0] is None and keyed[0][2] == 0  # nothing of the refused batch was stored
+
+
+def test_broker_configs_report_their_values_and_where_they_come_from(broker_factory):
+    b = broker_factory({"num.partitions": "3"})
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    try:
+        configs = admin.describe_configs([KpConfigResource(ConfigResourceType.BROKER, "1")],
+                                         config_filter="all")["broker"]["1"]
+    finally:
+        admin.close()
+    assert configs["num.partitions"]["value"] == "3"
+    assert configs["num.partitions"]["config_source"] == "STATIC_BROKER_CONFIG"  # from the properties file
+    assert configs["advertised.listeners"]["value"] == f"PLAINTEXT://127.0.0.1:{b.port}"
+    assert configs["advertised.listeners"]["config_source"] == "DEFAULT_CONFIG"
+    assert configs["message.max.bytes"]["config_source"] == "DEFAULT_CONFIG"
+    assert all(c["read_only"] for c in configs.values())  # AlterConfigs refuses broker configs

@@ -12,7 +12,7 @@ from kop.connection import Connection
 from kop.groups import GroupCoordinator
 from kop.policies import PolicyBook
 from kop.producer_ids import ProducerIdAllocator
-from kop.topics import TopicManager
+from kop.topics import TopicManager, deletes_by_retention
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,8 @@ class Broker:
     async def enforce_retention(self) -> None:
         now = int(time.time() * 1000)
         for topic in list(self.topics.topics.values()):
+            if not deletes_by_retention(topic.configs):
+                continue
             retention_ms = int(topic.configs.get("retention.ms", self.config.retention_ms))
             retention_bytes = int(topic.configs.get("retention.bytes", self.config.retention_bytes))
             for partition in topic.partitions:

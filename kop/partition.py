@@ -32,6 +32,7 @@ class AppendResult:
     base_offset: int = -1
     log_append_time: int = -1
     message: str | None = None
+    record_errors: tuple[tuple[int, str], ...] = ()  # (index in the batch, reason) of the records that failed it
 
 
 def _resolved(result: AppendResult) -> asyncio.Future:

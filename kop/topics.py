@@ -40,6 +40,49 @@ TOPIC_CONFIG_DEFAULTS = {
     "compression.type": "producer",
 }
 
+# Kafka topic configs that kop stores and reports but does not act on (replication, segment and index tuning,
+# compaction, tiered storage): tools and frameworks set them, and Kafka would accept them.
+STORED_ONLY_TOPIC_CONFIGS = frozenset({
+    "delete.retention.ms", "file.delete.delay.ms", "flush.messages", "flush.ms", "index.interval.bytes",
+    "follower.replication.throttled.replicas", "leader.replication.throttled.replicas", "local.retention.bytes",
+    "local.retention.ms", "max.compaction.lag.ms", "message.downconversion.enable", "message.format.version",
+    "message.timestamp.after.max.ms", "message.timestamp.before.max.ms", "message.timestamp.difference.max.ms",
+    "min.cleanable.dirty.ratio", "min.compaction.lag.ms", "preallocate", "remote.storage.enable",
+    "segment.index.bytes", "segment.jitter.ms", "segment.ms", "unclean.leader.election.enable",
+})
+INTEGER_TOPIC_CONFIGS = frozenset({"retention.ms", "retention.bytes", "max.message.bytes", "segment.bytes",
+                                   "min.insync.replicas"})
+COMPRESSION_TYPES = frozenset({"producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"})
+
+
+def validate_topic_configs(configs: dict[str, str]) -> None:
+    for key, value in configs.items():
+        if key not in TOPIC_CONFIG_DEFAULTS and key not in STORED_ONLY_TOPIC_CONFIGS:
+            raise TopicError(ErrorCode.INVALID_CONFIG, f"unknown topic config {key!r}")
+        if key == "message.timestamp.type" and value not in ("CreateTime", "LogAppendTime"):
+            raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be CreateTime or LogAppendTime")
+        if key == "cleanup.policy" and not (value and set(value.split(",")) <= {"delete", "compact"}):
+            raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be delete, compact or both, got {value!r}")
+        if key == "compression.type" and value not in COMPRESSION_TYPES:
+            raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be one of {sorted(COMPRESSION_TYPES)}")
+        if key == "min.insync.replicas" and value != "1":
+            raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be 1 on a single broker, got {value!r}")
+        if key in INTEGER_TOPIC_CONFIGS:
+            try:
+                int(value)
+            except (TypeError, ValueError):
+                raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be an integer, got {value!r}") from None
+
+
+def is_compacted(configs: dict[str, str]) -> bool:
+    """Kafka's compacted topic (`compact` in cleanup.policy): every record needs a key."""
+    return "compact" in configs.get("cleanup.policy", "delete").split(",")
+
+
+def deletes_by_retention(configs: dict[str, str]) -> bool:
+    """A compact-only topic keeps its data (kop does not compact; Kafka would keep the latest value per key)."""
+    return "delete" in configs.get("cleanup.policy", "delete").split(",")
+
 
 class TopicError(Exception):
     def __init__(self, code: ErrorCode, message: str) -> None:
@@ -170,16 +213,7 @@ class TopicManager:
         if not 1 <= partitions <= self.config.max_partitions_per_topic:
             raise TopicError(ErrorCode.INVALID_PARTITIONS,
                              f"partition count must be 1..{self.config.max_partitions_per_topic}, got {partitions}")
-        for key, value in configs.items():
-            if key not in TOPIC_CONFIG_DEFAULTS:
-                raise TopicError(ErrorCode.INVALID_CONFIG, f"unknown topic config {key!r}")
-            if key == "message.timestamp.type" and value not in ("CreateTime", "LogAppendTime"):
-                raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be CreateTime or LogAppendTime")
-            if key in ("retention.ms", "retention.bytes", "max.message.bytes", "segment.bytes"):
-                try:
-                    int(value)
-                except (TypeError, ValueError):
-                    raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be an integer, got {value!r}") from None
+        validate_topic_configs(configs)
         return partitions
 
     async def create(self, name: str, partitions: int, configs: dict[str, str]) -> Topic:
@@ -220,6 +254,20 @@ class TopicManager:
                 topic.partitions.append(await self._open_partition(name, p))
             self._write_meta(topic)
             self._apply_configs(topic)
+
+    async def set_configs(self, name: str, configs: dict[str, str], validate_only: bool = False) -> None:
+        """Replace the topic's overrides with `configs` (AlterConfigs; IncrementalAlterConfigs computes them)."""
+        async with self._lock:
+            topic = self.topics.get(name)
+            if topic is None:
+                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+            validate_topic_configs(configs)
+            if validate_only:
+                return
+            topic.configs = dict(configs)
+            self._write_meta(topic)
+            self._apply_configs(topic)
+            log.info("topic %s configs now %s", name, topic.configs)
 
     async def close(self) -> None:
         for topic in self.topics.values():

@@ -23,8 +23,9 @@ import org.apache.kafka.common.serialization.StringDeserializer;
  * --idle-ms since the last record or assignment, or --deadline-ms passed. Prints a JSON line per record, per
  * assignment change (assigned, revoked, lost), per commit, and a summary line with the reason it stopped.
  *
- * --commit sync|async|none: after each poll, commit the offsets of the records printed so far (never past
- * --max-records); "async" commits asynchronously and then once synchronously before closing.
+ * --commit sync|async|none: after each poll, and synchronously for partitions being revoked, commit the offsets
+ * of the records printed so far (never past --max-records); "async" commits asynchronously and then once
+ * synchronously before closing.
  * Assignor, group.instance.id and auto-commit come in as --prop client settings.
  */
 public final class KopGroupConsume {
@@ -35,6 +36,7 @@ public final class KopGroupConsume {
     private final Map<TopicPartition, OffsetAndMetadata> consumed = new HashMap<>();
     private KafkaConsumer<String, String> consumer;
     private long lastProgressAt = -1;
+    private String commitMode = "sync";
 
     public static void main(String[] argv) {
         new KopGroupConsume().run(new HarnessArgs(argv));
@@ -45,7 +47,7 @@ public final class KopGroupConsume {
         long maxRecords = args.longValue("max-records", Long.MAX_VALUE);
         long idleNanos = Duration.ofMillis(args.longValue("idle-ms", 5_000)).toNanos();
         long deadline = startedAt + Duration.ofMillis(args.longValue("deadline-ms", 60_000)).toNanos();
-        String commitMode = args.optional("commit", "sync");
+        commitMode = args.optional("commit", "sync");
         if (!List.of("sync", "async", "none").contains(commitMode)) {
             throw new IllegalArgumentException("--commit wants sync, async or none, got: " + commitMode);
         }
@@ -117,6 +119,25 @@ public final class KopGroupConsume {
         }
     }
 
+    private void commitRevoked(Collection<TopicPartition> partitions) {
+        Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+        partitions.forEach(partition -> {
+            OffsetAndMetadata offset = consumed.get(partition);
+            if (offset != null) {
+                offsets.put(partition, offset);
+            }
+        });
+        if (offsets.isEmpty() || commitMode.equals("none")) {
+            return;
+        }
+        try {
+            consumer.commitSync(offsets);
+            printCommit(offsets, null);
+        } catch (KafkaException error) {
+            printCommit(offsets, error);
+        }
+    }
+
     private void printCommit(Map<TopicPartition, OffsetAndMetadata> offsets, Exception error) {
         Map<Integer, Long> byPartition = new TreeMap<>();
         offsets.forEach((partition, offset) -> byPartition.put(partition.partition(), offset.offset()));
@@ -150,7 +171,9 @@ public final class KopGroupConsume {
 
         @Override
         public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
-            // Records of revoked partitions now belong to another member: stop committing them.
+            // Commit what was read of them first (the usual pattern: the next owner starts where this one stopped),
+            // then stop committing them: their records now belong to another member.
+            commitRevoked(partitions);
             partitions.forEach(consumed::remove);
             print("revoked", partitions);
         }

@@ -1,6 +1,9 @@
-"""DescribeCluster (key 60) and DescribeConfigs (key 32). Version notes: DescribeCluster v1 adds the endpoint type;
-DescribeConfigs v1+ config sources and synonyms, v3+ types and documentation. Resource types: 2 = topic, 4 = broker.
-Values are the ones in force: topic overrides first, then the broker's defaults."""
+"""DescribeCluster (key 60), DescribeConfigs (key 32), AlterConfigs (key 33) and IncrementalAlterConfigs (key 44).
+Version notes: DescribeCluster v1 adds the endpoint type; DescribeConfigs v1+ config sources and synonyms, v3+ types
+and documentation. Resource types: 2 = topic, 4 = broker. Values are the ones in force: topic overrides first, then
+the broker's defaults. Topic configs can be altered; broker configs are static (set in the properties file)."""
+from kop.config import BrokerConfig
+from kop.topics import TOPIC_CONFIG_DEFAULTS, TopicError
 from protocol.api import response_class
 from protocol.errors import ErrorCode
 
@@ -11,23 +14,37 @@ DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 BOOLEAN, STRING, INT, LONG = 1, 2, 3, 5
 
 
-def _broker_configs(config) -> dict[str, tuple[str, int]]:
-    return {
-        "broker.id": (str(config.node_id), INT),
-        "num.partitions": (str(config.num_partitions), INT),
-        "auto.create.topics.enable": (str(config.auto_create_topics).lower(), BOOLEAN),
-        "message.max.bytes": (str(config.message_max_bytes), INT),
-        "socket.request.max.bytes": (str(config.socket_request_max_bytes), INT),
-        "log.retention.ms": (str(config.retention_ms), LONG),
-        "log.retention.bytes": (str(config.retention_bytes), LONG),
-        "log.segment.bytes": (str(config.ledger_max_bytes), INT),
-        "default.replication.factor": ("1", INT),
-        "min.insync.replicas": ("1", INT),
-        "brokerDeduplicationEnabled": (str(config.broker_deduplication_enabled).lower(), BOOLEAN),
-        "brokerDeduplicationEntriesInterval": (str(config.broker_deduplication_entries_interval), INT),
-        "brokerDeduplicationSnapshotIntervalSeconds":
-            (str(config.broker_deduplication_snapshot_interval_seconds), INT),
-    }
+def _broker_configs(ctx) -> dict[str, tuple[str, int, int]]:
+    """(value, type, source): STATIC_BROKER_CONFIG where the properties file or command line set the value,
+    DEFAULT_CONFIG where it is the broker's default, as Kafka reports them."""
+    config, defaults = ctx.broker.config, BrokerConfig()
+    listener = f"PLAINTEXT://{config.advertised}:{ctx.broker.advertised_port}"
+    entries = [  # (Kafka's name, value, type, BrokerConfig fields it comes from)
+        ("broker.id", str(config.node_id), INT, ("node_id",)),
+        ("advertised.listeners", listener, STRING, ("advertised_host", "advertised_port")),
+        ("num.partitions", str(config.num_partitions), INT, ("num_partitions",)),
+        ("auto.create.topics.enable", str(config.auto_create_topics).lower(), BOOLEAN, ("auto_create_topics",)),
+        ("message.max.bytes", str(config.message_max_bytes), INT, ("message_max_bytes",)),
+        ("socket.request.max.bytes", str(config.socket_request_max_bytes), INT, ("socket_request_max_bytes",)),
+        ("log.retention.ms", str(config.retention_ms), LONG, ("retention_ms",)),
+        ("log.retention.bytes", str(config.retention_bytes), LONG, ("retention_bytes",)),
+        ("log.segment.bytes", str(config.ledger_max_bytes), INT, ("ledger_max_bytes",)),
+        ("default.replication.factor", "1", INT, ()),
+        ("min.insync.replicas", "1", INT, ()),
+        ("group.initial.rebalance.delay.ms", str(config.group_initial_rebalance_delay_ms), INT,
+         ("group_initial_rebalance_delay_ms",)),
+        ("brokerDeduplicationEnabled", str(config.broker_deduplication_enabled).lower(), BOOLEAN,
+         ("broker_deduplication_enabled",)),
+        ("brokerDeduplicationEntriesInterval", str(config.broker_deduplication_entries_interval), INT,
+         ("broker_deduplication_entries_interval",)),
+        ("brokerDeduplicationSnapshotIntervalSeconds", str(config.broker_deduplication_snapshot_interval_seconds),
+         INT, ("broker_deduplication_snapshot_interval_seconds",)),
+    ]
+    out = {}
+    for name, value, kind, sources in entries:
+        explicit = any(getattr(config, f) != getattr(defaults, f) for f in sources)
+        out[name] = (value, kind, STATIC_BROKER_CONFIG if explicit else DEFAULT_CONFIG)
+    return out
 
 
 def _topic_configs(config, topic) -> dict[str, tuple[str, int, int]]:
@@ -47,6 +64,8 @@ def _topic_configs(config, topic) -> dict[str, tuple[str, int, int]]:
             out[name] = (topic.configs[name], kind, DYNAMIC_TOPIC_CONFIG)
         else:
             out[name] = (value, kind, DEFAULT_CONFIG)
+    for name, value in topic.configs.items():  # overrides kop stores without acting on them
+        out.setdefault(name, (value, STRING, DYNAMIC_TOPIC_CONFIG))
     return out
 
 
@@ -71,7 +90,7 @@ async def describe_configs(ctx, request):
                 result.error_message = f"unknown broker {res.resource_name!r}"
                 values = {}
             else:
-                values = {k: (v, t, STATIC_BROKER_CONFIG) for k, (v, t) in _broker_configs(ctx.broker.config).items()}
+                values = _broker_configs(ctx)
         else:
             result.error_code = ErrorCode.INVALID_REQUEST
             result.error_message = f"resource type {res.resource_type} is not supported"
@@ -80,11 +99,73 @@ async def describe_configs(ctx, request):
         for name, (value, kind, source) in values.items():
             if keys is not None and name not in keys:
                 continue
-            result.configs.append(entry_cls(name=name, value=value, read_only=source != DYNAMIC_TOPIC_CONFIG,
+            # Broker configs cannot be altered at run time (read-only); topic configs can.
+            result.configs.append(entry_cls(name=name, value=value, read_only=res.resource_type == BROKER,
                                             config_source=source, is_default=source == DEFAULT_CONFIG,
                                             is_sensitive=False, synonyms=[], config_type=kind, documentation=None))
         results.append(result)
     return cls(throttle_time_ms=0, results=results)
+
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
+LIST_CONFIGS = frozenset({"cleanup.policy", "follower.replication.throttled.replicas",
+                          "leader.replication.throttled.replicas"})
+
+
+def _incremental(current: dict[str, str], changes) -> dict[str, str]:
+    configs = dict(current)
+    for change in changes:
+        if change.config_operation == SET:
+            configs[change.name] = change.value
+        elif change.config_operation == DELETE:
+            configs.pop(change.name, None)
+        elif change.config_operation in (APPEND, SUBTRACT):
+            if change.name not in LIST_CONFIGS:
+                raise TopicError(ErrorCode.INVALID_CONFIG, f"{change.name} is not a list; cannot append or subtract")
+            current_value = configs.get(change.name, TOPIC_CONFIG_DEFAULTS.get(change.name) or "")  # as Kafka
+            items = [v for v in current_value.split(",") if v]
+            values = [v for v in (change.value or "").split(",") if v]
+            if change.config_operation == APPEND:
+                items += [v for v in values if v not in items]
+            else:
+                items = [v for v in items if v not in values]
+            configs[change.name] = ",".join(items)
+        else:
+            raise TopicError(ErrorCode.INVALID_REQUEST, f"unknown config operation {change.config_operation}")
+    return configs
+
+
+async def _alter(ctx, request, api_key: int, new_configs):
+    cls = response_class(api_key, ctx.version)
+    results = []
+    for res in request.resources:
+        result = cls.AlterConfigsResourceResponse(error_code=0, error_message=None, resource_type=res.resource_type,
+                                                  resource_name=res.resource_name)
+        try:
+            if res.resource_type == BROKER:
+                raise TopicError(ErrorCode.INVALID_REQUEST, "broker configs are static: set them in the properties "
+                                                            "file and restart")
+            if res.resource_type != TOPIC:
+                raise TopicError(ErrorCode.INVALID_REQUEST, f"resource type {res.resource_type} is not supported")
+            topic = ctx.broker.topics.get(res.resource_name)
+            if topic is None:
+                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {res.resource_name!r}")
+            await ctx.broker.topics.set_configs(res.resource_name, new_configs(topic.configs, res.configs),
+                                                request.validate_only)
+        except TopicError as exc:
+            result.error_code, result.error_message = exc.code, str(exc)
+        results.append(result)
+    return cls(throttle_time_ms=0, responses=results)
+
+
+async def alter_configs(ctx, request):
+    """AlterConfigs replaces every override of the resource: configs left out return to their defaults."""
+    return await _alter(ctx, request, 33,
+                        lambda _current, changes: {c.name: c.value for c in changes if c.value is not None})
+
+
+async def incremental_alter_configs(ctx, request):
+    return await _alter(ctx, request, 44, _incremental)
 
 
 async def describe_cluster(ctx, request):
@@ -92,11 +173,13 @@ async def describe_cluster(ctx, request):
     cfg = ctx.broker.config
     return cls(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id=cfg.cluster_id,
                controller_id=cfg.node_id,
-               brokers=[cls.DescribeClusterBroker(broker_id=cfg.node_id, host=cfg.advertised, port=ctx.broker.advertised_port,
-                                                  rack=None, is_fenced=False)])
+               brokers=[cls.DescribeClusterBroker(broker_id=cfg.node_id, host=cfg.advertised,
+                                                  port=ctx.broker.advertised_port, rack=None, is_fenced=False)])
 
 
 ROUTES = [
     (32, 0, 4, describe_configs),
+    (33, 0, 2, alter_configs),
+    (44, 0, 1, incremental_alter_configs),
     (60, 0, 1, describe_cluster),
 ]

@@ -11,15 +11,21 @@ import logging
 from kop.partition import AppendResult
 from protocol.api import response_class
 from protocol.errors import ErrorCode
-from protocol.records import RecordBatchError, split_batches, validate_batch
+from kop.topics import is_compacted
+from protocol.records import RecordBatchError, iter_records, split_batches, validate_batch
 
 log = logging.getLogger(__name__)
 
 
-def _rejected(code: ErrorCode, message: str) -> asyncio.Future:
+def _rejected(code: ErrorCode, message: str, record_errors: tuple[tuple[int, str], ...] = ()) -> asyncio.Future:
     future = asyncio.get_running_loop().create_future()
-    future.set_result(AppendResult(code, message=message))
+    future.set_result(AppendResult(code, message=message, record_errors=record_errors))
     return future
+
+
+def _keyless_records(view) -> tuple[tuple[int, str], ...]:
+    return tuple((i, "Compacted topic cannot accept message without key")
+                 for i, record in enumerate(iter_records(view)) if record.key is None)
 
 
 def _publish_one(ctx, topic, index: int, records, timeout_ms: int) -> asyncio.Future:
@@ -28,7 +34,8 @@ def _publish_one(ctx, topic, index: int, records, timeout_ms: int) -> asyncio.Fu
         return _rejected(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic or partition {topic}-{index}")
     if not records:
         return _rejected(ErrorCode.INVALID_RECORD, "no record batch")
-    limit = int(ctx.broker.topics.get(topic).configs.get("max.message.bytes", ctx.broker.config.message_max_bytes))
+    configs = ctx.broker.topics.get(topic).configs
+    limit = int(configs.get("max.message.bytes", ctx.broker.config.message_max_bytes))
     try:
         batches = split_batches(records)
         if len(batches) != 1:
@@ -41,6 +48,12 @@ def _publish_one(ctx, topic, index: int, records, timeout_ms: int) -> asyncio.Fu
         if header.is_control:
             raise RecordBatchError(ErrorCode.INVALID_RECORD, "clients may not produce control batches")
         validate_batch(header, view)
+        if is_compacted(configs) and (keyless := _keyless_records(view)):
+            # Kafka's rule for compacted topics (kop keeps them whole rather than compact): every record has a key.
+            log.info("rejected batch for %s-%d from %s (%s): %d records without a key on a compacted topic", topic,
+                     index, ctx.client_id, ctx.peer, len(keyless))
+            return _rejected(ErrorCode.INVALID_RECORD, "compacted topic cannot accept records without a key",
+                             keyless)
     except RecordBatchError as exc:
         log.info("rejected batch for %s-%d from %s (%s): %s", topic, index, ctx.client_id, ctx.peer, exc)
         return _rejected(ErrorCode(exc.error_code), str(exc))
@@ -66,17 +79,20 @@ async def handle(ctx, request):
 
 
 async def _respond(ctx, cls, results):
+    Response = cls.TopicProduceResponse.PartitionProduceResponse
     topics = []
     for name, per_partition in results:
         partitions = []
         for index, future in per_partition:
             outcome: AppendResult = await future
             partition = ctx.broker.topics.partition(name, index)
-            partitions.append(cls.TopicProduceResponse.PartitionProduceResponse(
+            partitions.append(Response(
                 index=index, error_code=outcome.error, base_offset=outcome.base_offset,
                 log_append_time_ms=outcome.log_append_time,
                 log_start_offset=partition.log_start_offset if partition else -1,
-                record_errors=[], error_message=outcome.message if outcome.error else None))
+                record_errors=[Response.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=reason)
+                               for i, reason in outcome.record_errors],
+                error_message=outcome.message if outcome.error else None))
         topics.append(cls.TopicProduceResponse(name=name, partition_responses=partitions))
     return cls(responses=topics, throttle_time_ms=0)
 
