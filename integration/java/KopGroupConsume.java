@@ -110,13 +110,7 @@ public final class KopGroupConsume {
             consumer.commitAsync(offsets, (committed, error) -> printCommit(offsets, error));
             return;
         }
-        try {
-            consumer.commitSync(offsets);
-            printCommit(offsets, null);
-        } catch (KafkaException error) {
-            // A rebalance can reject a commit; report it and keep consuming, as an application would.
-            printCommit(offsets, error);
-        }
+        commitSync(offsets);
     }
 
     private void commitRevoked(Collection<TopicPartition> partitions) {
@@ -127,13 +121,17 @@ public final class KopGroupConsume {
                 offsets.put(partition, offset);
             }
         });
-        if (offsets.isEmpty() || commitMode.equals("none")) {
-            return;
+        if (!offsets.isEmpty() && !commitMode.equals("none")) {
+            commitSync(offsets);
         }
+    }
+
+    private void commitSync(Map<TopicPartition, OffsetAndMetadata> offsets) {
         try {
             consumer.commitSync(offsets);
             printCommit(offsets, null);
         } catch (KafkaException error) {
+            // A rebalance can reject a commit; report it and keep consuming, as an application would.
             printCommit(offsets, error);
         }
     }
