@@ -123,6 +123,41 @@ def test_failed_write_fails_pending_entries_and_rolls(tmp_path):
     run(scenario())
 
 
+def test_a_failed_entry_never_comes_back_even_if_its_truncation_was_lost(tmp_path, monkeypatch):
+    """A write reported as failed is truncated away, but the truncation is not fsynced before the client retries.
+    If a power loss undid it, recovery must still drop the failed entry (the closed ledger's entry count in
+    ledgers.info bounds it), or the retried batch would be stored twice."""
+    from kop.ledger.ledger_file import LedgerFile
+
+    saved = {}
+    truncate = LedgerFile.truncate
+
+    def remembering_truncate(self, entries):
+        with open(os.path.join(str(tmp_path), f"{self.ledger_id}.log"), "rb") as f:
+            saved[self.ledger_id] = f.read()
+        truncate(self, entries)
+
+    async def scenario():
+        ml = open_ml(tmp_path, FileLedgerConfig())
+        await append(ml, 2)
+        ml.inject_write_failures(1)
+        monkeypatch.setattr(LedgerFile, "truncate", remembering_truncate)
+        with pytest.raises(LedgerWriteError):
+            await ml.add_entry(ml.written_end_index, 2, b"", b"doomed")
+        monkeypatch.setattr(LedgerFile, "truncate", truncate)
+        await ml.add_entry(ml.written_end_index, 2, b"", b"retried")
+        await ml.close()
+        (ledger_id, content), = saved.items()
+        with open(os.path.join(str(tmp_path), f"{ledger_id}.log"), "wb") as f:
+            f.write(content)  # the failed entry is back on disk, as if the truncation had been lost
+        ml = open_ml(tmp_path, FileLedgerConfig())
+        entries = ml.read_from_index(0, 1 << 20)
+        assert [e.first_index for e in entries] == [0, 2, 4]
+        assert entries[-1].data == b"retried"
+        await ml.close()
+    run(scenario())
+
+
 def test_cursor_position_and_properties_are_one_atomic_record(tmp_path):
     async def scenario():
         ml = open_ml(tmp_path, FileLedgerConfig())

@@ -111,11 +111,19 @@ class FileManagedLedger(ManagedLedger):
             with open(self._info_path(), "rb") as f:
                 info.ParseFromString(f.read())
         self._start_index = self._written_end = initial_index
-        for li in info.ledgerInfo:
+        listed = list(info.ledgerInfo)
+        for i, li in enumerate(listed):
             if not os.path.exists(os.path.join(self.directory, f"{li.ledgerId}.log")):
                 log.warning("%s: ledger %d listed but missing", self.name, li.ledgerId)
                 continue
             ledger = LedgerFile.open_existing(self.directory, li.ledgerId, self.config.max_entry_bytes)
+            if i < len(listed) - 1 and li.HasField("entries") and ledger.entries > li.entries:
+                # Closed with li.entries entries; more on disk are failed writes whose truncation a power loss undid.
+                # Their batches were retried into a later ledger: serving them too would duplicate them.
+                log.warning("%s: ledger %d holds %d entries but was closed with %d; dropping the failed ones",
+                            self.name, li.ledgerId, ledger.entries, li.entries)
+                ledger.truncate(li.entries)
+                ledger.sync()
             ledger.closed = True
             self._closed_times[ledger.ledger_id] = li.timestamp or int(time.time() * 1000)
             if ledger.entries == 0:

@@ -139,6 +139,9 @@ class LedgerFile:
             os.ftruncate(self.idx_fd, entries * INDEX_RECORD.size)
             self.indexed = entries
 
+    def sync(self) -> None:
+        os.fsync(self.fd)
+
     def find(self, index: int) -> int:
         """Entry id of the entry holding Kafka offset `index` (the last entry whose first index is <= it), or -1."""
         return bisect_right(self.first_indexes, index) - 1
