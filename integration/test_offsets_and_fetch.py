@@ -85,8 +85,8 @@ def test_retention_deletes_old_ledgers_and_moves_the_log_start(broker_factory):
     admin.create_topics([NewTopic("kept", 1, 1, config={"retention.ms": "500",
                                                          "cleanup.policy": "compact"})])["kept"].result(10)
     for i in range(20):
-        for topic in ("short", "kept"):
-            ck_produce(b.bootstrap, topic, [(None, bytes([i]) * 500, [], 1_700_000_000_000 + i)])
+        for topic in ("short", "kept"):  # keyed: a compacted topic refuses records without a key
+            ck_produce(b.bootstrap, topic, [(b"k%d" % i, bytes([i]) * 500, [], 1_700_000_000_000 + i)])
     c = consumer(b)
     tp = TopicPartition("short", 0)
     deadline = time.monotonic() + 20
