@@ -235,3 +235,39 @@ def test_broker_configs_report_their_values_and_where_they_come_from(broker_fact
     assert configs["advertised.listeners"]["config_source"] == "DEFAULT_CONFIG"
     assert configs["message.max.bytes"]["config_source"] == "DEFAULT_CONFIG"
     assert all(c["read_only"] for c in configs.values())  # AlterConfigs refuses broker configs
+
+
+def test_delete_records_moves_the_log_start_for_every_reader_and_survives_a_restart(broker):
+    from confluent_kafka import KafkaException, TopicPartition
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KpTopicPartition
+
+    from integration.clients import kp_consume_all
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    wait_all(admin.create_topics([CkNewTopic("trimmed", num_partitions=2, replication_factor=1)]))
+    for partition in (0, 1):
+        ck_produce(broker.bootstrap, "trimmed", [(None, b"r%d" % i, [], 0) for i in range(10)], partition=partition)
+    deleted = wait_all(admin.delete_records([TopicPartition("trimmed", 0, 4), TopicPartition("trimmed", 1, -1)]))
+    assert sorted(d.low_watermark for d in deleted.values()) == [4, 10]
+    with pytest.raises(KafkaException) as failure:  # beyond the high watermark
+        wait_all(admin.delete_records([TopicPartition("trimmed", 0, 11)]))
+    assert failure.value.args[0].name() == "OFFSET_OUT_OF_RANGE"
+
+    kp = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        result = kp.delete_records({KpTopicPartition("trimmed", 0): 6})
+        assert result[KpTopicPartition("trimmed", 0)]["low_watermark"] == 6
+    finally:
+        kp.close()
+    broker.stop()
+    broker.start()
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None, auto_offset_reset="earliest")
+    try:
+        tps = [KpTopicPartition("trimmed", p) for p in (0, 1)]
+        assert consumer.beginning_offsets(tps) == {tps[0]: 6, tps[1]: 10}
+        assert consumer.end_offsets(tps) == {tps[0]: 10, tps[1]: 10}
+    finally:
+        consumer.close()
+    records = kp_consume_all(broker.bootstrap, "trimmed", 4, timeout=10)
+    assert sorted((r.partition, r.offset) for r in records) == [(0, 6), (0, 7), (0, 8), (0, 9)]

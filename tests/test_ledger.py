@@ -231,3 +231,51 @@ def test_retention_deletes_whole_old_ledgers_but_not_what_a_cursor_needs(tmp_pat
         assert ml.read_from_index(10, 100) == []
         await ml.close()
     run(scenario())
+
+
+def test_offsets_and_ledger_ids_keep_rising_after_retention_deleted_every_entry(tmp_path):
+    """Retention may delete every ledger with entries; after a restart the log is empty but its next offset is
+    where it was (Kafka keeps its log end offset), and new positions sort after every old one (cursors hold them)."""
+    async def scenario():
+        ml = open_ml(tmp_path)
+        positions = await append(ml, 50)
+        cursor = ml.open_cursor("c")
+        await cursor.mark_delete(positions[-1])
+        ml2_end = ml.confirmed_end_index
+        ml._roll_locked()  # the ledger with the last entries closes, as on a restart
+        await ml.trim(now_ms=1 << 60, retention_ms=0, retention_bytes=-1, keep_from=None)
+        assert ml.read_from_index(ml2_end - 2, 1 << 20) == []
+        await ml.close()
+        ml = open_ml(tmp_path)
+        assert (ml.start_index, ml.confirmed_end_index) == (ml2_end, ml2_end)
+        assert ml.last_confirmed >= positions[-1]
+        (after,) = await append(ml, 1)
+        assert after > positions[-1]
+        assert [e.first_index for e in ml.read_from_index(ml2_end, 1 << 20)] == [ml2_end]
+        assert [e.position for e in ml.read_after(positions[-1], 10)] == [after]
+        await ml.close()
+    run(scenario())
+
+
+def test_delete_before_hides_records_durably_and_trim_removes_whole_ledgers_below(tmp_path):
+    async def scenario():
+        ml = open_ml(tmp_path)
+        positions = await append(ml, 100)  # offsets 0..199, several ledgers
+        assert await ml.delete_before(151) == 151
+        assert await ml.delete_before(20) == 151  # never backwards
+        assert ml.read_from_index(150, 1 << 20) == []
+        assert ml.read_from_index(151, 1 << 20)[0].first_index == 150  # the entry holding 151
+        keep = positions[10]
+        assert await ml.trim(now_ms=0, retention_ms=-1, retention_bytes=-1, keep_from=keep) == 0  # a cursor needs them
+        deleted = await ml.trim(now_ms=0, retention_ms=-1, retention_bytes=-1, keep_from=None)
+        assert deleted > 0 and ml.start_index == 151
+        assert ml.internal_stats().ledgers[0].entries  # the ledger holding 150 stays
+        assert await ml.delete_before(10_000) == 200  # at most the durable end
+        await ml.close()
+        ml = open_ml(tmp_path)
+        assert (ml.start_index, ml.confirmed_end_index) == (200, 200)
+        assert ml.read_from_index(199, 1 << 20) == []
+        (after,) = await append(ml, 1)
+        assert ml.read_from_index(200, 1 << 20)[0].position == after
+        await ml.close()
+    run(scenario())

@@ -72,7 +72,7 @@ class GroupCoordinator:
         self.sweep_interval_ms = _int_setting(config, "offsets.retention.check.interval.ms", 600_000)
         self.loaded = False
         self._sweeper: asyncio.Task | None = None
-        self._forget_generation: asyncio.Task | None = None  # a reference keeps the task alive
+        self._forgetting: set[asyncio.Task] = set()  # generation-log deletions in flight
 
     # ---- lifecycle
 
@@ -91,8 +91,14 @@ class GroupCoordinator:
         if self._sweeper is not None:
             self._sweeper.cancel()
         self.membership.close()
+        await self.settle()
         self.generations.close()
         self.loaded = False
+
+    async def settle(self) -> None:
+        """Wait for the generation-log deletions of discarded groups."""
+        if self._forgetting:
+            await asyncio.gather(*self._forgetting, return_exceptions=True)
 
     async def _sweep_loop(self) -> None:
         while True:
@@ -114,8 +120,9 @@ class GroupCoordinator:
             del self.groups[group.group_id]
         self.offsets.forget(group.group_id)
         if group.group_id in self.generations.generations:
-            self._forget_generation = asyncio.get_running_loop().create_task(
-                self.generations.delete(group.group_id))
+            task = asyncio.get_running_loop().create_task(self.generations.delete(group.group_id))
+            self._forgetting.add(task)
+            task.add_done_callback(self._forgetting.discard)
 
     async def _store_generation(self, group: Group) -> None:
         await self.generations.record(group.group_id, group.generation_id, group.protocol_type)
@@ -272,6 +279,7 @@ class GroupCoordinator:
                 error = ErrorCode.NON_EMPTY_GROUP
             if error is None:
                 self._discard(group)
+                await self.settle()  # DeleteGroups answers once the group is gone for good
                 await self.offsets.delete_group(group_id)
                 log.info("deleted group %s and its offsets", group_id)
             results.append((group_id, error or ErrorCode.NONE))

@@ -1,7 +1,8 @@
-"""CreateTopics (19), DeleteTopics (20), CreatePartitions (37). Version notes: CreateTopics v5+ returns the
+"""CreateTopics (19), DeleteTopics (20), CreatePartitions (37), DeleteRecords (21). Version notes: CreateTopics v5+ returns the
 partition count and configs; DeleteTopics v6 names topics in `topics` (by name or id), v0-5 in `topic_names`;
 replication factor must be -1 or 1 on a single broker, and a manual assignment may name only this broker;
-ValidateOnly checks without creating."""
+ValidateOnly checks without creating. DeleteRecords moves a partition's log start offset (offset -1: the high
+watermark); the records below it are gone for every reader at once, their ledgers are deleted later."""
 import uuid
 
 from kop.topics import TOPIC_CONFIG_DEFAULTS, TopicError
@@ -115,8 +116,32 @@ async def create_partitions(ctx, request):
     return cls(throttle_time_ms=0, results=results)
 
 
+async def delete_records(ctx, request):
+    cls = response_class(21, ctx.version)
+    Result = cls.DeleteRecordsTopicResult
+    topics = []
+    for item in request.topics:
+        partitions = []
+        for p in item.partitions:
+            result = Result.DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=-1,
+                                                         error_code=ErrorCode.NONE)
+            partition = ctx.broker.topics.partition(item.name, p.partition_index)
+            if partition is None:
+                result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                offset = partition.high_watermark if p.offset == -1 else p.offset
+                if not 0 <= offset <= partition.high_watermark:
+                    result.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+                else:
+                    result.low_watermark = await partition.ledger.delete_before(offset)
+            partitions.append(result)
+        topics.append(Result(name=item.name, partitions=partitions))
+    return cls(throttle_time_ms=0, topics=topics)
+
+
 ROUTES = [
     (19, 0, 7, create_topics),
+    (21, 0, 2, delete_records),
     (20, 0, 6, delete_topics),
     (37, 0, 3, create_partitions),
 ]

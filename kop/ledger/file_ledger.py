@@ -23,9 +23,14 @@ from kop.ledger.group_commit import GroupCommit
 from kop.ledger.interface import Entry, ManagedLedger
 from kop.ledger.ledger_file import LedgerFile
 from kop.ledger.position import BEFORE_FIRST, Position
-from proto.kop_pb2 import ManagedLedgerInfo
+from proto.kop_pb2 import KeyValue, ManagedLedgerInfo
 
 log = logging.getLogger(__name__)
+
+# ledgers.info properties. The end floor keeps offsets rising after retention deleted every ledger with entries;
+# deleted-before is Kafka's DeleteRecords low watermark.
+END_FLOOR_KEY = "kop.end_floor"
+DELETED_BEFORE_KEY = "kop.deleted_before"
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,8 @@ class FileManagedLedger(ManagedLedger):
         self._confirmed_end = 0
         self._written_end = 0
         self._start_index = 0
+        self._deleted_before = 0  # DeleteRecords: readers see nothing below it (ledgers.info property)
+        self._last_ledger_id = -1
         self._listeners: list[Callable[[], None]] = []
         self._failure_listeners: list[Callable[[Exception], None]] = []
         self._group = GroupCommit(executor, config.fsync, self._on_durable, self._on_write_failed)
@@ -111,7 +118,13 @@ class FileManagedLedger(ManagedLedger):
             with open(self._info_path(), "rb") as f:
                 info.ParseFromString(f.read())
         self._start_index = self._written_end = initial_index
+        properties = {p.key: p.value for p in info.properties}
+        self._deleted_before = int(properties.get(DELETED_BEFORE_KEY, 0))
+        end_floor = int(properties.get(END_FLOOR_KEY, initial_index))
         listed = list(info.ledgerInfo)
+        # Ledger ids never go back, even when every listed ledger turns out empty: positions stored in cursors must
+        # stay behind every new entry.
+        self._last_ledger_id = max((li.ledgerId for li in listed), default=-1)
         for i, li in enumerate(listed):
             if not os.path.exists(os.path.join(self.directory, f"{li.ledgerId}.log")):
                 log.warning("%s: ledger %d listed but missing", self.name, li.ledgerId)
@@ -136,6 +149,14 @@ class FileManagedLedger(ManagedLedger):
             last = self._ledgers[-1]
             self._lac = Position(last.ledger_id, last.entries - 1)
             self._written_end = self._end_of(last)
+        else:
+            # Every entry went with deleted ledgers: the log is empty but keeps its offsets and, for cursors that
+            # point into the deleted ledgers, a last confirmed position after them.
+            self._start_index = self._written_end = end_floor
+            if self._last_ledger_id >= 0:
+                self._lac = Position(self._last_ledger_id, -1)
+        self._written_end = max(self._written_end, end_floor, self._deleted_before)
+        self._start_index = max(self._start_index, self._deleted_before)
         self._confirmed_end = self._written_end
         self._roll_locked()
 
@@ -146,7 +167,8 @@ class FileManagedLedger(ManagedLedger):
 
     def _roll_locked(self) -> None:
         """Close the current ledger and start a new one, recording the ledger list atomically."""
-        next_id = (max((l.ledger_id for l in self._ledgers), default=-1) + 1) if self._ledgers else 0
+        next_id = max((l.ledger_id for l in self._ledgers), default=-1) + 1
+        next_id = max(next_id, self._last_ledger_id + 1)
         if self._current is not None:
             next_id = max(next_id, self._current.ledger_id + 1)
             self._current.closed = True
@@ -155,6 +177,7 @@ class FileManagedLedger(ManagedLedger):
                 self._ledgers.remove(self._current)
                 self._current.delete_files()
         ledger = LedgerFile.create(self.directory, next_id)
+        self._last_ledger_id = next_id
         self._ledgers.append(ledger)
         self._current = ledger
         self._write_info()
@@ -168,6 +191,9 @@ class FileManagedLedger(ManagedLedger):
             li.size = ledger.size
             li.timestamp = self._closed_times.get(ledger.ledger_id, 0)
             li.first_index = ledger.first_indexes[0] if ledger.entries else -1
+        info.properties.append(KeyValue(key=END_FLOOR_KEY, value=str(self._confirmed_end)))
+        if self._deleted_before:
+            info.properties.append(KeyValue(key=DELETED_BEFORE_KEY, value=str(self._deleted_before)))
         replace_atomically(self._info_path(), info.SerializeToString(), durable=self.config.fsync)
 
     # ---- properties
@@ -344,6 +370,14 @@ class FileManagedLedger(ManagedLedger):
 
     # ---- retention and lifecycle
 
+    async def delete_before(self, index: int) -> int:
+        index = min(index, self._confirmed_end)
+        if index > self._start_index:
+            self._deleted_before = self._start_index = index
+            self._write_info()  # on the loop, as every ledger-list write is: they share one temporary file
+            log.info("%s: records before offset %d deleted", self.name, index)
+        return self._start_index
+
     async def trim(self, now_ms: int, retention_ms: int, retention_bytes: int, keep_from: Position | None) -> int:
         total = sum(l.size for l in self._ledgers)
         deleted = 0
@@ -353,14 +387,15 @@ class FileManagedLedger(ManagedLedger):
                 break
             expired = retention_ms >= 0 and now_ms - self._closed_times.get(oldest.ledger_id, now_ms) > retention_ms
             oversized = retention_bytes >= 0 and total - oldest.size >= retention_bytes
-            if not (expired or oversized):
+            deleted_records = self._end_of(oldest) <= self._deleted_before
+            if not (expired or oversized or deleted_records):
                 break
             if keep_from is not None and keep_from < Position(oldest.ledger_id, oldest.entries - 1):
                 break  # a cursor that must be replayed from still needs it
             self._ledgers.pop(0)
             total -= oldest.size
             nxt = self._ledgers[0]
-            self._start_index = nxt.first_indexes[0] if nxt.entries else self._written_end
+            self._start_index = max(nxt.first_indexes[0] if nxt.entries else self._written_end, self._deleted_before)
             self._write_info()
             oldest.delete_files()
             deleted += 1

@@ -83,9 +83,15 @@ class ManagedLedger(ABC):
         can reset state derived from them before anything else runs."""
 
     @abstractmethod
+    async def delete_before(self, index: int) -> int:
+        """Kafka's DeleteRecords: offsets below `index` (at most the durable end) are gone for readers from now
+        on, durably; `start_index` moves there. Whole ledgers below it are deleted by the next trim.
+        Returns the new start_index."""
+
+    @abstractmethod
     async def trim(self, now_ms: int, retention_ms: int, retention_bytes: int, keep_from: Position | None) -> int:
-        """Delete whole closed ledgers past retention, never one holding entries after keep_from.
-        Returns the number of ledgers deleted."""
+        """Delete whole closed ledgers past retention or wholly below delete_before, never one holding entries
+        after keep_from. Returns the number of ledgers deleted."""
 
     @abstractmethod
     async def close(self) -> None: ...
