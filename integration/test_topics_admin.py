@@ -271,3 +271,38 @@ def test_delete_records_moves_the_log_start_for_every_reader_and_survives_a_rest
         consumer.close()
     records = kp_consume_all(broker.bootstrap, "trimmed", 4, timeout=10)
     assert sorted((r.partition, r.offset) for r in records) == [(0, 6), (0, 7), (0, 8), (0, 9)]
+
+
+def test_replica_placement_apis_answer_as_a_single_broker_does(broker):
+    """ElectLeaders, DescribeLogDirs, AlterReplicaLogDirs and the partition reassignment APIs: on one broker an
+    election is never needed, the one log directory holds every partition, and the only valid reassignment is to
+    this broker."""
+    from kafka import TopicPartition as KpTopicPartition
+    from kafka.errors import ElectionNotNeededError, NoError
+    from kafka.structs import TopicPartitionReplica
+
+    ck_produce(broker.bootstrap, "placed", [(None, b"x" * 100, [], 0)])
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        elected = admin.elect_leaders(0, {"placed": [0]})
+        assert [(t, [(p[0], p[1]) for p in parts]) for t, parts in elected.replica_election_results] == [
+            ("placed", [(0, ElectionNotNeededError.errno)])]
+
+        (described,) = admin.describe_log_dirs()
+        assert described["broker"] == 1
+        (log_dir,) = described["log_dirs"]
+        assert log_dir["error_code"] == 0 and log_dir["log_dir"].endswith("ledgers")
+        sizes = {(t["name"], p["partition_index"]): p["partition_size"]
+                 for t in log_dir["topics"] for p in t["partitions"]}
+        assert sizes[("placed", 0)] > 100
+
+        replica = TopicPartitionReplica("placed", 0, 1)
+        assert admin.alter_replica_log_dirs({replica: log_dir["log_dir"]})[replica] is NoError
+        assert admin.alter_replica_log_dirs({replica: "/elsewhere"})[replica] is not NoError
+
+        tp = KpTopicPartition("placed", 0)
+        assert admin.alter_partition_reassignments({tp: [1]}) == {tp: None}
+        assert admin.alter_partition_reassignments({tp: [2]})[tp] is not None
+        assert admin.list_partition_reassignments() == {}
+    finally:
+        admin.close()
