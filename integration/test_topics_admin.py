@@ -306,3 +306,19 @@ def test_replica_placement_apis_answer_as_a_single_broker_does(broker):
         assert admin.list_partition_reassignments() == {}
     finally:
         admin.close()
+
+
+def test_incremental_set_without_a_value_is_refused_not_stored(broker):
+    from integration.idem_raw import RawKafka, plain_batch
+    from protocol.api import REQUEST_CLASSES, RESPONSE_CLASSES
+
+    Req = REQUEST_CLASSES[44][1]
+    Resource = Req.AlterConfigsResource
+    with RawKafka(broker.port) as raw:
+        raw.create_topic("nulls")
+        response = raw.call(Req(validate_only=False, resources=[Resource(
+            resource_type=2, resource_name="nulls", configs=[
+                Resource.AlterableConfig(name="segment.ms", config_operation=0, value=None)])]),
+            RESPONSE_CLASSES[44], 1)
+        assert [r.error_code for r in response.responses] == [42]  # INVALID_REQUEST
+        assert raw.produce("nulls", 0, plain_batch([b"still serving"])).error_code == 0

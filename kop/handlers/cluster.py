@@ -116,6 +116,8 @@ def _incremental(current: dict[str, str], changes) -> dict[str, str]:
     configs = dict(current)
     for change in changes:
         if change.config_operation == SET:
+            if change.value is None:
+                raise TopicError(ErrorCode.INVALID_REQUEST, f"null value for {change.name}; DELETE removes a config")
             configs[change.name] = change.value
         elif change.config_operation == DELETE:
             configs.pop(change.name, None)
