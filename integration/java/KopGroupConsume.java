@@ -37,6 +37,7 @@ public final class KopGroupConsume {
     private KafkaConsumer<String, String> consumer;
     private long lastProgressAt = -1;
     private String commitMode = "sync";
+    private List<Integer> finalAssignment = List.of();
 
     public static void main(String[] argv) {
         new KopGroupConsume().run(new HarnessArgs(argv));
@@ -90,15 +91,17 @@ public final class KopGroupConsume {
                 }
             }
             commit(commitMode, true);
-            Json.object()
-                .put("type", "summary")
-                .put("records", records)
-                .put("reason", reason)
-                .put("assignment", partitionNumbers(consumer.assignment()))
-                .emit();
         } finally {
-            consumer.close(CLOSE_TIMEOUT);
+            finalAssignment = partitionNumbers(consumer.assignment());
+            consumer.close(CLOSE_TIMEOUT);  // may print a last "revoked" line
         }
+        // The summary is the last line, after anything close() printed.
+        Json.object()
+            .put("type", "summary")
+            .put("records", records)
+            .put("reason", reason)
+            .put("assignment", finalAssignment)
+            .emit();
     }
 
     private void commit(String mode, boolean closing) {

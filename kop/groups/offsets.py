@@ -26,7 +26,6 @@ LEADER_EPOCH_KEY = "kafka.leader_epoch"
 COMMIT_TS_KEY = "kafka.commit_ts"
 METADATA_KEY = "kafka.metadata"
 PROTOCOL_TYPE_KEY = "kafka.protocol_type"  # so a group is listed as it was ("consumer") after a restart
-OFFSET_METADATA_TOO_LARGE = 12  # Kafka's error code (not yet in protocol.errors)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,11 +47,6 @@ def position_for_offset(ledger: ManagedLedger, committed: int) -> Position:
     if last >= ledger.confirmed_end_index:
         return ledger.last_confirmed
     return ledger.position_of_index(last) or ledger.last_confirmed
-
-
-def _cursors(ledger: ManagedLedger) -> dict:
-    # The file engine exposes its cursors by name; the interface should declare this mapping.
-    return ledger.cursors
 
 
 def _committed(cursor) -> CommittedOffset | None:
@@ -87,7 +81,7 @@ class OffsetStore:
         found: dict[str, str | None] = {}
         for topic in self._topics.topics.values():
             for partition in topic.partitions:
-                for name, cursor in _cursors(partition.ledger).items():
+                for name, cursor in partition.ledger.cursors.items():
                     if not name.startswith(SYSTEM_CURSOR_PREFIX) and _committed(cursor) is not None:
                         self._index.setdefault(name, set()).add((topic.name, partition.partition))
                         found[name] = found.get(name) or cursor.string_properties.get(PROTOCOL_TYPE_KEY)
@@ -99,7 +93,7 @@ class OffsetStore:
         partition = self._topics.partition(topic, index)
         if partition is None:
             return None
-        cursor = _cursors(partition.ledger).get(group)
+        cursor = partition.ledger.cursors.get(group)
         return cursor if cursor is not None and _committed(cursor) is not None else None
 
     def fetch(self, group: str, topic: str, index: int) -> CommittedOffset | None:
@@ -128,7 +122,7 @@ class OffsetStore:
             return set()
         for tp in list(parts):
             partition = self._topics.partition(*tp)
-            if partition is None or group not in _cursors(partition.ledger):
+            if partition is None or group not in partition.ledger.cursors:
                 parts.discard(tp)
         return set(parts)
 
@@ -150,7 +144,7 @@ class OffsetStore:
             return _done(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         metadata = metadata or ""
         if len(metadata.encode("utf-8")) > self.metadata_max_bytes:
-            return _done(OFFSET_METADATA_TOO_LARGE)
+            return _done(ErrorCode.OFFSET_METADATA_TOO_LARGE)
         ledger = partition.ledger
         try:
             cursor = ledger.open_cursor(group, initial=BEFORE_FIRST)

@@ -66,6 +66,11 @@ class ManagedLedger(ABC):
     def index_after(self, position: Position) -> int:
         """First offset of the entry following position (confirmed_end_index if none)."""
 
+    @property
+    @abstractmethod
+    def cursors(self) -> dict:
+        """The open cursors by name (dedup, consumer groups, replicators); read-only for callers."""
+
     @abstractmethod
     def open_cursor(self, name: str, initial: Position | None = None):
         """The cursor `name`, created at `initial` (default: the last confirmed entry) if it does not exist."""
