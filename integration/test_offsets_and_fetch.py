@@ -147,3 +147,38 @@ def test_fetch_limits_only_the_first_batch_may_exceed_them(broker):
         assert fetch(7000, 10_000) == [2, 0]
         assert fetch(20_000, 10_000) == [2, 2]
         assert fetch(20_000, 4000) == [1, 1]
+
+
+def test_fetch_v13_and_later_name_topics_by_id(broker):
+    """Fetch v13+ addresses topics by the id Metadata gave out; an unknown id is UNKNOWN_TOPIC_ID."""
+    import uuid
+
+    from integration.idem_raw import RawKafka, plain_batch
+    from protocol.api import REQUEST_CLASSES, RESPONSE_CLASSES
+    from protocol.records import iter_records, split_batches
+
+    with RawKafka(broker.port) as raw:
+        raw.create_topic("by-id")
+        assert raw.produce("by-id", 0, plain_batch([b"a", b"b"])).error_code == 0
+        Metadata = REQUEST_CLASSES[3][12]
+        meta = raw.call(Metadata(topics=[Metadata.MetadataRequestTopic(name="by-id", topic_id=uuid.UUID(int=0))],
+                                 allow_auto_topic_creation=False, include_topic_authorized_operations=False),
+                        RESPONSE_CLASSES[3], 12)
+        topic_id = meta.topics[0].topic_id
+        assert topic_id != uuid.UUID(int=0)
+        for version in (13, 16, 17):
+            Fetch = REQUEST_CLASSES[1][version]
+            fields = dict(max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                          session_epoch=-1, rack_id="", forgotten_topics_data=[],
+                          topics=[Fetch.FetchTopic(topic_id=tid, partitions=[Fetch.FetchTopic.FetchPartition(
+                              partition=0, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
+                              partition_max_bytes=1 << 20)]) for tid in (topic_id, uuid.uuid4())])
+            if version < 15:
+                fields["replica_id"] = -1
+            response = raw.call(Fetch(**fields), RESPONSE_CLASSES[1], version)
+            known, unknown = response.responses
+            assert known.topic_id == topic_id and known.partitions[0].error_code == 0
+            values = [r.value for _, view in split_batches(bytes(known.partitions[0].records))
+                      for r in iter_records(view)]
+            assert values == [b"a", b"b"]
+            assert unknown.partitions[0].error_code == 100  # UNKNOWN_TOPIC_ID

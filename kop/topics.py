@@ -121,6 +121,7 @@ class TopicManager:
         # fsyncs run here; enough threads that one slow partition does not hold up the others
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fsync")
         self.topics: dict[str, Topic] = {}
+        self._names_by_id: dict[bytes, str] = {}
         self._lock = asyncio.Lock()
 
     # ---- loading
@@ -139,6 +140,7 @@ class TopicManager:
                 topic.partitions.append(await self._open_partition(meta.name, p))
             self._apply_configs(topic)
             self.topics[meta.name] = topic
+            self._names_by_id[topic.topic_id] = meta.name
         log.info("loaded %d topics from %s", len(self.topics), self.config.data_dir)
 
     async def _open_partition(self, topic: str, partition: int) -> PartitionLog:
@@ -180,6 +182,10 @@ class TopicManager:
                            durable=self.config.fsync)
 
     # ---- lookups
+
+    def name_of(self, topic_id: bytes) -> str | None:
+        """The topic with this id (Fetch v13+ and DeleteTopics v6 name topics by id)."""
+        return self._names_by_id.get(topic_id)
 
     def get(self, name: str) -> Topic | None:
         return self.topics.get(name)
@@ -225,12 +231,15 @@ class TopicManager:
             self._write_meta(topic)
             self._apply_configs(topic)
             self.topics[name] = topic
+            self._names_by_id[topic.topic_id] = name
             log.info("created topic %s with %d partitions", name, partitions)
             return topic
 
     async def delete(self, name: str) -> None:
         async with self._lock:
             topic = self.topics.pop(name, None)
+            if topic is not None:
+                self._names_by_id.pop(topic.topic_id, None)
             if topic is None:
                 raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
             os.unlink(os.path.join(self._meta_dir, name))

@@ -1,6 +1,7 @@
-"""Fetch (key 1). Version notes: served v4-v12 (topic names; v13+ uses topic ids). v4+ isolation level, last stable
-offset and aborted transactions; v5+ log start offset; v7+ fetch sessions, which we decline by answering session id 0
-(clients then keep sending full fetches); v11+ rack id (ignored). At least one batch is returned even if it exceeds the
+"""Fetch (key 1). Version notes: served v4-v17. v4+ isolation level, last stable offset and aborted transactions; v5+
+log start offset; v7+ fetch sessions, which we decline by answering session id 0 (clients then keep sending full
+fetches); v11+ rack id (ignored); v13+ topics by id (an unknown id is UNKNOWN_TOPIC_ID); v15+ replica state, v16+
+node endpoints, v17+ replica directory id: all for followers, which a single broker never has. At least one batch is returned even if it exceeds the
 byte limits (KIP-74), so a consumer always makes progress.
 
 Long poll: answer at once when min_bytes are available or max_wait_ms is 0; otherwise wait until new entries become
@@ -14,6 +15,10 @@ from protocol.errors import ErrorCode
 MIN_WAIT_SLICE = 0.001
 
 
+def _topic_name(ctx, ftopic) -> str | None:
+    return ctx.broker.topics.name_of(ftopic.topic_id.bytes) if ctx.version >= 13 else ftopic.topic
+
+
 def _collect(ctx, request):
     """Read what is available now; returns (per-topic partition results, total bytes)."""
     cls = response_class(1, ctx.version)
@@ -23,13 +28,15 @@ def _collect(ctx, request):
     out = []
     for ftopic in request.topics:
         parts = []
+        name = _topic_name(ctx, ftopic)
         for fpart in ftopic.partitions:
-            partition = topics.partition(ftopic.topic, fpart.partition)
+            partition = topics.partition(name, fpart.partition) if name is not None else None
             data = cls.FetchableTopicResponse.PartitionData(
                 partition_index=fpart.partition, error_code=0, high_watermark=-1, last_stable_offset=-1,
                 log_start_offset=-1, aborted_transactions=None, records=b"")
             if partition is None:
-                data.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                data.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None \
+                    else ErrorCode.UNKNOWN_TOPIC_ID
                 parts.append(data)
                 continue
             hw = partition.high_watermark
@@ -55,7 +62,10 @@ def _collect(ctx, request):
                     data.records = records
                     total += len(records)
             parts.append(data)
-        out.append(cls.FetchableTopicResponse(topic=ftopic.topic, partitions=parts))
+        if ctx.version >= 13:
+            out.append(cls.FetchableTopicResponse(topic_id=ftopic.topic_id, partitions=parts))
+        else:
+            out.append(cls.FetchableTopicResponse(topic=ftopic.topic, partitions=parts))
     return out, total
 
 
@@ -85,8 +95,8 @@ async def handle(ctx, request):
 
 async def _long_poll(ctx, request, topics, total):
     deadline = time.monotonic() + request.max_wait_ms / 1000
-    partitions = [p for t in request.topics for fp in t.partitions
-                  if (p := ctx.broker.topics.partition(t.topic, fp.partition)) is not None]
+    partitions = [p for t in request.topics if (name := _topic_name(ctx, t)) is not None for fp in t.partitions
+                  if (p := ctx.broker.topics.partition(name, fp.partition)) is not None]
     loop = asyncio.get_running_loop()
     while total < request.min_bytes:
         remaining = deadline - time.monotonic()
@@ -106,4 +116,4 @@ async def _long_poll(ctx, request, topics, total):
     return _response(ctx, topics)
 
 
-ROUTES = [(1, 4, 12, handle)]
+ROUTES = [(1, 4, 17, handle)]
