@@ -47,6 +47,9 @@ class DupStatus(enum.Enum):
     UNKNOWN = "Unknown"  # at or below pushed but not yet persisted: the outcome of the first write is not known
 
 
+_NOT_DUP = DupStatus.NOT_DUP  # looking up an enum member costs more than the rest of a decision
+
+
 @dataclass(frozen=True, slots=True)
 class DedupConfig:
     """Pulsar's broker settings of the same meaning (`brokerDeduplication*`)."""
@@ -103,8 +106,10 @@ class MessageDeduplication:
         self._log_name = log_name
         self._extension: DedupExtension | None = None
         self._status = Status.INITIALIZED
+        self._enabled = False  # status is ENABLED; read for every batch, so kept as a plain attribute
         self._cursor: DedupCursor | None = None
         self._pushed: dict[str, int] = {}
+        self._pushed_view = MappingProxyType(self._pushed)  # live, read-only
         self._persisted: dict[str, int] = {}
         self._inactive: dict[str, float] = {}  # name -> time it went inactive
         self._snapshot_counter = 0
@@ -127,11 +132,15 @@ class MessageDeduplication:
 
     @property
     def is_enabled(self) -> bool:
-        return self._status is Status.ENABLED
+        return self._enabled
+
+    def _set_status(self, status: Status) -> None:
+        self._status = status
+        self._enabled = status is Status.ENABLED
 
     @property
     def pushed(self) -> Mapping[str, int]:
-        return MappingProxyType(self._pushed)
+        return self._pushed_view
 
     @property
     def persisted(self) -> Mapping[str, int]:
@@ -179,10 +188,10 @@ class MessageDeduplication:
 
     def _begin_transition(self, enabled: bool) -> Coroutine[Any, Any, None] | None:
         if enabled and self._status in (Status.INITIALIZED, Status.DISABLED, Status.FAILED):
-            self._status = Status.RECOVERING
+            self._set_status(Status.RECOVERING)
             return self._enable()
         if not enabled and self._status in (Status.INITIALIZED, Status.ENABLED):
-            self._status = Status.REMOVING
+            self._set_status(Status.REMOVING)
             return self._disable()
         return None
 
@@ -199,11 +208,11 @@ class MessageDeduplication:
         except Exception:
             log.exception("%s: dedup recovery failed; status Failed until the next check", self._log_name)
             self._cursor = None
-            self._status = Status.FAILED
+            self._set_status(Status.FAILED)
             return
         self._cursor = cursor
         self._last_snapshot_time = self._clock()
-        self._status = Status.ENABLED
+        self._set_status(Status.ENABLED)
         log.info("%s: dedup enabled, %d producers", self._log_name, len(self._persisted))
 
     async def _disable(self) -> None:
@@ -211,11 +220,11 @@ class MessageDeduplication:
             await self._ledger.delete_cursor(DEDUP_CURSOR_NAME)
         except Exception:
             log.exception("%s: deleting the dedup cursor failed; status Failed", self._log_name)
-            self._status = Status.FAILED
+            self._set_status(Status.FAILED)
             return
         self._cursor = None
         self._clear_state()
-        self._status = Status.DISABLED
+        self._set_status(Status.DISABLED)
         log.info("%s: dedup disabled", self._log_name)
 
     def _clear_state(self) -> None:
@@ -271,7 +280,7 @@ class MessageDeduplication:
 
     def is_duplicate(self, name: str, sequence_id: int, highest_sequence_id: int) -> DupStatus:
         """Pulsar's isDuplicateNormal: a batch is judged by its lowest id; NotDup advances pushed to its highest."""
-        if not self.is_enabled:
+        if not self._enabled:
             return DupStatus.NOT_DUP
         last_pushed = self._pushed.get(name)
         if last_pushed is not None and sequence_id <= last_pushed:
@@ -279,17 +288,17 @@ class MessageDeduplication:
             if last_persisted is not None and sequence_id <= last_persisted:
                 return DupStatus.DUP
             return DupStatus.UNKNOWN
-        self._pushed[name] = max(sequence_id, highest_sequence_id)
-        return DupStatus.NOT_DUP
+        self._pushed[name] = highest_sequence_id if highest_sequence_id > sequence_id else sequence_id
+        return _NOT_DUP
 
     def record_persisted(self, name: str | None, sequence_id: int, highest_sequence_id: int,
                          position: Position) -> None:
         """An entry is durable at `position` (call in log order). `name=None`: an entry without dedup identity,
         counted all the same so the replay after a snapshot stays short."""
-        if not self.is_enabled:
+        if not self._enabled:
             return
         if name is not None:
-            self._persisted[name] = max(sequence_id, highest_sequence_id)
+            self._persisted[name] = highest_sequence_id if highest_sequence_id > sequence_id else sequence_id
         self._last_recorded_position = position
         self._snapshot_counter += 1
         if self._snapshot_counter >= self._config.entries_interval:
@@ -299,7 +308,8 @@ class MessageDeduplication:
     def reset_pushed_to_persisted(self) -> None:
         """After a failed write (the partition is fenced and in-flight writes drained): forget what never landed,
         so the client's retry is accepted again."""
-        self._pushed = dict(self._persisted)
+        self._pushed.clear()  # in place: `pushed` is a live view that callers may hold
+        self._pushed.update(self._persisted)
 
     def forget(self, name: str) -> None:
         """Drop a name from every map (Kafka drops a producer's previous epoch this way)."""
@@ -313,7 +323,7 @@ class MessageDeduplication:
         """The time check (call it periodically): snapshot the last recorded position if the last snapshot is at
         least the interval old and the position is new. `interval_seconds` is the resolved policy. Returns whether
         a snapshot was started."""
-        if not self.is_enabled or self._cursor is None:
+        if not self._enabled or self._cursor is None:
             return False
         interval = self._config.snapshot_interval_seconds if interval_seconds is None else interval_seconds
         if interval <= 0:
@@ -371,17 +381,17 @@ class MessageDeduplication:
     # -- producer lifecycle and purge ------------------------------------------------------------------------------
 
     def producer_added(self, name: str) -> None:
-        if self.is_enabled:
+        if self._enabled:
             self._inactive.pop(name, None)
 
     def producer_removed(self, name: str, now: float | None = None) -> None:
-        if self.is_enabled:
+        if self._enabled:
             self._inactive[name] = self._clock() if now is None else now
 
     def purge_inactive(self, timeout_seconds: float, now: float | None = None) -> list[str]:
         """Drop producers inactive for longer than the timeout and rewrite the snapshot, at the same position,
         without them. Returns the names purged. (Pulsar runs this every timeout / 3.)"""
-        if not self.is_enabled:
+        if not self._enabled:
             self._inactive.clear()
             return []
         cutoff = (self._clock() if now is None else now) - timeout_seconds

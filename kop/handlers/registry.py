@@ -1,8 +1,8 @@
 """The router: API key -> handler, each registered with the version range it serves. ApiVersions is derived from
 what is registered, so the broker never advertises an API it does not serve."""
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from types import ModuleType
+from types import MappingProxyType, ModuleType
 from typing import Any
 
 Handler = Callable[..., Awaitable[Any]]
@@ -19,11 +19,13 @@ class Route:
 class Router:
     def __init__(self) -> None:
         self.routes: dict[int, Route] = {}
+        self._versions: dict[int, tuple[int, int]] = {}  # read for every request: kept, not rebuilt
 
     def add(self, api_key: int, min_version: int, max_version: int, handler: Handler) -> None:
         if api_key in self.routes:
             raise ValueError(f"api key {api_key} is already routed")
         self.routes[api_key] = Route(api_key, min_version, max_version, handler)
+        self._versions[api_key] = (min_version, max_version)
 
     def add_module(self, module: ModuleType) -> None:
         """A handler module declares ROUTES = [(api_key, min_version, max_version, handler), ...]."""
@@ -31,5 +33,5 @@ class Router:
             self.add(api_key, low, high, handler)
 
     @property
-    def versions(self) -> dict[int, tuple[int, int]]:
-        return {key: (r.min_version, r.max_version) for key, r in self.routes.items()}
+    def versions(self) -> Mapping[int, tuple[int, int]]:
+        return MappingProxyType(self._versions)
