@@ -11,7 +11,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 
-from bench import consume, dedup_overhead, machine, produce, recovery
+from bench import consume, dedup_core, dedup_overhead, machine, produce, recovery
 from bench.produce import ProduceSpec
 from bench.report import Table
 
@@ -80,7 +80,8 @@ def run_dedup(plan: Plan) -> list[Table]:
     overheads = [dedup_overhead.measure(w, plan.dedup_rounds, progress=log)
                  for w in dedup_overhead.workloads(plan.dedup_records, plan.dedup_single_records)]
     title = "Dedup overhead: idempotent producer, brokerDeduplicationEnabled off vs on"
-    return [dedup_overhead.table(overheads, title)]
+    core = dedup_core.measure(batches=200_000, producers=4, rounds=5)
+    return [dedup_overhead.table(overheads, title), dedup_core.table(core)]
 
 
 def run_recovery(plan: Plan) -> list[Table]:

@@ -115,3 +115,11 @@ def test_recovery_probe_resumes_a_producer_after_kill_9():
     assert [r.fatal_error for r in checkpoint.restarts] == [0, 0]
     assert checkpoint.entries == 200 + 2 * 30 + 2  # each acknowledged probe added one entry
     assert all(r.listening_s <= r.first_ack_s for r in checkpoint.restarts)
+
+
+def test_dedup_core_measures_both_variants_over_accepted_batches():
+    from bench import dedup_core
+    cost = dedup_core.measure(batches=2_500, producers=3, rounds=2)  # crosses two snapshot triggers
+    assert len(cost.off_us) == len(cost.on_us) == 2
+    assert all(us > 0 for us in cost.off_us + cost.on_us)
+    assert len(dedup_core.table(cost).rows) == 1
