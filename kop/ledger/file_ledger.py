@@ -20,7 +20,7 @@ from kop.ledger.cursor_log import CursorLog, ManagedCursor
 from kop.ledger.errors import LedgerClosedError, LedgerWriteError
 from kop.ledger.framed_file import replace_atomically
 from kop.ledger.group_commit import GroupCommit
-from kop.ledger.interface import Entry, ManagedLedger
+from kop.ledger.interface import CursorStats, Entry, LedgerInternalStats, LedgerStats, ManagedLedger
 from kop.ledger.ledger_file import LedgerFile
 from kop.ledger.position import BEFORE_FIRST, Position
 from proto.kop_pb2 import KeyValue, ManagedLedgerInfo
@@ -38,33 +38,6 @@ class FileLedgerConfig:
     max_ledger_bytes: int = 256 * 1024 * 1024
     max_entry_bytes: int = 64 * 1024 * 1024
     fsync: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerStats:
-    ledger_id: int
-    entries: int
-    size: int
-
-
-@dataclass(frozen=True, slots=True)
-class CursorStats:
-    name: str
-    mark_delete_position: Position
-    properties: dict[str, int]
-    string_properties: dict[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerInternalStats:
-    """What Pulsar's `topics stats-internal` shows of a managed ledger: its ledgers, LAC and cursors."""
-
-    ledgers: tuple[LedgerStats, ...]
-    current_ledger_id: int
-    last_confirmed: Position
-    start_index: int
-    confirmed_end_index: int
-    cursors: tuple[CursorStats, ...]
 
 
 @dataclass(slots=True)

@@ -22,6 +22,33 @@ class Entry:
     data: memoryview  # the record batch as stored
 
 
+@dataclass(frozen=True, slots=True)
+class LedgerStats:
+    ledger_id: int
+    entries: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class CursorStats:
+    name: str
+    mark_delete_position: Position
+    properties: dict[str, int]
+    string_properties: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerInternalStats:
+    """What Pulsar's `topics stats-internal` shows of a managed ledger: its ledgers, LAC and cursors."""
+
+    ledgers: tuple[LedgerStats, ...]
+    current_ledger_id: int
+    last_confirmed: Position
+    start_index: int
+    confirmed_end_index: int
+    cursors: tuple[CursorStats, ...]
+
+
 class ManagedLedger(ABC):
     name: str
 
@@ -44,6 +71,10 @@ class ManagedLedger(ABC):
     @abstractmethod
     def last_confirmed(self) -> Position:
         """Position of the last durable entry (LAC), or BEFORE_FIRST-like when none."""
+
+    @abstractmethod
+    def internal_stats(self) -> LedgerInternalStats:
+        """A read-only copy of the ledger list, LAC and cursor states (admin stats, DescribeLogDirs sizes)."""
 
     @abstractmethod
     def add_entry(self, first_index: int, span: int, metadata: bytes, data: bytes | memoryview) -> asyncio.Future:
