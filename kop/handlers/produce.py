@@ -4,13 +4,14 @@ We serve up to v10: v11+ brings KIP-890 error codes that only make sense with tr
 
 The ordered phase (this coroutine, before it returns) validates each partition's batch and hands it to its
 PartitionLog, which assigns offsets in arrival order; the returned awaitable waits for durability and builds the
-response. acks=0 gets no response, but the writes still happen."""
+response. acks=0 gets no response, but the writes still happen. The response is encoded by hand
+(`protocol.produce_response`): it is the one response every produce request pays for."""
 import asyncio
 import logging
 
 from kop.partition import AppendResult
-from protocol.api import response_class
 from protocol.errors import ErrorCode
+from protocol.produce_response import MAX_VERSION, MIN_VERSION, PartitionResponse, ProduceResponse
 from kop.topics import is_compacted
 from protocol.records import RecordBatchError, iter_records, split_batches, validate_batch
 
@@ -61,7 +62,6 @@ def _publish_one(ctx, topic, index: int, records, timeout_ms: int) -> asyncio.Fu
 
 
 async def handle(ctx, request):
-    cls = response_class(0, ctx.version)
     acks = request.acks
     results: list[tuple[str, list[tuple[int, asyncio.Future]]]] = []
     for topic_data in request.topic_data:
@@ -75,26 +75,22 @@ async def handle(ctx, request):
         results.append((topic_data.name, per_partition))
     if acks == 0:
         return None
-    return _respond(ctx, cls, results)
+    return _respond(ctx, results)
 
 
-async def _respond(ctx, cls, results):
-    Response = cls.TopicProduceResponse.PartitionProduceResponse
+async def _respond(ctx, results) -> ProduceResponse:
     topics = []
     for name, per_partition in results:
         partitions = []
         for index, future in per_partition:
             outcome: AppendResult = await future
             partition = ctx.broker.topics.partition(name, index)
-            partitions.append(Response(
-                index=index, error_code=outcome.error, base_offset=outcome.base_offset,
-                log_append_time_ms=outcome.log_append_time,
-                log_start_offset=partition.log_start_offset if partition else -1,
-                record_errors=[Response.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=reason)
-                               for i, reason in outcome.record_errors],
-                error_message=outcome.message if outcome.error else None))
-        topics.append(cls.TopicProduceResponse(name=name, partition_responses=partitions))
-    return cls(responses=topics, throttle_time_ms=0)
+            partitions.append(PartitionResponse(
+                index, outcome.error, outcome.base_offset, outcome.log_append_time,
+                partition.log_start_offset if partition else -1, outcome.record_errors,
+                outcome.message if outcome.error else None))
+        topics.append((name, partitions))
+    return ProduceResponse(ctx.version, topics)
 
 
-ROUTES = [(0, 3, 10, handle)]
+ROUTES = [(0, MIN_VERSION, MAX_VERSION, handle)]
