@@ -54,7 +54,8 @@ class Connection:
     async def _read_requests(self) -> None:
         max_size = self.broker.config.socket_request_max_bytes
         while True:
-            size_bytes = await asyncio.wait_for(self.reader.readexactly(4), IDLE_TIMEOUT_S)
+            async with asyncio.timeout(IDLE_TIMEOUT_S):  # not wait_for: that makes a task for every request
+                size_bytes = await self.reader.readexactly(4)
             size = int.from_bytes(size_bytes, "big", signed=True)
             if size < 0 or size > max_size:
                 raise ProtocolError(f"request size {size} outside 0..{max_size} (socket.request.max.bytes)")
