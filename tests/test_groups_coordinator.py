@@ -11,6 +11,7 @@ import pytest
 from kop.broker import Broker
 from kop.config import BrokerConfig
 from kop.groups import GroupState, JoinRequest
+from kop.groups.membership import Membership
 from kop.groups.offsets import COMMIT_TS_KEY, LEADER_EPOCH_KEY, METADATA_KEY, OFFSET_KEY
 from kop.ledger import BEFORE_FIRST, Position
 from protocol.errors import ErrorCode
@@ -123,6 +124,62 @@ def test_second_member_triggers_a_rebalance_both_rejoin_and_the_follower_waits_f
         assert groups.heartbeat("g", 1, a, None) == E.ILLEGAL_GENERATION
         assert groups.validate_commit("g", 1, a, None) == E.ILLEGAL_GENERATION
     run(body)
+
+
+def test_a_rebalance_while_a_generation_is_being_stored_does_not_strand_the_next_generations_sync():
+    """Generation 1's store is still in flight when a second member joins and generation 2 forms: the leader's
+    SyncGroup for generation 2 starts its own store, so both members get their assignments without waiting for
+    a client timeout."""
+    async def body():
+        gate = asyncio.Event()
+        stored = []
+
+        async def slow_store(group):
+            stored.append(group.generation_id)
+            if len(stored) == 1:
+                await gate.wait()  # generation 1's fsync takes a while
+
+        membership = Membership({}, 0, 10, 60_000, 100, slow_store)
+        try:
+            first = await membership.join(join_req(v4=False, client="a"))
+            a = first.member_id
+            sync_1 = membership.sync("g", 1, a, None, None, None, {a: b"all"})
+            await asyncio.sleep(0)  # generation 1's store has started
+            b_joining = membership.join(join_req(v4=False, client="b"))
+            assert (await sync_1).error == E.REBALANCE_IN_PROGRESS
+            rejoined = await membership.join(join_req(member_id=a))
+            b = (await b_joining).member_id
+            assert rejoined.generation_id == 2
+            leader = membership.sync("g", 2, a, None, None, None, {a: b"p0", b: b"p1"})
+            follower = membership.sync("g", 2, b, None, None, None, {})
+            await asyncio.sleep(0)
+            gate.set()  # generation 1's store ends after the group moved on
+            results = await asyncio.wait_for(asyncio.gather(leader, follower), 5)
+            assert [(r.error, r.assignment) for r in results] == [(E.NONE, b"p0"), (E.NONE, b"p1")]
+            assert stored == [1, 2]
+        finally:
+            membership.close()
+    asyncio.run(body())
+
+
+def test_a_retried_leader_sync_does_not_store_its_generation_twice():
+    async def body():
+        stored = []
+
+        async def store(group):
+            stored.append(group.generation_id)
+            await asyncio.sleep(0.01)
+
+        membership = Membership({}, 0, 10, 60_000, 100, store)
+        try:
+            a = (await membership.join(join_req(v4=False))).member_id
+            first = membership.sync("g", 1, a, None, None, None, {a: b"x"})
+            retried = membership.sync("g", 1, a, None, None, None, {a: b"x"})
+            assert (await first).error == E.REBALANCE_IN_PROGRESS  # superseded by the retry
+            assert ((await retried).error, stored) == (E.NONE, [1])
+        finally:
+            membership.close()
+    asyncio.run(body())
 
 
 def test_a_member_that_stops_heartbeating_is_removed_and_the_rest_rebalance():

@@ -122,7 +122,7 @@ class Group:
     new_member_added: bool = False  # extends the initial rebalance delay
     initial_join_pending: bool = False  # PreparingRebalance from Empty: wait out the initial delay
     subscribed_topics: frozenset[str] | None = None  # None: unknown (treated as every topic)
-    storing_generation: bool = False  # the leader's SyncGroup is waiting for the generation to be durable
+    storing_generation: int | None = None  # the generation the leader's SyncGroup is making durable
 
     # ---- state
 

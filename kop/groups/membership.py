@@ -320,8 +320,10 @@ class Membership:
         future = asyncio.get_running_loop().create_future()
         _answer(member.sync_waiter, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
         member.sync_waiter = future
-        if group.is_leader(member_id) and not group.storing_generation:
-            group.storing_generation = True
+        if group.is_leader(member_id) and group.storing_generation != group.generation_id:
+            # One store per generation (a retried leader SyncGroup does not start another), but every generation
+            # gets its own: a store of an older generation still in flight must not hold this one back.
+            group.storing_generation = group.generation_id
             asyncio.get_running_loop().create_task(
                 self._complete_sync(group, group.generation_id, dict(assignments)))
         return future
@@ -336,7 +338,8 @@ class Membership:
             log.exception("group %s: could not store generation %d", group.group_id, generation)
             error = ErrorCode.COORDINATOR_NOT_AVAILABLE
         finally:
-            group.storing_generation = False
+            if group.storing_generation == generation:
+                group.storing_generation = None
         if group.generation_id != generation or not group.is_(GroupState.COMPLETING_REBALANCE):
             return
         if error is not None:
