@@ -460,6 +460,120 @@ def test_sweep_forgets_empty_groups_without_offsets():
     run(body)
 
 
+def test_offset_delete_of_the_last_offset_and_refused_commits_leave_no_empty_group_behind():
+    async def body(broker):
+        groups = broker.groups
+        await broker.topics.create("t", 1, {})
+        assert groups.validate_commit("g", -1, "", None) == E.NONE
+        assert await groups.commit("g", "t", 0, 3) == E.NONE
+        assert await groups.delete_offsets("g", [("t", 0)]) == (E.NONE, {("t", 0): E.NONE})
+        assert groups.list_groups() == [] and groups.describe("g").error == E.GROUP_ID_NOT_FOUND
+        # commits that are refused create no group
+        assert groups.validate_commit("h", -1, "", None) == E.NONE
+        assert await groups.commit("h", "nosuch", 0, 1) == E.UNKNOWN_TOPIC_OR_PARTITION
+        assert await groups.commit("h", "t", 0, 1, metadata="x" * 4097) == E.OFFSET_METADATA_TOO_LARGE
+        assert groups.list_groups() == []
+    run(body)
+
+
+def test_offset_metadata_is_limited_in_java_string_length_not_bytes():
+    """Kafka compares String.length() (UTF-16 code units) with offset.metadata.max.bytes."""
+    async def body(broker):
+        groups = broker.groups
+        await broker.topics.create("t", 1, {})
+        groups.validate_commit("g", -1, "", None)
+        assert await groups.commit("g", "t", 0, 1, metadata="\u00e9" * 4096) == E.NONE  # 8192 UTF-8 bytes
+        assert await groups.commit("g", "t", 0, 1, metadata="\U0001F600" * 2048) == E.NONE  # surrogate pairs
+        assert await groups.commit("g", "t", 0, 1, metadata="\U0001F600" * 2048 + "x") == \
+            E.OFFSET_METADATA_TOO_LARGE
+        assert groups.fetch_offset("g", "t", 0).metadata == "\U0001F600" * 2048
+    run(body)
+
+
+def test_a_commit_racing_delete_groups_lands_before_and_is_deleted_or_after_and_is_kept(tmp_path):
+    """The index of committed partitions always matches the durable cursors, before and after a restart."""
+    data = str(tmp_path / "data")
+
+    async def race(broker):
+        groups = broker.groups
+        await broker.topics.create("t", 3, {})
+        assert groups.validate_commit("g", -1, "", None) == E.NONE
+        assert await groups.commit("g", "t", 0, 1) == E.NONE
+        assert groups.validate_commit("g", -1, "", None) == E.NONE
+        before = groups.commit("g", "t", 1, 2)  # handed to the cursor, not durable yet
+        deleting = asyncio.ensure_future(groups.delete_groups(["g"]))
+        await asyncio.sleep(0)  # the deletion is under way
+        assert groups.validate_commit("g", -1, "", None) == E.COORDINATOR_NOT_AVAILABLE
+        assert (await groups.join(join_req(v4=False))).error == E.COORDINATOR_NOT_AVAILABLE
+        assert groups.fetch_all_offsets("g") == {} and groups.list_groups() == []
+        assert (await before, await deleting) == (E.NONE, [("g", E.NONE)])
+        assert all("g" not in p.ledger.cursors for p in broker.topics.topics["t"].partitions)
+        # the client's retry lands after the deletion, in a new group
+        assert groups.validate_commit("g", -1, "", None) == E.NONE
+        assert await groups.commit("g", "t", 2, 7) == E.NONE
+        return visible(groups)
+
+    def visible(groups):
+        return ([g.group_id for g in groups.list_groups()],
+                {tp: c.offset for tp, c in groups.fetch_all_offsets("g").items()})
+
+    async def after_restart(broker):
+        return visible(broker.groups)
+
+    expected = (["g"], {("t", 2): 7})
+    assert run(race, data_dir=data) == expected
+    assert run(after_restart, data_dir=data) == expected
+
+
+def test_offset_delete_racing_a_commit_of_the_same_partition_deletes_it(tmp_path):
+    data = str(tmp_path / "data")
+
+    async def race(broker):
+        groups = broker.groups
+        await broker.topics.create("t", 2, {})
+        groups.validate_commit("g", -1, "", None)
+        assert await groups.commit("g", "t", 0, 1) == E.NONE
+        in_flight = groups.commit("g", "t", 1, 5)
+        deleted = await groups.delete_offsets("g", [("t", 1)])
+        assert (await in_flight, deleted) == (E.NONE, (E.NONE, {("t", 1): E.NONE}))
+        return {tp: c.offset for tp, c in groups.fetch_all_offsets("g").items()}
+
+    async def after_restart(broker):
+        return {tp: c.offset for tp, c in broker.groups.fetch_all_offsets("g").items()}
+
+    assert run(race, data_dir=data) == run(after_restart, data_dir=data) == {("t", 0): 1}
+
+
+def test_the_sweep_keeps_a_group_whose_first_commit_is_in_flight():
+    async def body(broker):
+        groups = broker.groups
+        await broker.topics.create("t", 1, {})
+        assert groups.validate_commit("g", -1, "", None) == E.NONE
+        committing = groups.commit("g", "t", 0, 4)
+        groups.sweep()
+        assert await committing == E.NONE
+        assert [g.group_id for g in groups.list_groups()] == ["g"]
+        assert {tp: c.offset for tp, c in groups.fetch_all_offsets("g").items()} == {("t", 0): 4}
+    run(body)
+
+
+def test_a_full_group_refuses_new_members_but_takes_back_a_static_member():
+    async def body(broker):
+        groups = broker.groups
+        a, ja = await join_new(groups, client="a")
+        static = groups.join(join_req(instance="i-1"))
+        _, joined = await asyncio.gather(ja, static)
+        await asyncio.gather(groups.sync("g", 1, a, None, None, None, {}),
+                             groups.sync("g", 1, joined.member_id, "i-1", None, None, {}))
+        assert (await groups.join(join_req(client="c"))).error == E.GROUP_MAX_SIZE_REACHED
+        assert (await groups.join(join_req(client="c", v4=False))).error == E.GROUP_MAX_SIZE_REACHED
+        # a static member restarting takes its own place, which is not a new one
+        assert (await groups.join(join_req(instance="i-1"))).error == E.NONE
+        groups.leave("g", [(a, None)])
+        assert (await groups.join(join_req(client="c"))).error == E.MEMBER_ID_REQUIRED
+    run(body, extra={"group.max.size": "2"})
+
+
 def test_position_for_offset_uses_before_first_for_zero():
     async def body(broker):
         topic = await broker.topics.create("t", 1, {})

@@ -2,9 +2,12 @@
 protocol, their committed offsets, and the admin operations on both.
 
 Groups with committed offsets are found at start-up by looking at the cursors of every partition; they exist in
-state Empty until members join. Until that scan is done the group APIs answer COORDINATOR_LOAD_IN_PROGRESS.
-Offsets are never expired by time (Pulsar keeps a subscription until it is deleted); an Empty group without
-offsets is forgotten by a periodic sweep, as Kafka's offsets cleanup does.
+state Empty until members join. Until that scan is done the group APIs answer COORDINATOR_LOAD_IN_PROGRESS (the
+broker opens its listener only after the scan, so clients meet it only while the broker stops).
+Offsets are never expired by time (Pulsar keeps a subscription until it is deleted). A group exists while it has
+members or offsets: one whose last offset goes (OffsetDelete, DeleteGroups, its topics deleted) is forgotten at
+once, as Kafka does, and the periodic sweep catches the rest (e.g. the last member left a group that never
+committed).
 """
 import asyncio
 import logging
@@ -108,9 +111,12 @@ class GroupCoordinator:
     def sweep(self) -> None:
         """Forget Empty groups that have no committed offsets left."""
         for group in list(self.groups.values()):
-            if group.is_(GroupState.EMPTY) and not group.pending_members and not self.offsets.has_offsets(
-                    group.group_id):
+            if self._idle_without_offsets(group):
                 self._discard(group)
+
+    def _idle_without_offsets(self, group: Group) -> bool:
+        return group.is_(GroupState.EMPTY) and not group.pending_members \
+            and not self.offsets.has_offsets(group.group_id)
 
     def _discard(self, group: Group) -> None:
         if group.state is not GroupState.DEAD:
@@ -172,12 +178,10 @@ class GroupCoordinator:
             return error
         group = self.groups.get(group_id)
         if group is None:
-            if generation_id < 0:
-                self.groups[group_id] = Group(group_id)  # a group that only stores offsets
-                return ErrorCode.NONE
-            return ErrorCode.ILLEGAL_GENERATION  # a member of a generation this coordinator never saw
+            # generation -1: a group that only stores offsets, created by its first commit that gets stored
+            return ErrorCode.NONE if generation_id < 0 else ErrorCode.ILLEGAL_GENERATION
         if group.is_(GroupState.DEAD):
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE  # being deleted; the client retries
         if group.is_static_member_fenced(instance_id, member_id):
             return ErrorCode.FENCED_INSTANCE_ID
         if generation_id < 0 and group.is_(GroupState.EMPTY):
@@ -196,14 +200,23 @@ class GroupCoordinator:
                metadata: str | None = "", commit_timestamp: int = -1) -> asyncio.Future:
         """Store one offset after validate_commit said yes; resolves to its ErrorCode once durable."""
         group = self.groups.get(group_id)
-        return self.offsets.commit(group_id, topic, partition, offset, leader_epoch, metadata, commit_timestamp,
-                                   group.protocol_type if group is not None else None)
+        result = self.offsets.commit(group_id, topic, partition, offset, leader_epoch, metadata, commit_timestamp,
+                                     group.protocol_type if group is not None else None)
+        if group is None and self.offsets.has_offsets(group_id):
+            # Only a commit that is being stored makes a group: one refused (unknown topic, metadata too large)
+            # leaves none behind, as in Kafka.
+            self.groups[group_id] = Group(group_id)
+        return result
+
+    def _being_deleted(self, group_id: str) -> bool:
+        group = self.groups.get(group_id)
+        return group is not None and group.is_(GroupState.DEAD)
 
     def fetch_offset(self, group_id: str, topic: str, partition: int) -> CommittedOffset | None:
-        return self.offsets.fetch(group_id, topic, partition)
+        return None if self._being_deleted(group_id) else self.offsets.fetch(group_id, topic, partition)
 
     def fetch_all_offsets(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
-        return self.offsets.fetch_all(group_id)
+        return {} if self._being_deleted(group_id) else self.offsets.fetch_all(group_id)
 
     async def delete_offsets(self, group_id: str,
                              partitions: list[tuple[str, int]]) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
@@ -226,6 +239,8 @@ class GroupCoordinator:
             else:
                 await self.offsets.delete(group_id, topic, partition)
                 results[(topic, partition)] = ErrorCode.NONE
+        if self.groups.get(group_id) is group and self._idle_without_offsets(group):
+            self._discard(group)  # its last offset went: Kafka drops the group at once
         return ErrorCode.NONE, results
 
     # ---- admin
@@ -278,9 +293,27 @@ class GroupCoordinator:
             elif error is None and not group.is_(GroupState.EMPTY):
                 error = ErrorCode.NON_EMPTY_GROUP
             if error is None:
-                self._discard(group)
-                await self.settle()  # DeleteGroups answers once the group is gone for good
-                await self.offsets.delete_group(group_id)
-                log.info("deleted group %s and its offsets", group_id)
+                error = await self._delete(group)
             results.append((group_id, error or ErrorCode.NONE))
         return results
+
+    async def _delete(self, group: Group) -> ErrorCode | None:
+        """Delete a group and answer once it is gone for good. Until then it stays in the table as Dead, so joins and
+        commits get COORDINATOR_NOT_AVAILABLE (clients retry, and the retry lands after the deletion, in a new
+        group) and nothing is written between the cursor deletions."""
+        group_id = group.group_id
+        group.transition(GroupState.DEAD)
+        self.membership.forget(group)
+        try:
+            await self.generations.delete(group_id)
+            await self.offsets.delete_group(group_id)
+        except (OSError, RuntimeError) as exc:  # RuntimeError: the generation log closed (shutting down)
+            log.error("could not delete group %s: %s", group_id, exc)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        finally:
+            if self.groups.get(group_id) is group:
+                del self.groups[group_id]
+                if self.offsets.has_offsets(group_id):
+                    self.groups[group_id] = Group(group_id)  # a failed deletion left offsets: keep them listed
+        log.info("deleted group %s and its offsets", group_id)
+        return None

@@ -6,6 +6,11 @@ BEFORE_FIRST for 0; the last confirmed entry if the commit is beyond the end). T
 and commit time ride in the cursor's long properties and the metadata string in its string properties, written as one
 atomic, group-committed cursor-log record: a commit is durable before OffsetCommit answers, and thousands of commits
 share a few fsyncs. Cursor names starting with `pulsar.` belong to the system (dedup, replicators), never to groups.
+
+The in-memory index (which partitions hold a group's cursor) must always cover the durable cursors, or OffsetFetch
+for every partition and ListGroups miss a commit until a restart. So a partition enters the index when its commit
+starts, commits still in flight count as offsets, and a cursor is deleted only after the commits already handed to
+it are durable: a commit racing a deletion either lands before it (and is deleted) or after it (and is kept).
 """
 import asyncio
 import logging
@@ -71,6 +76,8 @@ class OffsetStore:
         self._index: dict[str, set[TopicPartition]] = {}
         # the newest position handed to each cursor, durable or not, to choose mark_delete or reset
         self._submitted: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        # group -> partition -> cursor writes not yet durable
+        self._inflight: dict[str, dict[TopicPartition, set[asyncio.Future]]] = {}
 
     # ---- loading
 
@@ -109,7 +116,8 @@ class OffsetStore:
         return out
 
     def has_offsets(self, group: str) -> bool:
-        return any(self.fetch(group, *tp) is not None for tp in self._prune(group))
+        """Durable offsets, or commits on their way to being durable."""
+        return group in self._inflight or any(self.fetch(group, *tp) is not None for tp in self._prune(group))
 
     def ever_had_offsets(self, group: str) -> bool:
         """True if the group was indexed, even if its partitions (and cursors) were deleted since."""
@@ -143,7 +151,7 @@ class OffsetStore:
         if partition is None:
             return _done(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         metadata = metadata or ""
-        if len(metadata.encode("utf-8")) > self.metadata_max_bytes:
+        if java_length(metadata) > self.metadata_max_bytes:
             return _done(ErrorCode.OFFSET_METADATA_TOO_LARGE)
         ledger = partition.ledger
         try:
@@ -162,11 +170,39 @@ class OffsetStore:
         if protocol_type:
             strings[PROTOCOL_TYPE_KEY] = protocol_type
         task = asyncio.ensure_future(move(position, longs, strings))
+        self._track(group, (topic, index), task)
         result = asyncio.get_running_loop().create_future()
         task.add_done_callback(lambda done: result.set_result(_outcome(done, f"{group} on {topic}-{index}")))
         return result
 
+    def _track(self, group: str, tp: TopicPartition, task: asyncio.Future) -> None:
+        pending = self._inflight.setdefault(group, {}).setdefault(tp, set())
+        pending.add(task)
+
+        def landed(_: asyncio.Future) -> None:
+            pending.discard(task)
+            by_partition = self._inflight.get(group)
+            if by_partition is not None and not pending and by_partition.get(tp) is pending:
+                del by_partition[tp]
+                if not by_partition:
+                    del self._inflight[group]
+        task.add_done_callback(landed)
+
     async def delete(self, group: str, topic: str, index: int) -> None:
+        # A commit handed to the cursor before the deletion lands first; otherwise its record would follow the
+        # deletion in the cursor log, durable but missing from the cursor table and the index until a restart.
+        for _ in range(1000):  # more than this many commits arriving during one deletion: delete anyway
+            pending = self._inflight.get(group, {}).get((topic, index))
+            if not pending:
+                break
+            await asyncio.wait(pending)
+        # From here to the cursor leaving the table nothing yields, so a later commit opens a new cursor and
+        # re-enters the index.
+        parts = self._index.get(group)
+        if parts is not None:
+            parts.discard((topic, index))
+            if not parts:
+                del self._index[group]
         partition = self._topics.partition(topic, index)
         if partition is None:
             return
@@ -174,16 +210,16 @@ class OffsetStore:
             await partition.ledger.delete_cursor(group)
         except (CursorNotFoundError, LedgerClosedError):
             pass
-        parts = self._index.get(group)
-        if parts is not None:
-            parts.discard((topic, index))
-            if not parts:
-                del self._index[group]
 
     async def delete_group(self, group: str) -> None:
+        """Delete every cursor of a group that takes no new commits (the coordinator marked it Dead)."""
         for topic, index in sorted(self._index.get(group, set())):
             await self.delete(group, topic, index)
-        self._index.pop(group, None)
+
+
+def java_length(text: str) -> int:
+    """Kafka limits offset metadata by Java's String.length(): UTF-16 code units, not bytes."""
+    return len(text.encode("utf-16-le")) // 2
 
 
 def _outcome(task: asyncio.Future, what: str) -> ErrorCode:
