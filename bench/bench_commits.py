@@ -6,25 +6,47 @@ assign-only consumers send), round after round with growing offsets (so every co
 --backwards alternates forward and backward moves, which exercises cursor resets). Requests go out over
 --connections sockets with up to --window in flight on each. Reports committed offsets per second, requests per
 second, request latency percentiles and the broker's CPU time per 1000 commits, then checks that what OffsetFetch
-returns is the last offset committed.
+returns is the last offset committed. Each partition has its own cursor log, so a request naming N partitions
+waits for N group-committed fsyncs (run side by side, each shared with every other group's commit to that
+partition).
 
     python -m bench.bench_commits --groups 50 --partitions 4 --seconds 10
+    python -m bench.run --only commits      # the cases recorded in BENCHMARKS.md
 """
 import argparse
 import asyncio
-import os
-import shutil
 import struct
-import tempfile
 import time
 from dataclasses import dataclass
 
-from integration.broker_process import BrokerProcess
+from bench.brokers import RDKAFKA_LOG, create_topic, running_broker
+from bench.procstat import cpu_seconds
+from bench.report import Table, fmt
+from bench.stats import median, percentile
 from protocol.api import REQUEST_CLASSES, RESPONSE_CLASSES
 
 COMMIT_VERSION = 8
 FETCH_VERSION = 8
 TOPIC = "bench-commits"
+
+
+@dataclass(frozen=True, slots=True)
+class CommitSpec:
+    groups: int
+    partitions: int
+    seconds: float = 10.0
+    connections: int = 0  # 0: one per group, as consumers have
+    window: int = 5  # requests in flight per connection
+    backwards: bool = False
+    fsync: bool = True
+
+    @property
+    def shape(self) -> str:
+        return f"{self.groups} groups x {self.partitions} partitions"
+
+    @property
+    def sockets(self) -> int:
+        return self.connections or self.groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,22 +57,25 @@ class Result:
     latencies_ms: list[float]
     broker_cpu_s: float
     errors: int
+    mismatches: int = 0  # groups whose OffsetFetch did not return their last commit
+
+    @property
+    def commits_per_s(self) -> float:
+        return self.commits / self.seconds
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.requests / self.seconds
+
+    @property
+    def cpu_ms_per_1000(self) -> float:
+        return self.broker_cpu_s / self.commits * 1000 * 1000 if self.commits else float("nan")
 
     def line(self) -> str:
-        lat = sorted(self.latencies_ms)
-        pct = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else float("nan")  # noqa: E731
-        return (f"{self.commits / self.seconds:,.0f} commits/s ({self.requests / self.seconds:,.0f} requests/s) "
-                f"over {self.seconds:.1f}s; latency p50 {pct(0.5):.1f} ms, p99 {pct(0.99):.1f} ms; "
-                f"broker CPU {self.broker_cpu_s / self.commits * 1000 * 1000:.0f} ms per 1000 commits; "
-                f"errors {self.errors}")
-
-
-def cpu_seconds(pid: int | None) -> float:
-    if pid is None:
-        return float("nan")
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return (f"{self.commits_per_s:,.0f} commits/s ({self.requests_per_s:,.0f} requests/s) "
+                f"over {self.seconds:.1f}s; latency p50 {percentile(self.latencies_ms, 0.5):.1f} ms, "
+                f"p99 {percentile(self.latencies_ms, 0.99):.1f} ms; "
+                f"broker CPU {self.cpu_ms_per_1000:.0f} ms per 1000 commits; errors {self.errors}")
 
 
 def commit_request(group: str, partitions: int, offset: int, correlation_id: int) -> bytes:
@@ -132,31 +157,55 @@ async def verify(host: str, port: int, expected: dict[str, int], partitions: int
     return bad
 
 
-async def run(host: str, port: int, pid: int, args) -> tuple[Result, int]:
-    groups = [f"bench-group-{i}" for i in range(args.groups)]
+async def run(host: str, port: int, pid: int | None, spec: CommitSpec) -> Result:
+    groups = [f"bench-group-{i}" for i in range(spec.groups)]
     out = {"latencies": [], "requests": 0, "commits": 0, "errors": 0, "last": {}}
-    shares = [groups[i::args.connections] for i in range(args.connections)]
-    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
-    deadline = t0 + args.seconds
-    await asyncio.gather(*(connection(host, port, share, args.partitions, args.window, deadline, args.backwards, out)
+    shares = [groups[i::spec.sockets] for i in range(spec.sockets)]
+    cpu = (lambda: cpu_seconds(pid)) if pid else (lambda: float("nan"))  # noqa: E731
+    cpu0, t0 = cpu(), time.perf_counter()
+    deadline = t0 + spec.seconds
+    await asyncio.gather(*(connection(host, port, share, spec.partitions, spec.window, deadline, spec.backwards, out)
                            for share in shares if share))
     seconds = time.perf_counter() - t0
-    result = Result(out["commits"], out["requests"], seconds, out["latencies"], cpu_seconds(pid) - cpu0,
-                    out["errors"])
-    return result, await verify(host, port, out["last"], args.partitions)
+    broker_cpu = cpu() - cpu0
+    mismatches = await verify(host, port, out["last"], spec.partitions)
+    return Result(out["commits"], out["requests"], seconds, out["latencies"], broker_cpu, out["errors"], mismatches)
 
 
 def prepare_topic(bootstrap: str, partitions: int, records: int) -> None:
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(TOPIC, partitions, 1)])[TOPIC].result(30)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    create_topic(bootstrap, TOPIC, partitions)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "logger": RDKAFKA_LOG})
     for i in range(records):
         producer.produce(TOPIC, value=b"x" * 100, partition=i % partitions)
         if i % 10_000 == 0:
             producer.poll(0)
     assert producer.flush(60) == 0
+
+
+def measure(spec: CommitSpec, records_per_partition: int = 1000) -> Result:
+    """One run against a fresh broker."""
+    with running_broker(None if spec.fsync else {"fsync": "false"}) as broker:
+        prepare_topic(broker.bootstrap, spec.partitions, spec.partitions * records_per_partition)
+        return asyncio.run(run("127.0.0.1", broker.port, broker.proc.pid, spec))
+
+
+def table(runs: list[tuple[CommitSpec, list[Result]]], title: str) -> Table:
+    t = Table(title, ["groups x partitions", "sockets x window", "commits/s", "requests/s", "p50 ms", "p99 ms",
+                      "broker busy", "CPU ms/1000 commits", "errors", "read back"])
+    for spec, results in runs:
+        t.add(spec.shape, f"{spec.sockets} x {spec.window}", fmt(median([r.commits_per_s for r in results])),
+              fmt(median([r.requests_per_s for r in results])),
+              fmt(median([percentile(r.latencies_ms, 0.5) for r in results]), 1),
+              fmt(median([percentile(r.latencies_ms, 0.99) for r in results]), 1),
+              f"{median([r.broker_cpu_s / r.seconds for r in results]):.0%}",
+              fmt(median([r.cpu_ms_per_1000 for r in results])),
+              str(sum(r.errors for r in results)),
+              f"{sum(spec.groups - r.mismatches for r in results)}/{spec.groups * len(results)}")
+    rounds = len(runs[0][1]) if runs else 0
+    t.notes.append(f"{rounds} run(s) of {runs[0][0].seconds:.0f} s per case, medians; OffsetCommit v8 with "
+                   f"generation -1, every commit fsynced before its response" if runs else "")
+    return t
 
 
 def main() -> None:
@@ -166,38 +215,26 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--connections", type=int, default=0, help="sockets (default: one per group, as consumers)")
     parser.add_argument("--window", type=int, default=5, help="requests in flight per connection")
-    parser.add_argument("--records", type=int, default=20_000, help="records in the topic (commits point into it)")
+    parser.add_argument("--records", type=int, default=1000, help="records per partition (commits point into them)")
     parser.add_argument("--backwards", action="store_true", help="every other round commits an earlier offset")
     parser.add_argument("--no-fsync", action="store_true", help="broker with fsync=false (not durable)")
     parser.add_argument("--bootstrap", help="HOST:PORT of a running broker instead of starting one (e.g. to profile "
                                             "it); its topic must not exist yet")
     parser.add_argument("--broker-pid", type=int, help="with --bootstrap: the broker's pid, for its CPU time")
     args = parser.parse_args()
-    args.connections = args.connections or args.groups
+    spec = CommitSpec(args.groups, args.partitions, args.seconds, args.connections, args.window, args.backwards,
+                      not args.no_fsync)
     if args.bootstrap:
         host, _, port = args.bootstrap.rpartition(":")
-        prepare_topic(args.bootstrap, args.partitions, args.records)
-        result, mismatches = asyncio.run(run(host, int(port), args.broker_pid, args))
-        report(args, result, mismatches)
-        return
-    root = tempfile.mkdtemp(prefix="kop-bench-commits-")
-    broker = BrokerProcess(f"{root}/data", config={"fsync": "false"} if args.no_fsync else {})
-    try:
-        broker.start()
-        prepare_topic(broker.bootstrap, args.partitions, args.records)
-        result, mismatches = asyncio.run(run("127.0.0.1", broker.port, broker.proc.pid, args))
-    finally:
-        broker.stop()
-        shutil.rmtree(root, ignore_errors=True)
-    report(args, result, mismatches)
-
-
-def report(args, result: Result, mismatches: int) -> None:
-    print(f"{args.groups} groups x {args.partitions} partitions, {args.connections} connections x window "
-          f"{args.window}, fsync {'off' if args.no_fsync else 'on'}{', backwards' if args.backwards else ''}:")
+        prepare_topic(args.bootstrap, spec.partitions, spec.partitions * args.records)
+        result = asyncio.run(run(host, int(port), args.broker_pid, spec))
+    else:
+        result = measure(spec, args.records)
+    print(f"{spec.shape}, {spec.sockets} connections x window {spec.window}, fsync {'on' if spec.fsync else 'off'}"
+          f"{', backwards' if spec.backwards else ''}:")
     print("  " + result.line())
-    print(f"  OffsetFetch check: {args.groups - mismatches}/{args.groups} groups read back their last commit")
-    if mismatches or result.errors:
+    print(f"  OffsetFetch check: {spec.groups - result.mismatches}/{spec.groups} groups read back their last commit")
+    if result.mismatches or result.errors:
         raise SystemExit(1)
 
 

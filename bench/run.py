@@ -3,7 +3,7 @@
     python -m bench.run                 # quick set: produce, consume, dedup overhead (a few minutes)
     python -m bench.run --full          # bigger runs, more rounds, and recovery after kill -9 with 1M entries
     python -m bench.run --markdown      # tables as Markdown, ready for BENCHMARKS.md
-    python -m bench.run --only dedup    # one or more of: produce, latency, consume, dedup, recovery
+    python -m bench.run --only dedup    # one or more of: produce, latency, consume, dedup, recovery, commits
 """
 import argparse
 import os
@@ -11,11 +11,12 @@ import sys
 import time
 from dataclasses import dataclass, replace
 
-from bench import consume, dedup_core, dedup_overhead, machine, produce, recovery
+from bench import bench_commits, consume, dedup_core, dedup_overhead, machine, produce, recovery
+from bench.bench_commits import CommitSpec
 from bench.produce import ProduceSpec
 from bench.report import Table
 
-SECTIONS = ["produce", "latency", "consume", "dedup", "recovery"]
+SECTIONS = ["produce", "latency", "consume", "dedup", "recovery", "commits"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,18 +33,24 @@ class Plan:
     dedup_rounds: int
     recovery_checkpoints: tuple[int, ...]
     recovery_restarts: int
+    commits: tuple[CommitSpec, ...]  # consumer-group offset commits: many groups, few partitions, and the reverse
+    commit_rounds: int
+
+
+COMMIT_CASES = (CommitSpec(50, 4), CommitSpec(200, 1), CommitSpec(10, 100))
 
 
 QUICK = Plan(produce_small=ProduceSpec(500_000, 100), produce_large=ProduceSpec(40_000, 10_000), produce_rounds=3,
              paced=ProduceSpec(60_000, 100, idempotence=True, rate=20_000),
              consume_small=ProduceSpec(500_000, 100), consume_large=ProduceSpec(40_000, 10_000), consume_rounds=3,
              dedup_records=1_000_000, dedup_single_records=10_000, dedup_rounds=7,
-             recovery_checkpoints=(), recovery_restarts=0)
+             recovery_checkpoints=(), recovery_restarts=0, commits=COMMIT_CASES, commit_rounds=1)
 FULL = Plan(produce_small=ProduceSpec(1_000_000, 100), produce_large=ProduceSpec(100_000, 10_000), produce_rounds=5,
             paced=ProduceSpec(200_000, 100, idempotence=True, rate=20_000),
             consume_small=ProduceSpec(2_000_000, 100), consume_large=ProduceSpec(100_000, 10_000), consume_rounds=5,
             dedup_records=1_000_000, dedup_single_records=30_000, dedup_rounds=7,
-            recovery_checkpoints=(1_000, 100_000, 1_000_000), recovery_restarts=3)
+            recovery_checkpoints=(1_000, 100_000, 1_000_000), recovery_restarts=3, commits=COMMIT_CASES,
+            commit_rounds=3)
 
 
 def log(message: str) -> None:
@@ -92,8 +99,20 @@ def run_recovery(plan: Plan) -> list[Table]:
     return [recovery.table(result, "Recovery after kill -9: process start to first acknowledged produce")]
 
 
+def run_commits(plan: Plan) -> list[Table]:
+    runs = []
+    for spec in plan.commits:
+        log(f"offset commits, {spec.shape}, {plan.commit_rounds} round(s) of {spec.seconds:.0f} s")
+        results = []
+        for r in range(plan.commit_rounds):
+            results.append(bench_commits.measure(spec))
+            log(f"  round {r + 1}/{plan.commit_rounds}: {results[-1].line()}")
+        runs.append((spec, results))
+    return [bench_commits.table(runs, "OffsetCommit throughput, durable (fsync on), one socket per group")]
+
+
 RUNNERS = {"produce": run_produce, "latency": run_latency, "consume": run_consume, "dedup": run_dedup,
-           "recovery": run_recovery}
+           "recovery": run_recovery, "commits": run_commits}
 
 
 def main(argv: list[str] | None = None) -> int:
