@@ -8,14 +8,16 @@ written. The PIP-6 core holds the sequence ids, under the name `"{prefix}-{produ
 The caller, one partition at a time and with no `await` between a decision and what it does with it:
 
     decision = producers.check(pid, epoch, base_sequence, last_offset_delta)
-    Accept      -> assign offsets; pending = producers.on_pushed(decision, base, last, publish_time);
-                   write the entry (metadata: decision's name/sequence ids, pid, epoch, publish_time); then
+    Accept      -> assign offsets; write the entry (metadata: decision's name/sequence ids, pid, epoch,
+                   publish_time); pending = producers.on_pushed(decision, base, last, publish_time); then
                    producers.on_persisted(pending, position) or, on a failed write, producers.on_write_failed(code)
+                   once every write before the failed one has reported (the storage's failure path, in log order)
     Duplicate   -> answer NONE with the original base offset (no write)
     WaitFor     -> await its future: a Duplicate to answer, or WriteFailed(code) to answer; REQUEST_TIMED_OUT if the
                    request's timeout passes first
     DecideAgain -> await its future (the producer's writes in flight finished), then call check() again
-    Reject      -> answer its error code
+    Reject      -> answer its error code (REQUEST_TIMED_OUT while the dedup state is being recovered: the retry comes
+                   after the recovery, or after a retry of it, and is judged then)
 
 Entries without a producer id (and control batches) bypass `check` but still report `on_persisted(None, position)`
 so the snapshot counter sees every entry.
@@ -121,12 +123,13 @@ class BatchMetadata(NamedTuple):  # built for every batch, like Accept
 class PendingBatch:
     """A batch accepted and not yet durable; the handle the caller passes back to `on_persisted`."""
 
-    __slots__ = ("producer_id", "producer_name", "batch", "_waiters")
+    __slots__ = ("producer_id", "producer_name", "batch", "tracked", "_waiters")
 
-    def __init__(self, producer_id: int, producer_name: str, batch: BatchMetadata) -> None:
+    def __init__(self, producer_id: int, producer_name: str, batch: BatchMetadata, tracked: bool = True) -> None:
         self.producer_id = producer_id
         self.producer_name = producer_name
         self.batch = batch
+        self.tracked = tracked  # False: accepted while dedup was not enabled; only its identity is kept
         self._waiters: list[asyncio.Future[Duplicate]] = []
 
     def waiter(self) -> asyncio.Future[Duplicate]:
@@ -252,7 +255,9 @@ class KafkaProducers:
         if not 0 <= base_sequence <= MAX_SEQUENCE or last_offset_delta < 0:
             raise ValueError(f"bad sequence range: base {base_sequence}, last offset delta {last_offset_delta}")
         name = self.producer_name(producer_id, producer_epoch)
-        if not self._dedup.is_enabled:  # dedup off by policy (or being enabled at runtime): PIP-6 says NotDup
+        if not self._dedup.is_enabled:
+            if self._dedup.awaiting_recovery:  # wanted, but the state to judge it by is not rebuilt yet
+                return Reject(REQUEST_TIMED_OUT, "the partition's deduplication state is being recovered, retry")
             return Accept(producer_id, producer_epoch, name, base_sequence, base_sequence + last_offset_delta)
 
         producer = self._producers.get(producer_id)
@@ -314,11 +319,13 @@ class KafkaProducers:
 
     # -- follow the write ------------------------------------------------------------------------------------------
 
-    def on_pushed(self, accept: Accept, base_offset: int, last_offset: int, timestamp: int) -> PendingBatch | None:
-        """Record an accepted batch as being written (right after `check`, offsets assigned). None: not tracked."""
-        if not self._dedup.is_enabled:
-            return None
+    def on_pushed(self, accept: Accept, base_offset: int, last_offset: int, timestamp: int) -> PendingBatch:
+        """Record an accepted batch as being written (right after `check`, offsets assigned). With dedup not
+        enabled the handle is untracked: it only carries the batch's identity to `on_persisted`."""
         producer_id, epoch, name, first, last = accept
+        if not self._dedup.is_enabled:
+            return PendingBatch(producer_id, name, BatchMetadata(epoch, first, last, base_offset, last_offset,
+                                                                  timestamp), tracked=False)
         status = self._dedup.is_duplicate(name, first, last)
         if status is not _NOT_DUP:
             raise RuntimeError(f"{accept} was overtaken by another write before on_pushed ({status.value})")
@@ -339,6 +346,9 @@ class KafkaProducers:
         if pending is None:
             self._dedup.record_persisted(None, 0, 0, position)
             return
+        if not pending.tracked:
+            self._persisted_untracked(pending, position)
+            return
         batch = pending.batch
         producer = self._producers.get(pending.producer_id)
         if producer is not None and producer.pending and producer.pending[0] is pending:  # writes land in order
@@ -356,6 +366,23 @@ class KafkaProducers:
         # After the batch state, so a snapshot this triggers contains it.
         self._dedup.record_persisted(pending.producer_name, batch.first_seq, batch.last_seq, position)
         self._dedup.producer_removed(pending.producer_name)  # idle since its last write; purge_inactive expires it
+
+    def _persisted_untracked(self, pending: PendingBatch, position: Position) -> None:
+        """A batch accepted while dedup was not enabled landed; if dedup is enabled by now, it counts as the replay
+        would have counted it, so a snapshot at or after `position` holds its sequence."""
+        if not self._dedup.is_enabled:
+            return
+        batch, producer_id = pending.batch, pending.producer_id
+        producer = self._producers.get(producer_id)
+        if producer is not None and batch.epoch < producer.epoch:  # superseded meanwhile: only counted
+            self._dedup.record_persisted(None, 0, 0, position)
+            return
+        if producer is None:
+            producer = self._producers[producer_id] = _Producer(epoch=batch.epoch)
+        producer.epoch = batch.epoch
+        self._apply_persisted(producer_id, producer, batch)
+        self._dedup.record_untracked(pending.producer_name, batch.first_seq, batch.last_seq, position)
+        self._dedup.producer_removed(pending.producer_name)
 
     def on_write_failed(self, error_code: int) -> None:
         """A write failed and the partition is fenced: fail every write in flight with `error_code` (retriable),
@@ -456,6 +483,9 @@ class KafkaProducers:
                 continue
             if self.producer_name(producer_id, producer.persisted_epoch) in names:
                 del self._producers[producer_id]
+        for producer_id, failed in list(self._failed.items()):
+            if self.producer_name(producer_id, failed.epoch) in names:  # a purged producer starts afresh
+                del self._failed[producer_id]
 
 
 def _parse_batch_properties(properties: Mapping[str, int]) -> Iterator[tuple[int, BatchMetadata]]:

@@ -9,8 +9,13 @@ Deliberate differences from Pulsar, each closing a hazard it has:
 * a snapshot is only ever taken at a position whose persist has been recorded (`last_recorded_position`), never at
   the ledger's last confirmed entry read on the side, so no snapshot claims an entry its properties lack;
 * a purge never drops a name with a write in flight (pushed != persisted);
-* after a recovery without a snapshot, the entry counter starts at the number of entries replayed, so replay length
-  stays bounded by `entries_interval` across restarts;
+* the entry counter counts entries since the last snapshot that was stored: one that fails, or is skipped because
+  another is in flight, leaves the count due, so the next entry tries again; after a recovery without a snapshot it
+  starts at the number of entries replayed. Replay length stays bounded by `entries_interval` across restarts;
+* a purge re-snapshot that finds another snapshot in flight runs after it, never not at all;
+* while the policy wants dedup but the state is not rebuilt (Recovering, or Failed), `awaiting_recovery` says so:
+  the caller must not accept what it cannot judge (Pulsar fails the topic load instead), and `retry_recovery`
+  starts a new recovery from clean state once `recovery_retry_seconds` have passed since the failure;
 * a status check that finds a transition in flight waits for it, then acts on its own request if it differs.
 """
 
@@ -57,6 +62,7 @@ class DedupConfig:
     entries_interval: int = 1000  # persisted entries between snapshots
     snapshot_interval_seconds: float = 120.0  # default for the time check; <= 0 disables it
     max_producers: int = 10000  # cap on the names written into one snapshot
+    recovery_retry_seconds: float = 2.0  # after a failed recovery, the earliest retry_recovery starts another
 
 
 class DedupExtension(Protocol):
@@ -112,12 +118,16 @@ class MessageDeduplication:
         self._pushed_view = MappingProxyType(self._pushed)  # live, read-only
         self._persisted: dict[str, int] = {}
         self._inactive: dict[str, float] = {}  # name -> time it went inactive
-        self._snapshot_counter = 0
+        self._recorded = 0  # entries recorded since the recovery, replayed ones included
+        self._snapshotted = 0  # how many of those the stored snapshot covers
         self._last_snapshot_time = clock()
         self._last_recorded_position: Position | None = None
         self._snapshot_task: asyncio.Future[None] | None = None
+        self._snapshot_again = False  # a snapshot that must not be dropped waits for the one in flight
         self._transition: asyncio.Future[None] | None = None
         self._transition_target = False
+        self._wanted = False  # the policy, as the last status check asked for it
+        self._failed_at = clock()
 
     def attach(self, extension: DedupExtension) -> None:
         if self._extension is not None:
@@ -137,6 +147,12 @@ class MessageDeduplication:
     def _set_status(self, status: Status) -> None:
         self._status = status
         self._enabled = status is Status.ENABLED
+
+    @property
+    def awaiting_recovery(self) -> bool:
+        """The policy wants dedup but the state is not rebuilt yet (recovery in flight or failed): a batch cannot be
+        judged, so the caller must ask the client to retry it rather than accept it unchecked."""
+        return self._status is Status.RECOVERING or (self._status is Status.FAILED and self._wanted)
 
     @property
     def pushed(self) -> Mapping[str, int]:
@@ -173,18 +189,34 @@ class MessageDeduplication:
         Recovering/Removing before anything is awaited, so two calls never run two recoveries. Failed is retried
         from clean state by the next call that wants dedup enabled.
         """
-        enabled = enabled and not self._system_topic
+        enabled = self._wanted = enabled and not self._system_topic
         while self._transition is not None:
             in_flight, target = self._transition, self._transition_target
             await asyncio.shield(in_flight)
             if target == enabled:
                 return self._status
-        work = self._begin_transition(enabled)
-        if work is not None:
-            self._transition = asyncio.ensure_future(self._run_transition(work))
-            self._transition_target = enabled
-            await asyncio.shield(self._transition)
+        transition = self._start_transition(enabled)
+        if transition is not None:
+            await asyncio.shield(transition)
         return self._status
+
+    def retry_recovery(self) -> bool:
+        """Start a recovery in the background if the policy wants dedup, the last recovery failed, and the retry
+        delay has passed since (the produce path calls this while `awaiting_recovery`). Returns whether it did."""
+        if self._status is not Status.FAILED or not self._wanted or self._transition is not None:
+            return False
+        if self._clock() - self._failed_at < self._config.recovery_retry_seconds:
+            return False
+        log.info("%s: retrying the dedup recovery", self._log_name)
+        return self._start_transition(True) is not None
+
+    def _start_transition(self, enabled: bool) -> asyncio.Future[None] | None:
+        work = self._begin_transition(enabled)
+        if work is None:
+            return None
+        self._transition = asyncio.ensure_future(self._run_transition(work))
+        self._transition_target = enabled
+        return self._transition
 
     def _begin_transition(self, enabled: bool) -> Coroutine[Any, Any, None] | None:
         if enabled and self._status in (Status.INITIALIZED, Status.DISABLED, Status.FAILED):
@@ -206,8 +238,9 @@ class MessageDeduplication:
             cursor = await self._ledger.open_cursor(DEDUP_CURSOR_NAME)
             await self._recover(cursor)
         except Exception:
-            log.exception("%s: dedup recovery failed; status Failed until the next check", self._log_name)
+            log.exception("%s: dedup recovery failed; status Failed until a retry", self._log_name)
             self._cursor = None
+            self._failed_at = self._clock()
             self._set_status(Status.FAILED)
             return
         self._cursor = cursor
@@ -231,7 +264,8 @@ class MessageDeduplication:
         self._pushed.clear()
         self._persisted.clear()
         self._inactive.clear()
-        self._snapshot_counter = 0
+        self._recorded = self._snapshotted = 0
+        self._snapshot_again = False
         self._last_recorded_position = None
         if self._extension is not None:
             self._extension.reset()
@@ -259,12 +293,12 @@ class MessageDeduplication:
             last = entry.position
             self._replay_entry(entry, now)
         self._last_recorded_position = last
+        self._recorded = replayed
         log.info("%s: dedup replayed %d entries after %s", self._log_name, replayed, start)
         if replayed >= self._config.entries_interval:
             # A long replay is paid once: snapshot now so the next recovery starts here (Pulsar PR #22479).
-            await self._mark_delete(cursor, last, self._snapshot_properties())
-        else:
-            self._snapshot_counter = replayed
+            if await self._mark_delete(cursor, last, self._snapshot_properties()):
+                self._snapshotted = replayed
 
     def _replay_entry(self, entry: ReplayEntry, now: float) -> None:
         metadata = entry.metadata
@@ -299,11 +333,24 @@ class MessageDeduplication:
             return
         if name is not None:
             self._persisted[name] = highest_sequence_id if highest_sequence_id > sequence_id else sequence_id
+        self._count(position)
+
+    def record_untracked(self, name: str, sequence_id: int, highest_sequence_id: int, position: Position) -> None:
+        """An entry accepted before dedup was enabled became durable after: take its ids as a replay would (Pulsar
+        records them from the publish context), so no snapshot covers its position without them."""
+        if not self._enabled:
+            return
+        value = max(sequence_id, highest_sequence_id)
+        if value > self._persisted.get(name, -1):
+            self._persisted[name] = value
+            self._pushed[name] = max(value, self._pushed.get(name, value))
+        self._count(position)
+
+    def _count(self, position: Position) -> None:
         self._last_recorded_position = position
-        self._snapshot_counter += 1
-        if self._snapshot_counter >= self._config.entries_interval:
-            self._snapshot_counter = 0
-            self._start_snapshot(position)
+        self._recorded += 1
+        if self._recorded - self._snapshotted >= self._config.entries_interval and self._snapshot_task is None:
+            self._start_snapshot()
 
     def reset_pushed_to_persisted(self) -> None:
         """After a failed write (the partition is fenced and in-flight writes drained): forget what never landed,
@@ -323,7 +370,7 @@ class MessageDeduplication:
         """The time check (call it periodically): snapshot the last recorded position if the last snapshot is at
         least the interval old and the position is new. `interval_seconds` is the resolved policy. Returns whether
         a snapshot was started."""
-        if not self._enabled or self._cursor is None:
+        if not self._enabled or self._cursor is None or self._snapshot_task is not None:
             return False
         interval = self._config.snapshot_interval_seconds if interval_seconds is None else interval_seconds
         if interval <= 0:
@@ -334,40 +381,50 @@ class MessageDeduplication:
         position = self._last_recorded_position
         if position is None or position <= self._cursor.mark_delete_position:
             return False
-        return self._start_snapshot(position)
+        return self._start_snapshot()
 
     async def flush_snapshot(self) -> None:
-        """Wait for the snapshot in flight, if any (before closing the partition, and in tests)."""
-        if self._snapshot_task is not None:
+        """Wait for the snapshots in flight or queued, if any (before closing the partition, and in tests)."""
+        while self._snapshot_task is not None:
             await asyncio.shield(self._snapshot_task)
 
     async def close(self) -> None:
         await self.flush_snapshot()
 
-    def _start_snapshot(self, position: Position) -> bool:
-        if self._cursor is None:
+    def _start_snapshot(self) -> bool:
+        """Snapshot at the last recorded position; its properties are taken now, so they match it exactly."""
+        position = self._last_recorded_position
+        if self._cursor is None or position is None or self._snapshot_task is not None:
             return False
-        if self._snapshot_task is not None:
-            log.warning("%s: dedup snapshot at %s skipped, another one is in flight", self._log_name, position)
-            return False
-        # The properties are taken now, synchronously, so they match `position` exactly.
         properties = self._snapshot_properties()
-        self._snapshot_task = asyncio.ensure_future(self._run_snapshot(self._cursor, position, properties))
+        self._snapshot_task = asyncio.ensure_future(
+            self._run_snapshot(self._cursor, position, properties, self._recorded))
         return True
 
-    async def _run_snapshot(self, cursor: DedupCursor, position: Position, properties: dict[str, int]) -> None:
+    async def _run_snapshot(self, cursor: DedupCursor, position: Position, properties: dict[str, int],
+                            recorded: int) -> None:
+        stored = False
         try:
-            await self._mark_delete(cursor, position, properties)
+            stored = await self._mark_delete(cursor, position, properties) and cursor is self._cursor
+            if stored:
+                self._snapshotted = max(self._snapshotted, recorded)
         finally:
             self._snapshot_task = None
+            # A purge's snapshot, or one the entry count asked for meanwhile, goes next (not after a failure: the
+            # next entry retries that one).
+            due = stored and self._recorded - self._snapshotted >= self._config.entries_interval
+            if (self._snapshot_again or due) and self._enabled:
+                self._snapshot_again = False
+                self._start_snapshot()
 
-    async def _mark_delete(self, cursor: DedupCursor, position: Position, properties: dict[str, int]) -> None:
+    async def _mark_delete(self, cursor: DedupCursor, position: Position, properties: dict[str, int]) -> bool:
         try:
             await cursor.mark_delete(position, properties)
         except Exception as exc:  # the next trigger retries; the old snapshot stays valid
             log.warning("%s: dedup snapshot at %s failed: %r", self._log_name, position, exc)
-            return
+            return False
         self._last_snapshot_time = self._clock()
+        return True
 
     def _snapshot_properties(self) -> dict[str, int]:
         extension = self._extension
@@ -389,8 +446,9 @@ class MessageDeduplication:
             self._inactive[name] = self._clock() if now is None else now
 
     def purge_inactive(self, timeout_seconds: float, now: float | None = None) -> list[str]:
-        """Drop producers inactive for longer than the timeout and rewrite the snapshot, at the same position,
-        without them. Returns the names purged. (Pulsar runs this every timeout / 3.)"""
+        """Drop producers inactive for longer than the timeout and rewrite the snapshot without them, at the last
+        recorded position (after the snapshot in flight, if any: skipping it would bring the names back after a
+        crash). Returns the names purged. (Pulsar runs this every timeout / 3.)"""
         if not self._enabled:
             self._inactive.clear()
             return []
@@ -405,7 +463,7 @@ class MessageDeduplication:
         if purged:
             if self._extension is not None:
                 self._extension.forget(purged)
-            assert self._cursor is not None
-            self._start_snapshot(self._cursor.mark_delete_position)
+            if not self._start_snapshot():
+                self._snapshot_again = True
             log.info("%s: dedup purged %d inactive producers", self._log_name, len(purged))
         return purged

@@ -14,6 +14,7 @@ from dedup.kafka_producers import (
     DUPLICATE_SEQUENCE_NUMBER,
     INVALID_PRODUCER_EPOCH,
     OUT_OF_ORDER_SEQUENCE_NUMBER,
+    REQUEST_TIMED_OUT,
     Accept,
     DecideAgain,
     Decision,
@@ -24,8 +25,8 @@ from dedup.kafka_producers import (
     WaitFor,
     WriteFailed,
 )
-from dedup.memory import InMemoryDedupLedger
-from dedup.message_deduplication import DedupConfig, MessageDeduplication
+from dedup.memory import InMemoryCursor, InMemoryDedupLedger
+from dedup.message_deduplication import DedupConfig, MessageDeduplication, Status
 from dedup.sequences import MAX_SEQUENCE, unwrap
 from proto.kop_pb2 import MessageMetadata
 
@@ -362,6 +363,91 @@ async def test_failed_first_write_of_a_producer_forgets_it():
     accepted(partition, PID, 0, 8)
 
 
+@async_test
+async def test_writes_before_a_failed_one_land_first_and_the_retries_then_follow_the_rules():
+    """The storage reports in log order: writes already on their way to disk land, then the failed one and those
+    after it fail. The client was acknowledged 0 and 1; their retries are duplicates, 2 is accepted again."""
+    partition = await started()
+    for seq in (0, 1, 2, 3):
+        accepted(partition, PID, 0, seq)
+    partition.persist_next()
+    partition.persist_next()
+    partition.fail_writes()
+    assert dict(partition.dedup.pushed) == dict(partition.dedup.persisted) == {f"KOP-PID-{PID}-0": 1}
+    assert rejected(partition.send(PID, 0, 3), NOT_LEADER_OR_FOLLOWER)  # 2 is owed first
+    assert isinstance(partition.send(PID, 0, 1), Duplicate)
+    accepted(partition, PID, 0, 2)
+    accepted(partition, PID, 0, 3)
+    partition.persist_all()
+    assert partition.stored(PID) == [(0, 0), (1, 1), (2, 2), (3, 3)]
+
+
+@async_test
+async def test_a_purged_producer_is_no_longer_owed_its_failed_writes():
+    partition = await started()
+    accepted(partition, PID, 0, 0)
+    partition.persist_all()
+    accepted(partition, PID, 0, 1)
+    partition.fail_writes()
+    name = partition.producers.producer_name(PID, 0)
+    assert partition.dedup.purge_inactive(60, now=partition.dedup.inactive[name] + 61) == [name]
+    accepted(partition, PID, 0, 5)  # starts afresh: not "resend 1 first" for ever
+
+
+# -- dedup state being recovered -----------------------------------------------------------------------------------
+
+
+class FailingReplayLedger(InMemoryDedupLedger):
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    async def replay_after(self, position):
+        if self.failures:
+            self.failures -= 1
+            raise OSError("read error during replay")
+        async for entry in super().replay_after(position):
+            yield entry
+
+
+@async_test
+async def test_while_recovery_failed_a_stored_batch_is_retried_not_stored_again():
+    partition = await started(entries_interval=100)
+    for seq in (0, 5):
+        accepted(partition, PID, 0, seq, count=5)
+    partition.persist_all()
+    ledger = FailingReplayLedger(failures=1)
+    ledger.entries = partition.ledger.entries
+    ledger.cursors[DEDUP_CURSOR_NAME] = InMemoryCursor(ledger, (-1, -1))
+    restarted = await Partition(ledger, recovery_retry_seconds=0).start()
+    assert restarted.dedup.status is Status.FAILED
+    assert rejected(restarted.send(PID, 0, 5, count=5), REQUEST_TIMED_OUT)  # retriable: comes again
+    assert rejected(restarted.send(PID, 0, 10), REQUEST_TIMED_OUT)
+    assert restarted.dedup.retry_recovery()
+    assert rejected(restarted.send(PID, 0, 5, count=5), REQUEST_TIMED_OUT)  # still recovering
+    assert await restarted.dedup.check_status(True) is Status.ENABLED
+    assert restarted.send(PID, 0, 5, count=5) == Duplicate(5, 9, 10_005)
+    accepted(restarted, PID, 0, 10)
+
+
+@async_test
+async def test_a_batch_accepted_before_a_runtime_enable_that_lands_after_it_is_recorded_with_its_sequence():
+    """Pulsar records from the publish context once enabled: a snapshot covering the entry holds its sequence, so a
+    retry after a crash is a duplicate, not stored again."""
+    partition = await Partition(entries_interval=1).start(enabled=False)
+    accepted(partition, PID, 0, 0, count=3)  # untracked: dedup is off
+    assert await partition.dedup.check_status(True) is Status.ENABLED  # the cursor starts at the end: before it
+    partition.persist_all()  # lands now
+    await partition.dedup.flush_snapshot()
+    cursor = partition.ledger.cursors[DEDUP_CURSOR_NAME]
+    assert cursor.mark_delete_position == partition.ledger.last_position
+    assert cursor.properties[f"KOP-PID-{PID}-0"] == 2
+    assert partition.send(PID, 0, 0, count=3) == Duplicate(0, 2, 10_000)
+    restarted = await Partition(partition.ledger).start()  # a crash: the snapshot is all there is
+    assert restarted.send(PID, 0, 0, count=3) == Duplicate(0, 2, 10_000)
+    accepted(restarted, PID, 0, 3)
+
+
 # -- sequence wrap-around ------------------------------------------------------------------------------------------
 
 
@@ -424,13 +510,13 @@ async def test_snapshot_holds_the_five_recent_batches_and_epoch_and_recovery_res
 
 @async_test
 async def test_replay_rebuilds_the_batches_written_after_the_snapshot():
-    partition = await started(entries_interval=3)
+    partition = await started(entries_interval=4)
     for seq in range(5):
         accepted(partition, PID, 0, seq)
     accepted(partition, PID, 1, 0)
     partition.persist_all()
     await partition.dedup.flush_snapshot()
-    assert partition.ledger.cursors[DEDUP_CURSOR_NAME].mark_delete_position == partition.ledger.entries[2].position
+    assert partition.ledger.cursors[DEDUP_CURSOR_NAME].mark_delete_position == partition.ledger.entries[3].position
     restarted = await Partition(partition.ledger, entries_interval=100).start()
     assert restarted.producers.persisted_state() == partition.producers.persisted_state()
     assert dict(restarted.dedup.persisted) == {f"KOP-PID-{PID}-1": 0}
@@ -439,8 +525,9 @@ async def test_replay_rebuilds_the_batches_written_after_the_snapshot():
 
 
 @async_test
-async def test_purge_after_an_epoch_bump_resnapshot_then_replay_keeps_the_newest_epoch():
-    """A purge re-snapshots at the old position with newer state; replaying older entries over it is harmless."""
+async def test_purge_after_an_epoch_bump_resnapshots_at_the_last_entry_so_a_restart_keeps_it_purged():
+    """The purge's snapshot is taken at the last recorded entry, with the state of that moment: after a restart the
+    purged producer does not come back by replay, and the newest epoch of the other one is kept."""
     partition = await started(entries_interval=100)
     accepted(partition, PID, 0, 0)
     accepted(partition, PID + 1, 0, 0)
@@ -449,8 +536,9 @@ async def test_purge_after_an_epoch_bump_resnapshot_then_replay_keeps_the_newest
     partition.dedup.producer_added(partition.producers.producer_name(PID, 1))  # still active
     assert partition.dedup.purge_inactive(1, now=10.0**9) == [f"KOP-PID-{PID + 1}-0"]
     await partition.dedup.flush_snapshot()
+    assert partition.ledger.cursors[DEDUP_CURSOR_NAME].mark_delete_position == partition.ledger.last_position
     restarted = await Partition(partition.ledger).start()
-    assert dict(restarted.dedup.persisted) == {f"KOP-PID-{PID}-1": 0, f"KOP-PID-{PID + 1}-0": 0}
+    assert dict(restarted.dedup.persisted) == {f"KOP-PID-{PID}-1": 0}
     assert restarted.producers.epoch(PID) == 1
     assert isinstance(restarted.send(PID, 1, 0), Duplicate)
 
@@ -473,5 +561,5 @@ async def test_dedup_disabled_accepts_everything_and_tracks_nothing():
     accepted(partition, PID, 0, 0)
     partition.persist_all()
     accepted(partition, PID, 0, 0)
-    assert partition.in_flight[0].pending is None
+    assert not partition.in_flight[0].pending.tracked
     assert partition.producers.epoch(PID) is None

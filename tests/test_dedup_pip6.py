@@ -260,6 +260,53 @@ async def test_failed_recovery_is_retried_from_clean_state_by_the_next_check():
     assert dedup.is_duplicate("p1", 0, 0) is NOT_DUP
 
 
+class FailingReplayLedger(InMemoryDedupLedger):
+    """The replay fails part-way (a read error) the first `failures` times."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+        self.cursors[DEDUP_CURSOR_NAME] = InMemoryCursor(self, (-1, -1))  # a snapshot from before: replay it all
+
+    async def replay_after(self, position):
+        async for entry in super().replay_after(position):
+            yield entry
+            if self.failures:
+                self.failures -= 1
+                raise OSError("read error during replay")
+
+
+@async_test
+async def test_while_recovery_failed_and_the_policy_wants_dedup_it_is_awaiting_recovery_and_retried_later():
+    ledger, clock = FailingReplayLedger(failures=2), Clock()
+    for seq in range(3):
+        ledger.append(metadata("p1", seq), 0, 0)
+    dedup = MessageDeduplication(ledger, DedupConfig(recovery_retry_seconds=5), clock=clock)
+    assert await dedup.check_status(True) is Status.FAILED
+    assert dedup.awaiting_recovery and not dedup.is_enabled
+    assert not dedup.retry_recovery()  # too soon after the failure
+    clock.now += 5
+    assert dedup.retry_recovery()
+    assert dedup.status is Status.RECOVERING and dedup.awaiting_recovery  # at once, before anything is awaited
+    assert not dedup.retry_recovery()  # one at a time
+    assert await dedup.check_status(True) is Status.FAILED  # shares the retry in flight, which fails again
+    clock.now += 5
+    assert dedup.retry_recovery()
+    assert await dedup.check_status(True) is Status.ENABLED
+    assert dedup.persisted == {"p1": 2} and not dedup.awaiting_recovery  # from clean state, the whole replay
+    assert not dedup.retry_recovery()
+
+
+@async_test
+async def test_a_failed_recovery_is_not_awaiting_recovery_once_the_policy_no_longer_wants_dedup():
+    ledger = FailingReplayLedger(failures=1)
+    ledger.append(metadata("p1", 0), 0, 0)
+    dedup = MessageDeduplication(ledger, DedupConfig(recovery_retry_seconds=0))
+    assert await dedup.check_status(True) is Status.FAILED
+    await dedup.check_status(False)
+    assert not dedup.awaiting_recovery and not dedup.retry_recovery()
+
+
 # -- snapshots -----------------------------------------------------------------------------------------------------
 
 
@@ -329,16 +376,60 @@ async def test_snapshot_is_never_ahead_of_recorded_persists():
     assert crashed_then_recovered.persisted == {"p1": 2}  # the unreported entry came back by replay
 
 
+class CountingCursor(InMemoryCursor):
+    """Records the most mark-deletes ever in flight at once."""
+
+    in_flight = most_in_flight = 0
+
+    async def mark_delete(self, position, properties):
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await super().mark_delete(position, properties)
+        finally:
+            self.in_flight -= 1
+
+
 @async_test
 async def test_only_one_snapshot_in_flight():
     ledger, clock = InMemoryDedupLedger(), Clock()
+    ledger.cursors[DEDUP_CURSOR_NAME] = CountingCursor(ledger, ledger.last_position)
     dedup = await enabled(ledger, clock, entries_interval=1, snapshot_interval_seconds=1)
-    first = write(dedup, ledger, "p1", 1)  # starts a snapshot, not yet stored
-    write(dedup, ledger, "p1", 2)  # its snapshot is skipped
+    write(dedup, ledger, "p1", 1)  # starts a snapshot, not yet stored
+    second = write(dedup, ledger, "p1", 2)  # due too: it waits for the first
     assert not dedup.snapshot_if_due(clock.now + 5)
     await dedup.flush_snapshot()
-    assert cursor(ledger).mark_delete_position == first
-    assert cursor(ledger).mark_deletes == 1
+    assert cursor(ledger).most_in_flight == 1 and cursor(ledger).mark_deletes == 2
+    assert cursor(ledger).mark_delete_position == second
+
+
+@async_test
+async def test_a_count_snapshot_that_found_another_in_flight_is_taken_once_that_one_is_stored():
+    ledger = InMemoryDedupLedger()
+    dedup = await enabled(ledger, entries_interval=2)
+    write(dedup, ledger, "p1", 0)
+    first = write(dedup, ledger, "p1", 1)  # a snapshot starts here
+    write(dedup, ledger, "p1", 2)
+    third = write(dedup, ledger, "p1", 3)  # two more entries while it is in flight: due again
+    assert cursor(ledger).mark_deletes == 0
+    await dedup.flush_snapshot()
+    assert cursor(ledger).mark_deletes == 2  # the one in flight, then the one that was due
+    assert (cursor(ledger).mark_delete_position, cursor(ledger).properties) == (third, {"p1": 3})
+    assert first < third
+
+
+@async_test
+async def test_replay_stays_within_the_entries_interval_when_a_count_snapshot_fails():
+    ledger = InMemoryDedupLedger()
+    ledger.cursors[DEDUP_CURSOR_NAME] = FailingCursor(ledger, ledger.last_position)
+    dedup = await enabled(ledger, entries_interval=3)
+    for seq in range(3):
+        write(dedup, ledger, "p1", seq)
+    await dedup.flush_snapshot()
+    assert cursor(ledger).mark_delete_position == (-1, -1)  # the third entry's snapshot failed
+    fourth = write(dedup, ledger, "p1", 3)
+    await dedup.flush_snapshot()
+    assert cursor(ledger).mark_delete_position == fourth  # retried at once, not after 3 more entries
 
 
 class FailingCursor(InMemoryCursor):
@@ -448,6 +539,21 @@ async def test_inactive_producers_are_purged_and_the_snapshot_rewritten_at_the_s
     assert (cursor(ledger).mark_delete_position, cursor(ledger).properties) == (position, {"p2": 2})
     assert dedup.last_sequence_id("p1") == -1
     assert dedup.is_duplicate("p1", 0, 0) is NOT_DUP  # a returning producer starts afresh
+
+
+@async_test
+async def test_purge_during_a_snapshot_in_flight_resnapshots_after_it():
+    ledger, clock = InMemoryDedupLedger(), Clock()
+    dedup = await enabled(ledger, clock, entries_interval=2)
+    write(dedup, ledger, "p1", 1)
+    dedup.producer_removed("p1", clock.now)
+    last = write(dedup, ledger, "p2", 2)  # starts a count snapshot that still holds p1
+    assert dedup.purge_inactive(60, now=clock.now + 61) == ["p1"]
+    await dedup.flush_snapshot()
+    assert (cursor(ledger).mark_delete_position, cursor(ledger).properties) == (last, {"p2": 2})
+    assert cursor(ledger).mark_deletes == 2
+    recovered = await enabled(ledger, clock)
+    assert recovered.persisted == {"p2": 2}  # p1 does not come back after a restart
 
 
 @async_test
