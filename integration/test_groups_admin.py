@@ -123,3 +123,32 @@ def test_confluent_admin_lists_describes_alters_and_deletes_groups(groups):
         deleted["live"].result()
     remaining = admin.list_consumer_groups(request_timeout=10).result()
     assert [g.group_id for g in remaining.valid] == ["live"]
+
+
+def test_librdkafka_offset_delete_spares_subscribed_topics_and_an_emptied_group_is_gone(groups):
+    """OffsetDelete from librdkafka's admin API (rd_kafka_DeleteConsumerGroupOffsets, which confluent-kafka's Python
+    AdminClient does not wrap): per-partition errors for topics a live group subscribes to, and a group whose
+    last offset is deleted disappears at once, as in Kafka."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+    from integration.rdkafka_offset_delete import delete_group_offsets
+    broker, _member = groups
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def idle_offsets():
+        fetched = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("idle")], request_timeout=10)
+        return sorted((tp.partition, tp.offset) for tp in fetched["idle"].result().topic_partitions)
+
+    def listed():
+        return sorted(g.group_id for g in admin.list_consumer_groups(request_timeout=10).result().valid)
+
+    deleted = delete_group_offsets(broker.bootstrap, "idle", [(TOPIC, 0), (TOPIC, 1)])
+    assert deleted.error is None and deleted.partitions == {(TOPIC, 0): None, (TOPIC, 1): None}
+    assert idle_offsets() == [(2, 7)]
+    refused = delete_group_offsets(broker.bootstrap, "live", [(TOPIC, 0)])
+    assert refused.partitions == {(TOPIC, 0): "GROUP_SUBSCRIBED_TO_TOPIC"}
+    missing = delete_group_offsets(broker.bootstrap, "missing", [(TOPIC, 0)])
+    assert missing.error == "GROUP_ID_NOT_FOUND"
+    assert listed() == ["idle", "live"]
+    assert delete_group_offsets(broker.bootstrap, "idle", [(TOPIC, 2)]).partitions == {(TOPIC, 2): None}
+    assert listed() == ["live"]
