@@ -1,5 +1,9 @@
 """The managed ledger as the dedup core sees it (dedup.interfaces.DedupLedger): the `pulsar.dedup` cursor and a
-replay of the entries after its mark-delete."""
+replay of the entries after its mark-delete.
+
+The replay also covers the writes already handed to the ledger when it reaches the end: it waits for them to land
+(or fail) and reads on. Batches accepted before dedup was enabled at run time are then part of the state the
+partition starts from, so a retry of one still in flight is recognised, not stored again."""
 import asyncio
 from collections.abc import AsyncIterator
 
@@ -13,6 +17,9 @@ REPLAY_BATCH = 100  # entries per read, as Pulsar's replay task
 class LedgerDedupStorage:
     def __init__(self, ledger: ManagedLedger) -> None:
         self._ledger = ledger
+        self._changed = asyncio.Event()  # set when writes land or fail
+        ledger.add_confirm_listener(self._changed.set)
+        ledger.add_failure_listener(lambda _error: self._changed.set())
 
     async def open_cursor(self, name: str):
         existing = self._ledger.cursors.get(name)
@@ -32,13 +39,28 @@ class LedgerDedupStorage:
 
     async def replay_after(self, position) -> AsyncIterator[ReplayEntry]:
         after = Position(*position)
+        waited = False
         while True:
             entries = self._ledger.read_after(after, REPLAY_BATCH)
             if not entries:
-                return
+                if waited or not await self._writes_in_flight_landed():
+                    return
+                waited = True  # once: writes accepted from now on are not the replay's (dedup is recovering)
+                continue
             for entry in entries:
                 metadata = MessageMetadata()
                 metadata.ParseFromString(entry.metadata)
                 yield ReplayEntry(entry.position, metadata, entry.first_index, entry.first_index + entry.span - 1)
             after = entries[-1].position
             await asyncio.sleep(0)  # let the broker serve others during a long replay
+
+    async def _writes_in_flight_landed(self) -> bool:
+        """Wait until the writes handed to the ledger so far are durable or failed; False if there were none."""
+        ledger = self._ledger
+        target = ledger.written_end_index
+        if ledger.confirmed_end_index >= target:
+            return False
+        while ledger.confirmed_end_index < target <= ledger.written_end_index:  # a failure lowers written_end
+            self._changed.clear()
+            await self._changed.wait()
+        return True

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from dedup import (Accept, DecideAgain, DedupConfig, Duplicate, KafkaProducers, MessageDeduplication, PendingBatch,
                    Reject, Status, WaitFor, WriteFailed)
 from kop.dedup_storage import LedgerDedupStorage
-from kop.ledger import Entry, LedgerWriteError, ManagedLedger, ManagedLedgerError, Position
+from kop.ledger import Entry, LedgerClosedError, LedgerWriteError, ManagedLedger, ManagedLedgerError, Position
 from protocol.errors import ErrorCode
 from protocol.records import BatchHeader, assign_offsets, set_log_append_time
 from proto.kop_pb2 import MessageMetadata
@@ -88,6 +88,8 @@ class PartitionLog:
         if isinstance(decision, Duplicate):
             return _resolved(AppendResult(ErrorCode.NONE, decision.base_offset, self._append_time(decision)))
         if isinstance(decision, Reject):
+            if self.dedup.awaiting_recovery:  # the client retries; a failed recovery is retried meanwhile
+                self.dedup.retry_recovery()
             log.info("%s: producer %d epoch %d seq %d rejected (%d): %s", self.name, header.producer_id,
                      header.producer_epoch, header.base_sequence, decision.error_code, decision.message)
             return _resolved(AppendResult(ErrorCode(decision.error_code), message=decision.message))
@@ -136,13 +138,15 @@ class PartitionLog:
             set_log_append_time(batch, 0, now)
         metadata.publish_time = now
         metadata.num_messages = header.records_count
-        pending = self.producers.on_pushed(accept, base, last, now) if accept is not None else None
         try:
+            # A write that fails comes back through the ledger's failure path, after the writes before it.
             written = self.ledger.add_entry(base, header.last_offset_delta + 1, metadata.SerializeToString(), batch)
+        except LedgerClosedError as exc:  # the partition is going away (topic deleted, broker stopping)
+            return _resolved(AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, message=str(exc)))
         except ManagedLedgerError as exc:
-            if accept is not None:
-                self.producers.on_write_failed(WRITE_FAILED)
             return _resolved(AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc)))
+        # After add_entry, so a write refused above leaves no dedup state behind; nothing runs in between.
+        pending = self.producers.on_pushed(accept, base, last, now) if accept is not None else None
         result = asyncio.get_running_loop().create_future()
         append_time = now if self.log_append_time else -1
         written.add_done_callback(lambda f: self._on_written(f, base, append_time, pending, result))

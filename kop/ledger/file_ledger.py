@@ -8,6 +8,7 @@ A new ledger is started on every open (so a crashed ledger is never appended to 
 `max_ledger_bytes`, and after a failed write.
 """
 import asyncio
+import errno
 import logging
 import os
 import shutil
@@ -214,17 +215,26 @@ class FileManagedLedger(ManagedLedger):
             raise LedgerClosedError(self.name)
         if first_index != self._written_end:
             raise ValueError(f"{self.name}: entry starts at {first_index}, expected {self._written_end}")
+        failing = self._group.failing  # an earlier write failed: nothing more goes into this ledger
         ledger = self._current
-        if ledger.entries and ledger.size >= self.config.max_ledger_bytes:
+        if not failing and ledger.entries and ledger.size >= self.config.max_ledger_bytes:
             self._roll_locked()
             ledger = self._current
-        try:
-            entry_id = ledger.append(first_index, span, metadata, data)
-        except OSError as exc:
-            raise LedgerWriteError(f"{self.name}: write failed: {exc}") from exc
         self._written_end = first_index + span
         future = asyncio.get_running_loop().create_future()
-        self._group.add(ledger.fd, _PendingAdd(future, ledger, entry_id, self._written_end))
+        add = _PendingAdd(future, ledger, ledger.entries, self._written_end)
+        if failing:
+            self._group.fail(OSError(errno.EIO, "an earlier write failed"), add)
+            return future
+        try:
+            ledger.append(first_index, span, metadata, data)
+        except OSError as exc:
+            # Failed like a flush: once the writes before it complete, it and every later one fail and the ledger
+            # rolls (_on_write_failed), so the owner sees one failure, in log order.
+            log.error("%s: write of entry %d failed: %s", self.name, add.entry_id, exc)
+            self._group.fail(exc, add)
+            return future
+        self._group.add(ledger.fd, add)
         return future
 
     def _on_durable(self, adds: list[_PendingAdd]) -> None:
@@ -257,6 +267,13 @@ class FileManagedLedger(ManagedLedger):
     def inject_write_failures(self, count: int) -> None:
         """Test hook: the next `count` flushes fail as a disk error would."""
         self._group.injected_failures += count
+
+    def hold_flushes(self, hold: bool) -> None:
+        """Test hook: while held, this ledger's flushes stall in their worker thread, as on a stuck disk."""
+        if hold:
+            self._group.released.clear()
+        else:
+            self._group.released.set()
 
     # ---- reading
 
