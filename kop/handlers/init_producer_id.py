@@ -1,15 +1,28 @@
 """InitProducerId (key 22). Version notes: v0-v2 carry only the transactional id and timeout (aiokafka sends v0);
 v3+ add the current producer id and epoch (KIP-360) so a client can ask for an epoch bump after a fatal sequence
-error; v4+ may be answered PRODUCER_FENCED.
+error (kafka-python does; Java and librdkafka bump idempotent epochs locally); v4+ may be answered PRODUCER_FENCED.
 
-Idempotent producers (no transactional id): without an id, or with one we never issued, a new producer id with epoch
-0, taken from the durable block allocator (ids are never reused). With its current id and epoch (KIP-360): the same
-id, epoch + 1 (a new id once the epoch would overflow); the dedup core then requires the new epoch to start at
-sequence 0 and drops the old epoch's state."""
+Idempotent producers (no transactional id). Kafka answers every request with a new producer id and epoch 0; kop does
+too, except for a KIP-360 bump it can prove safe: the (id, epoch) presented is the one kop last handed out for that
+id (`ProducerIdAllocator.bump`), and no partition has seen that id with a higher epoch (Java and librdkafka bump
+locally, so a higher epoch may be live without kop having issued it). Then the answer is the same id, epoch + 1, and
+the dedup core requires the new epoch to start at sequence 0 and drops the old epoch's state. A stale pair (a retry
+after a lost response, a zombie) or an unknown one (never issued, forgotten after a restart) gets a new id, never
+the next epoch of a producer that may be alive. Clients adopt whatever comes back."""
+import logging
+
 from protocol.api import response_class
 from protocol.errors import ErrorCode
 
-MAX_EPOCH = 32767
+log = logging.getLogger(__name__)
+
+
+def _higher_epoch_in_use(broker, producer_id: int, epoch: int) -> bool:
+    for partition in broker.topics.all_partitions():
+        current = partition.producers.epoch(producer_id)
+        if current is not None and current > epoch:
+            return True
+    return False
 
 
 async def handle(ctx, request):
@@ -21,9 +34,16 @@ async def handle(ctx, request):
     allocator = ctx.broker.producer_ids
     pid = request.producer_id if ctx.version >= 3 else -1
     epoch = request.producer_epoch if ctx.version >= 3 else -1
-    if pid >= 0 and allocator.was_issued(pid) and 0 <= epoch < MAX_EPOCH - 1:
-        return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=pid, producer_epoch=epoch + 1)
-    return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=allocator.allocate(), producer_epoch=0)
+    if pid >= 0 and epoch >= 0 and not _higher_epoch_in_use(ctx.broker, pid, epoch):
+        bumped = allocator.bump(pid, epoch)
+        if bumped is not None:
+            log.info("producer %d: epoch %d bumped to %d (KIP-360)", pid, epoch, bumped)
+            return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=pid, producer_epoch=bumped)
+    fresh = allocator.allocate()
+    if pid >= 0:
+        log.info("producer %d epoch %d is not the current epoch kop issued for it: new producer id %d", pid, epoch,
+                 fresh)
+    return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=fresh, producer_epoch=0)
 
 
 ROUTES = [(22, 0, 5, handle)]
