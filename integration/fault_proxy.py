@@ -20,9 +20,12 @@ import threading
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from kafka.protocol.producer.produce import ProduceResponse
+from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
+
+from protocol.records import split_batches
 
 PRODUCE = 0
+DUPLICATE_SEQUENCE_NUMBER = 46
 FIRST_FLEXIBLE_PRODUCE_VERSION = 9
 MAX_FRAME = 128 * 1024 * 1024
 CONNECT_TIMEOUT = 5.0
@@ -60,6 +63,20 @@ class ProxyStats:
     order_violations: int
     # error code -> partition responses that reached the client with it (cut responses are not counted)
     produce_errors: dict[int, int] = field(default_factory=dict)
+    # the batches answered DUPLICATE_SEQUENCE_NUMBER (stored before; clients report them with no or a made-up offset)
+    duplicate_sequence_batches: tuple[BatchIdentity, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BatchIdentity:
+    """The idempotence header fields of one batch of a Produce request."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    first_sequence: int
+    last_sequence: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +91,7 @@ class _RequestInfo:
 class _Pending:
     info: _RequestInfo
     cut: bool
+    batches: dict[tuple[str, int], BatchIdentity] = field(default_factory=dict)  # Produce only
 
 
 def parse_request_header(body: bytes) -> _RequestInfo:
@@ -117,10 +135,24 @@ def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
     raise ValueError("varint too long")
 
 
-def produce_error_codes(body: bytes, version: int) -> list[int]:
-    """Error code of every partition in a Produce response (body = the frame without its size)."""
+def produce_error_codes(body: bytes, version: int) -> list[tuple[str, int, int]]:
+    """(topic, partition, error code) of every partition in a Produce response (body = the frame without its size)."""
     response = ProduceResponse.decode(body, version=version, header=True)
-    return [p.error_code for t in response.responses for p in t.partition_responses]
+    return [(t.name, p.index, p.error_code) for t in response.responses for p in t.partition_responses]
+
+
+def produce_batches(body: bytes, version: int) -> dict[tuple[str, int], BatchIdentity]:
+    """The idempotent batch of each partition of a Produce request (one batch per partition since v3)."""
+    request = ProduceRequest.decode(body, version=version, header=True)
+    out = {}
+    for topic in request.topic_data:
+        for partition in topic.partition_data:
+            for header, _ in split_batches(partition.records or b""):
+                if header.producer_id >= 0:
+                    out[(topic.name, partition.index)] = BatchIdentity(
+                        topic.name, partition.index, header.producer_id, header.producer_epoch,
+                        header.base_sequence, header.base_sequence + header.last_offset_delta)
+    return out
 
 
 class FaultProxy:
@@ -138,6 +170,7 @@ class FaultProxy:
         self._connections = self._requests = self._produce_requests = 0
         self._cuts = self._cuts_planned = self._order_violations = 0
         self._produce_errors: Counter[int] = Counter()
+        self._duplicate_sequence_batches: list[BatchIdentity] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopping: asyncio.Event | None = None
@@ -157,7 +190,8 @@ class FaultProxy:
     def stats(self) -> ProxyStats:
         with self._lock:
             return ProxyStats(self._connections, self._requests, self._produce_requests, self._cuts,
-                              self._order_violations, dict(self._produce_errors))
+                              self._order_violations, dict(self._produce_errors),
+                              tuple(self._duplicate_sequence_batches))
 
     # ---- lifecycle
 
@@ -252,7 +286,11 @@ class FaultProxy:
                         cut = True
                         self._cuts_planned += 1
             if info.expects_response:
-                pending.append(_Pending(info, cut))  # before forwarding: the response may come at once
+                try:
+                    batches = produce_batches(frame[4:], info.api_version) if info.api_key == PRODUCE else {}
+                except Exception:  # noqa: BLE001 - forwarded all the same; the broker judges the request
+                    batches = {}
+                pending.append(_Pending(info, cut, batches))  # before forwarding: the response may come at once
             writer.write(frame)
             await writer.drain()
 
@@ -275,9 +313,13 @@ class FaultProxy:
                     self._order_violations += 1
                 if request.info.api_key == PRODUCE:
                     try:
-                        self._produce_errors.update(produce_error_codes(frame[4:], request.info.api_version))
+                        answers = produce_error_codes(frame[4:], request.info.api_version)
                     except Exception:  # noqa: BLE001 - an undecodable response is counted, not fatal
-                        self._produce_errors[-1] += 1
+                        answers = [("", -1, -1)]
+                    for topic, partition, code in answers:
+                        self._produce_errors[code] += 1
+                        if code == DUPLICATE_SEQUENCE_NUMBER and (topic, partition) in request.batches:
+                            self._duplicate_sequence_batches.append(request.batches[(topic, partition)])
             writer.write(frame)
             await writer.drain()
 

@@ -39,6 +39,8 @@ class StoredRecord:
     value: bytes | None
     producer_id: int
     base_sequence: int
+    producer_epoch: int = -1
+    sequence: int = -1  # this record's own sequence (base sequence + offset delta), -1 without a producer id
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,8 +192,11 @@ class RawKafka:
             for header, view in split_batches(records) if records else ():
                 for record in iter_records(view):
                     if offset <= record.offset < end:
+                        sequence = -1 if header.base_sequence < 0 else \
+                            header.base_sequence + record.offset - header.base_offset
                         out.append(StoredRecord(partition, record.offset, record.key, record.value,
-                                                header.producer_id, header.base_sequence))
+                                                header.producer_id, header.base_sequence, header.producer_epoch,
+                                                sequence))
                 offset = max(offset, header.last_offset + 1)
             if offset >= end:
                 return out

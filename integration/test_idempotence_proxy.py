@@ -2,8 +2,8 @@
 after the broker stored the batch, and passes everything else through with responses matched to requests."""
 import pytest
 
-from integration.fault_proxy import CutPolicy, FaultProxy
-from integration.idem_raw import RawKafka, plain_batch, read_topic
+from integration.fault_proxy import BatchIdentity, CutPolicy, FaultProxy
+from integration.idem_raw import RawKafka, idempotent_batch, plain_batch, read_topic
 from integration.idem_stream import wait_until
 
 TOPIC = "proxied"
@@ -74,3 +74,23 @@ def test_responses_pipelined_behind_a_cut_are_lost_with_it(proxied):
     stats = proxy.stats()
     assert stats.cuts == 1 and 1 <= stats.produce_requests <= 3  # the cut may come before all three are read
     assert stats.produce_errors == {}, "no Produce response may reach the client after the cut"
+
+
+def test_records_which_batches_were_answered_duplicate_sequence_number(proxied):
+    """The idempotence test exempts exactly these batches' values from its offset check, so they must be right."""
+    broker, proxy = proxied
+    with RawKafka(proxy.port) as client:
+        pid = client.init_producer_id().producer_id
+        for seq in range(0, 12, 2):  # six batches of two: the first falls out of the five kept with offsets
+            batch = idempotent_batch([b"s%d" % seq, b"s%d" % (seq + 1)], producer_id=pid, epoch=0, base_sequence=seq)
+            assert client.produce(TOPIC, 0, batch).error_code == 0
+        retry = idempotent_batch([b"s0", b"s1"], producer_id=pid, epoch=0, base_sequence=0)
+        assert client.produce(TOPIC, 0, retry).error_code == 46
+        assert client.produce(TOPIC, 0, idempotent_batch([b"s10", b"s11"], producer_id=pid, epoch=0,
+                                                          base_sequence=10)).error_code == 0  # NONE, its offset
+    stats = proxy.stats()
+    assert stats.produce_errors == {0: 7, 46: 1}
+    assert stats.duplicate_sequence_batches == (BatchIdentity(TOPIC, 0, pid, 0, 0, 1),)
+    records = read_topic(broker.port, TOPIC, [0])
+    assert [(r.value, r.producer_id, r.producer_epoch, r.sequence) for r in records] == [
+        (b"s%d" % i, pid, 0, i) for i in range(12)]

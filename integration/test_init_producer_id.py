@@ -10,7 +10,6 @@ from integration.idem_raw import RawKafka, idempotent_batch, read_topic
 from protocol.records import split_batches
 
 
-
 def call(broker, version, **fields):
     req = InitProducerIdRequest[version](transactional_id=None, transaction_timeout_ms=60000, **fields)
     req.with_header(correlation_id=1, client_id="pid-test")
