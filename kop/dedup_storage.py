@@ -25,10 +25,12 @@ class LedgerDedupStorage:
         existing = self._ledger.cursors.get(name)
         if existing is not None:
             return existing
-        # A new dedup cursor starts at the end of the log, and is made durable at once: were it only in memory,
-        # a crash before the first snapshot would bring it back "at the end" and skip the replay it needs.
+        # A new dedup cursor starts at the end of the log (Pulsar's runtime enable), and is made durable at once:
+        # were it only in memory, a crash before the first snapshot would bring it back "at the end" and skip the
+        # replay it needs. One the cursor log may have lost (damage destroyed its records) is opened before the
+        # first entry instead: with its snapshot gone, only replaying everything still stored rebuilds the state.
         cursor = self._ledger.open_cursor(name, self._ledger.last_confirmed)
-        await cursor.reset(self._ledger.last_confirmed, {})
+        await cursor.reset(cursor.mark_delete_position, {})
         return cursor
 
     async def delete_cursor(self, name: str) -> None:

@@ -194,9 +194,10 @@ class PartitionLog:
     # ---- housekeeping
 
     def retention_floor(self) -> Position | None:
-        """Retention never deletes entries the dedup cursor would have to replay."""
+        """Retention never deletes entries the dedup cursor would have to replay, from its older kept snapshot on
+        (the one recovery falls back to if the newest record is damaged)."""
         cursor = self.ledger.cursors.get("pulsar.dedup") if self.dedup.is_enabled else None
-        return Position(*cursor.mark_delete_position) if cursor is not None else None
+        return Position(*cursor.recovery_floor) if cursor is not None else None
 
     async def close(self) -> None:
         self._wake_waiters()

@@ -2,9 +2,21 @@
 
 Each mark-delete appends one ManagedCursorInfo record (name, position, properties) and completes after a group-committed
 fsync, so position and properties are one atomic unit and thousands of commits share a few fsyncs. On open the latest
-valid record of each cursor wins; a record that fails its CRC is skipped, so a corrupt latest record falls back to the
-cursor's previous consistent (position, properties) pair rather than to a position with empty properties. The log is
-compacted (rewritten with one record per cursor) when it grows well beyond its live content.
+intact record of each cursor wins (see cursor_scan): a damaged newest record falls back to the cursor's previous
+consistent (position, properties) pair, never to a position with empty properties, and damage in the middle of the
+log loses only the records it covers.
+
+The log is compacted when it grows well beyond its live content: rewritten with the last two records of each cursor
+(so a newest record damaged later still has its predecessor to fall back to), in a worker thread. New records keep
+going to the old file meanwhile; only the final swap holds them back briefly (in order, in memory), until every
+record of the old file is durable, those written since the rewrite began are appended to the new file, the new file
+has replaced the old one and the directory entry is durable. If anything before the replace fails, the old file stays
+live; if anything after it fails, the records held back fail and the next record retries the switch: nothing is ever
+acknowledged from a file that is no longer the log.
+
+A cursor whose records the damage may have destroyed (the log lost records of unknown cursors and holds no deletion of
+this one written since) is recreated before the first entry, not at the caller's initial position: a later start could
+skip entries it had not consumed (the dedup cursor would skip the replay that rebuilds its state).
 """
 import asyncio
 import logging
@@ -12,17 +24,15 @@ import os
 from collections.abc import Callable
 from concurrent.futures import Executor
 
-import crc32c
-
+from kop.ledger.cursor_scan import KeptRecord, marker_record, position_of, recover
 from kop.ledger.errors import CursorNotFoundError, InvalidMarkDeleteError, LedgerClosedError
-from kop.ledger.framed_file import HEADER_SIZE, RECORD_HEADER, frame, replace_atomically, write_all
+from kop.ledger.framed_file import frame, fsync_dir, write_all
 from kop.ledger.group_commit import GroupCommit
 from kop.ledger.position import BEFORE_FIRST, Position
 from proto.kop_pb2 import LongProperty, ManagedCursorInfo, PositionInfo, StringProperty
 
 log = logging.getLogger(__name__)
 
-MAX_CURSOR_RECORD = 64 * 1024 * 1024
 COMPACT_MIN_BYTES = 4 * 1024 * 1024
 
 
@@ -37,6 +47,12 @@ class ManagedCursor:
         self.properties = properties
         self.string_properties = string_properties
         self._submitted = position  # the newest position handed to the log, durable or not
+
+    @property
+    def recovery_floor(self) -> Position:
+        """The earliest position a restart can bring this cursor back to (its older kept record, the fallback when
+        the newest is damaged): entries after it must be kept for the replay that position implies."""
+        return self._log.recovery_floor(self.name, self.mark_delete_position)
 
     async def mark_delete(self, position: Position, properties: dict[str, int] | None = None,
                           string_properties: dict[str, str] | None = None) -> None:
@@ -76,51 +92,79 @@ class CursorLog:
         self.path = path
         self.last_confirmed = last_confirmed
         self.cursors: dict[str, ManagedCursor] = {}
+        self._executor = executor
+        self._durable = durable
         self._fd = -1
         self._size = 0
         self._closed = False
-        self._durable_state: dict[str, ManagedCursorInfo] = {}  # the latest durable record of each live cursor
-        self._group = GroupCommit(executor, durable, self._on_durable, self._on_failure, self._maybe_compact)
+        self._kept: dict[str, tuple[KeptRecord, ...]] = {}  # the last two durable records of each live cursor
+        self._kept_bytes = 0
+        self._damaged = False  # records of unknown cursors may have been lost
+        self._known_deleted: set[str] = set()  # deleted since the damage, so not lost
+        self._held: list[tuple[KeptRecord, asyncio.Future]] | None = None  # during a file switch
+        self._carry: list[bytes] | None = None  # records made durable since the compaction's snapshot
+        self._stale = False  # the file was replaced but is not reopened yet: the next write retries the switch
+        self._task: asyncio.Task | None = None  # the compaction or switch in progress
+        self._group = GroupCommit(executor, durable, self._on_durable, self._on_failure)
+
+    # ---- opening
 
     def open(self) -> None:
+        created = not os.path.exists(self.path)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        if created and self._durable:
+            fsync_dir(os.path.dirname(self.path) or ".")  # else a power loss can drop the file and every cursor
         size = os.fstat(fd).st_size
-        data = memoryview(os.pread(fd, size, 0))
-        latest: dict[str, ManagedCursorInfo] = {}
-        pos = 0
-        while pos + HEADER_SIZE <= size:
-            length, crc = RECORD_HEADER.unpack_from(data, pos)
-            if length > MAX_CURSOR_RECORD or pos + HEADER_SIZE + length > size:
-                break  # torn tail
-            payload = data[pos + HEADER_SIZE: pos + HEADER_SIZE + length]
-            pos += HEADER_SIZE + length
-            info = _parse(payload, crc)
-            if info is None:
-                log.warning("cursor log %s: skipping a corrupt record at byte %d", self.path, pos)
-                continue
-            latest[info.name] = info
-        if pos < size:
-            os.ftruncate(fd, pos)
-        self._fd, self._size = fd, pos
-        for name, info in latest.items():
-            if info.deleted:
-                continue
-            self._durable_state[name] = info
-            p = info.position
+        state = recover(os.pread(fd, size, 0))
+        if state.intact_end < size:
+            # A damaged tail: replace it with a marker, so that the loss is still known once the bytes are gone.
+            log.warning("cursor log %s: %d damaged bytes at the end replaced by a marker", self.path,
+                        size - state.intact_end)
+            marker = marker_record()
+            _pwrite_all(fd, marker, state.intact_end)
+            size = state.intact_end + len(marker)
+            os.ftruncate(fd, size)
+            if self._durable:
+                os.fdatasync(fd)
+            state.damaged = True
+        if state.damaged:
+            log.warning("cursor log %s: records were lost; recovered cursors %s, each at its latest intact record",
+                        self.path, sorted(state.kept))
+        self._fd, self._size = fd, size
+        self._damaged, self._known_deleted = state.damaged, state.known_deleted
+        for name, kept in state.kept.items():
+            self._keep(name, kept)
+            p = kept[-1].info.position
             self.cursors[name] = ManagedCursor(
-                self, name, Position(p.ledgerId, p.entryId),
+                self, name, kept[-1].position,
                 {lp.name: lp.value for lp in p.properties},
                 {sp.name: sp.value for sp in p.string_properties})
+
+    def may_have_lost(self, name: str) -> bool:
+        """Whether records of this (absent) cursor may have been destroyed by damage to the log."""
+        return self._damaged and name not in self.cursors and name not in self._known_deleted
 
     def open_cursor(self, name: str, initial: Position) -> ManagedCursor:
         cursor = self.cursors.get(name)
         if cursor is None:
+            if self.may_have_lost(name):
+                log.warning("cursor log %s: cursor %s may have been lost; it starts before the first entry",
+                            self.path, name)
+                initial = BEFORE_FIRST
             cursor = ManagedCursor(self, name, initial, {}, {})
             self.cursors[name] = cursor
         return cursor
 
+    def recovery_floor(self, name: str, default: Position) -> Position:
+        return min((k.position for k in self._kept.get(name, ())), default=default)
+
+    # ---- writing
+
     async def delete_cursor(self, name: str) -> None:
         if self.cursors.pop(name, None) is None:
+            if self.may_have_lost(name):
+                # Record the deletion all the same: a later open_cursor is then a new cursor, not a lost one.
+                await self._write(ManagedCursorInfo(name=name, deleted=True))
             raise CursorNotFoundError(name)
         await self._write(ManagedCursorInfo(name=name, deleted=True))
 
@@ -134,57 +178,180 @@ class CursorLog:
     async def _write(self, info: ManagedCursorInfo) -> None:
         if self._closed:
             raise LedgerClosedError(self.path)
-        record = frame(info.SerializeToString())
-        os.pwrite(self._fd, record, self._size)
-        self._size += len(record)
+        record = KeptRecord(position_of(info), info, frame(info.SerializeToString()))
         future = asyncio.get_running_loop().create_future()
-        self._group.add(self._fd, (future, info))
+        if self._held is not None:  # a file switch is in progress: wait behind it, in order
+            self._held.append((record, future))
+        elif self._stale:
+            self._held = [(record, future)]
+            self._task = asyncio.get_running_loop().create_task(self._switch())
+        else:
+            self._append(record, future)
         await future
 
+    def _append(self, record: KeptRecord, future: asyncio.Future) -> None:
+        try:
+            _pwrite_all(self._fd, record.raw, self._size)
+        except OSError as exc:
+            future.set_exception(exc)
+            return
+        self._size += len(record.raw)
+        self._group.add(self._fd, (future, record))
+
     def _on_durable(self, items: list) -> None:
-        for future, info in items:
+        for future, record in items:
+            info = record.info
             if info.deleted:
-                self._durable_state.pop(info.name, None)
+                self._keep(info.name, ())
+                if self._damaged:
+                    self._known_deleted.add(info.name)
             else:
-                self._durable_state[info.name] = info
+                self._keep(info.name, self._kept.get(info.name, ())[-1:] + (record,))
+                self._known_deleted.discard(info.name)
+            if self._carry is not None:
+                self._carry.append(record.raw)
             if not future.done():
                 future.set_result(None)
+        self._maybe_compact()
+
+    def _keep(self, name: str, kept: tuple[KeptRecord, ...]) -> None:
+        self._kept_bytes += sum(len(k.raw) for k in kept) - sum(len(k.raw) for k in self._kept.get(name, ()))
+        if kept:
+            self._kept[name] = kept
+        else:
+            self._kept.pop(name, None)
 
     def _on_failure(self, exc: OSError, items: list) -> None:
-        for future, _info in items:
+        for future, _record in items:
             if not future.done():
                 future.set_exception(exc)
 
+    # ---- compaction
+
     def _maybe_compact(self) -> None:
-        """Rewrite the log as one record per live cursor once it is mostly superseded records. Runs only when
-        every record written is durable and before any new one is, so the rewrite holds exactly the durable state."""
-        if self._size < COMPACT_MIN_BYTES or self._closed:
+        """Start a compaction once the log is mostly superseded records. The snapshot taken here is the durable
+        state; records made durable from now on are carried over to the new file."""
+        if self._size < COMPACT_MIN_BYTES or self._closed or self._task is not None or self._stale:
             return
-        live = b"".join(frame(info.SerializeToString()) for info in self._durable_state.values())
-        if self._size < 4 * len(live):
+        if self._size < 4 * self._kept_bytes:
             return
-        replace_atomically(self.path, live)
+        parts = [marker_record()] if self._damaged else []
+        parts += [frame(ManagedCursorInfo(name=n, deleted=True).SerializeToString())
+                  for n in sorted(self._known_deleted - self._kept.keys())]
+        parts += [k.raw for kept in self._kept.values() for k in kept]
+        self._carry = []
+        self._task = asyncio.get_running_loop().create_task(self._compact(parts))
+
+    async def _compact(self, parts: list[bytes]) -> None:
+        loop = asyncio.get_running_loop()
+        tmp = f"{self.path}.tmp"
+        try:
+            try:
+                await loop.run_in_executor(self._executor, _write_new_file, tmp, parts, self._durable)
+                self._held = []
+                await self._group.wait_idle()  # every record of the old file is durable (or failed)
+                tail, self._carry = self._carry, None
+                await loop.run_in_executor(self._executor, _finish_new_file, tmp, self.path, tail, self._durable)
+            except Exception as exc:
+                log.warning("cursor log %s: compaction failed, the old file stays live: %r", self.path, exc)
+                self._carry = None
+                _remove_quietly(tmp)
+                self._release_held()
+                return
+            self._stale = True  # the path names the new file now; the old descriptor must not be written again
+            await self._switch_now()
+        finally:
+            self._end_task()
+
+    async def _switch(self) -> None:
+        try:
+            await self._switch_now()
+        finally:
+            self._end_task()
+
+    def _end_task(self) -> None:
+        self._task = None
+        if self._held is not None:  # cancelled half way (the loop is stopping): nothing may wait forever
+            self._fail_held(LedgerClosedError(self.path))
+
+    async def _switch_now(self) -> None:
+        """Write to the file the path names, once its directory entry is durable; then release the held records."""
+        try:
+            fd, size = await asyncio.get_running_loop().run_in_executor(
+                self._executor, _open_live_file, self.path, self._durable)
+        except Exception as exc:
+            log.error("cursor log %s: cannot switch to the compacted file (%r); its records fail until it can",
+                      self.path, exc)
+            self._fail_held(exc)
+            return
         os.close(self._fd)
-        self._fd = os.open(self.path, os.O_RDWR)
-        self._size = len(live)
+        self._fd, self._size, self._stale = fd, size, False
+        self._release_held()
+
+    def _release_held(self) -> None:
+        held, self._held = self._held or [], None
+        for record, future in held:
+            self._append(record, future)
+
+    def _fail_held(self, exc: Exception) -> None:
+        held, self._held = self._held or [], None
+        for _record, future in held:
+            if not future.done():
+                future.set_exception(exc)
 
     async def close(self) -> None:
         self._closed = True
+        if self._task is not None:
+            await asyncio.shield(self._task)
         await self._group.wait_idle()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
 
 
-def _parse(payload: memoryview, crc: int) -> ManagedCursorInfo | None:
-    if crc32c.crc32c(payload) != crc:
-        return None
-    info = ManagedCursorInfo()
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
+def _write_new_file(tmp: str, parts: list[bytes], durable: bool) -> None:
+    _write_synced(tmp, b"".join(parts), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, durable)
+
+
+def _finish_new_file(tmp: str, path: str, tail: list[bytes], durable: bool) -> None:
+    """Append the records made durable since the snapshot, then let the new file replace the log."""
+    _write_synced(tmp, b"".join(tail), os.O_WRONLY | os.O_APPEND, durable)
+    os.replace(tmp, path)
+
+
+def _write_synced(path: str, data: bytes, flags: int, durable: bool) -> None:
+    fd = os.open(path, flags, 0o644)
     try:
-        info.ParseFromString(bytes(payload))
-    except Exception:  # a CRC-valid but undecodable record: treat as corrupt
-        return None
-    return info
+        write_all(fd, data)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _open_live_file(path: str, durable: bool) -> tuple[int, int]:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        if durable:
+            fsync_dir(os.path.dirname(path) or ".")
+        return fd, os.fstat(fd).st_size
+    except OSError:
+        os.close(fd)
+        raise
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 __all__ = ["CursorLog", "ManagedCursor", "BEFORE_FIRST", "write_all"]
