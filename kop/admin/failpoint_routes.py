@@ -1,7 +1,9 @@
 """Fault injection for tests, only when the broker runs with `admin_failpoints_enabled` (404 otherwise).
 
 `POST /admin/v2/kop/failpoints/{topic}/{partition}` with `{"write_failures": n}` makes the next n flushes of that
-partition's ledger fail as a disk error would, so the fencing path runs inside a real broker under real clients.
+partition's ledger fail as a disk error would, so the fencing path runs inside a real broker under real clients;
+`{"hold_flushes": true}` stalls that ledger's flushes in their worker thread, as a stuck disk would, until
+`{"hold_flushes": false}` (or a two-minute limit) releases them.
 """
 from typing import TYPE_CHECKING
 
@@ -26,13 +28,18 @@ class FailpointRoutes:
 
     async def inject(self, request: Request, topic: str, partition: str) -> Response:
         body = json_body(request)
-        if not isinstance(body, dict) or set(body) != {"write_failures"}:
-            raise HttpError(400, 'expected {"write_failures": n}')
-        count = int_value(body["write_failures"], "write_failures", 0, MAX_FAILURES)
+        if not isinstance(body, dict) or not body or not set(body) <= {"write_failures", "hold_flushes"}:
+            raise HttpError(400, 'expected {"write_failures": n} and/or {"hold_flushes": true|false}')
+        count = int_value(body.get("write_failures", 0), "write_failures", 0, MAX_FAILURES)
+        hold = body.get("hold_flushes")
+        if hold is not None and not isinstance(hold, bool):
+            raise HttpError(400, f"hold_flushes must be true or false, got {hold!r}")
         if not partition.isdigit():
             raise HttpError(400, f"partition must be a number, got {partition!r}")
         target = self.broker.topics.partition(topic, int(partition))
         if target is None:
             raise HttpError(404, f"no partition {topic}-{partition}")
         target.ledger.inject_write_failures(count)
-        return json_response({"topic": topic, "partition": int(partition), "write_failures": count})
+        if hold is not None:
+            target.ledger.hold_flushes(hold)
+        return json_response({"topic": topic, "partition": int(partition), **body})
