@@ -257,3 +257,42 @@ def test_stats_show_the_monotonic_and_the_wire_sequence_across_the_wrap(start_br
     assert [(b["firstSequence"], b["lastSequence"], b["baseOffset"]) for b in publisher["recentBatches"]] == [
         (2**31 - 2, 2**31 - 1, 0), (0, 0, 2)]
     assert stored_values(broker, topic) == [b"x", b"y", b"z"]
+
+
+def test_the_purge_loop_drops_inactive_producers_from_the_state_and_the_snapshot(start_broker):
+    """Pulsar's inactivity purge (issue #15204 checks it the same way, through the pulsar.dedup cursor's properties),
+    with the test knob that gives the timeout in seconds: the purge loop runs every timeout / 3."""
+    broker = start_broker({"testDedupProducerInactivityTimeoutSeconds": "2",
+                           "brokerDeduplicationEntriesInterval": "1",
+                           "brokerDeduplicationSnapshotFrequencyInSeconds": "0"})
+    topic = "purged"
+
+    def properties() -> dict:
+        return internal_stats(broker, topic)["cursors"][DEDUP_CURSOR]["properties"]
+
+    with RawKafka(broker.port) as kafka:
+        assert kafka.create_topic(topic) == 0
+        idle, active = kafka.init_producer_id().producer_id, kafka.init_producer_id().producer_id
+        idle_name, active_name = f"KOP-PID-{idle}-0", f"KOP-PID-{active}-0"
+        assert send(kafka, topic, idle, 0, [b"i0", b"i1"]) == 0
+        assert wait_until(lambda: idle_name in properties(), timeout=10)  # snapshotted after every entry
+        seq = 0
+        for _ in range(300):  # the active producer keeps writing while the idle one stays quiet
+            send(kafka, topic, active, seq, [b"a%d" % seq])
+            seq += 1
+            if idle_name not in properties():
+                break
+            time.sleep(0.05)
+        assert wait_until(lambda: properties().get(active_name) == seq - 1, timeout=10)  # the last snapshot landed
+        snapshot = properties()
+        assert idle_name not in snapshot
+        assert not any(key.startswith(f"__kafka_batch:{idle}:") for key in snapshot), snapshot
+        assert [p["producerName"] for p in partition_stats(broker, topic)["publishers"]] == [active_name]
+
+    broker.restart(hard=True)  # kill -9: the purge's snapshot is what the state comes back from
+    assert idle_name not in properties()
+    assert [p["producerName"] for p in partition_stats(broker, topic)["publishers"]] == [active_name]
+    with RawKafka(broker.port) as kafka:
+        # Past the inactivity window dedup is not promised (Pulsar's rule): the purged producer starts afresh.
+        assert send(kafka, topic, idle, 0, [b"i0", b"i1"]) == seq + 2
+        assert send(kafka, topic, active, seq - 1, [b"a%d" % (seq - 1)]) == seq + 1  # still deduplicated

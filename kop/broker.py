@@ -100,7 +100,8 @@ class Broker:
 
     async def _dedup_purge_loop(self) -> None:
         """Drop producers idle for longer than the inactivity timeout (checked every timeout/3, as Pulsar does)."""
-        timeout = self.config.broker_deduplication_producer_inactivity_timeout_minutes * 60
+        timeout = (self.config.test_dedup_inactivity_timeout_seconds
+                   or self.config.broker_deduplication_producer_inactivity_timeout_minutes * 60)
         while True:
             await asyncio.sleep(max(1.0, timeout / 3))
             for partition in self.topics.all_partitions():

@@ -42,6 +42,8 @@ class BrokerConfig:
     broker_deduplication_snapshot_frequency_seconds: int = 120
     broker_deduplication_max_number_of_producers: int = 10000
     broker_deduplication_producer_inactivity_timeout_minutes: int = 360
+    # Test knob, not Pulsar's: when > 0, the inactivity timeout in seconds (Pulsar's minutes are at least 1).
+    test_dedup_inactivity_timeout_seconds: int = 0
     # groups
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1800000
@@ -77,6 +79,7 @@ ALIASES = {
     "brokerDeduplicationSnapshotFrequencyInSeconds": "broker_deduplication_snapshot_frequency_seconds",
     "brokerDeduplicationMaxNumberOfProducers": "broker_deduplication_max_number_of_producers",
     "brokerDeduplicationProducerInactivityTimeoutMinutes": "broker_deduplication_producer_inactivity_timeout_minutes",
+    "testDedupProducerInactivityTimeoutSeconds": "test_dedup_inactivity_timeout_seconds",
 }
 
 
