@@ -29,24 +29,10 @@ def java_group_consume(bootstrap: str, topic: str, group: str, *, max_records: i
                        extra_props: dict | None = None, timeout: float = 60) -> GroupConsumeResult:
     """As integration.java_client.java_group_consume, but tolerant of the "revoked" line that KopGroupConsume
     prints after its summary when close() leaves the group (that helper rejects such output)."""
-    props = {"auto.offset.reset": "earliest", "enable.auto.commit": "false", **(extra_props or {})}
-    if assignor is not None:
-        props["partition.assignment.strategy"] = ASSIGNORS.get(assignor, assignor)
-    if instance_id is not None:
-        props["group.instance.id"] = instance_id
-    args = ["--bootstrap", bootstrap]
-    for key, value in props.items():
-        args += ["--prop", f"{key}={value}"]
-    args += ["--topic", topic, "--group", group, "--max-records", str(max_records), "--idle-ms", str(idle_ms),
-             "--commit", commit, "--deadline-ms", str(int(timeout * 750))]
-    done = run_java("KopGroupConsume", args, timeout)
-    if done.returncode != 0:
-        raise JavaClientError(f"KopGroupConsume exited with {done.returncode}", stdout=done.stdout,
-                              stderr=done.stderr)
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
-    summary = next((line for line in lines if line["type"] == "summary"), None)
-    if summary is None:
-        raise JavaClientError("no summary line", stdout=done.stdout, stderr=done.stderr)
+    lines = java_group_consume_lines(bootstrap, topic, group, max_records=max_records, commit=commit,
+                                     assignor=assignor, instance_id=instance_id, idle_ms=idle_ms,
+                                     extra_props=extra_props, timeout=timeout)
+    summary = next(line for line in lines if line["type"] == "summary")
     return GroupConsumeResult(
         records=tuple(Consumed(l["topic"], l["partition"], l["offset"], l["key"], l["value"],
                                tuple(map(tuple, l["headers"])), l["timestamp"], l["timestamp_type"])
@@ -57,6 +43,33 @@ def java_group_consume(bootstrap: str, topic: str, group: str, *, max_records: i
         commits=tuple(Commit({int(p): o for p, o in l["offsets"].items()}, l["error"], l["error_message"],
                              l["at_ms"]) for l in lines if l["type"] in ("committed", "commit_failed")),
         final_assignment=tuple(summary["assignment"]), stop_reason=summary["reason"])
+
+
+def java_group_consume_lines(bootstrap: str, topic: str, group: str, *, max_records: int, commit: str = "sync",
+                             assignor: str | None = None, instance_id: str | None = None, idle_ms: int = 5000,
+                             extra_props: dict | None = None, harness_args: dict | None = None,
+                             timeout: float = 60) -> list[dict]:
+    """Run KopGroupConsume; its JSON lines (harness_args: more of its --options, e.g. commit-metadata)."""
+    props = {"auto.offset.reset": "earliest", "enable.auto.commit": "false", **(extra_props or {})}
+    if assignor is not None:
+        props["partition.assignment.strategy"] = ASSIGNORS.get(assignor, assignor)
+    if instance_id is not None:
+        props["group.instance.id"] = instance_id
+    args = ["--bootstrap", bootstrap]
+    for key, value in props.items():
+        args += ["--prop", f"{key}={value}"]
+    args += ["--topic", topic, "--group", group, "--max-records", str(max_records), "--idle-ms", str(idle_ms),
+             "--commit", commit, "--deadline-ms", str(int(timeout * 750))]
+    for key, value in (harness_args or {}).items():
+        args += [f"--{key}", value]
+    done = run_java("KopGroupConsume", args, timeout)
+    if done.returncode != 0:
+        raise JavaClientError(f"KopGroupConsume exited with {done.returncode}", stdout=done.stdout,
+                              stderr=done.stderr)
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    if not any(line["type"] == "summary" for line in lines):
+        raise JavaClientError("no summary line", stdout=done.stdout, stderr=done.stderr)
+    return lines
 
 
 class Trickle(threading.Thread):
@@ -176,3 +189,31 @@ def test_java_members_join_leave_and_vanish_while_records_arrive(group_broker):
     # d vanished without leaving: a and b were reassigned its partitions in a later generation
     d_last = max(c.generation for c in results["d"].assignment_changes if c.kind == "assigned")
     assert any(c.generation > d_last for c in results["a"].assignment_changes if c.kind == "assigned")
+
+
+def test_java_commits_carry_metadata_and_a_leader_epoch_that_read_back_exactly(group_broker):
+    """OffsetAndMetadata(offset, leaderEpoch, metadata) from the Java client comes back the same through another
+    client's OffsetFetch and through the Java client's own committed(), and the group resumes there."""
+    from integration.test_groups_clients import produce
+    from kafka.admin import KafkaAdminClient
+    bootstrap, topic, group = group_broker.bootstrap, "java-meta", "java-meta-group"
+    create_topic(bootstrap, topic, 2)
+    produce(bootstrap, topic, 0, 40, partitions=2)
+    first = java_group_consume_lines(bootstrap, topic, group, max_records=20, timeout=60,
+                                     harness_args={"commit-metadata": "java meta/1", "commit-leader-epoch": "0"})
+    read_first = [(l["partition"], l["offset"]) for l in first if l["type"] == "record"]
+    expected = {p: max(o for q, o in read_first if q == p) + 1 for p in {p for p, _ in read_first}}
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        offsets = admin.list_group_offsets({group: None})[group]
+    finally:
+        admin.close()
+    assert {tp.partition: (om.offset, om.metadata, om.leader_epoch) for tp, om in offsets.items()} == \
+        {p: (o, "java meta/1", 0) for p, o in expected.items()}
+    second = java_group_consume_lines(bootstrap, topic, group, max_records=20, timeout=60,
+                                      harness_args={"print-committed": "1"})
+    (read_back,) = [l["offsets"] for l in second if l["type"] == "committed_read"]
+    assert read_back == {str(p): {"offset": expected[p], "leader_epoch": 0, "metadata": "java meta/1"}
+                         if p in expected else None for p in (0, 1)}  # null: nothing committed there
+    read_second = [(l["partition"], l["offset"]) for l in second if l["type"] == "record"]
+    assert sorted(read_first + read_second) == sorted((i % 2, i // 2) for i in range(40))

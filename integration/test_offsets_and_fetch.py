@@ -98,8 +98,9 @@ def test_retention_deletes_old_ledgers_and_moves_the_log_start(broker_factory):
     assert c.end_offsets([tp])[tp] == 20
     kept = TopicPartition("kept", 0)
     assert (c.beginning_offsets([kept])[kept], c.end_offsets([kept])[kept]) == (0, 20)
-    remaining = kp_consume_all(b.bootstrap, "short", 20 - start, timeout=10)
-    assert remaining and remaining[0].offset == start
+    if start < 20:  # retention reaches the current ledger too once all of it expired: then nothing is left
+        remaining = kp_consume_all(b.bootstrap, "short", 20 - start, timeout=10)
+        assert remaining and remaining[0].offset == start
     c.close()
 
 

@@ -32,6 +32,7 @@ class BrokerConfig:
     # storage
     fsync: bool = True
     ledger_max_bytes: int = 256 * 1024 * 1024
+    ledger_max_age_ms: int = 7 * 24 * 3600 * 1000  # Kafka's log.roll.ms (log.roll.hours=168)
     retention_ms: int = 7 * 24 * 3600 * 1000
     retention_bytes: int = -1
     retention_check_interval_ms: int = 5 * 60 * 1000
@@ -69,6 +70,7 @@ ALIASES = {
     "log.retention.ms": "retention_ms",
     "log.retention.bytes": "retention_bytes",
     "log.segment.bytes": "ledger_max_bytes",
+    "log.roll.ms": "ledger_max_age_ms",
     "advertised.host": "advertised_host",
     "advertised.port": "advertised_port",
     "webServicePort": "admin_port",

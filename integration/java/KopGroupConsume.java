@@ -3,7 +3,9 @@ import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
 import java.util.List;
+import java.util.HashSet;
 import java.util.Map;
+import java.util.Optional;
 import java.util.Properties;
 import java.util.TreeMap;
 
@@ -26,6 +28,9 @@ import org.apache.kafka.common.serialization.StringDeserializer;
  * --commit sync|async|none: after each poll, and synchronously for partitions being revoked, commit the offsets
  * of the records printed so far (never past --max-records); "async" commits asynchronously and then once
  * synchronously before closing.
+ * --commit-metadata TEXT attaches TEXT to every commit, with the leader epoch of the record committed past, or
+ * --commit-leader-epoch N. --print-committed 1 prints, on each assignment, what consumer.committed() reads for the
+ * assigned partitions (offset, leader epoch, metadata).
  * Assignor, group.instance.id and auto-commit come in as --prop client settings.
  */
 public final class KopGroupConsume {
@@ -37,6 +42,9 @@ public final class KopGroupConsume {
     private KafkaConsumer<String, String> consumer;
     private long lastProgressAt = -1;
     private String commitMode = "sync";
+    private String commitMetadata;
+    private Optional<Integer> commitLeaderEpoch = Optional.empty();
+    private boolean printCommitted;
     private List<Integer> finalAssignment = List.of();
 
     public static void main(String[] argv) {
@@ -52,6 +60,12 @@ public final class KopGroupConsume {
         if (!List.of("sync", "async", "none").contains(commitMode)) {
             throw new IllegalArgumentException("--commit wants sync, async or none, got: " + commitMode);
         }
+
+        commitMetadata = args.optional("commit-metadata", null);
+        if (args.has("commit-leader-epoch")) {
+            commitLeaderEpoch = Optional.of(args.intValue("commit-leader-epoch", -1));
+        }
+        printCommitted = args.has("print-committed");
 
         Properties props = args.clientProperties();
         props.put(ConsumerConfig.GROUP_ID_CONFIG, args.required("group"));
@@ -81,8 +95,7 @@ public final class KopGroupConsume {
                         break;
                     }
                     RecordLines.emit(record);
-                    consumed.put(new TopicPartition(record.topic(), record.partition()),
-                        new OffsetAndMetadata(record.offset() + 1));
+                    consumed.put(new TopicPartition(record.topic(), record.partition()), offsetAfter(record));
                     records++;
                 }
                 if (!batch.isEmpty()) {
@@ -102,6 +115,24 @@ public final class KopGroupConsume {
             .put("reason", reason)
             .put("assignment", finalAssignment)
             .emit();
+    }
+
+    private OffsetAndMetadata offsetAfter(ConsumerRecord<String, String> record) {
+        if (commitMetadata == null && commitLeaderEpoch.isEmpty()) {
+            return new OffsetAndMetadata(record.offset() + 1);
+        }
+        Optional<Integer> epoch = commitLeaderEpoch.isPresent() ? commitLeaderEpoch : record.leaderEpoch();
+        return new OffsetAndMetadata(record.offset() + 1, epoch, commitMetadata == null ? "" : commitMetadata);
+    }
+
+    private void printCommittedOffsets(Collection<TopicPartition> partitions) {
+        Map<Integer, Object> byPartition = new TreeMap<>();
+        consumer.committed(new HashSet<>(partitions)).forEach((partition, offset) -> byPartition.put(
+            partition.partition(), offset == null ? null : Json.object()
+                .put("offset", offset.offset())
+                .put("leader_epoch", offset.leaderEpoch().orElse(-1))
+                .put("metadata", offset.metadata())));
+        Json.object().put("type", "committed_read").put("offsets", byPartition).emit();
     }
 
     private void commit(String mode, boolean closing) {
@@ -168,6 +199,9 @@ public final class KopGroupConsume {
         public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
             lastProgressAt = System.nanoTime();
             print("assigned", partitions);
+            if (printCommitted && !partitions.isEmpty()) {
+                printCommittedOffsets(partitions);
+            }
         }
 
         @Override
