@@ -322,3 +322,51 @@ def test_incremental_set_without_a_value_is_refused_not_stored(broker):
             RESPONSE_CLASSES[44], 1)
         assert [r.error_code for r in response.responses] == [42]  # INVALID_REQUEST
         assert raw.produce("nulls", 0, plain_batch([b"still serving"])).error_code == 0
+
+
+def test_a_topic_recreated_after_a_crash_in_the_middle_of_its_deletion_starts_empty(broker):
+    """A crash after a deletion removed the topic's metadata but before its ledgers went (the state a kill -9 left
+    between the two steps) must not bring the old records back when a topic of that name is created again."""
+    import os
+
+    from kafka import KafkaConsumer, TopicPartition
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    wait_all(admin.create_topics([CkNewTopic("phoenix", num_partitions=2, replication_factor=1)]))
+    for partition in (0, 1):
+        reports = ck_produce(broker.bootstrap, "phoenix", [(None, b"old%d" % i, [], 1_700_000_000_000)
+                                                           for i in range(5)], partition=partition)
+        assert all(report[0] is None for report in reports)
+    broker.kill()
+    os.unlink(os.path.join(broker.data_dir, "topics", "public", "default", "phoenix"))
+    broker.start()
+    ledger_dir = os.path.join(broker.data_dir, "ledgers", "public", "default")
+    assert not [d for d in os.listdir(ledger_dir) if d.startswith("phoenix-")]  # orphans removed at load
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    wait_all(admin.create_topics([CkNewTopic("phoenix", num_partitions=2, replication_factor=1)]))
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None)
+    tps = [TopicPartition("phoenix", p) for p in (0, 1)]
+    try:
+        assert consumer.end_offsets(tps) == {tp: 0 for tp in tps}
+    finally:
+        consumer.close()
+    reports = ck_produce(broker.bootstrap, "phoenix", [(None, b"new", [], 1_700_000_000_000)])
+    assert reports[0][0] is None
+    assert [m.value for m in ck_consume_all(broker.bootstrap, "phoenix", 1)] == [b"new"]
+
+
+def test_a_deleted_topic_leaves_nothing_behind_and_comes_back_empty(broker):
+    import os
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    wait_all(admin.create_topics([CkNewTopic("gone", num_partitions=1, replication_factor=1)]))
+    assert ck_produce(broker.bootstrap, "gone", [(None, b"old", [], 1_700_000_000_000)])[0][0] is None
+    wait_all(admin.delete_topics(["gone"]))
+    ledger_dir = os.path.join(broker.data_dir, "ledgers", "public", "default")
+    assert not [d for d in os.listdir(ledger_dir) if d.startswith("gone-")]
+    assert not os.path.exists(os.path.join(broker.data_dir, "topics", "public", "default", "gone"))
+    broker.restart(hard=True)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    wait_all(admin.create_topics([CkNewTopic("gone", num_partitions=1, replication_factor=1)]))
+    assert ck_produce(broker.bootstrap, "gone", [(None, b"new", [], 1_700_000_000_000)])[0][0] is None
+    assert [m.value for m in ck_consume_all(broker.bootstrap, "gone", 1)] == [b"new"]

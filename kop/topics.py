@@ -3,6 +3,10 @@
 Kafka topic T lives in namespace public/default (configurable); partition p is the managed ledger
 `T-partition-p` under `<data>/ledgers/<namespace>/`. A topic's metadata is a TopicMetadata record under
 `<data>/topics/<namespace>/T`.
+
+The metadata file is a topic's commit point: a topic exists exactly while it is there. Deletion removes it durably
+before the ledgers, and creation writes it after them, so a crash can leave only ledger directories that belong to no
+topic; load_all removes those, and create clears its partitions' directories, so a re-created topic starts empty.
 """
 import asyncio
 import logging
@@ -17,7 +21,7 @@ from dataclasses import dataclass, field
 from dedup import DedupConfig
 from kop.config import BrokerConfig
 from kop.ledger import FileLedgerConfig, FileManagedLedger
-from kop.ledger.framed_file import replace_atomically
+from kop.ledger.framed_file import fsync_dir, makedirs_durable, replace_atomically
 from kop.partition import PartitionLog
 from kop.policies import PolicyBook
 from protocol.errors import ErrorCode
@@ -26,6 +30,7 @@ from proto.kop_pb2 import KeyValue, TopicMetadata
 log = logging.getLogger(__name__)
 
 LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+LEDGER_DIR = re.compile(r"^(.+)-partition-(\d+)$")
 INTERNAL_PREFIX = "__"
 
 # Topic configs we accept on CreateTopics and report in DescribeConfigs, with their defaults (Kafka's names).
@@ -35,7 +40,8 @@ TOPIC_CONFIG_DEFAULTS = {
     "retention.bytes": None,
     "max.message.bytes": None,
     "message.timestamp.type": "CreateTime",
-    "segment.bytes": None,
+    "segment.bytes": None,  # broker default log.segment.bytes
+    "segment.ms": None,  # broker default log.roll.ms
     "min.insync.replicas": "1",
     "compression.type": "producer",
 }
@@ -48,10 +54,11 @@ STORED_ONLY_TOPIC_CONFIGS = frozenset({
     "local.retention.ms", "max.compaction.lag.ms", "message.downconversion.enable", "message.format.version",
     "message.timestamp.after.max.ms", "message.timestamp.before.max.ms", "message.timestamp.difference.max.ms",
     "min.cleanable.dirty.ratio", "min.compaction.lag.ms", "preallocate", "remote.storage.enable",
-    "segment.index.bytes", "segment.jitter.ms", "segment.ms", "unclean.leader.election.enable",
+    "segment.index.bytes", "segment.jitter.ms", "unclean.leader.election.enable",
 })
 INTEGER_TOPIC_CONFIGS = frozenset({"retention.ms", "retention.bytes", "max.message.bytes", "segment.bytes",
-                                   "min.insync.replicas"})
+                                   "segment.ms", "min.insync.replicas"})
+MIN_TOPIC_CONFIG_VALUES = {"segment.bytes": 14, "segment.ms": 1}  # Kafka's lower bounds
 COMPRESSION_TYPES = frozenset({"producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"})
 
 
@@ -69,9 +76,11 @@ def validate_topic_configs(configs: dict[str, str]) -> None:
             raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be 1 on a single broker, got {value!r}")
         if key in INTEGER_TOPIC_CONFIGS:
             try:
-                int(value)
+                number = int(value)
             except (TypeError, ValueError):
                 raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be an integer, got {value!r}") from None
+            if number < MIN_TOPIC_CONFIG_VALUES.get(key, number):
+                raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be at least {MIN_TOPIC_CONFIG_VALUES[key]}")
 
 
 def is_compacted(configs: dict[str, str]) -> bool:
@@ -127,14 +136,18 @@ class TopicManager:
     # ---- loading
 
     async def load_all(self) -> None:
-        os.makedirs(self._meta_dir, exist_ok=True)
-        os.makedirs(self._ledger_dir, exist_ok=True)
+        makedirs_durable(self._meta_dir, durable=self.config.fsync)
+        makedirs_durable(self._ledger_dir, durable=self.config.fsync)
+        metas = []
         for name in sorted(os.listdir(self._meta_dir)):
             if name.endswith(".tmp"):
                 continue
             meta = TopicMetadata()
             with open(os.path.join(self._meta_dir, name), "rb") as f:
                 meta.ParseFromString(f.read())
+            metas.append(meta)
+        self._remove_orphan_ledgers({meta.name: meta.partitions for meta in metas})
+        for meta in metas:
             topic = Topic(meta.name, meta.topic_id or uuid.uuid4().bytes, {kv.key: kv.value for kv in meta.configs})
             for p in range(meta.partitions):
                 topic.partitions.append(await self._open_partition(meta.name, p))
@@ -143,11 +156,27 @@ class TopicManager:
             self._names_by_id[topic.topic_id] = meta.name
         log.info("loaded %d topics from %s", len(self.topics), self.config.data_dir)
 
-    async def _open_partition(self, topic: str, partition: int) -> PartitionLog:
-        """Open the partition's managed ledger and recover its dedup state before it takes any write."""
+    def _remove_orphan_ledgers(self, partitions: dict[str, int]) -> None:
+        """Remove ledger directories of no topic's partition: what a crash left of a deletion (after the metadata
+        went) or of a creation (before it was written)."""
+        for entry in os.listdir(self._ledger_dir):
+            match = LEDGER_DIR.match(entry)
+            path = os.path.join(self._ledger_dir, entry)
+            if match and int(match[2]) >= partitions.get(match[1], 0) and os.path.isdir(path):
+                log.warning("removing ledger directory %s: it belongs to no topic", path)
+                shutil.rmtree(path, ignore_errors=True)
+
+    def _partition_dir(self, topic: str, partition: int) -> str:
+        return os.path.join(self._ledger_dir, f"{topic}-partition-{partition}")
+
+    async def _open_partition(self, topic: str, partition: int, new: bool = False) -> PartitionLog:
+        """Open the partition's managed ledger and recover its dedup state before it takes any write. A new
+        partition starts from an empty directory, whatever an earlier topic of the same name left there."""
         name = f"{topic}-partition-{partition}"
-        ledger = FileManagedLedger.open(name, os.path.join(self._ledger_dir, name), self._ledger_config,
-                                        self._executor)
+        directory = self._partition_dir(topic, partition)
+        if new:
+            shutil.rmtree(directory, ignore_errors=True)
+        ledger = FileManagedLedger.open(name, directory, self._ledger_config, self._executor)
         log_ = PartitionLog(topic, partition, ledger, self._dedup_config,
                             system_topic=topic.startswith(INTERNAL_PREFIX))
         await log_.apply_dedup_policy(self.policies.resolve(topic).deduplication_enabled)
@@ -167,12 +196,14 @@ class TopicManager:
     def all_partitions(self) -> list[PartitionLog]:
         return [p for t in list(self.topics.values()) for p in t.partitions]
 
-    @staticmethod
-    def _apply_configs(topic: Topic) -> None:
-        """Push topic configs that the produce path reads into its partitions."""
+    def _apply_configs(self, topic: Topic) -> None:
+        """Push topic configs that the produce path and the ledgers read into its partitions."""
         log_append = topic.configs.get("message.timestamp.type") == "LogAppendTime"
+        max_bytes = int(topic.configs.get("segment.bytes", self.config.ledger_max_bytes))
+        max_age_ms = int(topic.configs.get("segment.ms", self.config.ledger_max_age_ms))
         for partition in topic.partitions:
             partition.log_append_time = log_append
+            partition.ledger.set_rollover(max_bytes, max_age_ms)
 
     def _write_meta(self, topic: Topic) -> None:
         meta = TopicMetadata(name=topic.name, partitions=len(topic.partitions), topic_id=topic.topic_id,
@@ -227,7 +258,7 @@ class TopicManager:
             partitions = self.check_create(name, partitions, configs)
             topic = Topic(name, uuid.uuid4().bytes, dict(configs))
             for p in range(partitions):
-                topic.partitions.append(await self._open_partition(name, p))
+                topic.partitions.append(await self._open_partition(name, p, new=True))
             self._write_meta(topic)
             self._apply_configs(topic)
             self.topics[name] = topic
@@ -242,9 +273,14 @@ class TopicManager:
                 self._names_by_id.pop(topic.topic_id, None)
             if topic is None:
                 raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
-            os.unlink(os.path.join(self._meta_dir, name))
             for partition in topic.partitions:
                 await partition.close()
+            # The commit point, durable before any ledger goes: a crash after it leaves orphans that load_all
+            # removes; before it, the whole topic.
+            os.unlink(os.path.join(self._meta_dir, name))
+            if self.config.fsync:
+                fsync_dir(self._meta_dir)
+            for partition in topic.partitions:
                 shutil.rmtree(partition.ledger.directory, ignore_errors=True)
             self.policies.drop_topic(name)
             log.info("deleted topic %s", name)
@@ -260,7 +296,7 @@ class TopicManager:
             if count > self.config.max_partitions_per_topic:
                 raise TopicError(ErrorCode.INVALID_PARTITIONS, f"at most {self.config.max_partitions_per_topic}")
             for p in range(len(topic.partitions), count):
-                topic.partitions.append(await self._open_partition(name, p))
+                topic.partitions.append(await self._open_partition(name, p, new=True))
             self._write_meta(topic)
             self._apply_configs(topic)
 

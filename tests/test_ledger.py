@@ -1,6 +1,7 @@
 """The file managed ledger: appends, reads, crash recovery (torn tails, stale index), cursors, failures, retention."""
 import asyncio
 import os
+import time
 
 import pytest
 
@@ -277,5 +278,139 @@ def test_delete_before_hides_records_durably_and_trim_removes_whole_ledgers_belo
         assert ml.read_from_index(199, 1 << 20) == []
         (after,) = await append(ml, 1)
         assert ml.read_from_index(200, 1 << 20)[0].position == after
+        await ml.close()
+    run(scenario())
+
+
+def test_a_read_crossing_into_the_next_ledger_stays_within_the_byte_limit(tmp_path):
+    """Only a response's first entry may exceed the limit (KIP-74): not the first entry of the next ledger."""
+    async def scenario():
+        ml = open_ml(tmp_path, FileLedgerConfig(max_ledger_bytes=1000))
+        positions = await append(ml, 6, size=400)  # three entries per ledger
+        last_of_first = max(i for i, p in enumerate(positions) if p.ledger_id == positions[0].ledger_id)
+        start = 2 * last_of_first
+        entries = ml.read_from_index(start, 500)
+        assert [e.first_index for e in entries] == [start]
+        assert sum(len(e.data) for e in entries) == 400
+        assert len(ml.read_from_index(start, 900)) == 2  # both fit (with their framing): the next ledger's first too
+        assert len(ml.read_from_index(start, 1)) == 1  # the first entry always comes, whatever the limit
+        await ml.close()
+    run(scenario())
+
+
+def test_retention_by_size_deletes_the_oldest_ledgers_beyond_retention_bytes(tmp_path):
+    async def scenario():
+        ml = open_ml(tmp_path, FileLedgerConfig(max_ledger_bytes=1000))
+        await append(ml, 30, size=400)  # ~12 KB in ten ledgers of three entries
+        sizes = [l.size for l in ml.internal_stats().ledgers if l.entries]
+        assert len(sizes) >= 10
+        limit = 3000
+        deleted = await ml.trim(now_ms=0, retention_ms=-1, retention_bytes=limit, keep_from=None)
+        remaining = [l.size for l in ml.internal_stats().ledgers if l.entries]
+        assert deleted == len(sizes) - len(remaining) > 0
+        # Kafka's rule: delete the oldest while what remains without it is still at least retention.bytes
+        assert sum(remaining) - remaining[0] < limit <= sum(remaining)
+        assert ml.start_index == ml.read_from_index(ml.start_index, 1)[0].first_index > 0
+        assert ml.confirmed_end_index == 60
+        assert await ml.trim(now_ms=0, retention_ms=-1, retention_bytes=limit, keep_from=None) == 0  # stable
+        assert await ml.trim(now_ms=0, retention_ms=-1, retention_bytes=-1, keep_from=None) == 0  # -1: no limit
+        await ml.close()
+        ml = open_ml(tmp_path, FileLedgerConfig(max_ledger_bytes=1000))
+        assert [l.size for l in ml.internal_stats().ledgers if l.entries] == remaining
+        await ml.close()
+    run(scenario())
+
+
+def test_an_idle_current_ledger_is_rolled_by_age_so_retention_reaches_it(tmp_path):
+    """A quiet topic never fills its ledger: trim closes it once it is older than the roll time (segment.ms), and
+    retention then deletes it; offsets go on from where they were."""
+    async def scenario():
+        ml = open_ml(tmp_path, FileLedgerConfig())  # 256 MB ledgers: never full here
+        ml.set_rollover(256 * 1024 * 1024, 60_000)
+        await append(ml, 3)
+        now = int(time.time() * 1000)
+        assert await ml.trim(now_ms=now, retention_ms=3_600_000, retention_bytes=-1, keep_from=None) == 0
+        assert len(ml.internal_stats().ledgers) == 1  # younger than a minute: still the current one
+        later = now + 120_000
+        assert await ml.trim(now_ms=later, retention_ms=3_600_000, retention_bytes=-1, keep_from=None) == 0
+        stats = ml.internal_stats()
+        assert [l.entries for l in stats.ledgers] == [3, 0]  # rolled, kept: within retention
+        assert stats.current_ledger_id == stats.ledgers[1].ledger_id
+        assert await ml.trim(now_ms=later + 3_600_000, retention_ms=3_600_000, retention_bytes=-1,
+                             keep_from=None) == 1
+        assert (ml.start_index, ml.confirmed_end_index) == (6, 6)
+        (after,) = await append(ml, 1)
+        assert ml.read_from_index(6, 1 << 20)[0].position == after
+        await ml.close()
+    run(scenario())
+
+
+def test_a_current_ledger_wholly_past_retention_is_rolled_and_deleted(tmp_path):
+    """As Kafka rolls its active segment when retention must delete it: retention.ms below the roll time works."""
+    async def scenario():
+        ml = open_ml(tmp_path, FileLedgerConfig())
+        await append(ml, 3)
+        now = int(time.time() * 1000)
+        assert await ml.trim(now_ms=now + 10_000, retention_ms=60_000, retention_bytes=-1, keep_from=None) == 0
+        assert await ml.trim(now_ms=now + 120_000, retention_ms=60_000, retention_bytes=-1, keep_from=None) == 1
+        assert (ml.start_index, ml.confirmed_end_index) == (6, 6)
+        await ml.close()
+    run(scenario())
+
+
+def test_rollover_limits_change_at_run_time_and_age_rolls_at_the_next_append(tmp_path):
+    async def scenario():
+        ml = open_ml(tmp_path, FileLedgerConfig())
+        positions = await append(ml, 4, size=400)
+        assert len({p.ledger_id for p in positions}) == 1
+        ml.set_rollover(1000, 7 * 24 * 3600 * 1000)  # segment.bytes lowered by AlterConfigs
+        positions = await append(ml, 4, size=400)
+        assert len({p.ledger_id for p in positions}) > 1
+        ml.set_rollover(1 << 30, 1)  # segment.ms=1: every append finds its ledger a millisecond old or more
+        first = (await append(ml, 1))[0]
+        time.sleep(0.002)
+        second = (await append(ml, 1))[0]
+        assert second.ledger_id > first.ledger_id
+        await ml.close()
+    run(scenario())
+
+
+def test_unlisted_ledger_files_are_removed_on_open(tmp_path):
+    async def scenario():
+        ml = open_ml(tmp_path)
+        await append(ml, 3)
+        await ml.close()
+        (tmp_path / "77.log").write_bytes(b"stale")  # a ledger created just before a crash, never listed
+        (tmp_path / "77.idx").write_bytes(b"")
+        ml = open_ml(tmp_path)
+        assert not (tmp_path / "77.log").exists() and not (tmp_path / "77.idx").exists()
+        assert [e.first_index for e in ml.read_from_index(0, 1 << 20)] == [0, 2, 4]
+        await ml.close()
+    run(scenario())
+
+
+def test_new_directories_and_ledger_files_are_fsynced_into_their_parents(tmp_path, monkeypatch):
+    """A file or directory exists after a power loss only once its parent directory was fsynced after its
+    creation: the managed-ledger directory (and its missing parents) and each new ledger file."""
+    from kop.ledger import framed_file
+    synced = []
+    real = framed_file.fsync_dir
+
+    def recording(path):
+        synced.append((os.path.abspath(path), sorted(os.listdir(path))))
+        real(path)
+    monkeypatch.setattr(framed_file, "fsync_dir", recording)
+
+    async def scenario():
+        directory = tmp_path / "ns" / "t-partition-0"
+        ml = open_ml(directory)
+        assert (str(tmp_path), ["ns"]) in synced
+        assert (str(tmp_path / "ns"), ["t-partition-0"]) in synced
+        first_ledger = ml.internal_stats().current_ledger_id
+        assert any(path == str(directory) and f"{first_ledger}.log" in names for path, names in synced)
+        synced.clear()
+        ml._roll_locked()
+        rolled = ml.internal_stats().current_ledger_id
+        assert any(path == str(directory) and f"{rolled}.log" in names for path, names in synced)
         await ml.close()
     run(scenario())

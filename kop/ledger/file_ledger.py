@@ -5,25 +5,30 @@ Directory layout of one managed ledger:
     {id}.log/.idx     one ledger: entries and their offset index (see ledger_file)
     cursors.log       the cursor log (see cursor_log)
 A new ledger is started on every open (so a crashed ledger is never appended to again), when the current one exceeds
-`max_ledger_bytes`, and after a failed write.
+`max_ledger_bytes` or is older than `max_ledger_age_ms` (Kafka's segment.bytes and segment.ms), and after a failed
+write. Retention deletes whole closed ledgers, so trim also closes an idle current ledger once it is due (too old, or
+wholly past retention): otherwise a quiet topic would keep its last records forever.
 """
 import asyncio
 import errno
 import logging
 import os
+import re
 import shutil
 import time
+from array import array
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kop.ledger.cursor_log import CursorLog, ManagedCursor
 from kop.ledger.errors import LedgerClosedError, LedgerWriteError
-from kop.ledger.framed_file import replace_atomically
+from kop.ledger.framed_file import makedirs_durable, replace_atomically
 from kop.ledger.group_commit import GroupCommit
 from kop.ledger.interface import CursorStats, Entry, LedgerInternalStats, LedgerStats, ManagedLedger
-from kop.ledger.ledger_file import LedgerFile
+from kop.ledger.ledger_file import LedgerFile, RawEntry
 from kop.ledger.position import BEFORE_FIRST, Position
+from kop.ledger.time_index import NO_TIMESTAMP
 from proto.kop_pb2 import KeyValue, ManagedLedgerInfo
 
 log = logging.getLogger(__name__)
@@ -32,11 +37,14 @@ log = logging.getLogger(__name__)
 # deleted-before is Kafka's DeleteRecords low watermark.
 END_FLOOR_KEY = "kop.end_floor"
 DELETED_BEFORE_KEY = "kop.deleted_before"
+LEDGER_FILE = re.compile(r"^(\d+)\.(log|idx)$")
+WEEK_MS = 7 * 24 * 3600 * 1000
 
 
 @dataclass(frozen=True)
 class FileLedgerConfig:
     max_ledger_bytes: int = 256 * 1024 * 1024
+    max_ledger_age_ms: int = WEEK_MS  # from the current ledger's first entry
     max_entry_bytes: int = 64 * 1024 * 1024
     fsync: bool = True
 
@@ -58,6 +66,8 @@ class FileManagedLedger(ManagedLedger):
         self._ledgers: list[LedgerFile] = []
         self._closed_times: dict[int, int] = {}
         self._current: LedgerFile | None = None
+        self._first_append_ms = 0  # wall-clock times of the current ledger's first and latest appends
+        self._last_append_ms = 0
         self._lac = BEFORE_FIRST
         self._confirmed_end = 0
         self._written_end = 0
@@ -77,7 +87,7 @@ class FileManagedLedger(ManagedLedger):
     def open(cls, name: str, directory: str, config: FileLedgerConfig, executor: Executor | None,
              initial_index: int = 0) -> "FileManagedLedger":
         """Open (or create) the managed ledger in directory, recovering after a crash, and start a new ledger."""
-        os.makedirs(directory, exist_ok=True)
+        makedirs_durable(directory, durable=config.fsync)
         ml = cls(name, directory, config, executor)
         ml._recover(initial_index)
         ml._cursors.open()
@@ -112,6 +122,8 @@ class FileManagedLedger(ManagedLedger):
                 ledger.truncate(li.entries)
                 ledger.sync()
             ledger.closed = True
+            if li.HasField("max_timestamp"):
+                ledger.recorded_max_timestamp = li.max_timestamp
             self._closed_times[ledger.ledger_id] = li.timestamp or int(time.time() * 1000)
             if ledger.entries == 0:
                 ledger.delete_files()
@@ -132,7 +144,17 @@ class FileManagedLedger(ManagedLedger):
         self._written_end = max(self._written_end, end_floor, self._deleted_before)
         self._start_index = max(self._start_index, self._deleted_before)
         self._confirmed_end = self._written_end
+        self._remove_unlisted({li.ledgerId for li in listed})
         self._roll_locked()
+
+    def _remove_unlisted(self, listed: set[int]) -> None:
+        """Ledger files that ledgers.info does not list are garbage: a ledger created just before a crash (listed
+        only once the list is written) or one deleted whose unlink a power loss undid."""
+        for name in os.listdir(self.directory):
+            match = LEDGER_FILE.match(name)
+            if match and int(match[1]) not in listed:
+                log.warning("%s: removing unlisted ledger file %s", self.name, name)
+                os.unlink(os.path.join(self.directory, name))
 
     def _end_of(self, ledger: LedgerFile) -> int:
         """One past the last offset of a ledger's last entry."""
@@ -146,7 +168,8 @@ class FileManagedLedger(ManagedLedger):
         if self._current is not None:
             next_id = max(next_id, self._current.ledger_id + 1)
             self._current.closed = True
-            self._closed_times[self._current.ledger_id] = int(time.time() * 1000)
+            # Retention counts from the ledger's newest record, not from when it happened to be closed.
+            self._closed_times[self._current.ledger_id] = self._last_append_ms or int(time.time() * 1000)
             if self._current.entries == 0:
                 self._ledgers.remove(self._current)
                 self._current.delete_files()
@@ -154,6 +177,8 @@ class FileManagedLedger(ManagedLedger):
         self._last_ledger_id = next_id
         self._ledgers.append(ledger)
         self._current = ledger
+        self._first_append_ms = self._last_append_ms = 0
+        # Lists the new ledger and fsyncs the directory, which makes the new files' entries durable too.
         self._write_info()
 
     def _write_info(self) -> None:
@@ -165,6 +190,9 @@ class FileManagedLedger(ManagedLedger):
             li.size = ledger.size
             li.timestamp = self._closed_times.get(ledger.ledger_id, 0)
             li.first_index = ledger.first_indexes[0] if ledger.entries else -1
+            max_timestamp = ledger.max_timestamp() if ledger.closed else None  # the current one still grows
+            if max_timestamp is not None:
+                li.max_timestamp = max_timestamp
         info.properties.append(KeyValue(key=END_FLOOR_KEY, value=str(self._confirmed_end)))
         if self._deleted_before:
             info.properties.append(KeyValue(key=DELETED_BEFORE_KEY, value=str(self._deleted_before)))
@@ -210,16 +238,24 @@ class FileManagedLedger(ManagedLedger):
 
     # ---- writing
 
+    def set_rollover(self, max_bytes: int, max_age_ms: int) -> None:
+        self.config = replace(self.config, max_ledger_bytes=max_bytes, max_ledger_age_ms=max_age_ms)
+
+    def _roll_due(self, now_ms: int) -> bool:
+        ledger = self._current
+        return bool(ledger.entries) and (ledger.size >= self.config.max_ledger_bytes
+                                         or now_ms - self._first_append_ms >= self.config.max_ledger_age_ms)
+
     def add_entry(self, first_index: int, span: int, metadata: bytes, data: bytes | memoryview) -> asyncio.Future:
         if self._closed:
             raise LedgerClosedError(self.name)
         if first_index != self._written_end:
             raise ValueError(f"{self.name}: entry starts at {first_index}, expected {self._written_end}")
+        now_ms = int(time.time() * 1000)
         failing = self._group.failing  # an earlier write failed: nothing more goes into this ledger
-        ledger = self._current
-        if not failing and ledger.entries and ledger.size >= self.config.max_ledger_bytes:
+        if not failing and self._roll_due(now_ms):
             self._roll_locked()
-            ledger = self._current
+        ledger = self._current
         self._written_end = first_index + span
         future = asyncio.get_running_loop().create_future()
         add = _PendingAdd(future, ledger, ledger.entries, self._written_end)
@@ -234,6 +270,8 @@ class FileManagedLedger(ManagedLedger):
             log.error("%s: write of entry %d failed: %s", self.name, add.entry_id, exc)
             self._group.fail(exc, add)
             return future
+        self._first_append_ms = self._first_append_ms or now_ms
+        self._last_append_ms = now_ms
         self._group.add(ledger.fd, add)
         return future
 
@@ -316,10 +354,12 @@ class FileManagedLedger(ManagedLedger):
                 continue
             ledger = self._ledgers[ledger_pos]
             last = min(last, entry_id + max_entries - len(out) - 1)
-            raws = ledger.read(entry_id, last, budget if out else max(budget, 1))
+            # Only the response's first entry may exceed the limit (KIP-74), so not the first of a later ledger.
+            raws = ledger.read(entry_id, last, budget if out else max(budget, 1), at_least_one=not out)
+            if not raws:
+                break
             for raw in raws:
-                out.append(Entry(Position(ledger.ledger_id, raw.entry_id), raw.first_index, raw.span,
-                                 raw.metadata, raw.data))
+                out.append(_entry(ledger, raw))
                 budget -= len(raw.data)
             if budget <= 0 or raws[-1].entry_id < last:
                 break
@@ -343,6 +383,63 @@ class FileManagedLedger(ManagedLedger):
     def index_after(self, position: Position) -> int:
         following = self.read_after(position, 1)
         return following[0].first_index if following else self._confirmed_end
+
+    # ---- timestamps (ListOffsets by time)
+
+    async def find_by_timestamp(self, timestamp: int, from_index: int) -> Entry | None:
+        return await self._with_time_indexes(lambda: self._find_by_timestamp(timestamp, from_index))
+
+    async def max_timestamp(self, from_index: int) -> int:
+        return await self._with_time_indexes(lambda: self._max_timestamp(from_index))
+
+    async def _with_time_indexes(self, search: Callable):
+        """Run a synchronous search; when it names a ledger whose time index is not built, build that in a thread
+        and search again (from scratch: the ledger list may have changed meanwhile). Each round builds one index."""
+        while True:
+            result = search()
+            if not isinstance(result, LedgerFile):
+                return result
+            positions = array("q", result.file_positions)  # closed: no longer changes, but copy on the loop
+            times = await asyncio.get_running_loop().run_in_executor(
+                self._executor, result.read_time_index, positions)
+            if result.times is None:
+                result.times = times
+
+    def _durable_spans(self, from_index: int):
+        """(ledger, first entry, last durable entry) of each ledger holding durable entries from from_index on."""
+        found = self._locate(max(from_index, self._start_index))
+        if found is None:
+            return
+        pos, entry_id = found
+        for pos in range(pos, len(self._ledgers)):
+            last = self._last_durable_entry(pos)
+            if last >= entry_id:
+                yield self._ledgers[pos], entry_id, last
+            entry_id = 0
+
+    def _find_by_timestamp(self, timestamp: int, from_index: int) -> Entry | LedgerFile | None:
+        for ledger, first, last in self._durable_spans(from_index):
+            known = ledger.max_timestamp()
+            if first == 0 and last == ledger.entries - 1 and known is not None and known < timestamp:
+                continue  # the whole ledger is older than the target
+            if ledger.times is None:
+                return ledger
+            entry_id = ledger.times.first_at_least(timestamp, first, last)
+            if entry_id >= 0:
+                return _entry(ledger, ledger.read(entry_id, entry_id, 1)[0])
+        return None
+
+    def _max_timestamp(self, from_index: int) -> int | LedgerFile:
+        best = NO_TIMESTAMP
+        for ledger, first, last in self._durable_spans(from_index):
+            known = ledger.max_timestamp()
+            if first == 0 and last == ledger.entries - 1 and known is not None:
+                best = max(best, known)
+            elif ledger.times is None:
+                return ledger
+            else:
+                best = max(best, ledger.times.max_between(first, last))
+        return best
 
     # ---- cursors
 
@@ -369,6 +466,10 @@ class FileManagedLedger(ManagedLedger):
         return self._start_index
 
     async def trim(self, now_ms: int, retention_ms: int, retention_bytes: int, keep_from: Position | None) -> int:
+        expired = retention_ms >= 0 and now_ms - self._last_append_ms > retention_ms
+        due = self._roll_due(now_ms) or (self._current.entries and expired)
+        if due and not self._closed and not self._group.failing:  # a failing ledger rolls once its writes failed
+            self._roll_locked()  # an idle current ledger: due to roll, or every record in it past retention
         total = sum(l.size for l in self._ledgers)
         deleted = 0
         while len(self._ledgers) > 1:
@@ -404,3 +505,6 @@ class FileManagedLedger(ManagedLedger):
         await self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
 
+
+def _entry(ledger: LedgerFile, raw: RawEntry) -> Entry:
+    return Entry(Position(ledger.ledger_id, raw.entry_id), raw.first_index, raw.span, raw.metadata, raw.data)

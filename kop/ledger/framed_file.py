@@ -69,3 +69,17 @@ def fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def makedirs_durable(path: str, durable: bool = True) -> None:
+    """os.makedirs, then fsync the parent of each directory it created, so that new directories (and so the files
+    that will be created in them) survive a power loss."""
+    created = []
+    missing = os.path.abspath(path)
+    while not os.path.isdir(missing):
+        created.append(missing)
+        missing = os.path.dirname(missing)
+    os.makedirs(path, exist_ok=True)
+    if durable:
+        for directory in created:
+            fsync_dir(os.path.dirname(directory))

@@ -83,7 +83,8 @@ class ManagedLedger(ABC):
 
     @abstractmethod
     def read_from_index(self, index: int, max_bytes: int, max_entries: int = 1 << 30) -> list[Entry]:
-        """Durable entries starting with the one that holds `index`, up to max_bytes (at least one entry)."""
+        """Durable entries starting with the one that holds `index`, up to max_bytes: the first entry is returned
+        whatever its size, each later one only if it still fits (KIP-74)."""
 
     @abstractmethod
     def read_after(self, position: Position, max_entries: int) -> list[Entry]:
@@ -96,6 +97,21 @@ class ManagedLedger(ABC):
     @abstractmethod
     def index_after(self, position: Position) -> int:
         """First offset of the entry following position (confirmed_end_index if none)."""
+
+    @abstractmethod
+    async def find_by_timestamp(self, timestamp: int, from_index: int) -> Entry | None:
+        """The first durable entry, in offset order from the one holding from_index (at least start_index), whose
+        record batch's maxTimestamp is >= timestamp; None if there is none. Finds it without reading older
+        ledgers or decompressing any batch."""
+
+    @abstractmethod
+    async def max_timestamp(self, from_index: int) -> int:
+        """The greatest batch maxTimestamp of the durable entries from the one holding from_index on, -1 if none."""
+
+    @abstractmethod
+    def set_rollover(self, max_bytes: int, max_age_ms: int) -> None:
+        """Start a new ledger once the current one holds max_bytes or its first entry is max_age_ms old (a topic's
+        segment.bytes and segment.ms); takes effect from the next append or trim."""
 
     @property
     @abstractmethod
@@ -127,7 +143,8 @@ class ManagedLedger(ABC):
     @abstractmethod
     async def trim(self, now_ms: int, retention_ms: int, retention_bytes: int, keep_from: Position | None) -> int:
         """Delete whole closed ledgers past retention or wholly below delete_before, never one holding entries
-        after keep_from. Returns the number of ledgers deleted."""
+        after keep_from. The current ledger is closed first when its roll is due or all of it is past retention_ms,
+        so retention reaches a quiet topic's last records. Returns the number of ledgers deleted."""
 
     @abstractmethod
     async def close(self) -> None: ...

@@ -6,6 +6,7 @@ where metadata is a serialized MessageMetadata and data the Kafka record batch w
 The index file `{id}.idx` holds `[i64 first_index][i64 file position]` per entry. It is written after the entries it
 describes are durable and is not itself fsynced: on open it is checked against the log and the log's tail is scanned,
 so a short or stale index is repaired, never trusted blindly.
+Each ledger also keeps its batches' max timestamps in memory (see time_index) for ListOffsets by time.
 """
 import os
 import struct
@@ -15,6 +16,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from kop.ledger.framed_file import HEADER_SIZE, RECORD_HEADER, frame, read_record, scan_records, write_all
+from kop.ledger.time_index import TIMESTAMP_END, TimeIndex, batch_max_timestamp
 
 ENTRY_HEADER = struct.Struct(">qiH")
 INDEX_RECORD = struct.Struct(">qq")
@@ -52,13 +54,19 @@ class LedgerFile:
         self.size = 0  # bytes written to the log (durable or not)
         self.indexed = 0  # entries whose index record has been written
         self.closed = False
+        # Batch timestamps: kept from the first append for a new ledger, built on first use for a recovered one,
+        # whose greatest timestamp ledgers.info may record (so a search can skip it without reading it).
+        self.times: TimeIndex | None = None
+        self.recorded_max_timestamp: int | None = None
 
     @classmethod
     def create(cls, directory: str, ledger_id: int) -> "LedgerFile":
         flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC
         fd = os.open(os.path.join(directory, f"{ledger_id}.log"), flags, 0o644)
         idx_fd = os.open(os.path.join(directory, f"{ledger_id}.idx"), flags, 0o644)
-        return cls(directory, ledger_id, fd, idx_fd)
+        ledger = cls(directory, ledger_id, fd, idx_fd)
+        ledger.times = TimeIndex()
+        return ledger
 
     @classmethod
     def open_existing(cls, directory: str, ledger_id: int, max_entry_bytes: int) -> "LedgerFile":
@@ -115,6 +123,8 @@ class LedgerFile:
         self.size += len(record)
         self.first_indexes.append(first_index)
         self.file_positions.append(pos)
+        if self.times is not None:
+            self.times.append(batch_max_timestamp(data))
         return len(self.first_indexes) - 1
 
     def write_index(self, upto: int) -> None:
@@ -135,6 +145,8 @@ class LedgerFile:
         os.ftruncate(self.fd, self.size)
         del self.first_indexes[entries:]
         del self.file_positions[entries:]
+        if self.times is not None:
+            self.times.truncate(entries)
         if self.indexed > entries:
             os.ftruncate(self.idx_fd, entries * INDEX_RECORD.size)
             self.indexed = entries
@@ -146,10 +158,37 @@ class LedgerFile:
         """Entry id of the entry holding Kafka offset `index` (the last entry whose first index is <= it), or -1."""
         return bisect_right(self.first_indexes, index) - 1
 
-    def read(self, first_entry: int, last_entry: int, max_bytes: int) -> list[RawEntry]:
-        """Entries first..last (inclusive), stopping once max_bytes is reached (at least one entry is returned)."""
+    def max_timestamp(self) -> int | None:
+        """The greatest batch max timestamp stored here, None when it is not known without reading the ledger."""
+        if self.times is not None:
+            return self.times.max_until(self.entries - 1)
+        return self.recorded_max_timestamp
+
+    def read_time_index(self, positions: array) -> TimeIndex:
+        """Build the time index of the entries at `positions` from their batch headers (blocking: run it in a
+        thread). Reads through a descriptor of its own, so a concurrent delete of the ledger cannot pull the file
+        away under it."""
+        times = TimeIndex()
+        fd = os.open(self.log_path, os.O_RDONLY)
+        try:
+            for pos in positions:
+                head = os.pread(fd, HEADER_SIZE + ENTRY_HEADER.size, pos)
+                length = RECORD_HEADER.unpack_from(head, 0)[0]
+                meta_len = ENTRY_HEADER.unpack_from(head, HEADER_SIZE)[2]
+                data_len = length - ENTRY_HEADER.size - meta_len
+                data_at = pos + HEADER_SIZE + ENTRY_HEADER.size + meta_len
+                times.append(batch_max_timestamp(os.pread(fd, min(TIMESTAMP_END, data_len), data_at)))
+        finally:
+            os.close(fd)
+        return times
+
+    def read(self, first_entry: int, last_entry: int, max_bytes: int, at_least_one: bool = True) -> list[RawEntry]:
+        """Entries first..last (inclusive), stopping once max_bytes is reached; at least one entry is returned
+        unless `at_least_one` is false (only the first entry of a response may exceed the limit, as in KIP-74)."""
         start = self.file_positions[first_entry]
         end_of = (lambda e: self.file_positions[e + 1] if e + 1 < len(self.file_positions) else self.size)
+        if not at_least_one and end_of(first_entry) - start > max_bytes:
+            return []
         last = first_entry
         while last < last_entry and end_of(last + 1) - start <= max_bytes:
             last += 1
