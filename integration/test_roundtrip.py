@@ -6,7 +6,7 @@ from integration.clients import (COMPRESSIONS, aio_consume_all, aio_produce, ck_
                                  kp_consume_all, kp_produce, sample_records)
 from integration.idem_raw import RawKafka
 from protocol.compression import CODEC_NAMES, XERIAL_MAGIC
-from protocol.records import HEADER_SIZE, split_batches
+from protocol.records import HEADER_SIZE, split_batches, validate_batch
 
 N = 60
 
@@ -60,6 +60,21 @@ def test_confluent_kafka_roundtrip(broker, compression):
     # librdkafka writes raw snappy, and sends a batch uncompressed when compressing would not make it smaller
     codecs = stored_codecs(broker, f"ck-{compression}")
     assert compression in codecs and codecs <= {compression, "none"}, codecs
+
+
+def test_records_without_timestamps_are_stored_with_the_maximum_kafka_gives_them(broker):
+    """librdkafka writes maxTimestamp 0 into a batch of records timestamped -1 (its C++ produce() with timestamp -1
+    does this). Kafka's broker sets maxTimestamp from the records, -1, instead of refusing the batch; so does kop."""
+    records = [(b"k%d" % i, b"v%d" % i, (), -1) for i in range(5)]
+    reports = ck_produce(broker.bootstrap, "ck-no-timestamp", records, **{"linger.ms": 50})
+    assert [err for err, *_ in reports] == [None] * len(records)
+    with RawKafka(broker.port) as kafka:
+        _, _, stored = kafka.fetch_once("ck-no-timestamp", 0, 0)
+    batches = split_batches(stored)
+    assert batches and all(header.max_timestamp == -1 for header, _ in batches)
+    for header, view in batches:
+        validate_batch(header, view)  # the CRC was recomputed
+    assert [r.timestamp for r in ck_consume_all(broker.bootstrap, "ck-no-timestamp", len(records))] == [-1] * 5
 
 
 @pytest.mark.parametrize("compression", COMPRESSIONS)

@@ -2,6 +2,8 @@
 
 The broker stores client batches byte for byte. Only baseOffset (bytes 0..8) and partitionLeaderEpoch (12..16)
 may change after a client wrote the batch: its CRC32C covers bytes 21.. (attributes to the end), nothing before.
+The exceptions, where Kafka's broker rewrites a batch too, recompute the CRC: LogAppendTime topics stamp
+maxTimestamp and the timestamp type, and a false maxTimestamp is set to the records' greatest (FalseMaxTimestamp).
 
 Batch header, 61 bytes, big-endian:
     baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 | crc uint32 | attributes int16 |
@@ -41,9 +43,11 @@ __all__ = [
     "BatchHeader",
     "ControlMarker",
     "Record",
+    "FalseMaxTimestamp",
     "RecordBatchError",
     "assign_offsets",
     "set_log_append_time",
+    "set_max_timestamp",
     "build_batch",
     "build_control_batch",
     "control_marker",
@@ -174,6 +178,19 @@ def _invalid(reason: str) -> RecordBatchError:
     return RecordBatchError(INVALID_RECORD, reason)
 
 
+class FalseMaxTimestamp(RecordBatchError):
+    """A client batch, sound but for a maxTimestamp that is not its records' greatest (`records_max`).
+
+    Kafka's LogValidator does not refuse such a batch: it sets maxTimestamp from the records. librdkafka writes one
+    for records whose timestamp is -1 (maxTimestamp 0). A caller that does not repair it (set_max_timestamp)
+    refuses the batch as INVALID_RECORD like any other error.
+    """
+
+    def __init__(self, reason: str, records_max: int) -> None:
+        super().__init__(INVALID_RECORD, reason)
+        self.records_max = records_max
+
+
 # --- splitting ----------------------------------------------------------------------------------------------------
 
 def split_batches(records: BytesLike) -> list[tuple[BatchHeader, memoryview]]:
@@ -221,6 +238,11 @@ def set_log_append_time(buf: bytearray, pos: int, timestamp_ms: int) -> None:
     with message.timestamp.type=LogAppendTime; both fields are covered by the CRC, which is recomputed."""
     attributes = _INT16.unpack_from(buf, pos + CRC_START)[0] | TIMESTAMP_TYPE_MASK
     _INT16.pack_into(buf, pos + CRC_START, attributes)
+    set_max_timestamp(buf, pos, timestamp_ms)
+
+
+def set_max_timestamp(buf: bytearray, pos: int, timestamp_ms: int) -> None:
+    """Write the batch's maxTimestamp in place and recompute the CRC, which covers it."""
     _INT64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, timestamp_ms)
     size = LOG_OVERHEAD + _INT32.unpack_from(buf, pos + 8)[0]
     _UINT32.pack_into(buf, pos + CRC_OFFSET, crc32c.crc32c(memoryview(buf)[pos + CRC_START:pos + size]))
@@ -398,7 +420,8 @@ def _walk_records(data: bytes, pos: int, header: BatchHeader, from_client: bool)
         # We store batches as they are, and time lookups and retention read maxTimestamp: it must be true.
         max_timestamp = header.base_timestamp + max_ts_delta
         if max_timestamp != header.max_timestamp:
-            raise _invalid(f"maxTimestamp {header.max_timestamp} is not the records' greatest, {max_timestamp}")
+            raise FalseMaxTimestamp(f"maxTimestamp {header.max_timestamp} is not the records' greatest, "
+                                    f"{max_timestamp}", max_timestamp)
 
 
 def _skip_headers(data: bytes, pos: int, count: int, index: int) -> int:

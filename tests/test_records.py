@@ -24,6 +24,7 @@ from protocol.compression import (
 from protocol.records import (
     HEADER_SIZE,
     BatchHeader,
+    FalseMaxTimestamp,
     Record,
     RecordBatchError,
     assign_offsets,
@@ -31,6 +32,7 @@ from protocol.records import (
     build_control_batch,
     control_marker,
     iter_records,
+    set_max_timestamp,
     split_batches,
     validate_batch,
 )
@@ -443,12 +445,18 @@ def test_overlong_varint_is_invalid() -> None:
     assert records_section_damage(mutate).error_code == INVALID_RECORD
 
 
-def test_false_max_timestamp_is_invalid_for_a_client_batch() -> None:
-    damaged = patch_header(golden_bytes("aiokafka", "none"), ">q", 35, 1_800_000_000_000)
+def test_false_max_timestamp_of_a_client_batch_is_reported_with_the_true_one_and_can_be_set() -> None:
+    golden = golden_bytes("aiokafka", "none")
+    damaged = patch_header(golden, ">q", 35, 1_800_000_000_000)
     header, view = only_batch(damaged)
     validate_batch(header, view, deep=False)  # only the deep walk sees the records' timestamps
     error = refuse(damaged)
+    assert isinstance(error, FalseMaxTimestamp)
     assert error.error_code == INVALID_RECORD and "maxTimestamp" in str(error)
+    assert error.records_max == only_batch(golden)[0].max_timestamp
+    repaired = bytearray(damaged)
+    set_max_timestamp(repaired, 0, error.records_max)  # what the produce path does, as Kafka's broker does
+    assert bytes(repaired) == golden
 
 
 def test_control_batch_with_two_records_is_invalid() -> None:

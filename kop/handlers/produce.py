@@ -13,7 +13,8 @@ from kop.partition import AppendResult
 from protocol.errors import ErrorCode
 from protocol.produce_response import MAX_VERSION, MIN_VERSION, PartitionResponse, ProduceResponse
 from kop.topics import is_compacted
-from protocol.records import RecordBatchError, iter_records, split_batches, validate_batch
+from protocol.records import (FalseMaxTimestamp, RecordBatchError, iter_records, set_max_timestamp, split_batches,
+                             validate_batch)
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,14 @@ def _rejected(code: ErrorCode, message: str, record_errors: tuple[tuple[int, str
 def _keyless_records(view) -> tuple[tuple[int, str], ...]:
     return tuple((i, "Compacted topic cannot accept message without key")
                  for i, record in enumerate(iter_records(view)) if record.key is None)
+
+
+def _with_max_timestamp(view, timestamp_ms: int):
+    """A copy of the batch with its maxTimestamp set from its records, as Kafka's LogValidator does rather than
+    refuse it (librdkafka writes maxTimestamp 0 for records timestamped -1). Only such batches pay for the copy."""
+    buf = bytearray(view)
+    set_max_timestamp(buf, 0, timestamp_ms)
+    return split_batches(buf)[0]
 
 
 def _publish_one(ctx, topic, index: int, records, timeout_ms: int) -> asyncio.Future:
@@ -48,7 +57,10 @@ def _publish_one(ctx, topic, index: int, records, timeout_ms: int) -> asyncio.Fu
                                    f"batch of {header.size} bytes exceeds max.message.bytes {limit}")
         if header.is_control:
             raise RecordBatchError(ErrorCode.INVALID_RECORD, "clients may not produce control batches")
-        validate_batch(header, view)
+        try:
+            validate_batch(header, view)
+        except FalseMaxTimestamp as exc:
+            header, view = _with_max_timestamp(view, exc.records_max)
         if is_compacted(configs) and (keyless := _keyless_records(view)):
             # Kafka's rule for compacted topics (kop keeps them whole rather than compact): every record has a key.
             log.info("rejected batch for %s-%d from %s (%s): %d records without a key on a compacted topic", topic,
