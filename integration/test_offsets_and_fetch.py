@@ -1,11 +1,15 @@
 """ListOffsets (earliest, latest, by timestamp), fetch from any offset, out-of-range offsets, long polling, and
 retention deleting whole ledgers."""
-import threading
 import time
 
 from kafka import KafkaConsumer, TopicPartition
 
 from integration.clients import ck_produce, kp_consume_all
+from integration.fetch_requests import FETCH_VERSION, fetch_answers, fetch_request
+from integration.idem_raw import RawKafka, plain_batch
+
+PARKED_MAX_WAIT_MS = 300_000  # far longer than LIVENESS_S: a fetch that waits for it fails the test
+LIVENESS_S = 60.0  # how long a test waits for an answer that a working broker sends at once
 
 
 def consumer(broker):
@@ -56,23 +60,35 @@ def test_fetch_from_any_offset_and_out_of_range(broker):
     c.close()
 
 
-def test_long_poll_returns_as_soon_as_data_arrives(broker):
-    ck_produce(broker.bootstrap, "poll", [(None, b"first", [], 1)])
-    from confluent_kafka import Consumer, TopicPartition as CkTP
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lp", "fetch.wait.max.ms": 5000,
-                  "enable.auto.commit": False})
-    c.assign([CkTP("poll", 0, 1)])
-    timer = threading.Timer(1.0, lambda: ck_produce(broker.bootstrap, "poll", [(None, b"late", [], 2)]))
-    timer.start()
-    start = time.monotonic()
-    msg = None
-    while msg is None and time.monotonic() - start < 15:
-        msg = c.poll(0.2)
-    elapsed = time.monotonic() - start
-    c.close()
-    timer.join()
-    assert msg is not None and msg.value() == b"late"
-    assert elapsed < 4.5, f"took {elapsed:.1f}s: the fetch waited for max_wait instead of the data"
+def test_long_poll_answers_with_data_produced_while_it_waits(broker):
+    """A fetch parked at the end of the log (max wait 300 s) is answered by the next durable write: the record
+    produced while it waits comes back in that same fetch, well before its max wait could have passed."""
+    with RawKafka(broker.port, timeout=LIVENESS_S) as waiting, RawKafka(broker.port) as producer:
+        producer.create_topic("poll")
+        assert producer.produce("poll", 0, plain_batch([b"first"])).error_code == 0
+        parked = waiting.send(fetch_request([("poll", 0, 1)], max_wait_ms=PARKED_MAX_WAIT_MS, min_bytes=1))
+        # Give the broker a moment to park the fetch; if it reads the fetch after the write instead, the fetch
+        # finds the record at once and the assertion below holds just the same.
+        time.sleep(0.5)
+        assert producer.produce("poll", 0, plain_batch([b"late"])).error_code == 0
+        assert fetch_answers(waiting, parked) == {("poll", 0): (0, [b"late"])}
+
+
+def test_a_fetch_with_an_errored_partition_is_answered_at_once(broker):
+    """As in Kafka, an error on any partition ends the long poll: the client hears of an unknown partition or an
+    out-of-range offset now, not after max_wait_ms, even though the request's other partition has no data yet."""
+    with RawKafka(broker.port, timeout=LIVENESS_S) as raw:
+        raw.create_topic("quiet")
+        raw.create_topic("filled")
+        assert raw.produce("filled", 0, plain_batch([b"a", b"b"])).error_code == 0
+        cases = [(("quiet", 7, 0), 3),  # UNKNOWN_TOPIC_OR_PARTITION: no partition 7
+                 (("no-such-topic", 0, 0), 3),
+                 (("filled", 0, 99), 1)]  # OFFSET_OUT_OF_RANGE: the log ends at 2
+        for errored, code in cases:
+            parked = raw.send(fetch_request([("quiet", 0, 0), errored], max_wait_ms=PARKED_MAX_WAIT_MS,
+                                            min_bytes=1))
+            answers = fetch_answers(raw, parked)
+            assert answers == {("quiet", 0): (0, []), errored[:2]: (code, [])}, errored
 
 
 def test_retention_deletes_old_ledgers_and_moves_the_log_start(broker_factory):
@@ -118,12 +134,9 @@ def test_log_append_time_topics_stamp_batches_with_the_broker_clock(broker):
 def test_fetch_limits_only_the_first_batch_may_exceed_them(broker):
     """KIP-74: max_bytes and partition_max_bytes are soft only for the response's first batch, so a consumer is never
     stuck behind a large batch; every other partition gets whole batches that fit, or nothing."""
-    from integration.idem_raw import RawKafka, plain_batch
-    from protocol.api import REQUEST_CLASSES, RESPONSE_CLASSES
+    from protocol.api import RESPONSE_CLASSES
     from protocol.records import split_batches
 
-    version = 11
-    FetchRequest = REQUEST_CLASSES[1][version]
     big = [b"x" * 3000]
     with RawKafka(broker.port) as raw:
         raw.create_topic("limits", 2)
@@ -132,13 +145,9 @@ def test_fetch_limits_only_the_first_batch_may_exceed_them(broker):
                 assert raw.produce("limits", partition, plain_batch(big)).error_code == 0
 
         def fetch(max_bytes, partition_max_bytes):
-            request = FetchRequest(
-                replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes, isolation_level=0, session_id=0,
-                session_epoch=-1, rack_id="", forgotten_topics_data=[],
-                topics=[FetchRequest.FetchTopic(topic="limits", partitions=[FetchRequest.FetchTopic.FetchPartition(
-                    partition=p, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
-                    partition_max_bytes=partition_max_bytes) for p in (0, 1)])])
-            response = raw.call(request, RESPONSE_CLASSES[1], version)
+            request = fetch_request([("limits", p, 0) for p in (0, 1)], max_bytes=max_bytes,
+                                    partition_max_bytes=partition_max_bytes)
+            response = raw.call(request, RESPONSE_CLASSES[1], FETCH_VERSION)
             return [len(split_batches(bytes(p.records))) if p.records else 0
                     for p in response.responses[0].partitions]
 
@@ -154,7 +163,6 @@ def test_fetch_v13_and_later_name_topics_by_id(broker):
     """Fetch v13+ addresses topics by the id Metadata gave out; an unknown id is UNKNOWN_TOPIC_ID."""
     import uuid
 
-    from integration.idem_raw import RawKafka, plain_batch
     from protocol.api import REQUEST_CLASSES, RESPONSE_CLASSES
     from protocol.records import iter_records, split_batches
 

@@ -4,8 +4,9 @@ fetches); v11+ rack id (ignored); v13+ topics by id (an unknown id is UNKNOWN_TO
 node endpoints, v17+ replica directory id: all for followers, which a single broker never has. At least one batch is returned even if it exceeds the
 byte limits (KIP-74), so a consumer always makes progress.
 
-Long poll: answer at once when min_bytes are available or max_wait_ms is 0; otherwise wait until new entries become
-durable on any requested partition or max_wait_ms passes."""
+Long poll: answer at once when min_bytes are available, max_wait_ms is 0, or any partition has an error
+(UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE, ...: as Kafka does, so the client learns of it without waiting);
+otherwise wait until new entries become durable on any requested partition or max_wait_ms passes."""
 import asyncio
 import time
 
@@ -78,6 +79,10 @@ def _fitting(entries, limit: int) -> list:
     return entries
 
 
+def _ready(request, topics, total: int) -> bool:
+    return total >= request.min_bytes or any(p.error_code for t in topics for p in t.partitions)
+
+
 def _response(ctx, topics):
     cls = response_class(1, ctx.version)
     return cls(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
@@ -88,7 +93,7 @@ async def handle(ctx, request):
         cls = response_class(1, ctx.version)
         return cls(throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
     topics, total = _collect(ctx, request)
-    if total >= request.min_bytes or request.max_wait_ms <= 0:
+    if request.max_wait_ms <= 0 or _ready(request, topics, total):
         return _response(ctx, topics)
     return _long_poll(ctx, request, topics, total)
 
@@ -98,7 +103,7 @@ async def _long_poll(ctx, request, topics, total):
     partitions = [p for t in request.topics if (name := _topic_name(ctx, t)) is not None for fp in t.partitions
                   if (p := ctx.broker.topics.partition(name, fp.partition)) is not None]
     loop = asyncio.get_running_loop()
-    while total < request.min_bytes:
+    while not _ready(request, topics, total):
         remaining = deadline - time.monotonic()
         if remaining <= MIN_WAIT_SLICE:
             break
