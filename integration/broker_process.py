@@ -24,6 +24,7 @@ class BrokerProcess:
     proc: subprocess.Popen | None = None
     log_path: str = ""
     admin_port: int | None = None  # None: no admin API; 0: on a free port picked at the first start (then kept)
+    program: tuple[str, ...] = (sys.executable, "-m", "kop.cli")  # or the `kop` console script
 
     @property
     def bootstrap(self) -> str:
@@ -41,7 +42,7 @@ class BrokerProcess:
         os.makedirs(self.data_dir, exist_ok=True)
         if self.admin_port == 0:
             self.admin_port = free_port()
-        args = [sys.executable, "-m", "kop.cli", "standalone", "--listen", f"127.0.0.1:{self.port}",
+        args = [*self.program, "standalone", "--listen", f"127.0.0.1:{self.port}",
                 "--data-dir", self.data_dir, "--admin-port", str(self.admin_port or 0)]
         if self.config:
             path = os.path.join(self.data_dir, "..", f"kop-{self.port}.properties")

@@ -9,7 +9,7 @@ import socket
 import sys
 
 from kop.admin.cli import add_admin_parser, run_admin
-from kop.config import BrokerConfig, load_properties
+from kop.config import BrokerConfig, load_properties, unknown_keys
 
 STANDALONE_ADMIN_PORT = 8080  # pulsar standalone's web service port
 
@@ -27,6 +27,9 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
     unset = -2  # tells "the file did not set the admin port" apart from every value it could set
     config = load_properties(args.config, BrokerConfig(admin_port=unset)) if args.config else BrokerConfig(
         admin_port=unset)
+    for key in unknown_keys(config):
+        # Not an error: configs copied from Kafka or Pulsar carry many keys kop does not implement.
+        log.warning("%s: unknown key %s is ignored", args.config, key)
     overrides = {}
     if args.listen:
         overrides["host"], overrides["port"] = args.listen
@@ -57,6 +60,28 @@ def _port_in_use(host: str, port: int) -> bool:
         except OSError as exc:
             return exc.errno == errno.EADDRINUSE
     return False
+
+
+def raise_open_files_limit() -> None:
+    """Every client connection is a file descriptor, and the usual soft limit (1024) would have the OS refuse clients
+    long before max_connections: take all that the hard limit allows."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # An unlimited hard limit is refused as a soft limit on Linux (fs.nr_open caps it); 2**20 is nr_open's default.
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        log.info("open files limit %s, already the most the hard limit allows", soft)
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("open files limit stays %d: raising it to %d failed (%s)", soft, target, exc)
+        return
+    log.info("open files limit raised from %d to %d (hard limit %s)", soft, target,
+             "unlimited" if hard == resource.RLIM_INFINITY else hard)
 
 
 async def run_standalone(config: BrokerConfig) -> None:
@@ -102,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             config = build_config(args)
         except (OSError, ValueError) as exc:
             parser.error(str(exc))
+        raise_open_files_limit()
         try:
             import uvloop
             uvloop.install()

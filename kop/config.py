@@ -85,6 +85,15 @@ ALIASES = {
 }
 
 
+# Keys without a BrokerConfig field that modules read from `extra` (kop/groups). A key in neither place is reported
+# as unknown at startup.
+EXTRA_KEYS = frozenset({"offset.metadata.max.bytes", "group.max.size", "offsets.retention.check.interval.ms"})
+
+
+def unknown_keys(config: BrokerConfig) -> list[str]:
+    return sorted(key for key in config.extra if key not in EXTRA_KEYS)
+
+
 def _convert(kind: Any, raw: str) -> Any:
     if kind in (bool, "bool"):
         if raw.strip().lower() in ("true", "1", "yes", "on"):
