@@ -37,7 +37,8 @@ class Plan:
     commit_rounds: int
 
 
-COMMIT_CASES = (CommitSpec(50, 4), CommitSpec(200, 1), CommitSpec(10, 100))
+# one consumer's commitSync (latency of one durable commit), then throughput with many groups or many partitions
+COMMIT_CASES = (CommitSpec(1, 1, window=1), CommitSpec(50, 4), CommitSpec(200, 1), CommitSpec(10, 100))
 
 
 QUICK = Plan(produce_small=ProduceSpec(500_000, 100), produce_large=ProduceSpec(40_000, 10_000), produce_rounds=3,
