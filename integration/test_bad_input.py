@@ -1,14 +1,25 @@
 """Hostile and malformed input over raw sockets: the broker answers with the right error code or closes that one
 connection, keeps serving everyone else, and stored data is untouched."""
+import contextlib
+import os
+import re
+import resource
 import socket
 import struct
+import threading
 import time
 
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from integration.clients import ck_produce, kp_consume_all
+from integration.clients import ck_produce, kp_consume_all, sample_records
+from integration.fetch_requests import fetch_answers, fetch_request
+from integration.idem_raw import RawKafka, plain_batch, read_topic
+
+REFERENCE_TOPIC = "stored-before-the-attack"
+REFERENCE = {p: sample_records(12, prefix=f"p{p}") for p in (0, 1)}
+LIVENESS_S = 60.0  # how long a test waits for what a working broker does at once
 
 
 def connect(broker) -> socket.socket:
@@ -27,11 +38,19 @@ def recv_exact(sock, n):
     return buf
 
 
-def roundtrip(sock, request, version, correlation_id=1):
+def frame_of(request, correlation_id=1) -> bytes:
     request.with_header(correlation_id=correlation_id, client_id="raw-test")
-    sock.sendall(request.encode(header=True, framed=True))
+    return request.encode(header=True, framed=True)
+
+
+def read_frame(sock) -> bytes:
     size = struct.unpack(">i", recv_exact(sock, 4))[0]
     return recv_exact(sock, size)
+
+
+def roundtrip(sock, request, version, correlation_id=1):
+    sock.sendall(frame_of(request, correlation_id))
+    return read_frame(sock)
 
 
 def is_closed(sock, wait=5.0) -> bool:
@@ -72,6 +91,28 @@ def make_topic(broker, name, partitions=2):
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
     admin.close()
+
+
+@contextlib.contextmanager
+def stored_data_survives(broker):
+    """Store reference records before the attack, and after it read them all back: hostile input must leave
+    stored data exactly as it was (keys, values, headers, timestamps, offsets)."""
+    make_topic(broker, REFERENCE_TOPIC)
+    for partition, records in REFERENCE.items():
+        reports = ck_produce(broker.bootstrap, REFERENCE_TOPIC, records, partition=partition)
+        assert [err for err, *_ in reports] == [None] * len(records)
+    yield
+    expected = sorted((p, offset, key, value, tuple(headers), ts)
+                      for p, records in REFERENCE.items() for offset, (key, value, headers, ts) in enumerate(records))
+    got = kp_consume_all(broker.bootstrap, REFERENCE_TOPIC, len(expected))
+    assert sorted((r.partition, r.offset, r.key, r.value, r.headers, r.timestamp) for r in got) == expected
+
+
+@pytest.fixture
+def broker(broker):
+    """conftest's broker, holding reference data that each test here must leave intact."""
+    with stored_data_survives(broker):
+        yield broker
 
 
 def _batch(values):
@@ -180,19 +221,69 @@ def test_invalid_topic_names_are_refused(broker):
     assert resp.topics[0].error_code == 17  # INVALID_TOPIC_EXCEPTION
 
 
-def test_a_thousand_idle_connections_do_not_stop_service(broker):
-    import resource
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < 2500:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
-    idle = [connect(broker) for _ in range(1000)]
+IDLE_CONNECTIONS = 1000
+BROKER_START_OPEN_FILES = 256  # far below IDLE_CONNECTIONS: only the broker's own raise lets it keep them all
+
+
+@contextlib.contextmanager
+def open_files_soft_limit(soft):
+    """This process's soft RLIMIT_NOFILE set to `soft` (a child started meanwhile inherits it), then restored."""
+    before, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     try:
-        reports = ck_produce(broker.bootstrap, "busy", [(None, b"v%d" % i, [], 1_700_000_000_000) for i in range(20)])
-        assert all(err is None for err, *_ in reports)
-        assert len(kp_consume_all(broker.bootstrap, "busy", 20)) == 20
+        yield
     finally:
-        for s in idle:
-            s.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (before, hard))
+
+
+def open_files_limits(pid):
+    """(soft, hard) 'Max open files' of a process, from /proc."""
+    with open(f"/proc/{pid}/limits") as f:
+        line = next(line for line in f if line.startswith("Max open files"))
+    return tuple(int(v) if v.isdigit() else v for v in line.split()[3:5])
+
+
+def api_versions_on_every_socket(socks):
+    """Pipelined: an ApiVersions request on each socket, then each answer read back (each read bounded)."""
+    frame = frame_of(ApiVersionsRequest[3](client_software_name="t", client_software_version="1"), 7)
+    for sock in socks:
+        sock.sendall(frame)
+    answered = 0
+    for sock in socks:
+        response = ApiVersionsResponse.decode(read_frame(sock), version=3, header=True)
+        answered += response.header.correlation_id == 7 and response.error_code == 0
+    return answered
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/limits"), reason="reads a process's limits from /proc (Linux)")
+def test_a_thousand_idle_connections_do_not_stop_service(broker_factory):
+    """The broker starts with a soft open-files limit far below 1,000 and must raise it itself; it then accepts and
+    keeps 1,000 idle connections (each answers an ApiVersions at the end, which the kernel's accept backlog alone
+    could not) while other clients produce and consume."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = IDLE_CONNECTIONS + 500  # the idle sockets plus this process's own files and clients
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        pytest.skip(f"the hard open-files limit {hard} is below the {needed} this test needs")
+    with open_files_soft_limit(needed):
+        with open_files_soft_limit(BROKER_START_OPEN_FILES):
+            b = broker_factory()
+        soft_in_broker, hard_in_broker = open_files_limits(b.proc.pid)
+        assert soft_in_broker == hard_in_broker != BROKER_START_OPEN_FILES
+        with open(b.log_path) as f:
+            assert f"open files limit raised from {BROKER_START_OPEN_FILES} to {soft_in_broker}" in f.read()
+        with stored_data_survives(b):
+            idle = []
+            try:
+                for _ in range(IDLE_CONNECTIONS):
+                    idle.append(connect(b))
+                reports = ck_produce(b.bootstrap, "busy", [(None, b"v%d" % i, [], 1_700_000_000_000)
+                                                           for i in range(20)])
+                assert all(err is None for err, *_ in reports)
+                assert len(kp_consume_all(b.bootstrap, "busy", 20)) == 20
+                assert api_versions_on_every_socket(idle) == IDLE_CONNECTIONS
+            finally:
+                for sock in idle:
+                    sock.close()
 
 
 def test_a_client_that_never_reads_does_not_block_others(broker):
@@ -213,8 +304,105 @@ def test_a_client_that_never_reads_does_not_block_others(broker):
             sock.sendall(req.encode(header=True, framed=True))
         except (socket.timeout, BlockingIOError):
             break
-    start = time.monotonic()
     assert still_serves(broker)
     assert len(kp_consume_all(broker.bootstrap, "slow", 30)) == 30
-    assert time.monotonic() - start < 30
     sock.close()
+
+
+def broker_log(b) -> str:
+    with open(b.log_path, errors="replace") as f:
+        return f.read()
+
+
+def wait_for_log(b, pattern, timeout=LIVENESS_S) -> re.Match:
+    """The first match of `pattern` in the broker's log, polled until it appears (bounded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = re.search(pattern, broker_log(b))
+        if found or time.monotonic() > deadline:
+            assert found, f"no {pattern!r} in the broker log within {timeout}s"
+            return found
+        time.sleep(0.1)
+
+
+def test_a_request_body_that_stalls_or_trickles_closes_only_that_connection(broker_factory):
+    """Once a request's size is read its body must arrive within socket.request.read.timeout.ms; a client that
+    stops, or sends a byte now and then, loses its connection (with a log line) and nobody else is affected."""
+    b = broker_factory({"socket.request.read.timeout.ms": "1000"})
+    with stored_data_survives(b):
+        bystander = connect(b)  # idle between requests for as long as the others take: no body timeout applies
+        stalled = connect(b)
+        stalled.sendall(struct.pack(">i", 100) + b"\x00\x12")  # a size and 2 of its 100 bytes, then nothing
+        trickling = connect(b)
+        trickling.sendall(struct.pack(">i", 1000))
+        sent = 0
+        while sent < 1000 and not is_closed(trickling, wait=0.1):  # the whole body would take 100 s at this pace
+            try:
+                trickling.sendall(b"\x00")
+            except OSError:
+                break
+            sent += 1
+        assert sent < 1000, "the broker read a whole body sent a byte every 0.1 s, 100 times its read timeout"
+        assert is_closed(stalled, wait=LIVENESS_S)
+        assert len(re.findall(r"request body of (100|1000) bytes not received within 1s", broker_log(b))) == 2
+        assert api_versions_on_every_socket([bystander]) == 1
+        assert still_serves(b)
+
+
+PAUSE_LOG = r"connection (\d+) from [\d.:]+: reading paused while \d+ bytes of requests are unanswered \({}=\d+\)"
+
+
+def test_pipelined_large_requests_pause_reading_and_are_all_answered_in_order(broker_factory):
+    """Backpressure by bytes: once a connection's unanswered requests hold max.in.flight.bytes.per.connection,
+    the broker stops reading it (its TCP window closes) until they are answered; nothing is dropped or reordered
+    and other clients are served meanwhile. A long-poll fetch padded past the limit holds it deterministically
+    until the test produces to the fetched partition; 40 produces of 300 KB are pipelined behind it."""
+    limit = 1 << 20
+    b = broker_factory({"max.in.flight.bytes.per.connection": str(limit),
+                        "max.in.flight.requests.per.connection": "100"})
+    batches = [plain_batch([bytes([i]) * 100_000] * 3) for i in range(40)]
+    with stored_data_survives(b), RawKafka(b.port, timeout=LIVENESS_S) as pipelining:
+        pipelining.create_topic("bulk")
+        pipelining.create_topic("gate")
+        padding = ["f%05d" % i + "x" * 32_000 for i in range(40)]  # ~1.3 MB of forgotten topics, ignored
+        sent = []
+
+        def pipeline():
+            sent.append(pipelining.send(fetch_request([("gate", 0, 0)], max_wait_ms=300_000, min_bytes=1,
+                                                      forgotten=padding)))
+            sent.extend(pipelining.send_produce("bulk", 0, batch) for batch in batches)
+        sender = threading.Thread(target=pipeline, daemon=True)
+        sender.start()
+        wait_for_log(b, PAUSE_LOG.format("max.in.flight.bytes.per.connection"))
+        assert still_serves(b)  # another client, while that connection is not read
+        with RawKafka(b.port) as other:
+            assert other.produce("gate", 0, plain_batch([b"open"])).error_code == 0  # answers the parked fetch
+        sender.join(LIVENESS_S)
+        assert not sender.is_alive() and len(sent) == 41
+        assert fetch_answers(pipelining, sent[0]) == {("gate", 0): (0, [b"open"])}
+        answers = [pipelining.receive_produce(cid) for cid in sent[1:]]  # receive checks the order
+        assert [(a.error_code, a.base_offset) for a in answers] == [(0, 3 * i) for i in range(40)]
+    stored = read_topic(b.port, "bulk", [0])
+    assert [(r.offset, r.value) for r in stored] == [(3 * i + j, bytes([i]) * 100_000)
+                                                    for i in range(40) for j in range(3)]
+
+
+def test_the_broker_wide_request_bytes_bound_pauses_other_connections_until_answered(broker_factory):
+    """queued.max.request.bytes bounds unanswered request bytes over all connections: while one connection's
+    half-sent 100 KB request holds more than the 64 KB bound, the broker reads no other request; once that request
+    is complete and answered, the waiting one is read, so its batch lands after the first."""
+    b = broker_factory({"queued.max.request.bytes": str(64 * 1024), "socket.request.read.timeout.ms": "600000"})
+    with stored_data_survives(b), RawKafka(b.port, timeout=LIVENESS_S) as second:
+        second.create_topic("shared")
+        first = connect(b)
+        first.settimeout(LIVENESS_S)
+        frame = frame_of(produce_request("shared", [(0, plain_batch([b"1" * 100_000]))]))
+        first.sendall(frame[:len(frame) // 2])
+        waiting = second.send_produce("shared", 0, plain_batch([b"2"]))
+        wait_for_log(b, PAUSE_LOG.format("queued.max.request.bytes"))
+        first.sendall(frame[len(frame) // 2:])
+        answer = ProduceResponse.decode(read_frame(first), version=9, header=True).responses[0].partition_responses[0]
+        assert (answer.error_code, answer.base_offset) == (0, 0)
+        assert second.receive_produce(waiting).base_offset == 1
+        first.close()
+    assert [r.value for r in read_topic(b.port, "shared", [0])] == [b"1" * 100_000, b"2"]

@@ -7,6 +7,7 @@ import time
 
 from kop import handlers
 from kop.admin.server import AdminServer
+from kop.byte_budget import ByteBudget
 from kop.config import BrokerConfig
 from kop.connection import Connection
 from kop.groups import GroupCoordinator
@@ -28,6 +29,7 @@ class Broker:
         self.started_ms = int(time.time() * 1000)
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task] = set()
+        self.request_bytes = ByteBudget(config.queued_max_request_bytes)  # unanswered request bytes, all connections
         self._background: list[asyncio.Task] = []
         self.port = config.port
         self._admin: AdminServer | None = None

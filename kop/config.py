@@ -28,6 +28,16 @@ class BrokerConfig:
     socket_request_max_bytes: int = 100 * 1024 * 1024
     message_max_bytes: int = 1048588
     max_in_flight_requests_per_connection: int = 5
+    # Backpressure by bytes: a connection is not read while its requests not yet answered hold this many bytes
+    # (one request may overshoot it, so any frame socket.request.max.bytes admits gets through).
+    max_in_flight_bytes_per_connection: int = 10 * 1024 * 1024
+    # The same bound over all connections (Kafka's key). Unbounded by default, as in Kafka: while it is reached no
+    # connection is read, so one client holding a half-sent large frame would stall all others until the read timeout.
+    queued_max_request_bytes: int = -1
+    connections_max_idle_ms: int = 600_000  # between requests (Kafka's key and default)
+    # How long a request body may take to arrive once its size is read; Kafka clients give up on a request after
+    # request.timeout.ms (30 s by default), so a body slower than that only holds a buffer.
+    socket_request_read_timeout_ms: int = 30_000
     max_connections: int = 10000
     # storage
     fsync: bool = True

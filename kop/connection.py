@@ -4,12 +4,20 @@ Each request runs its handler's ordered phase before the next request is read (s
 reach their partitions in arrival order); whatever the handler still has to wait for (durability, a long-poll fetch,
 a rebalance) continues as a task, and up to `max_in_flight` of those overlap. The writer sends their responses
 strictly in request order, as the Kafka protocol requires.
+
+Backpressure: the next request is read only when fewer than max.in.flight.requests.per.connection are unanswered and
+the bytes of unanswered requests are below max.in.flight.bytes.per.connection (and, broker-wide,
+queued.max.request.bytes); until then the socket is not read, so the client's TCP window closes. Nothing is dropped
+or reordered. Between requests a connection may stay idle for connections.max.idle.ms; once a request's size is read,
+its body must arrive within socket.request.read.timeout.ms, or that connection is closed.
 """
 import asyncio
+import functools
 import inspect
 import itertools
 import logging
 
+from kop.byte_budget import ByteBudget
 from kop.handlers.context import RequestContext
 from protocol.api import (ProtocolError, UnsupportedVersion, decode_body, encode_response, parse_header,
                           response_class)
@@ -18,8 +26,11 @@ from protocol.errors import ErrorCode
 log = logging.getLogger(__name__)
 
 API_VERSIONS_KEY = 18
-IDLE_TIMEOUT_S = 600.0
 _ids = itertools.count(1)
+
+
+class SlowRequest(Exception):
+    """A request body did not arrive within socket.request.read.timeout.ms."""
 
 
 class Connection:
@@ -31,7 +42,12 @@ class Connection:
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self._responses: asyncio.Queue = asyncio.Queue()
-        self._slots = asyncio.Semaphore(max(1, broker.config.max_in_flight_requests_per_connection))
+        config = broker.config
+        self._slots = asyncio.Semaphore(max(1, config.max_in_flight_requests_per_connection))
+        self._bytes = ByteBudget(config.max_in_flight_bytes_per_connection)
+        self._idle_timeout = config.connections_max_idle_ms / 1000
+        self._read_timeout = config.socket_request_read_timeout_ms / 1000
+        self._paused_by: set[str] = set()  # the limits that have paused this connection, each logged once
 
     async def run(self) -> None:
         writer_task = asyncio.create_task(self._write_responses())
@@ -39,7 +55,7 @@ class Connection:
             await self._read_requests()
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.TimeoutError):
             pass
-        except ProtocolError as exc:
+        except (ProtocolError, SlowRequest) as exc:
             log.warning("closing connection %s from %s: %s", self.id, self.peer, exc)
         except Exception:
             log.exception("closing connection %s from %s after an internal error", self.id, self.peer)
@@ -54,22 +70,69 @@ class Connection:
     async def _read_requests(self) -> None:
         max_size = self.broker.config.socket_request_max_bytes
         while True:
-            async with asyncio.timeout(IDLE_TIMEOUT_S):  # not wait_for: that makes a task for every request
-                size_bytes = await self.reader.readexactly(4)
-            size = int.from_bytes(size_bytes, "big", signed=True)
+            size = int.from_bytes(await self._read(4, self._idle_timeout), "big", signed=True)
             if size < 0 or size > max_size:
                 raise ProtocolError(f"request size {size} outside 0..{max_size} (socket.request.max.bytes)")
-            frame = await self.reader.readexactly(size)
             await self._slots.acquire()
             try:
-                pending = await self._dispatch(frame)
+                await self._reserve(size)
             except BaseException:
                 self._slots.release()
                 raise
+            try:
+                pending = await self._dispatch(await self._read_body(size))
+            except BaseException:
+                self._slots.release()
+                self._unreserve(size)
+                raise
+            if pending is None or pending.done():  # answered in the ordered phase
+                self._unreserve(size)
+            else:
+                pending.add_done_callback(functools.partial(self._answered, size))
             if pending is None:
                 self._slots.release()
             else:
                 self._responses.put_nowait(pending)
+
+    async def _read_body(self, size: int) -> bytes:
+        try:
+            return await self._read(size, self._read_timeout)
+        except TimeoutError:
+            raise SlowRequest(f"request body of {size} bytes not received within "
+                              f"{self._read_timeout:g}s (socket.request.read.timeout.ms)") from None
+
+    async def _read(self, size: int, timeout: float) -> bytes:
+        """readexactly within `timeout`. Pipelined requests are usually buffered already and a timer costs about ten
+        times such a read, so there is one only when we must wait (StreamReader has no public way to ask)."""
+        if len(self.reader._buffer) >= size:
+            return await self.reader.readexactly(size)
+        async with asyncio.timeout(timeout):  # not wait_for: that makes a task
+            return await self.reader.readexactly(size)
+
+    async def _reserve(self, size: int) -> None:
+        """Wait until this connection, then the broker, may hold `size` more bytes of requests."""
+        await self._wait_for_budget(self._bytes, size, "max.in.flight.bytes.per.connection")
+        try:
+            await self._wait_for_budget(self.broker.request_bytes, size, "queued.max.request.bytes")
+        except BaseException:
+            self._bytes.release(size)
+            raise
+
+    async def _wait_for_budget(self, budget: ByteBudget, size: int, key: str) -> None:
+        if budget.try_reserve(size):
+            return
+        if key not in self._paused_by:
+            self._paused_by.add(key)
+            log.info("connection %s from %s: reading paused while %d bytes of requests are unanswered (%s=%d)",
+                     self.id, self.peer, budget.in_use, key, budget.limit)
+        await budget.reserve(size)
+
+    def _unreserve(self, size: int) -> None:
+        self._bytes.release(size)
+        self.broker.request_bytes.release(size)
+
+    def _answered(self, size: int, _pending: asyncio.Future) -> None:
+        self._unreserve(size)
 
     async def _dispatch(self, frame: bytes):
         """Run a request's ordered phase; returns an awaitable of the response frame, or None for no response."""
