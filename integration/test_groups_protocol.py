@@ -183,13 +183,16 @@ def test_offset_delete_and_delete_groups_error_codes(raw):
         RESP[47], 0)
     assert missing.error_code == E.GROUP_ID_NOT_FOUND
     commit_v(raw, 2, "doomed", 3)
-    deleted = raw.call(Req(group_id="doomed", topics=[Req.OffsetDeleteRequestTopic(
+    commit_v(raw, 2, "emptied", 3)
+    deleted = raw.call(Req(group_id="emptied", topics=[Req.OffsetDeleteRequestTopic(
         name=TOPIC, partitions=[Req.OffsetDeleteRequestTopic.OffsetDeleteRequestPartition(partition_index=0)])]),
         RESP[47], 0)
     assert (deleted.error_code, deleted.topics[0].partitions[0].error_code) == (E.NONE, E.NONE)
-    results = call(raw, 42, 2, groups_names=["doomed", "doomed", "pulsar.dedup"]).results
+    # as in Kafka, a group whose last offset was deleted is gone at once
+    results = call(raw, 42, 2, groups_names=["doomed", "doomed", "emptied", "pulsar.dedup"]).results
     assert [(r.group_id, r.error_code) for r in results] == [
-        ("doomed", E.NONE), ("doomed", E.GROUP_ID_NOT_FOUND), ("pulsar.dedup", E.INVALID_GROUP_ID)]
+        ("doomed", E.NONE), ("doomed", E.GROUP_ID_NOT_FOUND), ("emptied", E.GROUP_ID_NOT_FOUND),
+        ("pulsar.dedup", E.INVALID_GROUP_ID)]
 
 
 def test_every_acknowledged_commit_survives_kill_9_in_the_middle_of_a_commit_stream(broker):
