@@ -23,9 +23,28 @@ def kop_source() -> Path:
     return Path(os.environ.get("KOP_COMPAT_KOP_SRC", REPO_ROOT)).resolve()
 
 
+def export_commit(revision: str, parent: Path) -> tuple[str, Path]:
+    """`git archive` one commit of this clone into a fresh dir under `parent`: (short commit, dir).
+
+    Tests a committed state while the shared working tree holds others' uncommitted edits.
+    """
+    commit = subprocess.run(["git", "rev-parse", "--short", f"{revision}^{{commit}}"], cwd=REPO_ROOT,
+                            capture_output=True, text=True, check=True).stdout.strip()
+    target = Path(tempfile.mkdtemp(prefix=f"kop-{commit}-", dir=parent))
+    archive = subprocess.Popen(["git", "archive", commit], cwd=REPO_ROOT, stdout=subprocess.PIPE)
+    subprocess.run(["tar", "-x", "-C", str(target)], stdin=archive.stdout, check=True)
+    archive.stdout.close()
+    if archive.wait() != 0:
+        raise RuntimeError(f"git archive {commit} failed")
+    return commit, target
+
+
 def kop_revision() -> str:
-    """Which kop a run tested: the clone's commit (marked when the tree has uncommitted changes), or the
-    $KOP_COMPAT_KOP_SRC tree."""
+    """Which kop a run tested: the clone's commit (marked when the tree has uncommitted changes), the
+    commit `--kop-commit` exported ($KOP_COMPAT_KOP_COMMIT), or the $KOP_COMPAT_KOP_SRC tree."""
+    if os.environ.get("KOP_COMPAT_KOP_COMMIT"):
+        return (f"kop at commit `{os.environ['KOP_COMPAT_KOP_COMMIT']}` (exported with `git archive` by "
+                "`--kop-commit`, so others' uncommitted edits in the working tree were not tested)")
     if kop_source() != REPO_ROOT.resolve():
         return f"kop from `{kop_source()}`"
     try:

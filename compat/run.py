@@ -8,6 +8,7 @@ COMPATIBILITY.md. Exits non-zero when any selected test failed.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import signal
@@ -15,8 +16,9 @@ import sys
 import time
 from pathlib import Path
 
+from compat import completeness
 from compat.allowlist import AllowedTest, read_allowlist
-from compat.broker import KopBroker, kop_revision
+from compat.broker import KopBroker, export_commit, kop_revision
 from compat.kafka_python import fetch as kp_fetch
 from compat.kafka_python import runner as kp_runner
 from compat.librdkafka import build as rdk_build
@@ -44,6 +46,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "'all-kafka-python' for every test of the suite that needs a broker",
     )
     parser.add_argument("--suite", choices=["all", "librdkafka", "kafka-python"], default="all")
+    parser.add_argument("--kop-commit", metavar="REV",
+                        help="test this commit of kop (exported with git archive), not the working tree")
     return parser.parse_args(argv)
 
 
@@ -67,6 +71,11 @@ def main(argv: list[str] | None = None) -> int:
 
     logs = run_logs_dir()
     shutil.rmtree(logs, ignore_errors=True)
+    logs.mkdir(parents=True)
+    if args.kop_commit:
+        commit, tree = export_commit(args.kop_commit, logs)
+        os.environ.update(KOP_COMPAT_KOP_SRC=str(tree), KOP_COMPAT_KOP_COMMIT=commit)
+        print(f"compat: testing kop at commit {commit} (exported to {tree})", flush=True)
     results: list[SuiteResult] = []
     started = time.monotonic()
     if run_rdk:
@@ -98,7 +107,7 @@ def run_librdkafka(args: argparse.Namespace, requested: list[str], command: str,
     unknown = [entry.name for entry in allow if entry.name not in by_name]
     if unknown:
         raise SystemExit(f"compat: {RDK_ALLOW} names tests test-runner does not have: {unknown}")
-    _warn_unexplained([t.name for t in broker_tests], {e.name for e in allow}, RDK_FINDINGS)
+    _require_complete([t.name for t in broker_tests], {e.name for e in allow}, RDK_ALLOW, RDK_FINDINGS)
 
     full = frozenset(entry.name for entry in allow if "full" in entry.tags)
     if requested:
@@ -143,7 +152,7 @@ def run_kafka_python(args: argparse.Namespace, requested: list[str], command: st
     unknown = [entry.name for entry in allow if entry.name not in collected]
     if unknown:
         raise SystemExit(f"compat: {KP_ALLOW} names tests kafka-python does not have: {unknown}")
-    _warn_unexplained(collected, {entry.name for entry in allow}, KP_FINDINGS)
+    _require_complete(collected, {entry.name for entry in allow}, KP_ALLOW, KP_FINDINGS)
     if "all" in requested:
         names = collected
     elif requested:
@@ -161,13 +170,11 @@ def run_kafka_python(args: argparse.Namespace, requested: list[str], command: st
                        command, tuple(outcomes), len(collected))
 
 
-def _warn_unexplained(all_names: list[str], allowed: set[str], findings: Path) -> None:
-    """Every test is either allowlisted or explained in FINDINGS.md; say which are neither."""
-    text = findings.read_text() if findings.exists() else ""
-    missing = [name for name in all_names if name not in allowed and f"`{name}`" not in text]
-    if missing:
-        print(f"compat: warning: {len(missing)} tests neither allowlisted nor in {findings.name}: "
-              + ", ".join(missing[:20]) + (" ..." if len(missing) > 20 else ""), flush=True)
+def _require_complete(suite: list[str], allowed: set[str], allow: Path, findings: Path) -> None:
+    """Stop before running anything unless every test is allowlisted or explained in FINDINGS.md, not both."""
+    problems = completeness.check(suite, allowed, findings).problems(allow, findings)
+    if problems:
+        raise SystemExit("compat: " + "\ncompat: ".join(problems))
 
 
 if __name__ == "__main__":

@@ -6,16 +6,21 @@ local test, a test that timed out against a closed port, and a test that did not
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from compat import completeness
 from compat.allowlist import read_allowlist
-from compat.broker import api_versions_ok
-from compat.kafka_python.runner import _read_report
+from compat.broker import KopBroker, api_versions_ok
+from compat.kafka_python import fetch as kp_fetch
+from compat.kafka_python.runner import _read_report, collect
 from compat.librdkafka import build
 from compat.librdkafka.catalog import _parse_entry, _test_macro_args, read_catalog
-from compat.librdkafka.runner import did_nothing, failure_messages, parse_summary, runner_args
+from compat.librdkafka.runner import KAFKA_PATH, did_nothing, failure_messages, parse_summary, runner_args
+from compat.run import KP_ALLOW, KP_FINDINGS, RDK_ALLOW, RDK_FINDINGS
 from compat.results import FAILED, PASSED, SKIPPED, SuiteResult, TestOutcome, write_compatibility_md
 from compat.system import free_port
 
@@ -93,6 +98,36 @@ def test_catalog_of_the_built_suite() -> None:
     assert next(test for test in catalog if test.name == "0094_idempotence_msg_timeout").sockem
 
 
+def test_completeness_needs_each_test_allowlisted_or_a_finding_row_not_both(tmp_path: Path) -> None:
+    findings = tmp_path / "FINDINGS.md"
+    findings.write_text("Prose naming `0003_c` is no finding.\n\n| Test | Error |\n| --- | --- |\n"
+                        "| `0002_b` | boom |\n| `0001_a` | also allowlisted |\n| `0009_gone` | renamed |\n")
+    result = completeness.check(["0001_a", "0002_b", "0003_c"], {"0001_a"}, findings)
+    assert result == completeness.Completeness(neither=["0003_c"], both=["0001_a"], unknown=["0009_gone"])
+    assert len(result.problems(tmp_path / "tests.allow", findings)) == 3
+    assert completeness.check(["0001_a", "0002_b"], {"0001_a"}, findings).problems(tmp_path, findings) == [
+        "1 tests both allowlisted and in FINDINGS.md: 0001_a",
+        "FINDINGS.md has rows for tests the suite does not have: 0009_gone"]
+
+
+@pytest.mark.skipif(not build.is_built(), reason="librdkafka not built yet (python -m compat.run builds it)")
+def test_every_librdkafka_broker_test_is_allowlisted_or_a_finding() -> None:
+    catalog = read_catalog(build.tests_dir())
+    suite = [test.name for test in catalog if not test.local and not test.manual]
+    allowed = {entry.name for entry in read_allowlist(RDK_ALLOW)}
+    assert allowed <= set(suite), "allowlisted tests that are local, manual or unknown"
+    assert completeness.check(suite, allowed, RDK_FINDINGS).problems(RDK_ALLOW, RDK_FINDINGS) == []
+
+
+@pytest.mark.skipif(not (kp_fetch.sdist_root() / "test" / "integration" / "conftest.py").exists(),
+                    reason="kafka-python's sdist not fetched yet (python -m compat.run fetches it)")
+def test_every_kafka_python_integration_test_is_allowlisted_or_a_finding() -> None:
+    suite = collect(kp_fetch.ensure_sdist())  # the sdist is there: this only lays the shim over it
+    allowed = {entry.name for entry in read_allowlist(KP_ALLOW)}
+    assert allowed <= set(suite), "allowlisted tests kafka-python does not have"
+    assert completeness.check(suite, allowed, KP_FINDINGS).problems(KP_ALLOW, KP_FINDINGS) == []
+
+
 def test_allowlists_parse_and_reject_unknown_tags(tmp_path: Path) -> None:
     for allow in (Path(__file__).parent / "librdkafka" / "tests.allow",
                   Path(__file__).parent / "kafka_python" / "tests.allow"):
@@ -131,3 +166,32 @@ def test_compatibility_md_lists_counts_and_failures(tmp_path: Path) -> None:
 
 def test_api_versions_probe_fails_on_a_closed_port() -> None:
     assert api_versions_ok("127.0.0.1", free_port(), timeout=1.0) is False
+
+
+def test_kafka_topics_shim_creates_alters_and_deletes_topics_on_kop(tmp_path: Path) -> None:
+    """The KAFKA_PATH stand-in does what librdkafka's tests ask of Kafka's kafka-topics.sh, and fails as it does."""
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    with KopBroker(log_path=tmp_path / "broker.log", properties={"auto.create.topics.enable": "false"}) as broker:
+        def topics(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run([str(KAFKA_PATH / "bin" / "kafka-topics.sh"), "--bootstrap-server", broker.bootstrap,
+                                   *args], capture_output=True, text=True, timeout=60,
+                                  env={"PATH": "/usr/bin:/bin", "KOP_COMPAT_PYTHON": sys.executable})
+
+        created = topics("--create", "--topic", "t", "--replication-factor", "1", "--partitions", "1",
+                         "--config", "message.timestamp.type=LogAppendTime")
+        assert created.returncode == 0, created.stderr
+        assert topics("--alter", "--topic", "t", "--partitions", "3").returncode == 0
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            assert len(admin.describe_topics(["t"])[0]["partitions"]) == 3
+            configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "t")])["topic"]["t"]
+            assert configs["message.timestamp.type"]["value"] == "LogAppendTime"
+            assert topics("--delete", "--topic", "t").returncode == 0
+            assert "t" not in admin.list_topics()
+        finally:
+            admin.close()
+        missing = topics("--delete", "--topic", "t")
+        assert missing.returncode == 1 and "Topic 't' does not exist as expected" in missing.stderr
+        assert topics("--delete", "--topic", "t", "--if-exists").returncode == 0
+        assert topics("--create", "--topic", "u", "--replication-factor", "3").returncode == 1  # one broker

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections import OrderedDict
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from compat.librdkafka.catalog import CatalogTest
 from compat.results import FAILED, PASSED, SKIPPED, TestOutcome
 
 KAFKA_VERSION = "3.9.0"  # the Kafka version kop answers as; gates version-dependent test paths
+# Stands in for a Kafka distribution: tests run $KAFKA_PATH/bin/kafka-topics.sh (see kafka_topics.py).
+KAFKA_PATH = Path(__file__).resolve().parent / "kafka_path"
 TIMEOUT_MULTIPLIER = 2.0  # kop is a Python broker: give the suite's own timeouts some slack
 PROCESS_TIMEOUT_S = 600
 NO_OP = "did nothing under -Q (all its sub-tests are non-quick): a pass would prove nothing"  # a hung test-runner is killed after this
@@ -158,7 +161,8 @@ def run_tests(
             broker.restart()
         args = runner_args(idempotent=idempotent, allow_sockem=any(test.sockem for test in wanted), scenario=scenario,
                            quick=not any(test.name in full for test in wanted))
-        output, returncode, timed_out = _run_one(tests_dir, number, args, conf_path, log_dir / f"{number}{'' if scenario == 'default' else '-' + scenario}.log")
+        log_path = log_dir / f"{number}{'' if scenario == 'default' else '-' + scenario}.log"
+        output, returncode, timed_out = _run_one(tests_dir, number, args, conf_path, log_path, broker.bootstrap)
         died = None if broker.alive() else broker.process.returncode if broker.process else "?"
         table = parse_summary(output)
         messages = failure_messages(output)
@@ -180,13 +184,19 @@ def run_tests(
     return outcomes
 
 
-def _run_one(tests_dir: Path, number: str, args: list[str], conf_path: Path, log_path: Path) -> tuple[str, int, bool]:
+def _run_one(tests_dir: Path, number: str, args: list[str], conf_path: Path, log_path: Path,
+             bootstrap: str) -> tuple[str, int, bool]:
     env = dict(os.environ)
     env.pop("CI", None)  # test-runner changes its timeouts and parallelism on CI; keep runs comparable
     env.update(
         TESTS=number,
         TEST_KAFKA_VERSION=KAFKA_VERSION,
         RDKAFKA_TEST_CONF=str(conf_path),
+        # What trivup would export: test_kafka_topics() runs "$KAFKA_PATH/bin/kafka-topics.sh
+        # --bootstrap-server $BROKERS" (for Kafka >= 3.0); the shim runs on this interpreter's kafka-python.
+        KAFKA_PATH=str(KAFKA_PATH),
+        BROKERS=bootstrap,
+        KOP_COMPAT_PYTHON=sys.executable,
         LD_LIBRARY_PATH=":".join(filter(None, ["../src", "../src-cpp", env.get("LD_LIBRARY_PATH")])),
     )
     # Line-buffered stdout: on a timeout test-runner SIGKILLs itself, and a block-buffered summary is lost.
