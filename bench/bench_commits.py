@@ -42,7 +42,8 @@ class CommitSpec:
 
     @property
     def shape(self) -> str:
-        return f"{self.groups} groups x {self.partitions} partitions"
+        plural = lambda n, word: f"{n} {word}{'' if n == 1 else 's'}"  # noqa: E731
+        return f"{plural(self.groups, 'group')} x {plural(self.partitions, 'partition')}"
 
     @property
     def sockets(self) -> int:
