@@ -333,6 +333,9 @@ class KafkaProducers:
         if producer is None:
             producer = self._producers[producer_id] = _Producer(epoch=epoch)
         producer.epoch = epoch
+        if producer.persisted_epoch != epoch and producer.persisted_epoch is not None:
+            # An epoch bump in flight: the persisted epoch's name goes once the bump lands, not by a purge meanwhile.
+            self._dedup.producer_added(self.producer_name(producer_id, producer.persisted_epoch))
         if self._failed:
             failed = self._failed.get(producer_id)
             if failed is not None and (failed.epoch != epoch or last >= failed.last_seq):
@@ -365,7 +368,8 @@ class KafkaProducers:
             log.warning("persisted batch %s of producer %d was no longer pending", batch, pending.producer_id)
         # After the batch state, so a snapshot this triggers contains it.
         self._dedup.record_persisted(pending.producer_name, batch.first_seq, batch.last_seq, position)
-        self._dedup.producer_removed(pending.producer_name)  # idle since its last write; purge_inactive expires it
+        if producer is None or not producer.pending:  # idle since its last write; purge_inactive expires it
+            self._dedup.producer_removed(pending.producer_name)
 
     def _persisted_untracked(self, pending: PendingBatch, position: Position) -> None:
         """A batch accepted while dedup was not enabled landed; if dedup is enabled by now, it counts as the replay
@@ -400,6 +404,7 @@ class KafkaProducers:
                 del self._producers[producer_id]
             else:
                 producer.epoch = producer.persisted_epoch
+                self._dedup.producer_removed(self.producer_name(producer_id, producer.persisted_epoch))
         self._dedup.reset_pushed_to_persisted()
 
     def _remember_failed(self, producer_id: int, batches: list[BatchMetadata], error_code: int) -> None:
@@ -483,9 +488,7 @@ class KafkaProducers:
                 continue
             if self.producer_name(producer_id, producer.persisted_epoch) in names:
                 del self._producers[producer_id]
-        for producer_id, failed in list(self._failed.items()):
-            if self.producer_name(producer_id, failed.epoch) in names:  # a purged producer starts afresh
-                del self._failed[producer_id]
+                self._failed.pop(producer_id, None)  # a purged producer starts afresh
 
 
 def _parse_batch_properties(properties: Mapping[str, int]) -> Iterator[tuple[int, BatchMetadata]]:

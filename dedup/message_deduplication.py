@@ -403,19 +403,18 @@ class MessageDeduplication:
 
     async def _run_snapshot(self, cursor: DedupCursor, position: Position, properties: dict[str, int],
                             recorded: int) -> None:
-        stored = False
         try:
             stored = await self._mark_delete(cursor, position, properties) and cursor is self._cursor
             if stored:
                 self._snapshotted = max(self._snapshotted, recorded)
         finally:
             self._snapshot_task = None
-            # A purge's snapshot, or one the entry count asked for meanwhile, goes next (not after a failure: the
-            # next entry retries that one).
-            due = stored and self._recorded - self._snapshotted >= self._config.entries_interval
-            if (self._snapshot_again or due) and self._enabled:
-                self._snapshot_again = False
-                self._start_snapshot()
+        # A purge's snapshot, or one the entry count asked for meanwhile, goes next (not after a failure: the next
+        # entry retries that one; nor once cancelled: the partition is closing).
+        due = stored and self._recorded - self._snapshotted >= self._config.entries_interval
+        if (self._snapshot_again or due) and self._enabled:
+            self._snapshot_again = False
+            self._start_snapshot()
 
     async def _mark_delete(self, cursor: DedupCursor, position: Position, properties: dict[str, int]) -> bool:
         try:

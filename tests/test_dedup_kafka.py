@@ -394,6 +394,27 @@ async def test_a_purged_producer_is_no_longer_owed_its_failed_writes():
     accepted(partition, PID, 0, 5)  # starts afresh: not "resend 1 first" for ever
 
 
+@pytest.mark.parametrize("bump_before_the_first_lands", [True, False])
+@async_test
+async def test_purge_spares_a_producer_with_an_epoch_bump_in_flight(bump_before_the_first_lands):
+    """Its persisted epoch's name goes when the bump lands; a purge meanwhile would forget the producer while it
+    writes. Once the bump has failed it is idle again, from then on."""
+    partition = await started()
+    accepted(partition, PID, 0, 0)
+    if bump_before_the_first_lands:
+        accepted(partition, PID, 1, 0)
+        partition.persist_next()
+    else:
+        partition.persist_next()
+        accepted(partition, PID, 1, 0)
+    assert partition.dedup.purge_inactive(60, now=10.0**9) == []
+    partition.fail_writes()
+    name = partition.producers.producer_name(PID, 0)
+    since = partition.dedup.inactive[name]
+    assert partition.dedup.purge_inactive(60, now=since + 60) == []
+    assert partition.dedup.purge_inactive(60, now=since + 61) == [name]
+
+
 # -- dedup state being recovered -----------------------------------------------------------------------------------
 
 
