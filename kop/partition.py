@@ -196,7 +196,8 @@ class PartitionLog:
     def retention_floor(self) -> Position | None:
         """Retention never deletes entries the dedup cursor would have to replay, from its older kept snapshot on
         (the one recovery falls back to if the newest record is damaged)."""
-        cursor = self.ledger.cursors.get("pulsar.dedup") if self.dedup.is_enabled else None
+        wanted = self.dedup.is_enabled or self.dedup.awaiting_recovery  # a failed recovery's retry replays too
+        cursor = self.ledger.cursors.get("pulsar.dedup") if wanted else None
         return Position(*cursor.recovery_floor) if cursor is not None else None
 
     async def close(self) -> None:

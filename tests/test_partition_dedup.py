@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import functools
+import time
 
 from dedup import DedupConfig, Status
 from kop.ledger import FileLedgerConfig, FileManagedLedger
@@ -117,6 +118,9 @@ async def test_a_failed_dedup_recovery_answers_retriable_errors_until_a_retry_re
     monkeypatch.setattr(FileManagedLedger, "read_after", read_after)
     partition = await open_partition(tmp_path / "p", recovery_retry_seconds=0)
     assert partition.dedup.status is Status.FAILED
+    # Retention keeps what the retry will replay, even past its limits (a restart rolled the ledger: one is closed).
+    await partition.ledger.trim(int(time.time() * 1000) + 10**6, 0, 0, partition.retention_floor())
+    assert partition.read(0, 1 << 20), "retention deleted the entries the dedup recovery has to replay"
     # The retry of a stored batch is neither accepted (it would be stored twice) nor answered as stored.
     assert await answers(partition.publish_normal(*batch(2, b"c"))) == [(ErrorCode.REQUEST_TIMED_OUT, -1)]
     # That produce started a new recovery; the client's next retry finds it done.
