@@ -366,14 +366,18 @@ class KafkaProducers:
                 producer.notify_idle()
         else:  # failed or reset meanwhile; the entry is durable all the same
             log.warning("persisted batch %s of producer %d was no longer pending", batch, pending.producer_id)
+            self._persisted_untracked(pending, position)
+            return
         # After the batch state, so a snapshot this triggers contains it.
         self._dedup.record_persisted(pending.producer_name, batch.first_seq, batch.last_seq, position)
         if producer is None or not producer.pending:  # idle since its last write; purge_inactive expires it
             self._dedup.producer_removed(pending.producer_name)
 
     def _persisted_untracked(self, pending: PendingBatch, position: Position) -> None:
-        """A batch accepted while dedup was not enabled landed; if dedup is enabled by now, it counts as the replay
-        would have counted it, so a snapshot at or after `position` holds its sequence."""
+        """A batch the state does not expect landed: accepted while dedup was not enabled, or failed or reset
+        meanwhile (reported durable after a later write's failure, against the contract). It is stored all the same,
+        so, if dedup is enabled by now, it counts as a replay would count it: a snapshot at or after `position`
+        holds its sequence, a retry of it is a duplicate, and it is no longer owed as a failed write."""
         if not self._dedup.is_enabled:
             return
         batch, producer_id = pending.batch, pending.producer_id
@@ -385,8 +389,16 @@ class KafkaProducers:
             producer = self._producers[producer_id] = _Producer(epoch=batch.epoch)
         producer.epoch = batch.epoch
         self._apply_persisted(producer_id, producer, batch)
+        failed = self._failed.get(producer_id)
+        if failed is not None and failed.epoch == batch.epoch and batch.last_seq >= failed.first_seq:
+            if batch.last_seq >= failed.last_seq:
+                del self._failed[producer_id]
+            else:
+                self._failed[producer_id] = _FailedWrites(failed.epoch, batch.last_seq + 1, failed.last_seq,
+                                                          failed.error_code)
         self._dedup.record_untracked(pending.producer_name, batch.first_seq, batch.last_seq, position)
-        self._dedup.producer_removed(pending.producer_name)
+        if not producer.pending:
+            self._dedup.producer_removed(pending.producer_name)
 
     def on_write_failed(self, error_code: int) -> None:
         """A write failed and the partition is fenced: fail every write in flight with `error_code` (retriable),

@@ -383,6 +383,27 @@ async def test_writes_before_a_failed_one_land_first_and_the_retries_then_follow
 
 
 @async_test
+async def test_writes_reported_durable_after_a_later_one_failed_still_count():
+    """Against the contract (the storage reports in log order), the writes before a failed one are reported after
+    the failure: they are stored, so they count as stored, and only the rest is owed."""
+    partition = await started()
+    for seq in (0, 1, 2):
+        accepted(partition, PID, 0, seq)
+    landing = partition.in_flight[:2]
+    partition.fail_writes()
+    for write in landing:
+        partition.producers.on_persisted(write.pending, partition.ledger.append(write.metadata, write.first_offset,
+                                                                                write.last_offset))
+    partition.next_offset = partition.ledger.entries[-1].last_offset + 1
+    assert dict(partition.dedup.pushed) == dict(partition.dedup.persisted) == {f"KOP-PID-{PID}-0": 1}
+    assert partition.send(PID, 0, 1) == Duplicate(1, 1, 10_001)
+    assert rejected(partition.send(PID, 0, 3), NOT_LEADER_OR_FOLLOWER)  # 2 is still owed
+    accepted(partition, PID, 0, 2)
+    partition.persist_all()
+    assert partition.stored(PID) == [(0, 0), (1, 1), (2, 2)]
+
+
+@async_test
 async def test_a_purged_producer_is_no_longer_owed_its_failed_writes():
     partition = await started()
     accepted(partition, PID, 0, 0)
