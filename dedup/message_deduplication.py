@@ -383,6 +383,12 @@ class MessageDeduplication:
             return False
         return self._start_snapshot()
 
+    def snapshot_now(self) -> bool:
+        """Snapshot the last recorded position now, even where the cursor already is: every record the cursor keeps
+        (the newest and its fallback) then stands there, so what lies behind them can go. Retention asks for it
+        when those records hold back a ledger it would delete. Returns whether a snapshot was started."""
+        return self._enabled and self._start_snapshot()
+
     async def flush_snapshot(self) -> None:
         """Wait for the snapshots in flight or queued, if any (before closing the partition, and in tests)."""
         while self._snapshot_task is not None:

@@ -123,3 +123,35 @@ def test_segment_configs_below_kafkas_minimum_are_refused(broker):
         future = admin.create_topics([NewTopic("bad", 1, 1, config=config)])["bad"]
         with pytest.raises(Exception, match="at least"):
             future.result(10)
+
+
+def test_retention_by_time_reaches_a_quiet_idempotent_topic_with_dedup_on(tmp_path):
+    """Deduplication is on by default, and its cursor's records (the snapshot and its fallback) would hold a quiet
+    topic's ledger for ever: no new entry means no new snapshot. Retention snapshots again at the last entry, deletes
+    the ledger, and the producer's state survives the deletion and a kill -9."""
+    proc = BrokerProcess(str(tmp_path / "data"), admin_port=0, config={"retention_check_interval_ms": "200"}).start()
+    try:
+        create(proc, "quiet-idem", **{"retention.ms": "1000"})
+        from confluent_kafka import Producer
+        producer = Producer({"bootstrap.servers": proc.bootstrap, "enable.idempotence": True, "linger.ms": 0})
+        reports = []
+        for i in range(5):
+            producer.produce("quiet-idem", value=b"v%d" % i, partition=0,
+                             on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+            producer.flush(10)
+        assert reports == [(None, i) for i in range(5)]
+        assert eventually(lambda: offsets(proc, "quiet-idem") == (5, 5)), (offsets(proc, "quiet-idem"),
+                                                                           ledgers(proc, "quiet-idem"))
+        producer.produce("quiet-idem", value=b"v5", partition=0,
+                         on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+        producer.flush(10)
+        assert reports[-1] == (None, 5)  # the same producer goes on where it was
+        proc.kill()
+        proc.start()  # dedup recovery with its snapshot's ledger deleted
+        producer.produce("quiet-idem", value=b"v6", partition=0,
+                         on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+        producer.flush(30)
+        assert reports[-1] == (None, 6)
+        assert [m.value for m in kp_consume_all(proc.bootstrap, "quiet-idem", 2)] == [b"v5", b"v6"]
+    finally:
+        proc.stop()

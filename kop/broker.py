@@ -87,7 +87,7 @@ class Broker:
             retention_ms = int(topic.configs.get("retention.ms", self.config.retention_ms))
             retention_bytes = int(topic.configs.get("retention.bytes", self.config.retention_bytes))
             for partition in topic.partitions:
-                await partition.ledger.trim(now, retention_ms, retention_bytes, partition.retention_floor())
+                await partition.enforce_retention(now, retention_ms, retention_bytes)
 
     async def _dedup_snapshot_loop(self) -> None:
         """PIP-6 time-based snapshots: each partition whose last snapshot is older than its interval policy."""

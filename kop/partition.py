@@ -193,6 +193,15 @@ class PartitionLog:
 
     # ---- housekeeping
 
+    async def enforce_retention(self, now_ms: int, retention_ms: int, retention_bytes: int) -> int:
+        """Delete the ledgers retention allows; returns how many. When the dedup cursor's records hold back a
+        ledger that is due (a quiet topic: no new snapshot moves them), snapshot again at the last entry so the
+        next pass can delete it. Pulsar's time-based snapshot does not move a cursor already at the last entry."""
+        result = await self.ledger.trim(now_ms, retention_ms, retention_bytes, self.retention_floor())
+        if result.held_back and self.dedup.snapshot_now():
+            log.info("%s: dedup snapshot taken so retention can delete the ledgers behind it", self.name)
+        return result.deleted
+
     def retention_floor(self) -> Position | None:
         """Retention never deletes entries the dedup cursor would have to replay, from its older kept snapshot on
         (the one recovery falls back to if the newest record is damaged)."""

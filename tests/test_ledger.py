@@ -222,12 +222,15 @@ def test_retention_deletes_whole_old_ledgers_but_not_what_a_cursor_needs(tmp_pat
         positions = await append(ml, 100)
         ledgers_before = len({p.ledger_id for p in positions})
         keep = positions[40]
-        deleted = await ml.trim(now_ms=1 << 60, retention_ms=0, retention_bytes=-1, keep_from=keep)
-        assert deleted > 0
+        held = await ml.trim(now_ms=1 << 60, retention_ms=0, retention_bytes=-1, keep_from=keep)
+        assert held.deleted > 0 and held.held_back
         assert ml.start_index <= 80  # offsets from the cursor's ledger on are still there
         assert ml.read_from_index(ml.start_index, 1 << 20)[0].position.ledger_id <= keep.ledger_id
-        deleted_all = await ml.trim(now_ms=1 << 60, retention_ms=0, retention_bytes=-1, keep_from=None)
-        assert deleted + deleted_all < ledgers_before + 1
+        rest = await ml.trim(now_ms=1 << 60, retention_ms=0, retention_bytes=-1, keep_from=None)
+        assert not rest.held_back
+        # every ledger with entries went (the current one was rolled first, all of it past retention)
+        assert held.deleted + rest.deleted == ledgers_before
+        assert [l.entries for l in ml.internal_stats().ledgers] == [0]
         assert ml.start_index > 80
         assert ml.read_from_index(10, 100) == []
         await ml.close()
@@ -267,8 +270,9 @@ def test_delete_before_hides_records_durably_and_trim_removes_whole_ledgers_belo
         assert ml.read_from_index(150, 1 << 20) == []
         assert ml.read_from_index(151, 1 << 20)[0].first_index == 150  # the entry holding 151
         keep = positions[10]
-        assert await ml.trim(now_ms=0, retention_ms=-1, retention_bytes=-1, keep_from=keep) == 0  # a cursor needs them
-        deleted = await ml.trim(now_ms=0, retention_ms=-1, retention_bytes=-1, keep_from=None)
+        held = await ml.trim(now_ms=0, retention_ms=-1, retention_bytes=-1, keep_from=keep)
+        assert held.deleted == 0 and held.held_back  # a cursor needs them
+        deleted = (await ml.trim(now_ms=0, retention_ms=-1, retention_bytes=-1, keep_from=None)).deleted
         assert deleted > 0 and ml.start_index == 151
         assert ml.internal_stats().ledgers[0].entries  # the ledger holding 150 stays
         assert await ml.delete_before(10_000) == 200  # at most the durable end
@@ -305,15 +309,15 @@ def test_retention_by_size_deletes_the_oldest_ledgers_beyond_retention_bytes(tmp
         sizes = [l.size for l in ml.internal_stats().ledgers if l.entries]
         assert len(sizes) >= 10
         limit = 3000
-        deleted = await ml.trim(now_ms=0, retention_ms=-1, retention_bytes=limit, keep_from=None)
+        deleted = (await ml.trim(now_ms=0, retention_ms=-1, retention_bytes=limit, keep_from=None)).deleted
         remaining = [l.size for l in ml.internal_stats().ledgers if l.entries]
         assert deleted == len(sizes) - len(remaining) > 0
         # Kafka's rule: delete the oldest while what remains without it is still at least retention.bytes
         assert sum(remaining) - remaining[0] < limit <= sum(remaining)
         assert ml.start_index == ml.read_from_index(ml.start_index, 1)[0].first_index > 0
         assert ml.confirmed_end_index == 60
-        assert await ml.trim(now_ms=0, retention_ms=-1, retention_bytes=limit, keep_from=None) == 0  # stable
-        assert await ml.trim(now_ms=0, retention_ms=-1, retention_bytes=-1, keep_from=None) == 0  # -1: no limit
+        assert (await ml.trim(now_ms=0, retention_ms=-1, retention_bytes=limit, keep_from=None)).deleted == 0
+        assert (await ml.trim(now_ms=0, retention_ms=-1, retention_bytes=-1, keep_from=None)).deleted == 0  # no limit
         await ml.close()
         ml = open_ml(tmp_path, FileLedgerConfig(max_ledger_bytes=1000))
         assert [l.size for l in ml.internal_stats().ledgers if l.entries] == remaining
@@ -329,15 +333,17 @@ def test_an_idle_current_ledger_is_rolled_by_age_so_retention_reaches_it(tmp_pat
         ml.set_rollover(256 * 1024 * 1024, 60_000)
         await append(ml, 3)
         now = int(time.time() * 1000)
-        assert await ml.trim(now_ms=now, retention_ms=3_600_000, retention_bytes=-1, keep_from=None) == 0
+        assert (await ml.trim(now_ms=now, retention_ms=3_600_000, retention_bytes=-1,
+                              keep_from=None)).deleted == 0
         assert len(ml.internal_stats().ledgers) == 1  # younger than a minute: still the current one
         later = now + 120_000
-        assert await ml.trim(now_ms=later, retention_ms=3_600_000, retention_bytes=-1, keep_from=None) == 0
+        assert (await ml.trim(now_ms=later, retention_ms=3_600_000, retention_bytes=-1,
+                              keep_from=None)).deleted == 0
         stats = ml.internal_stats()
         assert [l.entries for l in stats.ledgers] == [3, 0]  # rolled, kept: within retention
         assert stats.current_ledger_id == stats.ledgers[1].ledger_id
-        assert await ml.trim(now_ms=later + 3_600_000, retention_ms=3_600_000, retention_bytes=-1,
-                             keep_from=None) == 1
+        assert (await ml.trim(now_ms=later + 3_600_000, retention_ms=3_600_000, retention_bytes=-1,
+                              keep_from=None)).deleted == 1
         assert (ml.start_index, ml.confirmed_end_index) == (6, 6)
         (after,) = await append(ml, 1)
         assert ml.read_from_index(6, 1 << 20)[0].position == after
@@ -351,8 +357,9 @@ def test_a_current_ledger_wholly_past_retention_is_rolled_and_deleted(tmp_path):
         ml = open_ml(tmp_path, FileLedgerConfig())
         await append(ml, 3)
         now = int(time.time() * 1000)
-        assert await ml.trim(now_ms=now + 10_000, retention_ms=60_000, retention_bytes=-1, keep_from=None) == 0
-        assert await ml.trim(now_ms=now + 120_000, retention_ms=60_000, retention_bytes=-1, keep_from=None) == 1
+        early, due = now + 10_000, now + 120_000
+        assert (await ml.trim(now_ms=early, retention_ms=60_000, retention_bytes=-1, keep_from=None)).deleted == 0
+        assert (await ml.trim(now_ms=due, retention_ms=60_000, retention_bytes=-1, keep_from=None)).deleted == 1
         assert (ml.start_index, ml.confirmed_end_index) == (6, 6)
         await ml.close()
     run(scenario())

@@ -2,9 +2,9 @@
 from kop.ledger.errors import (CursorNotFoundError, InvalidMarkDeleteError, LedgerClosedError, LedgerFencedError,
                                LedgerWriteError, ManagedLedgerError)
 from kop.ledger.file_ledger import FileLedgerConfig, FileManagedLedger
-from kop.ledger.interface import Entry, ManagedLedger
+from kop.ledger.interface import Entry, ManagedLedger, TrimResult
 from kop.ledger.position import BEFORE_FIRST, Position
 
 __all__ = ["BEFORE_FIRST", "CursorNotFoundError", "Entry", "FileLedgerConfig", "FileManagedLedger",
            "InvalidMarkDeleteError", "LedgerClosedError", "LedgerFencedError", "LedgerWriteError", "ManagedLedger",
-           "ManagedLedgerError", "Position"]
+           "ManagedLedgerError", "Position", "TrimResult"]

@@ -25,7 +25,7 @@ from kop.ledger.cursor_log import CursorLog, ManagedCursor
 from kop.ledger.errors import LedgerClosedError, LedgerWriteError
 from kop.ledger.framed_file import makedirs_durable, replace_atomically
 from kop.ledger.group_commit import GroupCommit
-from kop.ledger.interface import CursorStats, Entry, LedgerInternalStats, LedgerStats, ManagedLedger
+from kop.ledger.interface import CursorStats, Entry, LedgerInternalStats, LedgerStats, ManagedLedger, TrimResult
 from kop.ledger.ledger_file import LedgerFile, RawEntry
 from kop.ledger.position import BEFORE_FIRST, Position
 from kop.ledger.time_index import NO_TIMESTAMP
@@ -465,7 +465,8 @@ class FileManagedLedger(ManagedLedger):
             log.info("%s: records before offset %d deleted", self.name, index)
         return self._start_index
 
-    async def trim(self, now_ms: int, retention_ms: int, retention_bytes: int, keep_from: Position | None) -> int:
+    async def trim(self, now_ms: int, retention_ms: int, retention_bytes: int,
+                   keep_from: Position | None) -> TrimResult:
         expired = retention_ms >= 0 and now_ms - self._last_append_ms > retention_ms
         due = self._roll_due(now_ms) or (self._current.entries and expired)
         if due and not self._closed and not self._group.failing:  # a failing ledger rolls once its writes failed
@@ -482,7 +483,7 @@ class FileManagedLedger(ManagedLedger):
             if not (expired or oversized or deleted_records):
                 break
             if keep_from is not None and keep_from < Position(oldest.ledger_id, oldest.entries - 1):
-                break  # a cursor that must be replayed from still needs it
+                return TrimResult(deleted, held_back=True)  # a cursor that must be replayed from still needs it
             self._ledgers.pop(0)
             total -= oldest.size
             nxt = self._ledgers[0]
@@ -490,7 +491,7 @@ class FileManagedLedger(ManagedLedger):
             self._write_info()
             oldest.delete_files()
             deleted += 1
-        return deleted
+        return TrimResult(deleted, held_back=False)
 
     async def close(self) -> None:
         if self._closed:

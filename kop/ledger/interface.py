@@ -49,6 +49,12 @@ class LedgerInternalStats:
     cursors: tuple[CursorStats, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class TrimResult:
+    deleted: int  # ledgers deleted
+    held_back: bool  # a ledger past retention was kept only because keep_from still needs it
+
+
 class ManagedLedger(ABC):
     name: str
 
@@ -141,10 +147,11 @@ class ManagedLedger(ABC):
         Returns the new start_index."""
 
     @abstractmethod
-    async def trim(self, now_ms: int, retention_ms: int, retention_bytes: int, keep_from: Position | None) -> int:
+    async def trim(self, now_ms: int, retention_ms: int, retention_bytes: int,
+                   keep_from: Position | None) -> TrimResult:
         """Delete whole closed ledgers past retention or wholly below delete_before, never one holding entries
         after keep_from. The current ledger is closed first when its roll is due or all of it is past retention_ms,
-        so retention reaches a quiet topic's last records. Returns the number of ledgers deleted."""
+        so retention reaches a quiet topic's last records."""
 
     @abstractmethod
     async def close(self) -> None: ...
