@@ -45,8 +45,9 @@ def test_kafka_python_admin_errors(broker):
         _raise_on_error(admin.create_topics([NewTopic("k1", num_partitions=2, replication_factor=1)]))
     with pytest.raises(InvalidPartitionsError):
         _raise_on_error(admin.create_partitions({"k1": KpNewPartitions(total_count=1)}))
-    broker_configs = admin.describe_configs([KpConfigResource(ConfigResourceType.BROKER, "1")])
-    assert broker_configs
+    broker_configs = admin.describe_configs([KpConfigResource(ConfigResourceType.BROKER, "1")],
+                                            config_filter="all")["broker"]["1"]
+    assert broker_configs["broker.id"]["value"] == "1"
     cluster = admin.describe_cluster()
     assert cluster["cluster_id"] == "kop-standalone"
     assert [b["port"] for b in cluster["brokers"]] == [broker.port]
@@ -234,6 +235,8 @@ def test_broker_configs_report_their_values_and_where_they_come_from(broker_fact
     assert configs["advertised.listeners"]["value"] == f"PLAINTEXT://127.0.0.1:{b.port}"
     assert configs["advertised.listeners"]["config_source"] == "DEFAULT_CONFIG"
     assert configs["message.max.bytes"]["config_source"] == "DEFAULT_CONFIG"
+    assert configs["max.in.flight.bytes.per.connection"]["value"] == str(10 * 1024 * 1024)
+    assert configs["queued.max.request.bytes"]["value"] == "-1"
     assert all(c["read_only"] for c in configs.values())  # AlterConfigs refuses broker configs
 
 

@@ -67,6 +67,8 @@ class Broker:
         self._connections.add(task)
         try:
             await Connection(self, reader, writer).run()
+        except asyncio.CancelledError:
+            pass  # stop() ends every connection; asyncio would log each one as an error
         finally:
             self._connections.discard(task)
 
