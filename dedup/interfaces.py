@@ -69,7 +69,9 @@ class DedupLedger(EntrySource, Protocol):
 
     async def open_cursor(self, name: str) -> DedupCursor:
         """The named cursor; a new one starts at the end of the log with no properties (Pulsar's default), and is
-        durable when returned: a crash must not bring it back "at the end" of a longer log, skipping a replay."""
+        durable when returned: a crash must not bring it back "at the end" of a longer log, skipping a replay. A
+        cursor the storage may have lost (its records damaged) comes back before the first entry, with no
+        properties, so the replay covers everything still stored."""
         ...
 
     async def delete_cursor(self, name: str) -> None:

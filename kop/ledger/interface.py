@@ -126,7 +126,8 @@ class ManagedLedger(ABC):
 
     @abstractmethod
     def open_cursor(self, name: str, initial: Position | None = None):
-        """The cursor `name`, created at `initial` (default: the last confirmed entry) if it does not exist."""
+        """The cursor `name`, created at `initial` (default: the last confirmed entry) if it does not exist, or
+        before the first entry if its records may have been lost to damage (never later than what it had)."""
 
     @abstractmethod
     async def delete_cursor(self, name: str) -> None: ...
