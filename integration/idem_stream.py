@@ -7,7 +7,6 @@ partitions). Every runner returns one Report per value. `check_stream` compares 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -203,13 +202,3 @@ RUNNERS: dict[str, Runner] = {
     "kafka-python": kafka_python_stream,
     "aiokafka": aiokafka_stream,
 }
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
-    """Poll `condition` until it holds or `timeout` passes; returns whether it held."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return condition()

@@ -2,22 +2,15 @@
 kop process: listing (with state filters), describing (members and their assignments), deleting groups (refused
 while members are in them) and their offsets (refused for topics a live group subscribes to), reading every
 offset of several groups at once, and resetting an idle group's offsets."""
-import time
 
 import pytest
 
 from integration.test_groups_clients import ThreadMember, create_topic, produce
+from integration.waiting import wait_for
 
 TOPIC = "admin-topic"
 
 
-def wait_for(predicate, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture

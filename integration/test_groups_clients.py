@@ -9,7 +9,6 @@ each poll; a batch polled across a generation change is not attributed to either
 """
 import asyncio
 import json
-import os
 import signal
 import struct
 import subprocess

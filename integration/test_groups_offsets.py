@@ -9,18 +9,11 @@ import pytest
 
 from integration.java_client import java_available, java_unavailable_reason
 from integration.test_groups_clients import create_topic, produce
+from integration.waiting import wait_for
 
 N = 100
 
 
-def wait_for(predicate, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def fetch_committed(bootstrap: str, group: str) -> dict[tuple[str, int], tuple[int, str]]:

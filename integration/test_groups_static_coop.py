@@ -14,6 +14,7 @@ import pytest
 from integration.java_client import java_available, java_unavailable_reason
 from integration.test_groups_clients import create_topic, produce
 from integration.test_groups_java import Trickle, java_group_consume, run_member
+from integration.waiting import wait_for
 
 PARTITIONS = 6
 needs_java = pytest.mark.skipif(not java_available(), reason=java_unavailable_reason())
@@ -24,13 +25,6 @@ def group_broker(broker_factory):
     return broker_factory({"group.min.session.timeout.ms": "1000"})
 
 
-def wait_for(predicate, what: str, timeout: float = 40.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 # ---- Java
@@ -149,16 +143,16 @@ def test_confluent_static_member_restart_keeps_its_partitions_without_a_rebalanc
     static = {"session.timeout.ms": 10000, "partition.assignment.strategy": "range"}
     b = CkMember(bootstrap, topic, group, **{"group.instance.id": "static-b"}, **static)
     a1 = CkMember(bootstrap, topic, group, **{"group.instance.id": "static-a"}, **static)
-    wait_for(lambda: len(a1.assignment()) == 3 and len(b.assignment()) == 3, "two static members sharing")
+    wait_for(lambda: len(a1.assignment()) == 3 and len(b.assignment()) == 3, "two static members sharing", timeout=40)
     kept = a1.assignment()
     b_events = list(b.events)
     a1.close()  # a static member does not leave the group on close
     a2 = CkMember(bootstrap, topic, group, **{"group.instance.id": "static-a"}, **static)
     try:
-        wait_for(lambda: a2.assignment(), "the restarted member's assignment")
+        wait_for(lambda: a2.assignment(), "the restarted member's assignment", timeout=40)
         assert a2.assignment() == kept
         produce(bootstrap, topic, 60, 60)
-        wait_for(lambda: {str(i) for i in range(120)} <= set(a1.values + a2.values + b.values), "every record")
+        wait_for(lambda: {str(i) for i in range(120)} <= set(a1.values + a2.values + b.values), "every record", timeout=40)
         assert b.events == b_events, "b was rebalanced by a's restart"
     finally:
         a2.close()
@@ -171,12 +165,12 @@ def test_confluent_cooperative_sticky_moves_only_the_partitions_that_change_owne
     produce(bootstrap, topic, 0, 60)
     coop = {"session.timeout.ms": 6000, "partition.assignment.strategy": "cooperative-sticky"}
     a = CkMember(bootstrap, topic, group, **coop)
-    wait_for(lambda: len(a.assignment()) == PARTITIONS, "a alone")
+    wait_for(lambda: len(a.assignment()) == PARTITIONS, "a alone", timeout=40)
     b = CkMember(bootstrap, topic, group, **coop)
     try:
-        wait_for(lambda: len(a.assignment()) == 3 and len(b.assignment()) == 3, "a and b sharing")
+        wait_for(lambda: len(a.assignment()) == 3 and len(b.assignment()) == 3, "a and b sharing", timeout=40)
         produce(bootstrap, topic, 60, 60)
-        wait_for(lambda: {str(i) for i in range(120)} <= set(a.values + b.values), "every record")
+        wait_for(lambda: {str(i) for i in range(120)} <= set(a.values + b.values), "every record", timeout=40)
         assert a.events[0] == ("assign", frozenset(range(PARTITIONS)))
         revokes = [parts for kind, parts in a.events if kind == "revoke"]
         assert revokes == [frozenset(range(PARTITIONS)) - a.assignment()], a.events

@@ -13,7 +13,8 @@ import pytest
 
 from integration.fault_proxy import FaultProxy
 from integration.idem_raw import RawKafka, read_topic
-from integration.idem_stream import DELIVERY_TIMEOUT_S, Report, check_stream, stream_values, wait_until
+from integration.idem_stream import DELIVERY_TIMEOUT_S, Report, check_stream, stream_values
+from integration.waiting import wait_until
 from integration.java_client import java_available, java_produce, java_unavailable_reason
 
 PARTITIONS = 3

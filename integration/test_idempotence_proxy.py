@@ -4,7 +4,7 @@ import pytest
 
 from integration.fault_proxy import BatchIdentity, CutPolicy, FaultProxy
 from integration.idem_raw import RawKafka, idempotent_batch, plain_batch, read_topic
-from integration.idem_stream import wait_until
+from integration.waiting import wait_until
 
 TOPIC = "proxied"
 

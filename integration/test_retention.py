@@ -9,7 +9,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from integration.broker_process import BrokerProcess
 from integration.clients import ck_produce, kp_consume_all
-from integration.idem_stream import wait_until
+from integration.waiting import wait_until
 from kop.admin.client import AdminClient as KopAdmin, topic_resource
 
 FAST_RETENTION = {"retention_check_interval_ms": "200", "brokerDeduplicationEnabled": "false"}

@@ -5,7 +5,7 @@ import pytest
 
 from integration.broker_process import BrokerProcess
 from integration.idem_raw import RawKafka, idempotent_batch, plain_batch, read_topic
-from integration.idem_stream import wait_until
+from integration.waiting import wait_until
 from kop.admin.client import AdminClient, topic_resource
 
 TOPIC = "isolated"

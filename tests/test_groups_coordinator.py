@@ -6,7 +6,6 @@ import shutil
 import struct
 import tempfile
 
-import pytest
 
 from kop.broker import Broker
 from kop.config import BrokerConfig
