@@ -38,13 +38,17 @@ _RDK_NAME = re.compile(r"^\d{4}_\w+$")
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m compat.run", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="only the tests tagged `quick` (a few minutes)")
-    parser.add_argument("--idempotent-only", action="store_true", help="only librdkafka's -P pass")
+    passes = parser.add_mutually_exclusive_group()
+    passes.add_argument("--idempotent-only", action="store_true", help="only librdkafka's -P pass")
+    passes.add_argument("--plain-only", action="store_true", help="only librdkafka's plain pass (no -P)")
     parser.add_argument(
         "--tests",
         help="comma list, allowlisted or not: librdkafka numbers/names (0001,0090_idempotence), kafka-python "
         "node ids (test_producer_integration.py::test_end_to_end[gzip]), or 'all' / 'all-librdkafka' / "
         "'all-kafka-python' for every test of the suite that needs a broker",
     )
+    parser.add_argument("--full", action="store_true",
+                        help="with --tests: run the chosen librdkafka tests without -Q, as if tagged `full`")
     parser.add_argument("--suite", choices=["all", "librdkafka", "kafka-python"], default="all")
     parser.add_argument("--kop-commit", metavar="REV",
                         help="test this commit of kop (exported with git archive), not the working tree")
@@ -91,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         print(result.summary_line())
     if len(results) > 1:
         print(total_line(results))
-    full_run = not (args.quick or args.idempotent_only or requested) and args.suite == "all"
+    full_run = not (args.quick or args.idempotent_only or args.plain_only or requested) and args.suite == "all"
     if full_run:
         write_compatibility_md(REPO_ROOT / "COMPATIBILITY.md", results, build_cache_dir(), kop_revision())
         print("compat: wrote COMPATIBILITY.md")
@@ -112,6 +116,8 @@ def run_librdkafka(args: argparse.Namespace, requested: list[str], command: str,
     full = frozenset(entry.name for entry in allow if "full" in entry.tags)
     if requested:
         plain = idempotent = _select_librdkafka(requested, broker_tests)
+        if args.full:
+            full = frozenset(test.name for test in plain)
     else:
         chosen = [entry for entry in allow if not args.quick or "quick" in entry.tags]
         plain = [by_name[entry.name] for entry in chosen]
@@ -119,7 +125,8 @@ def run_librdkafka(args: argparse.Namespace, requested: list[str], command: str,
 
     version = f"librdkafka {rdk_build.LIBRDKAFKA_VERSION} (node-rdkafka {rdk_build.NPM_VERSION})"
     passes = [] if args.idempotent_only else [("librdkafka", "librdkafka test suite", plain, False)]
-    passes.append(("librdkafka-idempotent", "librdkafka test suite, idempotent producer (-P)", idempotent, True))
+    if not args.plain_only:
+        passes.append(("librdkafka-idempotent", "librdkafka test suite, idempotent producer (-P)", idempotent, True))
     results = []
     for label, suite, tests, idem in passes:
         print(f"compat: {label}: {len(tests)} tests (test-runner "
