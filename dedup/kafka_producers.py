@@ -123,32 +123,33 @@ class BatchMetadata(NamedTuple):  # built for every batch, like Accept
 class PendingBatch:
     """A batch accepted and not yet durable; the handle the caller passes back to `on_persisted`."""
 
-    __slots__ = ("producer_id", "producer_name", "batch", "tracked", "_waiters")
+    __slots__ = ("producer_id", "producer_name", "batch", "tracked", "waiters")
 
     def __init__(self, producer_id: int, producer_name: str, batch: BatchMetadata, tracked: bool = True) -> None:
         self.producer_id = producer_id
         self.producer_name = producer_name
         self.batch = batch
         self.tracked = tracked  # False: accepted while dedup was not enabled; only its identity is kept
-        self._waiters: list[asyncio.Future[Duplicate]] = []
+        # The retries waiting for its outcome. Rare, so None until the first: the list would cost every batch.
+        self.waiters: list[asyncio.Future[Duplicate]] | None = None
 
     def waiter(self) -> asyncio.Future[Duplicate]:
         # One future per waiter: a waiter that times out cancels only its own.
         future: asyncio.Future[Duplicate] = asyncio.get_running_loop().create_future()
         future.add_done_callback(_mark_exception_retrieved)
-        self._waiters.append(future)
+        if self.waiters is None:
+            self.waiters = []
+        self.waiters.append(future)
         return future
 
     def succeed(self) -> None:
-        if not self._waiters:
-            return
         b = self.batch
-        for future in self._waiters:
+        for future in self.waiters or ():
             if not future.done():
                 future.set_result(Duplicate(b.base_offset, b.last_offset, b.timestamp))
 
     def fail(self, error_code: int) -> None:
-        for future in self._waiters:
+        for future in self.waiters or ():
             if not future.done():
                 future.set_exception(WriteFailed(error_code))
 
@@ -166,6 +167,9 @@ class _Producer:
     persisted: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=RECENT_BATCHES))
     pending: deque[PendingBatch] = field(default_factory=deque)
     idle_waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    # (epoch, its producer name), kept by on_pushed: the next batch of that epoch reuses the string (and its hash)
+    # instead of formatting a new one. Keyed by the epoch, so it can be stale but never wrong.
+    named: tuple[int | None, str] = (None, "")
 
     def cached(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | PendingBatch | None:
         for pending in self.pending:
@@ -226,7 +230,7 @@ class KafkaProducers:
         self._prefix = name_prefix
         self._producers: dict[int, _Producer] = {}
         self._failed: dict[int, _FailedWrites] = {}
-        self._pushed = dedup.pushed  # a live view, read for every batch
+        self._pushed_sequence_id = dedup.pushed_sequence_id  # a bound dict.get, read for every batch
         dedup.attach(self)
 
     def producer_name(self, producer_id: int, producer_epoch: int) -> str:
@@ -254,13 +258,17 @@ class KafkaProducers:
             raise ValueError("batches without a producer id bypass deduplication")
         if not 0 <= base_sequence <= MAX_SEQUENCE or last_offset_delta < 0:
             raise ValueError(f"bad sequence range: base {base_sequence}, last offset delta {last_offset_delta}")
-        name = self.producer_name(producer_id, producer_epoch)
         if not self._dedup.is_enabled:
             if self._dedup.awaiting_recovery:  # wanted, but the state to judge it by is not rebuilt yet
                 return Reject(REQUEST_TIMED_OUT, "the partition's deduplication state is being recovered, retry")
-            return Accept(producer_id, producer_epoch, name, base_sequence, base_sequence + last_offset_delta)
+            return Accept(producer_id, producer_epoch, self.producer_name(producer_id, producer_epoch), base_sequence,
+                          base_sequence + last_offset_delta)
 
         producer = self._producers.get(producer_id)
+        if producer is not None and producer.named[0] == producer_epoch:
+            name = producer.named[1]
+        else:
+            name = self.producer_name(producer_id, producer_epoch)
         if producer is not None and producer_epoch < producer.epoch:
             return Reject(INVALID_PRODUCER_EPOCH, f"producer {producer_id}: epoch {producer_epoch} is older than "
                                                   f"the current epoch {producer.epoch}")
@@ -274,7 +282,7 @@ class KafkaProducers:
                                                             f"must start at sequence 0, got {base_sequence}")
             return Accept(producer_id, producer_epoch, name, 0, last_offset_delta)
 
-        last_pushed = self._pushed.get(name)
+        last_pushed = self._pushed_sequence_id(name)
         if last_pushed is None:  # nothing known for this producer: any sequence starts it (Kafka >= 2.5, never 59)
             return Accept(producer_id, producer_epoch, name, base_sequence, base_sequence + last_offset_delta)
         if base_sequence == (last_pushed + 1) % SEQUENCE_MODULUS:
@@ -333,6 +341,8 @@ class KafkaProducers:
         if producer is None:
             producer = self._producers[producer_id] = _Producer(epoch=epoch)
         producer.epoch = epoch
+        if producer.named[0] != epoch:
+            producer.named = (epoch, name)
         if producer.persisted_epoch != epoch and producer.persisted_epoch is not None:
             # An epoch bump in flight: the persisted epoch's name goes once the bump lands, not by a purge meanwhile.
             self._dedup.producer_added(self.producer_name(producer_id, producer.persisted_epoch))
@@ -361,17 +371,18 @@ class KafkaProducers:
                 persisted.append(batch)  # the next batch of the epoch, the common case of _apply_persisted
             else:
                 self._apply_persisted(pending.producer_id, producer, batch)
-            pending.succeed()
+            if pending.waiters is not None:
+                pending.succeed()
             if not producer.pending and producer.idle_waiters:
                 producer.notify_idle()
         else:  # failed or reset meanwhile; the entry is durable all the same
             log.warning("persisted batch %s of producer %d was no longer pending", batch, pending.producer_id)
             self._persisted_untracked(pending, position)
             return
-        # After the batch state, so a snapshot this triggers contains it.
-        self._dedup.record_persisted(pending.producer_name, batch.first_seq, batch.last_seq, position)
-        if producer is None or not producer.pending:  # idle since its last write; purge_inactive expires it
-            self._dedup.producer_removed(pending.producer_name)
+        # After the batch state, so a snapshot this triggers contains it. A producer with nothing else in flight is
+        # idle since this write: purge_inactive expires it after the timeout.
+        self._dedup.record_persisted(pending.producer_name, batch.first_seq, batch.last_seq, position,
+                                     not producer.pending)
 
     def _persisted_untracked(self, pending: PendingBatch, position: Position) -> None:
         """A batch the state does not expect landed: accepted while dedup was not enabled, or failed or reset

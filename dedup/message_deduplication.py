@@ -112,11 +112,16 @@ class MessageDeduplication:
         self._log_name = log_name
         self._extension: DedupExtension | None = None
         self._status = Status.INITIALIZED
-        self._enabled = False  # status is ENABLED; read for every batch, so kept as a plain attribute
+        # Read for every batch, so plain attributes rather than properties (a property is a Python call each time).
+        self.is_enabled = False  # status is ENABLED; only _set_status changes it
         self._cursor: DedupCursor | None = None
         self._pushed: dict[str, int] = {}
         self._pushed_view = MappingProxyType(self._pushed)  # live, read-only
         self._persisted: dict[str, int] = {}
+        # name -> highest sequence id, or None: both dicts are only ever changed in place, so the bound `get`s stay
+        # live (a bound dict method is several times cheaper than a method or a MappingProxyType's get).
+        self.pushed_sequence_id: Callable[[str], int | None] = self._pushed.get
+        self.persisted_sequence_id: Callable[[str], int | None] = self._persisted.get
         self._inactive: dict[str, float] = {}  # name -> time it went inactive
         self._recorded = 0  # entries recorded since the recovery, replayed ones included
         self._snapshotted = 0  # how many of those the stored snapshot covers
@@ -140,13 +145,9 @@ class MessageDeduplication:
     def status(self) -> Status:
         return self._status
 
-    @property
-    def is_enabled(self) -> bool:
-        return self._enabled
-
     def _set_status(self, status: Status) -> None:
         self._status = status
-        self._enabled = status is Status.ENABLED
+        self.is_enabled = status is Status.ENABLED
 
     @property
     def awaiting_recovery(self) -> bool:
@@ -169,12 +170,6 @@ class MessageDeduplication:
     @property
     def last_recorded_position(self) -> Position | None:
         return self._last_recorded_position
-
-    def pushed_sequence_id(self, name: str) -> int | None:
-        return self._pushed.get(name)
-
-    def persisted_sequence_id(self, name: str) -> int | None:
-        return self._persisted.get(name)
 
     def last_sequence_id(self, name: str) -> int:
         """What a (re)connecting producer resumes from (Pulsar's `last_sequence_id`): pushed, or -1."""
@@ -314,7 +309,7 @@ class MessageDeduplication:
 
     def is_duplicate(self, name: str, sequence_id: int, highest_sequence_id: int) -> DupStatus:
         """Pulsar's isDuplicateNormal: a batch is judged by its lowest id; NotDup advances pushed to its highest."""
-        if not self._enabled:
+        if not self.is_enabled:
             return DupStatus.NOT_DUP
         last_pushed = self._pushed.get(name)
         if last_pushed is not None and sequence_id <= last_pushed:
@@ -325,32 +320,32 @@ class MessageDeduplication:
         self._pushed[name] = highest_sequence_id if highest_sequence_id > sequence_id else sequence_id
         return _NOT_DUP
 
-    def record_persisted(self, name: str | None, sequence_id: int, highest_sequence_id: int,
-                         position: Position) -> None:
+    def record_persisted(self, name: str | None, sequence_id: int, highest_sequence_id: int, position: Position,
+                         idle: bool = False) -> None:
         """An entry is durable at `position` (call in log order). `name=None`: an entry without dedup identity,
-        counted all the same so the replay after a snapshot stays short."""
-        if not self._enabled:
+        counted all the same so the replay after a snapshot stays short. `idle`: the producer has nothing else in
+        flight, so from now on it is inactive (`producer_removed`, folded in: this runs for every batch)."""
+        if not self.is_enabled:
             return
         if name is not None:
             self._persisted[name] = highest_sequence_id if highest_sequence_id > sequence_id else sequence_id
-        self._count(position)
+            if idle:
+                self._inactive[name] = self._clock()
+        self._last_recorded_position = position
+        self._recorded += 1
+        if self._recorded - self._snapshotted >= self._config.entries_interval and self._snapshot_task is None:
+            self._start_snapshot()
 
     def record_untracked(self, name: str, sequence_id: int, highest_sequence_id: int, position: Position) -> None:
         """An entry accepted before dedup was enabled became durable after: take its ids as a replay would (Pulsar
         records them from the publish context), so no snapshot covers its position without them."""
-        if not self._enabled:
+        if not self.is_enabled:
             return
         value = max(sequence_id, highest_sequence_id)
         if value > self._persisted.get(name, -1):
             self._persisted[name] = value
             self._pushed[name] = max(value, self._pushed.get(name, value))
-        self._count(position)
-
-    def _count(self, position: Position) -> None:
-        self._last_recorded_position = position
-        self._recorded += 1
-        if self._recorded - self._snapshotted >= self._config.entries_interval and self._snapshot_task is None:
-            self._start_snapshot()
+        self.record_persisted(None, 0, 0, position)  # counted as any entry
 
     def reset_pushed_to_persisted(self) -> None:
         """After a failed write (the partition is fenced and in-flight writes drained): forget what never landed,
@@ -370,7 +365,7 @@ class MessageDeduplication:
         """The time check (call it periodically): snapshot the last recorded position if the last snapshot is at
         least the interval old and the position is new. `interval_seconds` is the resolved policy. Returns whether
         a snapshot was started."""
-        if not self._enabled or self._cursor is None or self._snapshot_task is not None:
+        if not self.is_enabled or self._cursor is None or self._snapshot_task is not None:
             return False
         interval = self._config.snapshot_interval_seconds if interval_seconds is None else interval_seconds
         if interval <= 0:
@@ -387,7 +382,7 @@ class MessageDeduplication:
         """Snapshot the last recorded position now, even where the cursor already is: every record the cursor keeps
         (the newest and its fallback) then stands there, so what lies behind them can go. Retention asks for it
         when those records hold back a ledger it would delete. Returns whether a snapshot was started."""
-        return self._enabled and self._start_snapshot()
+        return self.is_enabled and self._start_snapshot()
 
     async def flush_snapshot(self) -> None:
         """Wait for the snapshots in flight or queued, if any (before closing the partition, and in tests)."""
@@ -418,7 +413,7 @@ class MessageDeduplication:
         # A purge's snapshot, or one the entry count asked for meanwhile, goes next (not after a failure: the next
         # entry retries that one; nor once cancelled: the partition is closing).
         due = stored and self._recorded - self._snapshotted >= self._config.entries_interval
-        if (self._snapshot_again or due) and self._enabled:
+        if (self._snapshot_again or due) and self.is_enabled:
             self._snapshot_again = False
             self._start_snapshot()
 
@@ -443,18 +438,18 @@ class MessageDeduplication:
     # -- producer lifecycle and purge ------------------------------------------------------------------------------
 
     def producer_added(self, name: str) -> None:
-        if self._enabled:
+        if self.is_enabled:
             self._inactive.pop(name, None)
 
     def producer_removed(self, name: str, now: float | None = None) -> None:
-        if self._enabled:
+        if self.is_enabled:
             self._inactive[name] = self._clock() if now is None else now
 
     def purge_inactive(self, timeout_seconds: float, now: float | None = None) -> list[str]:
         """Drop producers inactive for longer than the timeout and rewrite the snapshot without them, at the last
         recorded position (after the snapshot in flight, if any: skipping it would bring the names back after a
         crash). Returns the names purged. (Pulsar runs this every timeout / 3.)"""
-        if not self._enabled:
+        if not self.is_enabled:
             self._inactive.clear()
             return []
         cutoff = (self._clock() if now is None else now) - timeout_seconds

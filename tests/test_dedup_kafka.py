@@ -263,6 +263,27 @@ async def test_epoch_bump_drops_the_old_name_from_the_pip6_maps():
 
 
 @async_test
+async def test_each_accepted_batch_is_named_by_its_own_epoch():
+    # The name is reused from one batch of an epoch to the next rather than formatted per batch: a bump, the rollback
+    # after a failed bump, a bump in flight and a restart must still name every batch (and its PIP-6 entry) by its
+    # own epoch.
+    partition = await started()
+    names = [accepted(partition, PID, 0, 0).producer_name, accepted(partition, PID, 0, 1).producer_name]
+    partition.persist_all()
+    names.append(accepted(partition, PID, 1, 0).producer_name)
+    partition.fail_writes()  # the bump failed: the producer is back at epoch 0
+    names.append(accepted(partition, PID, 0, 2).producer_name)
+    names.append(accepted(partition, PID, 1, 0).producer_name)  # bumped again with epoch 0 still in flight
+    partition.persist_all()
+    restarted = await Partition(partition.ledger).start()
+    names.append(accepted(restarted, PID, 1, 1).producer_name)
+    assert names == [f"KOP-PID-{PID}-{epoch}" for epoch in (0, 0, 1, 0, 1, 1)]
+    assert [e.metadata.producer_name for e in partition.ledger.entries] == names[:2] + names[3:5]
+    restarted.persist_all()
+    assert dict(restarted.dedup.persisted) == {f"KOP-PID-{PID}-1": 1}
+
+
+@async_test
 async def test_rule7_unknown_producer_starts_at_any_sequence():
     partition = await started()
     accepted(partition, PID, 5, 12345)
