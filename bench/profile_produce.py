@@ -127,14 +127,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=int, default=250, help="samples per second")
     parser.add_argument("--gil", action="store_true", help="sample only the thread holding the GIL (Python work)")
     parser.add_argument("--fsync", choices=["true", "false"], default="true")
+    parser.add_argument("--dedup", choices=["true", "false"], default="true",
+                        help="brokerDeduplicationEnabled (profile both to see what deduplication costs)")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
     spec = WORKLOADS[args.workload]
     if args.records:
         spec = replace(spec, records=args.records)
-    p = profile(spec, args.rate, {"fsync": args.fsync}, gil_only=args.gil)
+    p = profile(spec, args.rate, {"fsync": args.fsync, "brokerDeduplicationEnabled": args.dedup}, gil_only=args.gil)
     t = table(p, f"broker self time, produce workload '{args.workload}' ({spec.shape}, {spec.label}, "
-                 f"fsync={args.fsync}{', GIL holder only' if args.gil else ''})", args.top)
+                 f"fsync={args.fsync}, dedup={args.dedup}{', GIL holder only' if args.gil else ''})", args.top)
     print(t.markdown() + "\n" + "\n".join(f"_{n}_" for n in t.notes) if args.markdown else t.text())
     return 0
 

@@ -5,6 +5,7 @@ broker, moves and counts the records it says it does. No assertion here is about
 """
 import asyncio
 import os
+import shutil
 
 import pytest
 
@@ -119,7 +120,17 @@ def test_recovery_probe_resumes_a_producer_after_kill_9():
 
 def test_dedup_core_measures_both_variants_over_accepted_batches():
     from bench import dedup_core
-    cost = dedup_core.measure(batches=2_500, producers=3, rounds=2)  # crosses two snapshot triggers
-    assert len(cost.off_us) == len(cost.on_us) == 2
-    assert all(us > 0 for us in cost.off_us + cost.on_us)
-    assert len(dedup_core.table(cost).rows) == 1
+    costs = dedup_core.measure(batches=2_500, producers=3, rounds=2, partition_batches=2_100)  # 2 snapshots each
+    assert [c.what for c in costs] == ["dedup core", "partition path"]
+    for cost in costs:
+        assert len(cost.off_us) == len(cost.on_us) == 2
+        assert all(us > 0 for us in cost.off_us + cost.on_us)
+    assert len(dedup_core.table(costs).rows) == 2
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_dedup_instructions_counts_more_work_per_batch_with_dedup_on():
+    from bench import dedup_instructions
+    off = dedup_instructions.partition_path_instructions(False, 300)
+    on = dedup_instructions.partition_path_instructions(True, 300)
+    assert on - off > 1_000  # dedup's own work is thousands of instructions per batch; runs of nothing show none
