@@ -145,7 +145,7 @@ def _inner(dedup: bool, batches: int, producers: int) -> None:
     """The process callgrind counts for the partition path (its start-up and the batches' building too, the same
     with dedup on or off)."""
     logging.disable(logging.INFO)
-    asyncio.run(partition_path_us(dedup, batches, producers))
+    asyncio.run(partition_path_us([dedup], batches, producers))
 
 
 def main(argv: list[str] | None = None) -> int:
