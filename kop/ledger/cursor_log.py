@@ -26,7 +26,7 @@ from concurrent.futures import Executor
 
 from kop.ledger.cursor_scan import KeptRecord, marker_record, position_of, recover
 from kop.ledger.errors import CursorNotFoundError, InvalidMarkDeleteError, LedgerClosedError
-from kop.ledger.framed_file import frame, fsync_dir, write_all
+from kop.ledger.framed_file import frame, fsync_dir, write_all, write_synced
 from kop.ledger.group_commit import GroupCommit
 from kop.ledger.position import BEFORE_FIRST, Position
 from proto.kop_pb2 import LongProperty, ManagedCursorInfo, PositionInfo, StringProperty
@@ -317,23 +317,13 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
 
 
 def _write_new_file(tmp: str, parts: list[bytes], durable: bool) -> None:
-    _write_synced(tmp, b"".join(parts), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, durable)
+    write_synced(tmp, b"".join(parts), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, durable)
 
 
 def _finish_new_file(tmp: str, path: str, tail: list[bytes], durable: bool) -> None:
     """Append the records made durable since the snapshot, then let the new file replace the log."""
-    _write_synced(tmp, b"".join(tail), os.O_WRONLY | os.O_APPEND, durable)
+    write_synced(tmp, b"".join(tail), os.O_WRONLY | os.O_APPEND, durable)
     os.replace(tmp, path)
-
-
-def _write_synced(path: str, data: bytes, flags: int, durable: bool) -> None:
-    fd = os.open(path, flags, 0o644)
-    try:
-        write_all(fd, data)
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _open_live_file(path: str, durable: bool) -> tuple[int, int]:

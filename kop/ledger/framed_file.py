@@ -48,16 +48,21 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[written:]
 
 
-def replace_atomically(path: str, data: bytes, durable: bool = True) -> None:
-    """Write data to path so that readers see either the old or the new content, never a mix."""
-    tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+def write_synced(path: str, data: bytes, flags: int, durable: bool) -> None:
+    """Open path with flags, write all of data, and fsync it when durable."""
+    fd = os.open(path, flags, 0o644)
     try:
         write_all(fd, data)
         if durable:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def replace_atomically(path: str, data: bytes, durable: bool = True) -> None:
+    """Write data to path so that readers see either the old or the new content, never a mix."""
+    tmp = f"{path}.tmp"
+    write_synced(tmp, data, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, durable)
     os.replace(tmp, path)
     if durable:
         fsync_dir(os.path.dirname(path) or ".")
