@@ -4,6 +4,7 @@ decide when its ledgers roll, also after AlterConfigs changes them."""
 import time
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 from kafka import KafkaConsumer, TopicPartition
 
@@ -132,7 +133,6 @@ def test_retention_by_time_reaches_a_quiet_idempotent_topic_with_dedup_on(tmp_pa
     proc = BrokerProcess(str(tmp_path / "data"), admin_port=0, config={"retention_check_interval_ms": "200"}).start()
     try:
         create(proc, "quiet-idem", **{"retention.ms": "1000"})
-        from confluent_kafka import Producer
         producer = Producer({"bootstrap.servers": proc.bootstrap, "enable.idempotence": True, "linger.ms": 0})
         reports = []
         for i in range(5):

@@ -1,6 +1,7 @@
 """The broker: configuration, storage, the request router and the TCP listener, as one object that a test can start
 twice in one process."""
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -66,9 +67,9 @@ class Broker:
         task = asyncio.current_task()
         self._connections.add(task)
         try:
-            await Connection(self, reader, writer).run()
-        except asyncio.CancelledError:
-            pass  # stop() ends every connection; asyncio would log each one as an error
+            # stop() cancels every connection; asyncio would log each one as an error
+            with contextlib.suppress(asyncio.CancelledError):
+                await Connection(self, reader, writer).run()
         finally:
             self._connections.discard(task)
 

@@ -12,8 +12,8 @@ import logging
 import time
 from dataclasses import dataclass
 
-from dedup import (Accept, DecideAgain, DedupConfig, Duplicate, KafkaProducers, MessageDeduplication, PendingBatch,
-                   Reject, Status, WaitFor, WriteFailed)
+from dedup import (DEDUP_CURSOR_NAME, Accept, DecideAgain, DedupConfig, Duplicate, KafkaProducers,
+                   MessageDeduplication, PendingBatch, Reject, Status, WaitFor, WriteFailed)
 from kop.dedup_storage import LedgerDedupStorage
 from kop.ledger import Entry, LedgerClosedError, LedgerWriteError, ManagedLedger, ManagedLedgerError, Position
 from protocol.errors import ErrorCode
@@ -206,7 +206,7 @@ class PartitionLog:
         """Retention never deletes entries the dedup cursor would have to replay, from its older kept snapshot on
         (the one recovery falls back to if the newest record is damaged)."""
         wanted = self.dedup.is_enabled or self.dedup.awaiting_recovery  # a failed recovery's retry replays too
-        cursor = self.ledger.cursors.get("pulsar.dedup") if wanted else None
+        cursor = self.ledger.cursors.get(DEDUP_CURSOR_NAME) if wanted else None
         return Position(*cursor.recovery_floor) if cursor is not None else None
 
     async def close(self) -> None:
