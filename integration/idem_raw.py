@@ -13,14 +13,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kafka.protocol.admin.topics import CreateTopicsRequest, CreateTopicsResponse
-from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
+from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
 
+from integration.fetch_requests import FETCH_VERSION, fetch_request
 from protocol.records import Record, build_batch, iter_records, split_batches
 
-FETCH_VERSION = 11
 LIST_OFFSETS_VERSION = 5
 LATEST = -1
 PRODUCE_VERSION = 9
@@ -165,15 +165,8 @@ class RawKafka:
     def fetch_once(self, topic: str, partition: int, offset: int,
                    max_bytes: int = 4 * 1024 * 1024) -> tuple[int, int, bytes]:
         """One Fetch (no long poll); returns (error code, high watermark, records bytes)."""
-        v = FETCH_VERSION
-        request = FetchRequest[v](
-            replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes, isolation_level=0,
-            session_id=0, session_epoch=-1, rack_id="",
-            topics=[FetchRequest.FetchTopic(topic=topic, partitions=[FetchRequest.FetchTopic.FetchPartition(
-                partition=partition, current_leader_epoch=-1, fetch_offset=offset, log_start_offset=-1,
-                partition_max_bytes=max_bytes)])],
-            forgotten_topics_data=[])
-        response = self.call(request, FetchResponse, v)
+        request = fetch_request([(topic, partition, offset)], max_bytes=max_bytes, partition_max_bytes=max_bytes)
+        response = self.call(request, FetchResponse, FETCH_VERSION)
         data = response.responses[0].partitions[0]
         records = data.records if isinstance(data.records, (bytes, bytearray)) else bytes(data.records or b"")
         return data.error_code, data.high_watermark, bytes(records)
