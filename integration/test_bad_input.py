@@ -7,7 +7,6 @@ import resource
 import socket
 import struct
 import threading
-import time
 
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
@@ -16,6 +15,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from integration.clients import ck_produce, kp_consume_all, sample_records
 from integration.fetch_requests import fetch_answers, fetch_request
 from integration.idem_raw import RawKafka, plain_batch, read_topic
+from integration.waiting import wait_for
 
 REFERENCE_TOPIC = "stored-before-the-attack"
 REFERENCE = {p: sample_records(12, prefix=f"p{p}") for p in (0, 1)}
@@ -316,13 +316,7 @@ def broker_log(b) -> str:
 
 def wait_for_log(b, pattern, timeout=LIVENESS_S) -> re.Match:
     """The first match of `pattern` in the broker's log, polled until it appears (bounded)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = re.search(pattern, broker_log(b))
-        if found or time.monotonic() > deadline:
-            assert found, f"no {pattern!r} in the broker log within {timeout}s"
-            return found
-        time.sleep(0.1)
+    return wait_for(lambda: re.search(pattern, broker_log(b)), f"{pattern!r} in the broker log", timeout)
 
 
 def test_a_request_body_that_stalls_or_trickles_closes_only_that_connection(broker_factory):
