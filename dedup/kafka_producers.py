@@ -29,10 +29,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from dedup import kafka_snapshot
 from dedup.interfaces import Position, ReplayEntry
 from dedup.message_deduplication import DupStatus, MessageDeduplication
 from dedup.sequences import MAX_SEQUENCE, SEQUENCE_MODULUS, to_wire, unwrap
@@ -48,9 +49,6 @@ INVALID_PRODUCER_EPOCH = 47
 DEFAULT_NAME_PREFIX = "KOP-PID"
 RECENT_BATCHES = 5  # Kafka's NUM_BATCHES_TO_RETAIN, and every client's in-flight cap
 
-# Snapshot keys for the recent batches: "__kafka_batch:{pid}:{epoch}:{firstSeq}:{lastSeq}:{lastOffset}:{timestamp}"
-# -> baseOffset (cursor properties are str -> int64 only). The epoch of a producer is the epoch of its batches.
-BATCH_KEY_PREFIX = "__kafka_batch:"
 
 
 # -- decisions ---------------------------------------------------------------------------------------------------
@@ -483,7 +481,7 @@ class KafkaProducers:
     # -- DedupExtension: snapshot and recovery ---------------------------------------------------------------------
 
     def owns_property(self, key: str) -> bool:
-        return key.startswith(BATCH_KEY_PREFIX)
+        return key.startswith(kafka_snapshot.LEGACY_KEY_PREFIX)
 
     def reset(self, recovering: bool) -> None:
         in_flight = []
@@ -499,28 +497,19 @@ class KafkaProducers:
         if not recovering:  # disabled: nothing is judged any more
             self._owed.clear()
 
-    def snapshot_properties(self, names: Collection[str]) -> dict[str, int]:
-        properties: dict[str, int] = {}
-        for producer_id, producer in self._producers.items():
-            if producer.persisted_epoch is None:
-                continue
-            if self.producer_name(producer_id, producer.persisted_epoch) not in names:
-                continue  # left out by the producer cap, with its sequence
-            for b in producer.persisted:
-                key = f"{BATCH_KEY_PREFIX}{producer_id}:{b.epoch}:{b.first_seq}:{b.last_seq}:{b.last_offset}:" \
-                      f"{b.timestamp}"
-                properties[key] = b.base_offset
-        return properties
+    def snapshot_strings(self, names: Collection[str]) -> dict[str, str]:
+        """The recent batches of the producers whose names the snapshot keeps (the cap leaves the others out, with
+        their sequences). The epoch of a producer is the epoch of its batches."""
+        return kafka_snapshot.pack(
+            (producer_id, producer.persisted) for producer_id, producer in self._producers.items()
+            if producer.persisted_epoch is not None
+            and self.producer_name(producer_id, producer.persisted_epoch) in names)
 
-    def restore(self, properties: Mapping[str, int]) -> None:
-        by_producer: dict[int, list[BatchMetadata]] = {}
-        for producer_id, batch in _parse_batch_properties(properties):
-            by_producer.setdefault(producer_id, []).append(batch)
-        for producer_id, batches in by_producer.items():
-            epoch = max(b.epoch for b in batches)
-            current = sorted((b for b in batches if b.epoch == epoch), key=lambda b: b.first_seq)
+    def restore(self, properties: Mapping[str, int], strings: Mapping[str, str]) -> None:
+        for producer_id, batches in kafka_snapshot.unpack(strings, properties):
+            epoch = max(b[0] for b in batches)
             producer = self._producers[producer_id] = _Producer(epoch=epoch, persisted_epoch=epoch)
-            producer.persisted.extend(current)
+            producer.persisted.extend(BatchMetadata._make(b) for b in batches if b[0] == epoch)
 
     def replay(self, entry: ReplayEntry) -> None:
         metadata = entry.metadata
@@ -549,13 +538,3 @@ class KafkaProducers:
     def expire(self, before: float) -> None:
         for producer_id in [pid for pid, owed in self._owed.items() if owed.since < before]:
             del self._owed[producer_id]  # never came back to resend (a producer unknown here has no name to purge)
-
-
-def _parse_batch_properties(properties: Mapping[str, int]) -> Iterator[tuple[int, BatchMetadata]]:
-    for key, base_offset in properties.items():
-        try:
-            pid, epoch, first, last, last_offset, timestamp = map(int, key[len(BATCH_KEY_PREFIX):].split(":"))
-        except ValueError:
-            log.warning("ignoring malformed dedup snapshot key %r", key)
-            continue
-        yield pid, BatchMetadata(epoch, first, last, base_offset, last_offset, timestamp)

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Collection, Coroutine, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from dedup.interfaces import DEDUP_CURSOR_NAME, DedupCursor, DedupLedger, Position, ReplayEntry
 from proto.kop_pb2 import MessageMetadata
@@ -71,10 +71,19 @@ class DedupConfig:
     recovery_retry_seconds: float = 2.0  # after a failed recovery, the earliest retry_recovery starts another
 
 
+class Snapshot(NamedTuple):
+    """What one cursor record holds: the persisted map (name -> highest sequence id, in the order of the names' last
+    writes) and the extension's state, packed in string properties."""
+
+    properties: dict[str, int]
+    strings: dict[str, str]
+
+
 class DedupExtension(Protocol):
     """State kept beside the two maps that must be snapshotted and rebuilt with them (Kafka's producer state).
 
-    Its snapshot properties share the cursor with the maps; it owns the keys for which `owns_property` is true.
+    Its state shares the cursor record with the maps, in string properties; an older format kept it in properties,
+    under the keys for which `owns_property` is true.
     """
 
     def owns_property(self, key: str) -> bool: ...
@@ -84,14 +93,15 @@ class DedupExtension(Protocol):
         resend while the state could not judge their batches: the rebuilt state must still hold their followers
         back."""
 
-    def restore(self, properties: Mapping[str, int]) -> None:
-        """Load the owned snapshot properties; called after the maps are loaded, before the replay."""
+    def restore(self, properties: Mapping[str, int], strings: Mapping[str, str]) -> None:
+        """Load the owned snapshot properties and the string properties; called after the maps are loaded, before
+        the replay."""
 
     def replay(self, entry: ReplayEntry) -> None:
         """Apply one replayed entry that carries a producer name, after the maps were updated for it."""
 
-    def snapshot_properties(self, names: Collection[str]) -> dict[str, int]:
-        """Owned properties for the producer names that made it into this snapshot."""
+    def snapshot_strings(self, names: Collection[str]) -> dict[str, str]:
+        """The state of the producer names that made it into this snapshot, as string properties."""
         ...
 
     def forget(self, names: Collection[str]) -> None:
@@ -297,7 +307,7 @@ class MessageDeduplication:
                 self._pushed[name] = self._persisted[name] = value
                 self._activity[name] = now  # a producer that never comes back can be purged
         if self._extension is not None:
-            self._extension.restore(owned)
+            self._extension.restore(owned, cursor.string_properties)
 
         start = cursor.mark_delete_position
         last, replayed = start, 0
@@ -310,7 +320,7 @@ class MessageDeduplication:
         log.info("%s: dedup replayed %d entries after %s", self._log_name, replayed, start)
         if replayed >= self._config.entries_interval:
             # A long replay is paid once: snapshot now so the next recovery starts here (Pulsar PR #22479).
-            if await self._mark_delete(cursor, last, self._snapshot_properties()):
+            if await self._mark_delete(cursor, last, self._take_snapshot()):
                 self._snapshotted = replayed
 
     def _replay_entry(self, entry: ReplayEntry, now: float) -> None:
@@ -423,15 +433,14 @@ class MessageDeduplication:
         position = self._last_recorded_position
         if self._cursor is None or position is None or self._snapshot_task is not None:
             return False
-        properties = self._snapshot_properties()
         self._snapshot_task = asyncio.ensure_future(
-            self._run_snapshot(self._cursor, position, properties, self._recorded))
+            self._run_snapshot(self._cursor, position, self._take_snapshot(), self._recorded))
         return True
 
-    async def _run_snapshot(self, cursor: DedupCursor, position: Position, properties: dict[str, int],
+    async def _run_snapshot(self, cursor: DedupCursor, position: Position, snapshot: Snapshot,
                             recorded: int) -> None:
         try:
-            stored = await self._mark_delete(cursor, position, properties) and cursor is self._cursor
+            stored = await self._mark_delete(cursor, position, snapshot) and cursor is self._cursor
             if stored:
                 self._snapshotted = max(self._snapshotted, recorded)
         finally:
@@ -443,21 +452,20 @@ class MessageDeduplication:
             self._snapshot_again = False
             self._start_snapshot()
 
-    async def _mark_delete(self, cursor: DedupCursor, position: Position, properties: dict[str, int]) -> bool:
+    async def _mark_delete(self, cursor: DedupCursor, position: Position, snapshot: Snapshot) -> bool:
         try:
-            await cursor.mark_delete(position, properties)
+            await cursor.mark_delete(position, snapshot.properties, snapshot.strings)
         except Exception as exc:  # the next trigger retries; the old snapshot stays valid
             log.warning("%s: dedup snapshot at %s failed: %r", self._log_name, position, exc)
             return False
         self._last_snapshot_time = self._clock()
         return True
 
-    def _snapshot_properties(self) -> dict[str, int]:
+    def _take_snapshot(self) -> Snapshot:
         persisted, kept = self._persisted, self._names_to_snapshot()
         properties = {name: persisted[name] for name in kept}
-        if self._extension is not None:
-            properties.update(self._extension.snapshot_properties(frozenset(kept)))
-        return properties
+        strings = self._extension.snapshot_strings(frozenset(kept)) if self._extension is not None else {}
+        return Snapshot(properties, strings)
 
     def _names_to_snapshot(self) -> list[str]:
         """The persisted names in the order of their last writes; past `max_producers`, only the most recent."""

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from dedup import kafka_snapshot
 from dedup.interfaces import DEDUP_CURSOR_NAME, Position
 from dedup.kafka_producers import (
-    BATCH_KEY_PREFIX,
     DUPLICATE_SEQUENCE_NUMBER,
     INVALID_PRODUCER_EPOCH,
     OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -700,10 +700,11 @@ async def test_snapshot_holds_the_five_recent_batches_and_epoch_and_recovery_res
     accepted(partition, PID + 1, 0, 40, count=2)
     partition.persist_all()
     await partition.dedup.flush_snapshot()
-    properties = partition.ledger.cursors[DEDUP_CURSOR_NAME].properties
-    batch_keys = sorted(k for k in properties if k.startswith(BATCH_KEY_PREFIX))
-    assert len(batch_keys) == 6  # 5 of PID's epoch-3 batches, 1 of PID + 1
-    assert f"{BATCH_KEY_PREFIX}{PID}:3:6:6:7:10007" in batch_keys
+    cursor = partition.ledger.cursors[DEDUP_CURSOR_NAME]
+    properties = cursor.properties
+    batches = dict(kafka_snapshot.unpack(cursor.string_properties, properties))
+    assert [len(batches[PID]), len(batches[PID + 1])] == [5, 1]  # PID's five epoch-3 batches
+    assert batches[PID][-1] == (3, 6, 6, 7, 7, 10_007)  # epoch, sequences 6..6, offsets 7..7, timestamp
     assert properties[f"KOP-PID-{PID}-3"] == 6
     assert f"KOP-PID-{PID}-2" not in properties
     before = partition.producers.persisted_state()
@@ -715,6 +716,20 @@ async def test_snapshot_holds_the_five_recent_batches_and_epoch_and_recovery_res
     assert rejected(restarted.send(PID, 3, 1), DUPLICATE_SEQUENCE_NUMBER)
     assert rejected(restarted.send(PID, 2, 1), INVALID_PRODUCER_EPOCH)
     accepted(restarted, PID, 3, 7)
+
+
+@async_test
+async def test_a_snapshot_in_the_older_format_with_one_property_per_batch_is_still_restored():
+    ledger = InMemoryDedupLedger()
+    for seq in range(3):
+        ledger.append(MessageMetadata(producer_name=f"KOP-PID-{PID}-0", sequence_id=seq, highest_sequence_id=seq,
+                                      producer_id=PID, producer_epoch=0, publish_time=10_000 + seq), seq, seq)
+    cursor = ledger.cursors[DEDUP_CURSOR_NAME] = InMemoryCursor(ledger, ledger.last_position)
+    cursor.properties = {f"KOP-PID-{PID}-0": 2, **{f"__kafka_batch:{PID}:0:{s}:{s}:{s}:{10_000 + s}": s
+                                                    for s in range(3)}}
+    restarted = await Partition(ledger).start()
+    assert restarted.send(PID, 0, 1) == Duplicate(1, 1, 10_001)
+    accepted(restarted, PID, 0, 3)
 
 
 @async_test

@@ -381,11 +381,11 @@ class CountingCursor(InMemoryCursor):
 
     in_flight = most_in_flight = 0
 
-    async def mark_delete(self, position, properties):
+    async def mark_delete(self, position, properties, string_properties=None):
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
-            await super().mark_delete(position, properties)
+            await super().mark_delete(position, properties, string_properties)
         finally:
             self.in_flight -= 1
 
@@ -435,11 +435,11 @@ async def test_replay_stays_within_the_entries_interval_when_a_count_snapshot_fa
 class FailingCursor(InMemoryCursor):
     failures = 1
 
-    async def mark_delete(self, position, properties):
+    async def mark_delete(self, position, properties, string_properties=None):
         if self.failures:
             self.failures -= 1
             raise OSError("bookie down")
-        await super().mark_delete(position, properties)
+        await super().mark_delete(position, properties, string_properties)
 
 
 @async_test

@@ -60,6 +60,15 @@ def name(pid: int, epoch: int) -> str:
 # -- the reference model -------------------------------------------------------------------------------------------
 
 
+def rising(batches: list[Batch]) -> list[Batch]:
+    """The batches that each went beyond the ones before: a retry stored again where dedup was off moves nothing."""
+    out: list[Batch] = []
+    for b in batches:
+        if not out or b.last > out[-1].last:
+            out.append(b)
+    return out
+
+
 def near(sequence: int, reference: int) -> int:
     """A sequence means the non-negative value of its residue (mod 2**31) closest to `reference`: the nearby laps."""
     wire = sequence % SEQUENCE_MODULUS
@@ -146,7 +155,7 @@ class Model:
         first = near(wire, pushed)
         last = first + count - 1
         done = [b for b in self.done(pid) if b.epoch == epoch]
-        for b in done[-5:]:
+        for b in rising(done)[-5:]:
             if (b.first, b.last) == (first, last):
                 return ("duplicate", b)
         for b in same:
@@ -156,7 +165,7 @@ class Model:
             return ("accept", first, last)
         if first > pushed + 1:
             return ("reject", OUT_OF_ORDER_SEQUENCE_NUMBER)
-        persisted = done[-1].last if done else None
+        persisted = max((b.last for b in done), default=None)
         if persisted is not None and first <= persisted:
             return ("reject", DUPLICATE_SEQUENCE_NUMBER if last <= persisted else OUT_OF_ORDER_SEQUENCE_NUMBER)
         return ("again",)
@@ -171,12 +180,9 @@ class Model:
             if not mine:
                 continue
             epoch = max(b.epoch for b in mine)
-            rising: list[Batch] = []
-            for b in mine:
-                if b.epoch == epoch and (not rising or b.last > rising[-1].last):
-                    rising.append(b)
-            sequences[name(pid, epoch)] = rising[-1].last
-            producers[pid] = ProducerSnapshot(epoch, tuple(b.metadata() for b in rising[-5:]))
+            recent = rising([b for b in mine if b.epoch == epoch])
+            sequences[name(pid, epoch)] = recent[-1].last
+            producers[pid] = ProducerSnapshot(epoch, tuple(b.metadata() for b in recent[-5:]))
         return sequences, producers
 
 
@@ -188,13 +194,13 @@ class FlakyCursor(InMemoryCursor):
 
     fail_next = False
 
-    async def mark_delete(self, position, properties):
+    async def mark_delete(self, position, properties, string_properties=None):
         for _ in range(3):
             await asyncio.sleep(0)
         if self.fail_next:
             self.fail_next = False
             raise OSError("cursor write failed")
-        await super().mark_delete(position, properties)
+        await super().mark_delete(position, properties, string_properties)
 
 
 class FlakyLedger(InMemoryDedupLedger):
