@@ -1,8 +1,9 @@
 """`kop admin`: pulsar-admin's deduplication commands over kop's admin REST API.
 
-    kop admin [--admin-url URL] namespaces set-deduplication public/default --enable
-    kop admin topics get-deduplication my-topic --applied
-    kop admin topics stats-internal my-topic
+examples:
+  kop admin namespaces set-deduplication public/default --enable
+  kop admin --admin-url http://127.0.0.1:8081 topics get-deduplication my-topic --applied
+  kop admin topics stats-internal my-topic
 
 Answers are printed as JSON; set and remove print nothing, as pulsar-admin does. Errors go to stderr with exit 1.
 """
