@@ -4,8 +4,6 @@ import os
 import subprocess
 from importlib import metadata
 
-import pytest
-
 from integration.broker_process import BrokerProcess
 from integration.clients import kp_consume_all, kp_produce
 

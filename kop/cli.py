@@ -47,7 +47,7 @@ def parse_listen(value: str) -> tuple[str, int]:
         host, port = split_host_port(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-    return setting_argument("host", "host ")(host or DEFAULT_LISTEN_HOST), setting_argument("port", "port ")(str(port))
+    return setting_argument("host", "host: ")(host or DEFAULT_LISTEN_HOST), setting_argument("port", "port: ")(str(port))
 
 
 @dataclass(frozen=True)

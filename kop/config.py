@@ -7,7 +7,7 @@ exists holds only values the broker can run with; the properties file itself is 
 """
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from kop.config_checks import INT32_MAX, INT64_MAX, WILDCARD_HOSTS, HostName, Matches, Range
@@ -99,9 +99,6 @@ class BrokerConfig:
     def advertised(self) -> str:
         return self.advertised_host or self.host
 
-    def with_overrides(self, **kwargs: Any) -> "BrokerConfig":
-        return replace(self, **{k: v for k, v in kwargs.items() if v is not None})
-
 
 # Rules between settings: (holds, what to say when it does not).
 RULES: tuple[tuple[Callable[[BrokerConfig], bool], Callable[[BrokerConfig], str]], ...] = (
@@ -133,10 +130,12 @@ def check_setting(name: str, value: Any) -> None:
         f.metadata["check"](value)
 
 
+# Kafka accepts true and false in any case; yes/no/on/off/1/0 are kept from kop's first parser.
+BOOLEANS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+
+
 def _boolean(raw: str) -> bool:
-    # Kafka accepts true/false in any case; yes/no/on/off/1/0 are kept from kop's first parser.
-    value = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False,
-             "off": False}.get(raw.lower())
+    value = BOOLEANS.get(raw.lower())
     if value is None:
         raise ValueError(f"not a boolean (true or false): {raw!r}")
     return value

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from kop.config import BrokerConfig, check_setting, parse_integer, parse_setting
-from kop.listeners import EVERY_INTERFACE, parse_listener, split_host_port
+from kop.listeners import EVERY_INTERFACE, parse_listener
 
 # A typo is close to a known key in letters (difflib's ratio) and in length: Kafka's and Pulsar's own keys that extend
 # a known one (queued.max.requests, webServicePortTls) differ more in length and get no suggestion.
