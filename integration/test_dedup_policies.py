@@ -16,21 +16,6 @@ DEDUP_CURSOR = "pulsar.dedup"
 NONE = 0
 
 
-@pytest.fixture
-def start_broker(tmp_path):
-    """start(config) -> a broker with the admin API on a free port; all are stopped at the end."""
-    started = []
-
-    def start(config: dict[str, str] | None = None) -> BrokerProcess:
-        broker = BrokerProcess(str(tmp_path / f"data{len(started)}"), admin_port=0, config=dict(config or {}))
-        started.append(broker.start())
-        return broker
-
-    yield start
-    for broker in started:
-        broker.stop()
-
-
 def admin(broker: BrokerProcess) -> AdminClient:
     return AdminClient(broker.admin_url)
 

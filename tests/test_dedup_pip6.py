@@ -457,13 +457,14 @@ async def test_failed_snapshot_is_only_logged_and_the_next_trigger_retries():
 
 
 @async_test
-async def test_snapshot_keeps_at_most_max_producers_names():
+async def test_snapshot_keeps_at_most_max_producers_names_those_written_last():
     ledger = InMemoryDedupLedger()
-    dedup = await enabled(ledger, entries_interval=5, max_producers=3)
+    dedup = await enabled(ledger, entries_interval=6, max_producers=3)
     for i in range(5):
         write(dedup, ledger, f"p{i}", i)
+    write(dedup, ledger, "p1", 9)  # written again: among the most recent now
     await dedup.flush_snapshot()
-    assert len(cursor(ledger).properties) == 3
+    assert list(cursor(ledger).properties.items()) == [("p3", 3), ("p4", 4), ("p1", 9)]  # oldest write first
     assert len(dedup.persisted) == 5  # the maps themselves are not capped
 
 

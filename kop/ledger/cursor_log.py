@@ -49,6 +49,12 @@ class ManagedCursor:
         self._submitted = position  # the newest position handed to the log, durable or not
 
     @property
+    def is_durable(self) -> bool:
+        """Whether a record of this cursor is on disk: one created in memory whose first write failed is not, and
+        would not exist after a crash."""
+        return self._log.has_durable_record(self.name)
+
+    @property
     def recovery_floor(self) -> Position:
         """The earliest position a restart can bring this cursor back to (its older kept record, the fallback when
         the newest is damaged): entries after it must be kept for the replay that position implies."""
@@ -154,6 +160,9 @@ class CursorLog:
             cursor = ManagedCursor(self, name, initial, {}, {})
             self.cursors[name] = cursor
         return cursor
+
+    def has_durable_record(self, name: str) -> bool:
+        return name in self._kept
 
     def recovery_floor(self, name: str, default: Position) -> Position:
         return min((k.position for k in self._kept.get(name, ())), default=default)
