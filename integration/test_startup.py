@@ -1,10 +1,13 @@
 """Operator mistakes at start-up, made with real `kop standalone` processes: each is refused with one line on stderr
 and exit status 2, before anything is loaded, and no acknowledged record is ever lost to one. Two brokers on one data
 directory (which once both acknowledged offset 5, and a restart lost one of them) are the central case."""
+import contextlib
 import os
 import signal
 import socket
 import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 from kafka import KafkaAdminClient
@@ -33,6 +36,27 @@ def assert_refused(done: subprocess.CompletedProcess, *named: str) -> str:
     for text in named:
         assert text in lines[0]
     return lines[0]
+
+
+@dataclass
+class Serving:
+    ready: str  # the line printed once the broker serves ("" when it exited instead)
+    log: str = ""  # its stderr, once it stopped
+
+
+@contextlib.contextmanager
+def serving(kop_script: str, *args: str, cwd: str) -> Iterator[Serving]:
+    """A `kop standalone` process for the block, stopped with SIGTERM (a clean exit) after it."""
+    proc = subprocess.Popen([kop_script, "standalone", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        run = Serving(proc.stdout.readline())
+        yield run
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, log = proc.communicate(timeout=20)
+    run.log = log
+    assert proc.returncode == 0, log
 
 
 @pytest.fixture
@@ -127,8 +151,10 @@ def test_a_second_broker_on_the_same_data_directory_is_refused_and_no_acked_reco
         # The first broker goes on as before: the next record gets offset 5.
         [sixth] = kp_produce(first.bootstrap, "t", [(None, b"first-5", [], TS)])
         assert sixth.offset == 5
-        first.restart()
-        assert files(data) != before  # control: a broker that does get the directory loads it
+        first.stop()
+        stopped = files(data, but=".lock")
+        first.start()
+        assert files(data, but=".lock") != stopped  # control: a broker that does get the directory loads it, and that shows
         got = kp_consume_all(first.bootstrap, "t", 6)
         assert [(r.offset, r.value) for r in got] == [(i, f"first-{i}".encode()) for i in range(6)]
     finally:
@@ -185,17 +211,10 @@ def test_the_default_admin_port_gives_way_but_one_asked_for_does_not(kop_script,
                         "--data-dir", "data", cwd=str(tmp_path))
         assert_refused(asked, f"cannot listen on 127.0.0.1:{STANDALONE_ADMIN_PORT} for the admin API")
         port = free_port()
-        proc = subprocess.Popen([kop_script, "standalone", "--listen", f"127.0.0.1:{port}", "--data-dir", "data"],
-                                cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            ready = proc.stdout.readline()  # printed once serving, or "" when it exited
-            assert ready.startswith(f"kop standalone ready on 127.0.0.1:{port} ") and "admin=" not in ready, ready
+        with serving(kop_script, "--listen", f"127.0.0.1:{port}", "--data-dir", "data", cwd=str(tmp_path)) as run:
+            assert run.ready.startswith(f"kop standalone ready on 127.0.0.1:{port} ") and "admin=" not in run.ready
             kp_produce(f"127.0.0.1:{port}", "t", [(None, b"v", [], TS)])
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            _, log = proc.communicate(timeout=20)
-        assert proc.returncode == 0
-        assert f"admin port {STANDALONE_ADMIN_PORT} is in use; running without the admin API" in log
+        assert f"admin port {STANDALONE_ADMIN_PORT} is in use; running without the admin API" in run.log
 
 
 def test_kafka_listener_and_log_dir_keys_configure_a_real_broker(kop_script, tmp_path):
@@ -205,11 +224,8 @@ def test_kafka_listener_and_log_dir_keys_configure_a_real_broker(kop_script, tmp
     (tmp_path / "server.properties").write_text(
         f"listeners=PLAINTEXT://127.0.0.1:{port}\nadvertised.listeners=PLAINTEXT://localhost:{port}\n"
         f"log.dirs={log_dir}\nlog.retention.hours=2\nnum.partitions=2\nnum.network.threads=3\n")
-    proc = subprocess.Popen([kop_script, "standalone", "--config", "server.properties", "--admin-port", "0"],
-                            cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        ready = proc.stdout.readline()
-        assert ready.startswith(f"kop standalone ready on 127.0.0.1:{port} data={log_dir}"), ready
+    with serving(kop_script, "--config", "server.properties", "--admin-port", "0", cwd=str(tmp_path)) as run:
+        assert run.ready.startswith(f"kop standalone ready on 127.0.0.1:{port} data={log_dir}"), run.ready
         kp_produce(f"127.0.0.1:{port}", "t", [(None, b"v", [], TS)])
         admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{port}")
         try:
@@ -222,9 +238,5 @@ def test_kafka_listener_and_log_dir_keys_configure_a_real_broker(kop_script, tmp
         finally:
             admin.close()
         assert wait_for(lambda: os.path.isdir(log_dir / "ledgers"), "the ledgers in log.dirs", timeout=10)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        _, log = proc.communicate(timeout=20)
-    assert proc.returncode == 0
-    assert "unknown key num.network.threads is ignored" in log  # foreign, and said so
+    assert "unknown key num.network.threads is ignored" in run.log  # foreign, and said so
     assert not (tmp_path / "data").exists()  # nothing in the default ./data

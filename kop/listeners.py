@@ -1,4 +1,4 @@
-"""Where kop listens, as written by users: `HOST:PORT` (`--listen`, `--advertised-host`) and Kafka's listener lists
+"""Where kop listens, as written by users: `HOST:PORT` (`--listen`) and Kafka's listener lists
 (`listeners`, `advertised.listeners`: `PROTOCOL://HOST:PORT,...`).
 
 kop serves one listener, over the protocols in SERVED_PROTOCOLS. A list it cannot serve as written (several

@@ -4,6 +4,7 @@ integration/test_startup.py)."""
 import asyncio
 import errno
 import os
+import re
 import socket
 
 import pytest
@@ -83,8 +84,9 @@ def test_the_lock_file_names_the_holder_and_survives_it(tmp_path):
         broker = Broker(config(tmp_path / "data"))
         await broker.bind()
         assert (tmp_path / "data" / LOCK_FILE).read_text() == f"{os.getpid()}\n"
-        with pytest.raises(StartupError, match=rf"data directory {tmp_path}/data is in use by another kop "
-                                               rf"\(pid {os.getpid()}, lock file {tmp_path}/data/.lock\)"):
+        data = tmp_path / "data"
+        with pytest.raises(StartupError, match=re.escape(f"data directory {data} is in use by another kop "
+                                                         f"(pid {os.getpid()}, lock file {data}/.lock)")):
             await Broker(config(tmp_path / "data")).bind()
         await broker.start()
         await broker.stop()
