@@ -59,7 +59,7 @@ class BrokerConfig:
     max_connections: int = setting(10000, SIZE)
     # storage
     fsync: bool = setting(True)
-    ledger_max_bytes: int = setting(256 * 1024 * 1024, SIZE, "log.segment.bytes")
+    ledger_max_bytes: int = setting(256 * 1024 * 1024, Range(14), "log.segment.bytes")  # Kafka's lower bound
     # Kafka's log.roll.ms (log.roll.hours=168)
     ledger_max_age_ms: int = setting(7 * 24 * 3600 * 1000, MILLIS, "log.roll.ms")
     retention_ms: int = setting(7 * 24 * 3600 * 1000, Range(0, INT64_MAX, unbounded=-1), "log.retention.ms")
