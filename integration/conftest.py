@@ -1,6 +1,16 @@
+import os
+
 import pytest
 
-from integration.broker_process import BrokerProcess
+from integration.broker_process import KOP_SCRIPT, BrokerProcess
+
+
+@pytest.fixture
+def kop_script():
+    """The `kop` console script, as a user runs it."""
+    if not os.access(KOP_SCRIPT, os.X_OK):
+        pytest.fail(f"no `kop` console script at {KOP_SCRIPT}: is the project installed into this environment?")
+    return KOP_SCRIPT
 
 
 @pytest.fixture

@@ -570,7 +570,7 @@ def test_a_full_group_refuses_new_members_but_takes_back_a_static_member():
         assert (await groups.join(join_req(instance="i-1"))).error == E.NONE
         groups.leave("g", [(a, None)])
         assert (await groups.join(join_req(client="c"))).error == E.MEMBER_ID_REQUIRED
-    run(body, extra={"group.max.size": "2"})
+    run(body, group_max_size=2)
 
 
 def test_position_for_offset_uses_before_first_for_zero():
