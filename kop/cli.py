@@ -1,5 +1,6 @@
 """The `kop` command: `kop standalone` runs one broker on the embedded file storage (like `pulsar standalone`), with
-its admin REST API on port 8080; `kop admin ...` talks to that API (like `pulsar-admin`)."""
+its admin REST API on port 8080; `kop admin ...` talks to that API (like `pulsar-admin`); `kop perf produce|consume`
+measures any Kafka-compatible broker (like kafka-producer-perf-test and pulsar-perf)."""
 import argparse
 import asyncio
 import errno
@@ -10,6 +11,7 @@ import sys
 
 from kop.admin.cli import add_admin_parser, run_admin
 from kop.config import BrokerConfig, load_properties, unknown_keys
+from kop.perf.options import add_perf_parser
 
 STANDALONE_ADMIN_PORT = 8080  # pulsar standalone's web service port
 
@@ -112,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help=f"admin HTTP port (default {STANDALONE_ADMIN_PORT}; 0 = off, -1 = any free port)")
     standalone.add_argument("--log-level", default="INFO")
     add_admin_parser(sub)
+    add_perf_parser(sub)
     return parser
 
 
@@ -120,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "admin":
         return run_admin(args)
+    if args.command == "perf":
+        from kop.perf.cli import run_perf  # here, so the broker starts without loading the clients and numpy
+        return run_perf(args)
     logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if args.command == "standalone":
