@@ -58,7 +58,7 @@ def test_recorder_samples_each_interval_and_totals_the_run():
     recorder.bytes += 200
     second = recorder.tick(12.5)
     assert (first.records, first.bytes, first.latency.max, first.records_per_s) == (3, 300, 3.0, 3.0)
-    assert (second.records, second.latency.p50, second.interval_s) == (2, 50.0, 1.5)
+    assert (second.records, second.latency.p50, second.seconds) == (2, 50.0, 1.5)
     totals = recorder.totals(elapsed_s=2.5)
     assert (totals.records, totals.bytes, totals.records_per_s) == (5, 500, 2.0)
     assert (totals.latency.p50, totals.latency.max) == (pytest.approx(2.0, rel=0.01), 50.0)

@@ -15,7 +15,8 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, Kafka
 from kop.perf.cluster import client_config, reason
 from kop.perf.display import Display
 from kop.perf.options import ConsumeOptions, PerfError
-from kop.perf.stats import Recorder, Sample, Ticker, Totals
+from kop.perf.sampler import Sampler
+from kop.perf.stats import Sample, Totals
 
 BATCH = 500  # records per consume() call: one Python call per batch, not per record
 
@@ -48,24 +49,20 @@ def run_consume(options: ConsumeOptions, display: Display) -> ConsumeResult:
     assigned: list[float] = []
     consumer = _start_consumer(options, assigned)
     limit = options.messages or math.inf
-    start = time.monotonic()
-    recorder = Recorder(latency_unit_us=1000, started_at=start)
+    sampler = Sampler(latency_unit_us=1000, duration_s=options.duration_s, report=display.sample)
+    recorder, start = sampler.recorder, sampler.start
     latencies = recorder.latencies.append
-    ticker = Ticker(start, lambda now: display.sample(recorder.tick(now), recorder.records))
-    end = start + options.duration_s if options.duration_s else math.inf
     received, last_record_at, timed_out, interrupted = 0, start, False, False
     try:
         while received < limit:
             now = time.monotonic()
-            if now >= end:
-                break  # no tick: the last sample runs to the end of the run
-            ticker.poll(now)
+            if sampler.ended(now):
+                break
             if now - last_record_at >= options.idle_timeout_s:
                 timed_out = True
                 break
-            batch = consumer.consume(int(min(BATCH, limit - received)),
-                                     timeout=max(0.0, min(ticker.next, end, last_record_at + options.idle_timeout_s)
-                                                 - now))
+            wake = min(sampler.next_tick, sampler.end, last_record_at + options.idle_timeout_s)
+            batch = consumer.consume(int(min(BATCH, limit - received)), timeout=max(0.0, wake - now))
             if not batch:
                 continue
             arrived_ms = time.time() * 1000
@@ -77,16 +74,16 @@ def run_consume(options: ConsumeOptions, display: Display) -> ConsumeResult:
                 kind, timestamp_ms = record.timestamp()
                 latencies(math.nan if kind == TIMESTAMP_NOT_AVAILABLE else arrived_ms - timestamp_ms)
                 recorder.bytes += len(record)
-            received = recorder.records + len(recorder.latencies)
-            last_record_at = time.monotonic()
+            if recorder.records + len(recorder.latencies) > received:  # not a batch of errors only
+                received = recorder.records + len(recorder.latencies)
+                last_record_at = time.monotonic()
     except KeyboardInterrupt:
         interrupted = True
-    finished = last_record_at
-    if recorder.latencies or not recorder.samples:
-        display.sample(recorder.tick(time.monotonic()), recorder.records)
-    consumer.close()  # leaves the group at once, committing the offsets consumed
+    finally:
+        consumer.close()  # leaves the group at once, committing the offsets consumed
+    sampler.finish(time.monotonic())
     begin = assigned[0] if assigned else start
-    return ConsumeResult(recorder.samples, recorder.totals(max(0.0, finished - begin)), options.messages,
+    return ConsumeResult(recorder.samples, recorder.totals(max(0.0, last_record_at - begin)), options.messages,
                          assigned[0] - start if assigned else None, timed_out, interrupted)
 
 

@@ -58,7 +58,7 @@ class Display:
 
     def summary(self, title: str, totals: Totals, details: list[str]) -> None:
         latency = totals.latency
-        lines = [f"{totals.records:,} records in {totals.elapsed_s:,.2f} s: "
+        lines = [f"{totals.records:,} records in {totals.seconds:,.2f} s: "
                  f"{rate_text(totals.records_per_s, totals.mb_per_s)}"]
         if latency is not None:
             lines.append(f"{latency_text(latency)}  p99.9 {latency.p999:,.2f}  mean {latency.mean:,.2f}")

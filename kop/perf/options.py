@@ -63,44 +63,23 @@ class ConsumeOptions:
 # ---- value parsers (argparse turns their ArgumentTypeError into a one-line error)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if not 0 < value <= INT64_MAX:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def _checked(convert: type, accept, expected: str):
+    """An argparse type: `convert` the text, then `accept` the value, else one line saying what was `expected`."""
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not accept(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if not 0 <= value <= INT64_MAX:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
-    return value
-
-
-def _throughput(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected records/s > 0 or -1 (unpaced), got {text!r}") from None
-    if value != -1 and not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"expected records/s > 0 or -1 (unpaced), got {text!r}")
-    return value
+_positive_int = _checked(int, lambda v: 0 < v <= INT64_MAX, "a positive integer")
+_non_negative_int = _checked(int, lambda v: 0 <= v <= INT64_MAX, "an integer >= 0")
+_positive_seconds = _checked(float, lambda v: 0 < v < math.inf, "a number of seconds > 0")
+_throughput = _checked(float, lambda v: v == -1 or 0 < v < math.inf, "records/s > 0 or -1 (unpaced)")
 
 
 def _property(text: str) -> tuple[str, str]:

@@ -17,7 +17,8 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from kop.perf.cluster import CONNECT_TIMEOUT_S, client_config, reason
 from kop.perf.display import Display
 from kop.perf.options import PerfError, ProduceOptions
-from kop.perf.stats import Recorder, Sample, Ticker, Totals
+from kop.perf.sampler import Sampler
+from kop.perf.stats import Recorder, Sample, Totals
 
 PRODUCER_NAME_HEADER = "kop.producer.name"
 SEQUENCE_ID_HEADER = "kop.sequence.id"
@@ -98,31 +99,24 @@ def run_produce(options: ProduceOptions, display: Display) -> ProduceResult:
     producer = _start_producer(options, outcomes)
     send, poll = _sender(producer, options), producer.poll
     limit = options.num_records or math.inf
-    start = time.monotonic()
-    recorder = outcomes.recorder = Recorder(latency_unit_us=1e6, started_at=start)
-    sent = 0
-
-    def report(now: float) -> None:
-        display.sample(recorder.tick(now), recorder.records)
-
-    ticker = Ticker(start, report)
-    end = start + options.duration_s if options.duration_s else math.inf
+    sampler = Sampler(latency_unit_us=1e6, duration_s=options.duration_s, report=display.sample)
+    start = sampler.start
+    outcomes.recorder = sampler.recorder
     commit_every = options.transaction_duration_ms / 1000
     next_commit = start + commit_every if options.transactional_id else math.inf
-    interrupted = False
+    sent, interrupted = 0, False
     try:
         while sent < limit:
             now = time.monotonic()
-            if now >= end:
-                break  # no tick: the last sample runs to the end of the run
-            ticker.poll(now)
+            if sampler.ended(now):
+                break
             if now >= next_commit:
                 _commit(producer, options)
                 next_commit = now + commit_every
             if options.paced:
                 due = min(limit, math.floor((now - start) * options.throughput) + 1)
                 if sent >= due:  # ahead of the pace: wait in poll(), serving acks, until the next record is due
-                    poll(max(0.0, min(start + sent / options.throughput, ticker.next, end) - now))
+                    poll(max(0.0, min(start + sent / options.throughput, sampler.next_tick, sampler.end) - now))
                     continue
             else:
                 due = min(limit, sent + CHUNK)
@@ -139,21 +133,20 @@ def run_produce(options: ProduceOptions, display: Display) -> ProduceResult:
     except KeyboardInterrupt:
         interrupted = True
         producer.purge(in_queue=True, in_flight=False)  # what has not left will not: stop waiting for it
-    _drain(producer, ticker)
+    _drain(producer, sampler)
     finished = time.monotonic()
-    if recorder.latencies or not recorder.samples:
-        report(finished)
-    return ProduceResult(recorder.samples, recorder.totals(finished - start), sent - outcomes.purged,
-                         outcomes.failed, outcomes.first_error, interrupted)
+    sampler.finish(finished)
+    return ProduceResult(sampler.recorder.samples, sampler.recorder.totals(finished - start),
+                         sent - outcomes.purged, outcomes.failed, outcomes.first_error, interrupted)
 
 
-def _drain(producer: Producer, ticker: Ticker) -> None:
+def _drain(producer: Producer, sampler: Sampler) -> None:
     """Serve acks until every sent record has one or failed (librdkafka's message.timeout.ms bounds the wait); a
     second Ctrl-C stops waiting."""
     try:
         while len(producer):
-            producer.poll(min(0.1, max(0.0, ticker.next - time.monotonic())))
-            ticker.poll(time.monotonic())
+            producer.poll(min(0.1, max(0.0, sampler.next_tick - time.monotonic())))
+            sampler.tick_if_due(time.monotonic())
     except KeyboardInterrupt:
         pass
 

@@ -18,13 +18,13 @@ def _latency(latency: Latency | None) -> dict | None:
 
 
 def sample_json(sample: Sample) -> dict:
-    return {"time_s": _number(sample.time_s), "interval_s": _number(sample.interval_s), "records": sample.records,
+    return {"time_s": _number(sample.time_s), "interval_s": _number(sample.seconds), "records": sample.records,
             "bytes": sample.bytes, "records_per_s": _number(sample.records_per_s),
             "mb_per_s": _number(sample.mb_per_s), "latency_ms": _latency(sample.latency)}
 
 
 def totals_json(totals: Totals) -> dict:
-    return {"records": totals.records, "bytes": totals.bytes, "elapsed_s": _number(totals.elapsed_s),
+    return {"records": totals.records, "bytes": totals.bytes, "elapsed_s": _number(totals.seconds),
             "records_per_s": _number(totals.records_per_s), "mb_per_s": _number(totals.mb_per_s),
             "latency_ms": _latency(totals.latency)}
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,40 +38,28 @@ class Latency:
 
 
 @dataclass(frozen=True)
-class Sample:
-    """What happened in one reporting interval."""
+class Totals:
+    """Records and bytes over some seconds: the whole run (the command says from when to when), or one sample."""
 
-    time_s: float  # the interval's end, seconds since the run started
-    interval_s: float
     records: int
     bytes: int
+    seconds: float
     latency: Latency | None
 
     @property
     def records_per_s(self) -> float:
-        return self.records / self.interval_s if self.interval_s > 0 else math.nan
+        return self.records / self.seconds if self.seconds > 0 else math.nan
 
     @property
     def mb_per_s(self) -> float:
-        return self.bytes / MB / self.interval_s if self.interval_s > 0 else math.nan
+        return self.bytes / MB / self.seconds if self.seconds > 0 else math.nan
 
 
 @dataclass(frozen=True)
-class Totals:
-    """The whole run: records over `elapsed_s` (the command says from when to when)."""
+class Sample(Totals):
+    """What happened in one reporting interval (`seconds` long)."""
 
-    records: int
-    bytes: int
-    elapsed_s: float
-    latency: Latency | None
-
-    @property
-    def records_per_s(self) -> float:
-        return self.records / self.elapsed_s if self.elapsed_s > 0 else math.nan
-
-    @property
-    def mb_per_s(self) -> float:
-        return self.bytes / MB / self.elapsed_s if self.elapsed_s > 0 else math.nan
+    time_s: float  # the interval's end, seconds since the run started
 
 
 class Recorder:
@@ -90,8 +77,8 @@ class Recorder:
         raw = np.frombuffer(self.latencies, dtype=np.float64) * self._unit_us  # a copy: the view is released
         interval = LatencyHistogram()
         interval.record(raw[~np.isnan(raw)])
-        sample = Sample(now - self._started_at, now - self._last_tick, len(self.latencies), self.bytes,
-                        Latency.of(interval))
+        sample = Sample(len(self.latencies), self.bytes, now - self._last_tick, Latency.of(interval),
+                        time_s=now - self._started_at)
         self.histogram.add(interval)
         self.records += sample.records
         self.total_bytes += sample.bytes
@@ -104,17 +91,3 @@ class Recorder:
     def totals(self, elapsed_s: float) -> Totals:
         return Totals(self.records, self.total_bytes, elapsed_s, Latency.of(self.histogram))
 
-
-class Ticker:
-    """Calls `on_tick(now)` once per interval when asked with `poll(now)`; a late tick does not make the next early
-    (and a very late one does not make a burst)."""
-
-    def __init__(self, started_at: float, on_tick: Callable[[float], None], interval_s: float = 1.0) -> None:
-        self.next = started_at + interval_s
-        self._on_tick = on_tick
-        self._interval = interval_s
-
-    def poll(self, now: float) -> None:
-        if now >= self.next:
-            self._on_tick(now)
-            self.next = max(self.next + self._interval, now + self._interval / 2)
