@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,8 +29,13 @@ class Outcome:
     problem: str | None  # set: the run did not do all it was asked (exit status 1)
 
 
+def _stop_on_sigterm(_signum, _frame) -> None:
+    raise KeyboardInterrupt  # `timeout 60 kop perf ...` or a process manager: end as Ctrl-C does, with the summary
+
+
 def run_perf(args: argparse.Namespace) -> int:
     prog = f"kop perf {args.perf_command}"
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         options = args.perf_options(args)
         run, title, latency_label = COMMANDS[args.perf_command]

@@ -18,7 +18,7 @@ from kop.perf.options import ConsumeOptions, PerfError
 from kop.perf.sampler import Sampler
 from kop.perf.stats import Sample, Totals
 
-BATCH = 500  # records per consume() call: one Python call per batch, not per record
+BATCH = 500  # at most this many records per consume() call: one Python call per batch, not per record
 
 
 @dataclass(frozen=True)
@@ -61,10 +61,15 @@ def run_consume(options: ConsumeOptions, display: Display) -> ConsumeResult:
             if now - last_record_at >= options.idle_timeout_s:
                 timed_out = True
                 break
-            wake = min(sampler.next_tick, sampler.end, last_record_at + options.idle_timeout_s)
-            batch = consumer.consume(int(min(BATCH, limit - received)), timeout=max(0.0, wake - now))
+            # consume() with a timeout waits for a full batch, which would add the wait to every latency: take
+            # what is already there, and only when nothing is, wait in poll(), which returns with the first record.
+            batch = consumer.consume(int(min(BATCH, limit - received)), timeout=0)
             if not batch:
-                continue
+                wake = min(sampler.next_tick, sampler.end, last_record_at + options.idle_timeout_s)
+                first = consumer.poll(max(0.0, wake - now))
+                if first is None:
+                    continue
+                batch = [first]
             arrived_ms = time.time() * 1000
             for record in batch:
                 error = record.error()
