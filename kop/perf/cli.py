@@ -15,7 +15,7 @@ from kop.perf.display import Display
 from kop.perf.options import ConsumeOptions, Output, PerfError, ProduceOptions
 from kop.perf.plot import plot
 from kop.perf.producer import run_produce
-from kop.perf.report import sample_json, totals_json, write_json
+from kop.perf.report import redacted, sample_json, totals_json, write_json
 from kop.perf.stats import Sample, Totals
 
 
@@ -100,7 +100,8 @@ def _write_outputs(command: str, options: ProduceOptions | ConsumeOptions, outco
     try:
         if output.json_path:
             write_json(output.json_path, {
-                "command": command, "options": dataclasses.asdict(options),
+                "command": command,
+                "options": {**dataclasses.asdict(options), "client_config": redacted(options.client_config)},
                 "samples": [sample_json(s) for s in outcome.samples],
                 "summary": {**totals_json(outcome.totals), **outcome.details}})
         if output.plot_path:

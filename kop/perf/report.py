@@ -9,6 +9,14 @@ import sys
 from kop.perf.stats import Latency, Sample, Totals
 
 
+SECRET_WORDS = ("password", "secret", "jaas", "token", "key.pem", "keystore", "credentials")
+
+
+def redacted(config: dict[str, str]) -> dict[str, str]:
+    """Client settings fit to write down: a SASL password or a private key passed as a property is not."""
+    return {k: "[redacted]" if any(word in k.lower() for word in SECRET_WORDS) else v for k, v in config.items()}
+
+
 def _number(value: float) -> float | None:
     return None if math.isnan(value) else round(value, 6)
 
