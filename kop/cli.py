@@ -1,5 +1,6 @@
 """The `kop` command: `kop standalone` runs one broker on the embedded file storage (like `pulsar standalone`), with
-its admin REST API on port 8080; `kop admin ...` talks to that API (like `pulsar-admin`)."""
+its admin REST API on port 8080; `kop admin ...` talks to that API (like `pulsar-admin`); `kop perf produce|consume`
+measures any Kafka-compatible broker (like kafka-producer-perf-test and pulsar-perf)."""
 import argparse
 import asyncio
 import logging
@@ -14,6 +15,7 @@ from kop.admin.cli import add_admin_parser, run_admin
 from kop.config import BrokerConfig, parse_setting
 from kop.config_file import read_properties, unknown_key_warnings
 from kop.listeners import split_host_port
+from kop.perf.options import add_perf_parser
 from kop.startup import StartupError
 
 STANDALONE_ADMIN_PORT = 8080  # pulsar standalone's web service port
@@ -128,6 +130,7 @@ EPILOG = """examples:
   kop standalone                                   # 127.0.0.1:9092, data in ./data, admin API on :8080
   kop standalone --config server.properties        # Kafka's or Pulsar's keys; see kop standalone --help
   kop admin topics stats public/default/orders     # see kop admin --help
+  kop perf produce --topic t --num-records 100000  # see kop perf --help
   kop --version
 
 `kop` alone prints this help and exits with status 0.
@@ -159,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(prog="kop", description=__doc__, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"kop {version()}")
-    sub = parser.add_subparsers(dest="command", metavar="{standalone,admin}")
+    sub = parser.add_subparsers(dest="command", metavar="{standalone,admin,perf}")
     standalone = sub.add_parser("standalone", help="run one broker with embedded file storage",
                                 description="Run one broker with embedded file storage.", epilog=STANDALONE_EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -178,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help="the least severe log lines written to stderr: DEBUG, INFO (default), WARNING or "
                                  "ERROR")
     add_admin_parser(sub)
+    add_perf_parser(sub)
     return parser
 
 
@@ -194,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "admin":
         return run_admin(args)
+    if args.command == "perf":
+        from kop.perf.cli import run_perf  # here, so the broker starts without loading the clients and numpy
+        return run_perf(args)
     try:
         standalone = build_config(args)
     except ValueError as exc:
