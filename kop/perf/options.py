@@ -114,15 +114,14 @@ examples:
   kop perf produce --topic perf --partitions 4 --num-records 1000000 --record-size 100
 
   # 60 s at 10,000 records/s, idempotent, lz4, with the per-second samples as JSON and a chart
-  kop perf produce --topic perf --duration 60 --throughput 10000 --idempotence on --compression lz4 \\
-      --json produce.json --plot produce.png
+  kop perf produce --topic perf --duration 60 --throughput 10000 --idempotence on --compression lz4 --json p.json
+  kop perf produce --topic perf --duration 60 --throughput 10000 --plot produce.png     # the same, charted
 
   # records carrying application sequence ids (headers kop.producer.name=orders, kop.sequence.id=1000, 1001, ...)
   kop perf produce --topic orders --num-records 50000 --sequence-headers orders --sequence-start 1000
 
   # any librdkafka producer setting, as kafka-producer-perf-test's --producer-props
-  kop perf produce --topic perf --num-records 100000 --producer-property linger.ms=20 \\
-      --producer-property max.in.flight=5
+  kop perf produce --topic perf --num-records 100000 --producer-property linger.ms=20 --producer-property acks=1
 
 --transactional-id needs a broker that serves Kafka transactions; kop does not serve them yet and refuses it.
 """
@@ -149,7 +148,11 @@ def add_perf_parser(commands: argparse._SubParsersAction) -> None:
     perf = commands.add_parser("perf", help="measure produce and consume throughput and latency",
                                description="Throughput and latency of any Kafka-compatible broker (kop or Kafka), "
                                            "measured with librdkafka, like kafka-producer-perf-test, "
-                                           "kafka-consumer-perf-test and pulsar-perf.")
+                                           "kafka-consumer-perf-test and pulsar-perf.",
+                               epilog="examples:\n"
+                                      "  kop perf produce --topic t --num-records 100000 --record-size 1024\n"
+                                      "  kop perf consume --topic t --messages 100000 --from-beginning\n",
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
     tools = perf.add_subparsers(dest="perf_command", required=True, metavar="{produce,consume}",
                                 parser_class=OneLineErrorParser)
     _add_produce(tools)
