@@ -10,6 +10,7 @@ import sys
 
 from kop.admin.cli import add_admin_parser, run_admin
 from kop.config import BrokerConfig, load_properties, unknown_keys
+from kop.spark.cli import add_pipeline_parser, run_pipeline
 
 STANDALONE_ADMIN_PORT = 8080  # pulsar standalone's web service port
 
@@ -112,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help=f"admin HTTP port (default {STANDALONE_ADMIN_PORT}; 0 = off, -1 = any free port)")
     standalone.add_argument("--log-level", default="INFO")
     add_admin_parser(sub)
+    add_pipeline_parser(sub)
     return parser
 
 
@@ -120,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "admin":
         return run_admin(args)
+    if args.command == "pipeline":
+        return run_pipeline(args)
     logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if args.command == "standalone":
