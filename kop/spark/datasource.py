@@ -64,7 +64,9 @@ class KopBatchReader(DataSourceReader):
     def partitions(self) -> list[RangePartition]:
         return [RangePartition(span) for span in self.spans]
 
-    def read(self, partition: RangePartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[tuple]:
+        if not isinstance(partition, RangePartition):
+            return iter(())  # no range has records: Spark still runs one task, with a partition of its own
         return read_range(self.config, partition.span, self.include_headers)
 
 
