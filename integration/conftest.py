@@ -37,8 +37,7 @@ SPARK_MASTER = "local[2,4]"
 @pytest.fixture(scope="module")
 def spark_broker(tmp_path_factory):
     """A kop broker with its admin API for a whole module (its tests use topics of their own)."""
-    proc = BrokerProcess(str(tmp_path_factory.mktemp("kop") / "data"), admin_port=0,
-                         config={"message.max.bytes": "65536"}).start()
+    proc = BrokerProcess(str(tmp_path_factory.mktemp("kop") / "data"), admin_port=0).start()
     yield proc
     proc.stop()
 

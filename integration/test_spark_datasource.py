@@ -69,13 +69,13 @@ def test_bad_offsets_option_names_the_option(spark, spark_broker):
 
 
 def test_write_fails_when_the_broker_refuses_a_record(spark, spark_broker):
-    """Every delivery report is checked before a task commits: a record over the broker's message.max.bytes (64 KiB
-    here) fails the task, its retries, and the job."""
+    """Every delivery report is checked before a task commits: a record over the broker's message.max.bytes (1 MiB;
+    the producer's own limit raised) fails the task, its retries, and the job."""
     topic = "ds-refused"
     ensure_topic(spark_broker.bootstrap, topic, 1)
-    rows = [(None, "small", []), (None, "x" * 200_000, [])]
+    rows = [(None, "small", []), (None, "x" * 1_500_000, [])]
     with pytest.raises(PySparkException, match="records failed"):
-        write(spark, spark_broker.bootstrap, topic, rows)
+        write(spark, spark_broker.bootstrap, topic, rows, **{"kafka.message.max.bytes": "4000000"})
 
 
 def test_streaming_read_resumes_from_its_checkpoint(spark, spark_broker, tmp_path):

@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from kop.spark.audit import audit, read_topic
 from kop.spark.drills import end_offsets, kill_broker_mid_job, kill_driver_mid_ingest
 from kop.spark.examples import enrich_and_aggregate, generate_orders
-from kop.spark.faults import FAULT_SPARK_CONF, Faults
+from kop.spark.faults import Faults
 from kop.spark.ingest import IngestJob, run_ingest, source_records
 from kop.spark.report import write_chart, write_json
 from kop.spark.sequencing import PRODUCER_NAME, SEQUENCE_ID
@@ -33,16 +33,6 @@ def orders(tmp_path_factory) -> list[str]:
     for seed, path in enumerate(paths):
         generate_orders(path, ORDERS_PER_FILE, seed)
     return paths
-
-
-@pytest.fixture
-def faulty(spark):
-    """Rows reach the sink in small batches, so a failing task has written part of them."""
-    for key, value in FAULT_SPARK_CONF.items():
-        spark.conf.set(key, value)
-    yield
-    for key in FAULT_SPARK_CONF:
-        spark.conf.unset(key)
 
 
 def ingest_job(broker, topic: str, inputs: list[str], sequence_ids: bool = True, **kwargs) -> IngestJob:
@@ -124,7 +114,7 @@ def test_ingest_positions_of_csv_and_parquet_inputs(spark, spark_broker, tmp_pat
 
 
 @pytest.mark.parametrize("sequence_ids", [True, False], ids=ids)
-def test_ingest_task_retries(spark, spark_broker, orders, faulty, sequence_ids):
+def test_ingest_task_retries(spark, spark_broker, orders, sequence_ids):
     """Needs per-record deduplication (with sequence ids). Every task's first attempt fails after handing rows to
     the sink; Spark retries it (local[2,4]) and the retry writes them again."""
     job = ingest_job(spark_broker, f"ingest-retries-{sequence_ids}", orders, sequence_ids)
@@ -172,14 +162,14 @@ def test_ingest_driver_killed_mid_job_and_rerun(spark, spark_broker, orders, tmp
 
 
 @pytest.mark.parametrize("sequence_ids", [True, False], ids=ids)
-def test_ingest_broker_killed_mid_job(spark, spark_broker, orders, faulty, sequence_ids):
+def test_ingest_broker_killed_mid_job(spark, spark_broker, orders, sequence_ids):
     """Needs per-record deduplication (with sequence ids). kop is killed -9 while the job writes and restarted
     after longer than the producer's message timeout, so the tasks fail and are retried (the job re-run if it runs
     out of retries)."""
     job = ingest_job(spark_broker, f"ingest-broker-kill-{sequence_ids}", orders, sequence_ids,
                      kafka_options={"message.timeout.ms": "2000", "reconnect.backoff.max.ms": "500"})
     stored_at_kill = kill_broker_mid_job(
-        spark_broker, job.topic, lambda: run_ingest(spark, job, Faults(row_delay_s=ROW_DELAY_MS / 1000)), down_s=4)
+        spark_broker, job.topic, lambda: run_ingest(spark, job, Faults(row_delay_ms=ROW_DELAY_MS)), down_s=4)
     assert 0 < stored_at_kill < 2 * ORDERS_PER_FILE, "kop was not killed mid-job"
     check(audit_ingest(spark, job), sequence_ids)
 
@@ -209,7 +199,7 @@ def transform_job(broker, output: str, input_topic: str, checkpoint: str, sequen
 
 
 @pytest.mark.parametrize("sequence_ids", [True, False], ids=ids)
-def test_transform_restarts_from_old_checkpoint_and_from_none(spark, spark_broker, orders, tmp_path, faulty,
+def test_transform_restarts_from_old_checkpoint_and_from_none(spark, spark_broker, orders, tmp_path,
                                                                sequence_ids):
     """Needs per-record deduplication (with sequence ids). The transform runs over half the input, its checkpoint is
     kept, it runs over the rest with task failures, then again from the old checkpoint (a driver that crashed before

@@ -123,15 +123,13 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _session(args: argparse.Namespace):
-    from kop.spark.faults import FAULT_SPARK_CONF
     from kop.spark.session import SparkSettings, spark_session
-    conf = FAULT_SPARK_CONF if args.fail_task_after or args.row_delay_ms else {}
-    return spark_session(SparkSettings(master=args.master, speculation=args.speculation, conf=conf))
+    return spark_session(SparkSettings(master=args.master, speculation=args.speculation))
 
 
 def _faults(args: argparse.Namespace):
     from kop.spark.faults import Faults
-    return Faults(fail_after_rows=args.fail_task_after, row_delay_s=args.row_delay_ms / 1000)
+    return Faults(fail_after_rows=args.fail_task_after, row_delay_ms=args.row_delay_ms)
 
 
 def _kafka(args: argparse.Namespace) -> dict[str, str]:

@@ -9,11 +9,13 @@ checkpoint {topic: {partition: next offset}} and support Trigger.AvailableNow. W
 headers, partition and topic of Spark's Kafka sink."""
 from collections.abc import Iterator
 
+from pyspark import TaskContext
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader, DataSourceWriter,
                                     InputPartition, WriterCommitMessage)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
+from kop.spark.faults import FAIL_AFTER_OPTION, ROW_DELAY_OPTION, Faults
 from kop.spark.offsets import OffsetRange, Positions, TopicOffsets, ranges_between
 from kop.spark.options import OptionError, flag, kafka_config, offset_spec, subscribed_topics
 from kop.spark.range_reader import read_range
@@ -129,10 +131,14 @@ class KopWriter(DataSourceWriter):
                               "topic)")
         if self.topic is None and "topic" not in names:
             raise OptionError("set the option topic or give the DataFrame a topic column")
-        self.columns = names
+        # Failure drills (kop.spark.faults): a first attempt fails after storing this many records; rows are slowed.
+        self.faults = Faults(int(options.get(FAIL_AFTER_OPTION, 0)), float(options.get(ROW_DELAY_OPTION, 0)))
 
     def write(self, rows: Iterator) -> WriteCommit:
-        return WriteCommit(write_records(self.config, (self._record(row) for row in rows)))
+        faults = self.faults
+        if TaskContext.get().attemptNumber() > 0:
+            faults = Faults(fail_after_rows=0, row_delay_ms=faults.row_delay_ms)
+        return WriteCommit(write_records(self.config, (self._record(row) for row in rows), faults))
 
     def _record(self, row) -> WrittenRecord:
         fields = row.asDict()

@@ -16,7 +16,7 @@ from rich.table import Table
 from kop.spark.audit import AuditReport, audit
 from kop.spark.drills import kill_broker_mid_job, kill_driver_mid_ingest
 from kop.spark.examples import enrich_and_aggregate, generate_orders
-from kop.spark.faults import FAULT_SPARK_CONF, Faults
+from kop.spark.faults import Faults
 from kop.spark.ingest import IngestJob, run_ingest, source_records
 from kop.spark.progress import spark_progress
 from kop.spark.report import write_chart, write_json
@@ -98,8 +98,7 @@ def run_demo(work_dir: str, orders_per_file: int) -> bool:
     for seed, path in enumerate(inputs):
         generate_orders(path, orders_per_file, seed)
     broker = DemoBroker(os.path.join(work_dir, "kop", "data")).start()
-    spark = spark_session(SparkSettings(master="local[2,4]", app_name="kop-pipeline-demo", speculation=True,
-                                        conf=FAULT_SPARK_CONF))
+    spark = spark_session(SparkSettings(master="local[2,4]", app_name="kop-pipeline-demo", speculation=True))
     outcomes = []
     try:
         for sequence_ids in (True, False):
@@ -146,7 +145,7 @@ def _broker_killed(spark, broker, inputs, work_dir, sequence_ids) -> AuditReport
     """kop is killed -9 mid-ingest and restarted after the producers' message timeout: tasks fail and are retried."""
     job = _ingest_job(broker, _topic("kop-killed", sequence_ids), inputs, sequence_ids,
                       kafka_options={"message.timeout.ms": "2000", "reconnect.backoff.max.ms": "500"})
-    kill_broker_mid_job(broker, job.topic, lambda: run_ingest(spark, job, Faults(row_delay_s=ROW_DELAY_MS / 1000)),
+    kill_broker_mid_job(broker, job.topic, lambda: run_ingest(spark, job, Faults(row_delay_ms=ROW_DELAY_MS)),
                         BROKER_DOWN_S)
     return audit(spark, source_records(spark, job), job.bootstrap, job.topic)
 

@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kop.client.sequences import last_sequence_ids
-from kop.spark.faults import Faults, with_faults
+from kop.spark.faults import Faults
 from kop.spark.options import OptionError
 from kop.spark.sequencing import PRODUCER_NAME, SEQUENCE_ID, sink_rows, target_partition
 from kop.spark.sink import save
@@ -65,8 +65,7 @@ def run_ingest(spark: SparkSession, job: IngestJob, faults: Faults = Faults()) -
     if job.resume:
         records = _skip_stored(spark, records, job, partitions).cache()
     written = records.count() if job.resume else total
-    rows = with_faults(sink_rows(records, partitions, job.sequence_ids), faults)
-    save(rows, job.bootstrap, job.topic, job.kafka_options)
+    save(sink_rows(records, partitions, job.sequence_ids), job.bootstrap, job.topic, job.kafka_options, faults)
     return IngestResult(records=total, written=written)
 
 

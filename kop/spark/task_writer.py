@@ -4,10 +4,13 @@ The producer is idempotent with acks=all, so the records of one producer name re
 task wrote them (the order kop's per-record deduplication relies on). The task succeeds only once every record is
 acknowledged: it flushes, then checks every delivery report, and raises on the first failure, so Spark retries it
 (and the retry's records are deduplicated by their sequence-id headers)."""
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, Producer
+
+from kop.spark.faults import Faults, InjectedTaskFailure
 
 FLUSH_TIMEOUT_S = 300.0
 PRODUCER_DEFAULTS = {
@@ -48,12 +51,17 @@ class DeliveryTracker:
         self.first_error = self.first_error or error
 
 
-def write_records(config: dict[str, str], records: Iterable[WrittenRecord]) -> int:
+def write_records(config: dict[str, str], records: Iterable[WrittenRecord], faults: Faults = Faults()) -> int:
     """Write all `records`, wait for every acknowledgement, and return how many there were."""
     producer = Producer({**config, **PRODUCER_DEFAULTS})
     tracker = DeliveryTracker()
     sent = 0
     for record in records:
+        if sent == faults.fail_after_rows > 0:
+            producer.flush(FLUSH_TIMEOUT_S)
+            raise InjectedTaskFailure(f"the task fails on purpose after storing {tracker.acknowledged} records")
+        if faults.row_delay_ms:
+            time.sleep(faults.row_delay_ms / 1000)
         _produce(producer, record, tracker)
         sent += 1
     unsent = producer.flush(FLUSH_TIMEOUT_S)

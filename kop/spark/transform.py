@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from kop.spark.faults import Faults, with_faults
+from kop.spark.faults import Faults
 from kop.spark.options import OptionError
 from kop.spark.sequencing import PRODUCER_NAME, SEQUENCE_ID, sink_rows
 from kop.spark.session import kafka_format
@@ -92,8 +92,8 @@ def run_transform(spark: SparkSession, job: TransformJob, faults: Faults = Fault
     def write_batch(batch: DataFrame, batch_id: int) -> None:
         batch = batch.cache()  # read the input once for the outputs and the count
         outputs = sequenced_outputs(batch, job.name, job.input_topic, job.function).cache()
-        save(with_faults(sink_rows(outputs, partitions, job.sequence_ids), faults), job.bootstrap, job.output_topic,
-             job.kafka_options)
+        save(sink_rows(outputs, partitions, job.sequence_ids), job.bootstrap, job.output_topic, job.kafka_options,
+             faults)
         result.batches += 1
         result.records_in += batch.count()
         result.records_out += outputs.count()
