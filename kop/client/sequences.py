@@ -22,7 +22,7 @@ def last_sequence_ids(admin_url: str, topic: str, producer_name: str) -> dict[in
     try:
         answer = AdminClient(admin_url).get(topic_resource(topic, "sequences"), producer=producer_name)
     except AdminError as exc:
-        if exc.status == 404 and "topic" in exc.reason.lower():
+        if exc.status == 404 and exc.reason.startswith("Topic "):
             return {}  # no topic yet: nothing stored under any name
         raise
     return {int(partition): int(last) for partition, last in answer["partitions"].items() if last is not None}

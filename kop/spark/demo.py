@@ -46,6 +46,7 @@ class DemoBroker:
         return f"http://127.0.0.1:{self.admin_port}"
 
     def start(self) -> "DemoBroker":
+        os.makedirs(self.data_dir, exist_ok=True)
         with open(os.path.join(os.path.dirname(self.data_dir), "kop.log"), "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "kop.cli", "standalone", "--listen", self.bootstrap, "--data-dir",
