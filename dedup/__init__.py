@@ -29,12 +29,12 @@ from dedup.kafka_producers import (
     WaitFor,
     WriteFailed,
 )
-from dedup.message_deduplication import DedupConfig, DupStatus, MessageDeduplication, Status, carries_dedup_identity
+from dedup.message_deduplication import DedupConfig, DupStatus, MessageDeduplication, Status
 
 __all__ = [
     "BEFORE_FIRST", "DEDUP_CURSOR_NAME", "DedupCursor", "DedupLedger", "EntrySource", "Position", "ReplayEntry",
     "DUPLICATE_SEQUENCE_NUMBER", "INVALID_PRODUCER_EPOCH", "OUT_OF_ORDER_SEQUENCE_NUMBER", "REQUEST_TIMED_OUT",
     "Accept", "BatchMetadata", "DecideAgain", "Decision", "Duplicate", "KafkaProducers", "PendingBatch",
     "ProducerSnapshot", "Reject", "WaitFor", "WriteFailed",
-    "DedupConfig", "DupStatus", "MessageDeduplication", "Status", "carries_dedup_identity",
+    "DedupConfig", "DupStatus", "MessageDeduplication", "Status",
 ]

@@ -457,6 +457,12 @@ class KafkaProducers:
                 self._dedup.producer_removed(self.producer_name(producer_id, producer.persisted_epoch))
         self._dedup.reset_pushed_to_persisted()
 
+    def refuse(self, accept: Accept, error_code: int) -> None:
+        """A batch `check` accepted is answered the retriable `error_code` after all, and not written (instead of
+        `on_pushed`): its producer owes the resend, so the batches pipelined behind it do not overtake it."""
+        producer_id, epoch, _name, first, last = accept
+        self._owe(producer_id, epoch, first, last, error_code)
+
     def _owe(self, producer_id: int, epoch: int, first: int, last: int, error_code: int) -> None:
         """The producer was answered `error_code` for sequences first..last, which are not stored."""
         earlier = self._owed.pop(producer_id, None)

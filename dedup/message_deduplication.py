@@ -34,13 +34,12 @@ import enum
 import logging
 import math
 import time
-from collections.abc import Callable, Collection, Coroutine, Mapping
+from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
 from dedup.interfaces import DEDUP_CURSOR_NAME, DedupCursor, DedupLedger, Position, ReplayEntry
-from proto.kop_pb2 import MessageMetadata
 
 log = logging.getLogger(__name__)
 
@@ -115,11 +114,6 @@ class DedupExtension(Protocol):
 
     def expire(self, before: float) -> None:
         """The inactivity purge runs: drop what is kept for producers not heard of since `before`."""
-
-
-def carries_dedup_identity(metadata: MessageMetadata) -> bool:
-    """Whether an entry counts for deduplication: markers and control batches never do, nameless entries can't."""
-    return bool(metadata.producer_name) and not metadata.HasField("marker_type") and not metadata.is_control
 
 
 def _names_to_snapshot(order: list[str], persisted: Mapping[str, int], cap: int) -> list[str]:
@@ -341,16 +335,22 @@ class MessageDeduplication:
 
     def _replay_entry(self, entry: ReplayEntry, now: float) -> None:
         metadata = entry.metadata
-        if not carries_dedup_identity(metadata):
+        if metadata.HasField("marker_type") or metadata.is_control:
             return
-        name = metadata.producer_name
+        for named in metadata.named_sequences:
+            self._replay_name(named.name, named.sequence_id, now)
+        if not metadata.producer_name:
+            return
+        self._replay_name(metadata.producer_name, max(metadata.sequence_id, metadata.highest_sequence_id), now)
+        if self._extension is not None:
+            self._extension.replay(entry)
+
+    def _replay_name(self, name: str, highest: int, now: float) -> None:
         # Never backwards: where dedup was off, a retry may have been stored again after later batches.
-        value = max(metadata.sequence_id, metadata.highest_sequence_id, self._persisted.get(name, -1))
+        value = max(highest, self._persisted.get(name, -1))
         self._pushed[name] = self._persisted[name] = value
         self._activity.pop(name, None)  # the most recently written name from now on
         self._activity[name] = now
-        if self._extension is not None:
-            self._extension.replay(entry)
 
     # -- the produce path ------------------------------------------------------------------------------------------
 
@@ -366,6 +366,34 @@ class MessageDeduplication:
             return DupStatus.UNKNOWN
         self._pushed[name] = highest_sequence_id if highest_sequence_id > sequence_id else sequence_id
         return _NOT_DUP
+
+    def judge(self, name: str, sequence_id: int) -> DupStatus:
+        """`is_duplicate` without its effect: a caller that judges several names at once pushes them (`push`) only
+        once it knows it will write them all."""
+        if not self.is_enabled:
+            return DupStatus.NOT_DUP
+        last_pushed = self._pushed.get(name)
+        if last_pushed is None or sequence_id > last_pushed:
+            return _NOT_DUP
+        last_persisted = self._persisted.get(name)
+        return DupStatus.DUP if last_persisted is not None and sequence_id <= last_persisted else DupStatus.UNKNOWN
+
+    def push(self, name: str, highest_sequence_id: int) -> None:
+        """A write of the name up to `highest_sequence_id` is accepted (after `judge` said NotDup)."""
+        if self.is_enabled:
+            self._pushed[name] = highest_sequence_id
+
+    def record_persisted_names(self, sequences: Iterable[tuple[str, int]]) -> None:
+        """Names an entry stores beside its producer's own (application-chosen sequence ids, each at the highest id
+        the entry holds). Call before `record_persisted` of the same entry, which counts it, so a snapshot it
+        triggers holds them. Their producers have no write in flight once it is durable: inactive from now on."""
+        if not self.is_enabled:
+            return
+        persisted, activity, now = self._persisted, self._activity, self._clock()
+        for name, sequence_id in sequences:
+            persisted[name] = sequence_id
+            activity.pop(name, None)
+            activity[name] = now
 
     def record_persisted(self, name: str | None, sequence_id: int, highest_sequence_id: int, position: Position,
                          idle: bool | None = None) -> None:

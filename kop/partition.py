@@ -14,10 +14,15 @@ from dataclasses import dataclass
 
 from dedup import (DEDUP_CURSOR_NAME, Accept, DecideAgain, DedupConfig, Duplicate, KafkaProducers,
                    MessageDeduplication, PendingBatch, Reject, Status, WaitFor, WriteFailed)
+from dedup import named_sequences
+from dedup.named_sequences import RecordsDecision
 from kop.dedup_storage import LedgerDedupStorage
+from kop.sequence_filter import Answer, SequenceFilter
 from kop.ledger import Entry, LedgerClosedError, LedgerWriteError, ManagedLedger, ManagedLedgerError, Position
 from protocol.errors import ErrorCode
+from protocol.compression import BytesLike
 from protocol.records import BatchHeader, assign_offsets, set_log_append_time
+from protocol.sequence_headers import has_sequence_headers
 from proto.kop_pb2 import MessageMetadata
 
 log = logging.getLogger(__name__)
@@ -33,6 +38,12 @@ class AppendResult:
     log_append_time: int = -1
     message: str | None = None
     record_errors: tuple[tuple[int, str], ...] = ()  # (index in the batch, reason) of the records that failed it
+
+
+def _kafka_metadata(header: BatchHeader, accept: Accept) -> MessageMetadata:
+    return MessageMetadata(producer_name=accept.producer_name, sequence_id=accept.sequence_id,
+                           highest_sequence_id=accept.highest_sequence_id, producer_id=header.producer_id,
+                           producer_epoch=header.producer_epoch, is_transactional=header.is_transactional)
 
 
 def _resolved(result: AppendResult) -> asyncio.Future:
@@ -51,6 +62,7 @@ class PartitionLog:
         self.dedup = MessageDeduplication(LedgerDedupStorage(ledger), dedup_config, system_topic=system_topic,
                                           log_name=self.name)
         self.producers = KafkaProducers(self.dedup)
+        self.sequences = SequenceFilter(self.dedup, self.name)
         self.log_append_time = False  # topic config message.timestamp.type=LogAppendTime
         self._waiters: list[asyncio.Future] = []
         ledger.add_confirm_listener(self._wake_waiters)
@@ -73,18 +85,22 @@ class PartitionLog:
 
     # ---- writing
 
-    def publish_normal(self, header: BatchHeader, view: memoryview, timeout_ms: int = 30000) -> asyncio.Future:
-        """Append a client data batch; resolves to an AppendResult once durable, deduplicated or rejected."""
+    def publish_normal(self, header: BatchHeader, view: memoryview, timeout_ms: int = 30000,
+                       records: tuple[BytesLike, int] | None = None) -> asyncio.Future:
+        """Append a client data batch; resolves to an AppendResult once durable, deduplicated or rejected.
+        `records`: the batch's records, uncompressed, and where they start (as validation read them), so records
+        that carry application-chosen sequence ids are judged one by one."""
+        named = records is not None and self._judges_sequence_headers() and has_sequence_headers(records[0])
         if header.producer_id < 0:
+            if named:
+                return self._publish_named(header, view, records, None)
             return self._append(header, view, MessageMetadata(), None)
         decision = self.producers.check(header.producer_id, header.producer_epoch, header.base_sequence,
                                         header.last_offset_delta)
         if isinstance(decision, Accept):
-            metadata = MessageMetadata(producer_name=decision.producer_name, sequence_id=decision.sequence_id,
-                                       highest_sequence_id=decision.highest_sequence_id,
-                                       producer_id=header.producer_id, producer_epoch=header.producer_epoch,
-                                       is_transactional=header.is_transactional)
-            return self._append(header, view, metadata, decision)
+            if named:
+                return self._publish_named(header, view, records, decision)
+            return self._append(header, view, _kafka_metadata(header, decision), decision)
         if isinstance(decision, Duplicate):
             return _resolved(AppendResult(ErrorCode.NONE, decision.base_offset, self._append_time(decision)))
         if isinstance(decision, Reject):
@@ -96,7 +112,30 @@ class PartitionLog:
         if isinstance(decision, WaitFor):
             return asyncio.ensure_future(self._await_original(decision, timeout_ms))
         assert isinstance(decision, DecideAgain)
-        return asyncio.ensure_future(self._decide_again(decision, header, view, timeout_ms))
+        return asyncio.ensure_future(self._decide_again(decision, header, view, timeout_ms, records))
+
+    def _judges_sequence_headers(self) -> bool:
+        return self.dedup.is_enabled or self.dedup.awaiting_recovery
+
+    def _publish_named(self, header: BatchHeader, view: memoryview, records: tuple[BytesLike, int],
+                       accept: Accept | None) -> asyncio.Future:
+        """A batch whose records may carry application-chosen sequence ids: each is judged on its own."""
+        if not self.dedup.is_enabled:  # wanted, but the state to judge them by is being recovered
+            self.dedup.retry_recovery()
+            step = Answer(ErrorCode.REQUEST_TIMED_OUT, "the partition's deduplication state is being recovered, "
+                                                       "retry", owed=True)
+        else:
+            step = self.sequences.filter(header, view, records, idempotent=accept is not None)
+        if isinstance(step, Answer):
+            if step.owed and accept is not None:
+                self.producers.refuse(accept, step.error)
+            if step.error:
+                log.info("%s: batch refused (%d): %s", self.name, step.error, step.message)
+            return _resolved(AppendResult(step.error, message=step.message))
+        metadata = _kafka_metadata(step.header, accept) if accept is not None else MessageMetadata()
+        for name, sequence_id in step.decision.highest.items():
+            metadata.named_sequences.add(name=name, sequence_id=sequence_id)
+        return self._append(step.header, step.view, metadata, accept, step.decision)
 
     async def _await_original(self, decision: WaitFor, timeout_ms: int) -> AppendResult:
         """A retry of a batch still being written: answer whatever the original gets."""
@@ -108,12 +147,12 @@ class PartitionLog:
             return AppendResult(ErrorCode(exc.error_code), message="the original write failed, retry")
         return AppendResult(ErrorCode.NONE, original.base_offset, self._append_time(original))
 
-    async def _decide_again(self, decision: DecideAgain, header, view, timeout_ms: int) -> AppendResult:
+    async def _decide_again(self, decision: DecideAgain, header, view, timeout_ms: int, records) -> AppendResult:
         try:
             await asyncio.wait_for(decision.future, max(timeout_ms, 1) / 1000)
         except asyncio.TimeoutError:
             return AppendResult(ErrorCode.REQUEST_TIMED_OUT, message="earlier writes of this producer in progress")
-        return await self.publish_normal(header, view, timeout_ms)
+        return await self.publish_normal(header, view, timeout_ms, records)
 
     def _append_time(self, duplicate: Duplicate) -> int:
         """The original log-append time of a deduplicated batch (-1 for CreateTime topics, as Kafka answers)."""
@@ -126,9 +165,10 @@ class PartitionLog:
                                    marker_type=marker_type)
         return self._append(header, view, metadata, None)
 
-    def _append(self, header: BatchHeader, view: memoryview, metadata: MessageMetadata,
-                accept: Accept | None) -> asyncio.Future:
-        """Assign offsets to one batch and hand it to the ledger."""
+    def _append(self, header: BatchHeader, view: memoryview, metadata: MessageMetadata, accept: Accept | None,
+                named: RecordsDecision | None = None) -> asyncio.Future:
+        """Assign offsets to one batch and hand it to the ledger; `named`: the application-chosen sequence ids it
+        stores."""
         base = self.ledger.written_end_index
         last = base + header.last_offset_delta
         batch = bytearray(view)
@@ -147,15 +187,19 @@ class PartitionLog:
             return _resolved(AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc)))
         # After add_entry, so a write refused above leaves no dedup state behind; nothing runs in between.
         pending = self.producers.on_pushed(accept, base, last, now) if accept is not None else None
+        if named is not None:
+            named_sequences.commit(self.dedup, named)
         result = asyncio.get_running_loop().create_future()
         append_time = now if self.log_append_time else -1
-        written.add_done_callback(lambda f: self._on_written(f, base, append_time, pending, result))
+        written.add_done_callback(lambda f: self._on_written(f, base, append_time, pending, named, result))
         return result
 
     def _on_written(self, written: asyncio.Future, base: int, append_time: int, pending: PendingBatch | None,
-                    result: asyncio.Future) -> None:
+                    named: RecordsDecision | None, result: asyncio.Future) -> None:
         exc = written.exception()
         if exc is None:
+            if named is not None:  # first: the entry's count (on_persisted) may snapshot, with them
+                self.dedup.record_persisted_names(named.highest.items())
             self.producers.on_persisted(pending, written.result())
             outcome = AppendResult(ErrorCode.NONE, base, append_time)
         elif isinstance(exc, LedgerWriteError):

@@ -52,6 +52,7 @@ __all__ = [
     "build_control_batch",
     "control_marker",
     "iter_records",
+    "keep_records",
     "split_batches",
     "validate_batch",
 ]
@@ -251,11 +252,12 @@ def set_max_timestamp(buf: bytearray, pos: int, timestamp_ms: int) -> None:
 # --- validation ---------------------------------------------------------------------------------------------------
 
 def validate_batch(header: BatchHeader, view: memoryview, *, deep: bool = True, from_client: bool = True,
-                   max_decompressed_size: int = DEFAULT_MAX_SIZE) -> None:
+                   max_decompressed_size: int = DEFAULT_MAX_SIZE) -> tuple[BytesLike, int] | None:
     """Raise RecordBatchError unless the batch is sound.
 
     Always: CRC32C, codec, record count against lastOffsetDelta, producer fields. deep=True also decompresses and
-    walks every record's framing (without building objects). from_client=False relaxes the rules that hold only
+    walks every record's framing (without building objects), and returns the records it walked, uncompressed, and
+    where in them they start, for a caller that reads them too. from_client=False relaxes the rules that hold only
     for batches as producers write them (offset deltas exactly 0..n-1, a true maxTimestamp), for batches the
     broker itself rewrote, as compaction or dropped duplicates do.
     """
@@ -273,12 +275,16 @@ def validate_batch(header: BatchHeader, view: memoryview, *, deep: bool = True, 
         if header.records_count > (header.size - HEADER_SIZE) // MIN_RECORD_SIZE:
             raise _invalid(f"{header.records_count} records cannot fit in {header.size - HEADER_SIZE} bytes")
         if deep:
-            _walk_records(bytes(view), HEADER_SIZE, header, from_client)  # bytes index faster than views
+            data = bytes(view)  # bytes index faster than views
+            _walk_records(data, HEADER_SIZE, header, from_client)
+            return data, HEADER_SIZE
     elif deep:
         data = decompress(codec, view[HEADER_SIZE:], max_decompressed_size)
         if header.records_count > len(data) // MIN_RECORD_SIZE:
             raise _invalid(f"{header.records_count} records cannot fit in {len(data)} decompressed bytes")
         _walk_records(data, 0, header, from_client)
+        return data, 0
+    return None
 
 
 def _check_counts(header: BatchHeader, from_client: bool) -> None:
@@ -573,6 +579,25 @@ def build_batch(records: Sequence[Record], *, base_offset: int = 0, producer_id:
                      attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id, producer_epoch,
                      base_sequence, len(records))
     struct.pack_into(">I", batch, CRC_OFFSET, crc32c.crc32c(memoryview(batch)[CRC_START:]))
+    return bytes(batch)
+
+
+def keep_records(header: BatchHeader, records: BytesLike, spans: Sequence[tuple[int, int]],
+                 max_timestamp: int) -> bytes:
+    """The batch with only the records whose bytes are at `spans` of its uncompressed `records`, as Kafka's log
+    cleaner rewrites a batch: the same base offset and lastOffsetDelta (dropped records leave holes in the offsets
+    and the records kept keep theirs), the same producer fields, attributes and codec; the record count,
+    `max_timestamp` and the CRC follow what is kept. No spans: an empty batch, which keeps its offsets and producer
+    sequence numbers taken."""
+    body = b"".join(records[start:end] for start, end in spans)
+    if header.compression != NONE:
+        body = compress(header.compression, body)
+    batch = bytearray(HEADER_SIZE)
+    batch += body
+    HEADER.pack_into(batch, 0, header.base_offset, len(batch) - LOG_OVERHEAD, header.partition_leader_epoch,
+                     CURRENT_MAGIC, 0, header.attributes, header.last_offset_delta, header.base_timestamp,
+                     max_timestamp, header.producer_id, header.producer_epoch, header.base_sequence, len(spans))
+    _UINT32.pack_into(batch, CRC_OFFSET, crc32c.crc32c(memoryview(batch)[CRC_START:]))
     return bytes(batch)
 
 

@@ -6,6 +6,7 @@ A Kafka topic T with N partitions is Pulsar's partitioned topic `persistent://{n
 """
 from collections.abc import Sequence
 
+from dedup.named_sequences import application_name
 from dedup.sequences import to_wire
 from kop.partition import PartitionLog
 
@@ -27,7 +28,8 @@ def publishers(partition: PartitionLog) -> list[dict]:
 
     `lastSequenceId` is Pulsar's (the highest sequence id pushed, as a monotonic int64); `lastSequenceIdWire` is the
     int32 Kafka sequence it stands for. Names in the dedup maps with no Kafka producer state behind them (a write
-    still in flight, or a name kept only in a snapshot) are listed by name alone.
+    still in flight, or a name kept only in a snapshot) are listed by name alone. Application-chosen names
+    (`kop.producer.name`) are not publishers: `named_sequences` counts them.
     """
     dedup, producers = partition.dedup, partition.producers
     out = []
@@ -43,7 +45,7 @@ def publishers(partition: PartitionLog) -> list[dict]:
             "recentBatches": [{"firstSequence": to_wire(b.first_seq), "lastSequence": to_wire(b.last_seq),
                                "baseOffset": b.base_offset, "lastOffset": b.last_offset} for b in state.batches],
         })
-    for name in sorted(set(dedup.pushed) - seen):
+    for name in sorted(n for n in dedup.pushed if n not in seen and application_name(n) is None):
         out.append({"producerName": name,
                     **_sequence_fields(dedup.last_sequence_id(name), dedup.persisted_sequence_id(name))})
     return out
@@ -66,9 +68,18 @@ def partition_stats(partition: PartitionLog) -> dict:
         "numberOfEntries": sum(l.entries for l in stats.ledgers),
         "logStartOffset": partition.log_start_offset,
         "highWatermark": partition.high_watermark,
+        "namedSequences": named_sequences(partition),
         "subscriptions": {},
         "replication": {},
     }
+
+
+def named_sequences(partition: PartitionLog) -> dict:
+    """Application-chosen sequence ids on this partition: how many names it knows, how many records it dropped as
+    duplicates, and how many of those came from producers without idempotence (which can reorder on retry)."""
+    return {"names": sum(1 for name in partition.dedup.persisted if application_name(name) is not None),
+            "duplicatesDropped": partition.sequences.dropped,
+            "droppedWithoutIdempotence": partition.sequences.dropped_without_idempotence}
 
 
 def topic_stats(namespace: str, topic: str, partitions: Sequence[PartitionLog]) -> dict:

@@ -58,9 +58,10 @@ def _publish_one(ctx, topic, index: int, records, timeout_ms: int) -> asyncio.Fu
         if header.is_control:
             raise RecordBatchError(ErrorCode.INVALID_RECORD, "clients may not produce control batches")
         try:
-            validate_batch(header, view)
+            records = validate_batch(header, view)
         except FalseMaxTimestamp as exc:
             header, view = _with_max_timestamp(view, exc.records_max)
+            records = validate_batch(header, view)
         if is_compacted(configs) and (keyless := _keyless_records(view)):
             # Kafka's rule for compacted topics (kop keeps them whole rather than compact): every record has a key.
             log.info("rejected batch for %s-%d from %s (%s): %d records without a key on a compacted topic", topic,
@@ -70,7 +71,7 @@ def _publish_one(ctx, topic, index: int, records, timeout_ms: int) -> asyncio.Fu
     except RecordBatchError as exc:
         log.info("rejected batch for %s-%d from %s (%s): %s", topic, index, ctx.client_id, ctx.peer, exc)
         return _rejected(ErrorCode(exc.error_code), str(exc))
-    return partition.publish_normal(header, view, timeout_ms)
+    return partition.publish_normal(header, view, timeout_ms, records)
 
 
 async def handle(ctx, request):

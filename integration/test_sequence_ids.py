@@ -1,0 +1,192 @@
+"""Application-chosen sequence ids at a real broker, batch by batch (hand-made Produce v9 requests, so every offset is
+exact): a record whose `kop.sequence.id` is not above the highest stored for its `kop.producer.name` on its partition
+is dropped and leaves a hole in the batch's offsets; gaps are allowed; names, and records without the headers, mix in
+one batch; compressed batches are rewritten with their codec; malformed headers refuse the batch; a write still in
+flight makes its name's duplicates wait; the state survives kill -9."""
+import pytest
+
+from integration.idem_raw import BASE_TIMESTAMP, RawKafka, read_topic
+from integration.test_dedup_policies import admin, partition_stats
+from integration.waiting import wait_until
+from kop.admin.client import topic_resource
+from protocol.compression import CODEC_NAMES
+from protocol.errors import ErrorCode
+from protocol.records import Record, build_batch, split_batches
+
+NAME, SEQUENCE = "kop.producer.name", "kop.sequence.id"
+FAILPOINTS = {"adminFailpointsEnabled": "true"}
+
+
+def record(name: str | None, sequence: int | None, value: bytes, **extra_headers: bytes) -> tuple:
+    headers = []
+    if name is not None:
+        headers.append((NAME, name.encode()))
+    if sequence is not None:
+        headers.append((SEQUENCE, str(sequence).encode()))
+    headers += [(k, v) for k, v in extra_headers.items()]
+    return value, tuple(headers)
+
+
+def batch(records: list[tuple], *, producer_id: int = -1, base_sequence: int = -1, compression: int = 0) -> bytes:
+    return build_batch([Record(offset=i, timestamp=BASE_TIMESTAMP + i, key=None, value=value, headers=headers)
+                        for i, (value, headers) in enumerate(records)],
+                       producer_id=producer_id, producer_epoch=0 if producer_id >= 0 else -1,
+                       base_sequence=base_sequence, compression=compression)
+
+
+def stored(broker, topic: str) -> list[tuple[int, bytes]]:
+    return [(r.offset, r.value) for r in read_topic(broker.port, topic, [0])]
+
+
+def answer(reply) -> tuple[ErrorCode, int]:
+    return ErrorCode(reply.error_code), reply.base_offset
+
+
+@pytest.fixture
+def broker(start_broker):
+    return start_broker()  # with its admin API
+
+
+@pytest.fixture
+def kafka(broker):
+    with RawKafka(broker.port) as client:
+        yield client
+
+
+def test_a_record_not_above_the_highest_id_stored_for_its_name_is_dropped_and_leaves_a_hole(broker, kafka):
+    topic = "holes"
+    assert kafka.create_topic(topic) == 0
+    first = [record("job-a", i, b"a%d" % i) for i in range(5)]
+    assert answer(kafka.produce(topic, 0, batch(first))) == (ErrorCode.NONE, 0)
+    # A re-run of the job: ids 3 and 4 again, then 5 and 6. The batch is stored at 5..8; 5 and 6 stay holes.
+    again = [record("job-a", i, b"a%d" % i) for i in (3, 4, 5, 6)]
+    assert answer(kafka.produce(topic, 0, batch(again))) == (ErrorCode.NONE, 5)
+    assert stored(broker, topic) == [(i, b"a%d" % i) for i in range(5)] + [(7, b"a5"), (8, b"a6")]
+    assert kafka.end_offsets(topic, [0]) == {0: 9}
+    assert partition_stats(broker, topic)["namedSequences"] == {
+        "names": 1, "duplicatesDropped": 2, "droppedWithoutIdempotence": 2}
+
+
+def test_ids_may_have_gaps_and_any_id_at_or_below_the_highest_is_a_duplicate(broker, kafka):
+    """Pulsar's testProducerDeduplicationWithDiscontinuousSequenceId: 2, 3, 5, then 2, 4, 6: 4 is dropped."""
+    topic = "gaps"
+    assert kafka.create_topic(topic) == 0
+    for seq in (2, 3, 5):
+        kafka.produce(topic, 0, batch([record("p", seq, b"first-%d" % seq)]))
+    for seq in (2, 4, 6):
+        kafka.produce(topic, 0, batch([record("p", seq, b"second-%d" % seq)]))
+    assert [value for _, value in stored(broker, topic)] == [b"first-2", b"first-3", b"first-5", b"second-6"]
+
+
+def test_names_and_records_without_the_headers_mix_in_one_batch(broker, kafka):
+    topic = "mixed"
+    assert kafka.create_topic(topic) == 0
+    kafka.produce(topic, 0, batch([record("a", 1, b"a1"), record("b", 7, b"b7")]))
+    mixed = [record("a", 1, b"a1-again"), record(None, None, b"plain"), record("b", 8, b"b8"),
+             record("a", 2, b"a2"), record("a", 2, b"a2-twice-in-one-batch"), record("c", 0, b"c0")]
+    assert answer(kafka.produce(topic, 0, batch(mixed))) == (ErrorCode.NONE, 2)
+    assert stored(broker, topic) == [(0, b"a1"), (1, b"b7"), (3, b"plain"), (4, b"b8"), (5, b"a2"), (7, b"c0")]
+
+
+def test_a_batch_of_only_duplicates_from_a_producer_without_idempotence_stores_nothing(broker, kafka):
+    topic = "all-duplicates"
+    assert kafka.create_topic(topic) == 0
+    kafka.produce(topic, 0, batch([record("p", i, b"v%d" % i) for i in range(3)]))
+    assert answer(kafka.produce(topic, 0, batch([record("p", i, b"v%d" % i) for i in range(3)]))) == (
+        ErrorCode.NONE, -1)  # Kafka's answer for a duplicate whose offset it does not know
+    assert kafka.end_offsets(topic, [0]) == {0: 3}
+    assert stored(broker, topic) == [(i, b"v%d" % i) for i in range(3)]
+
+
+def test_a_batch_of_only_duplicates_from_an_idempotent_producer_is_kept_empty_so_its_sequence_counts(broker, kafka):
+    topic = "empty-batch"
+    assert kafka.create_topic(topic) == 0
+    pid = kafka.init_producer_id().producer_id
+    records = [record("p", i, b"v%d" % i) for i in range(3)]
+    assert answer(kafka.produce(topic, 0, batch(records, producer_id=pid, base_sequence=0))) == (ErrorCode.NONE, 0)
+    # A new batch of the same producer (sequences 3..5) that repeats the records: an empty batch at 3..5.
+    repeated = batch(records, producer_id=pid, base_sequence=3)
+    assert answer(kafka.produce(topic, 0, repeated)) == (ErrorCode.NONE, 3)
+    assert answer(kafka.produce(topic, 0, repeated)) == (ErrorCode.NONE, 3)  # its retry: the same offsets
+    following = batch([record("p", 3, b"v3")], producer_id=pid, base_sequence=6)
+    assert answer(kafka.produce(topic, 0, following)) == (ErrorCode.NONE, 6)  # its next batch is in sequence
+    assert stored(broker, topic) == [(0, b"v0"), (1, b"v1"), (2, b"v2"), (6, b"v3")]
+    empty = [h for h, _ in split_batches(kafka.fetch_once(topic, 0, 3)[2]) if h.base_offset == 3]
+    assert [(h.records_count, h.last_offset_delta, h.base_sequence) for h in empty] == [(0, 2, 3)]
+
+
+@pytest.mark.parametrize("codec", sorted(CODEC_NAMES))
+def test_a_compressed_batch_is_rewritten_with_its_codec(broker, kafka, codec):
+    topic = f"codec-{CODEC_NAMES[codec]}"
+    assert kafka.create_topic(topic) == 0
+    kafka.produce(topic, 0, batch([record("z", 1, b"z1")], compression=codec))
+    assert answer(kafka.produce(topic, 0, batch([record("z", i, b"z%d" % i) for i in (1, 2, 3)],
+                                                compression=codec))) == (ErrorCode.NONE, 1)
+    assert stored(broker, topic) == [(0, b"z1"), (2, b"z2"), (3, b"z3")]
+    [(header, _)] = [b for b in split_batches(kafka.fetch_once(topic, 0, 1)[2]) if b[0].base_offset == 1]
+    assert (header.compression, header.records_count, header.last_offset_delta) == (codec, 2, 2)
+
+
+@pytest.mark.parametrize("headers, complaint", [
+    ({NAME: b"p"}, f"header {NAME} comes without {SEQUENCE}"),
+    ({SEQUENCE: b"3"}, f"header {SEQUENCE} comes without {NAME}"),
+    ({NAME: b"p", SEQUENCE: b"-3"}, f"header {SEQUENCE} must be a decimal ASCII integer"),
+    ({NAME: b"p", SEQUENCE: b"12a"}, f"header {SEQUENCE} must be a decimal ASCII integer"),
+    ({NAME: b"p", SEQUENCE: b"9223372036854775808"}, f"header {SEQUENCE} 9223372036854775808 is beyond int64"),
+    ({NAME: b"", SEQUENCE: b"1"}, f"header {NAME} is empty"),
+    ({NAME: b"n" * 257, SEQUENCE: b"1"}, f"header {NAME} has 257 bytes, more than 256"),
+    ({NAME: b"\xff\xfe", SEQUENCE: b"1"}, f"header {NAME} is not UTF-8"),
+])
+def test_malformed_headers_refuse_the_batch_with_invalid_record_naming_the_header(broker, kafka, headers, complaint):
+    topic = "malformed"
+    kafka.create_topic(topic)
+    good = record("p", 1, b"good")
+    bad = (b"bad", tuple(headers.items()))
+    reply = kafka.produce(topic, 0, batch([good, bad]))
+    assert ErrorCode(reply.error_code) is ErrorCode.INVALID_RECORD
+    assert complaint in reply.error_message and "record 1" in reply.error_message, reply.error_message
+    assert stored(broker, topic) == []  # nothing of the batch, not even its good record
+
+
+def test_a_duplicate_of_a_write_still_in_flight_is_answered_retriably_then_dropped(start_broker):
+    broker = start_broker(FAILPOINTS)
+    topic = "in-flight"
+    with RawKafka(broker.port) as kafka, RawKafka(broker.port) as rerun:
+        assert kafka.create_topic(topic) == 0
+        admin(broker).post(f"/admin/v2/kop/failpoints/{topic}/0", {"hold_flushes": True})
+        first = kafka.send_produce(topic, 0, batch([record("p", 1, b"first")]))
+        assert wait_until(lambda: partition_stats(broker, topic)["publishers"] is not None, 5)
+        # The same name and id from another producer (a task retried while the first attempt's write hangs).
+        assert answer(rerun.produce(topic, 0, batch([record("p", 1, b"rerun")]))) == (
+            ErrorCode.REQUEST_TIMED_OUT, -1)
+        admin(broker).post(f"/admin/v2/kop/failpoints/{topic}/0", {"hold_flushes": False})
+        assert answer(kafka.receive_produce(first)) == (ErrorCode.NONE, 0)
+        assert answer(rerun.produce(topic, 0, batch([record("p", 1, b"rerun")]))) == (ErrorCode.NONE, -1)
+    assert stored(broker, topic) == [(0, b"first")]
+
+
+def test_the_highest_ids_survive_kill_9(start_broker):
+    broker = start_broker({"brokerDeduplicationEntriesInterval": "3"})  # snapshots, and a replay after them
+    topic = "after-crash"
+    with RawKafka(broker.port) as kafka:
+        assert kafka.create_topic(topic) == 0
+        for i in range(8):
+            kafka.produce(topic, 0, batch([record(f"name-{i % 3}", 100 + i, b"v%d" % i)]))
+    broker.kill()
+    broker.start()
+    with RawKafka(broker.port) as kafka:
+        replay = [record(f"name-{i % 3}", 100 + i, b"v%d" % i) for i in range(8)] + [record("name-0", 200, b"new")]
+        assert answer(kafka.produce(topic, 0, batch(replay))) == (ErrorCode.NONE, 8)
+    assert [value for _, value in stored(broker, topic)] == [b"v%d" % i for i in range(8)] + [b"new"]
+
+
+def test_with_deduplication_disabled_the_headers_are_plain_headers(start_broker):
+    broker = start_broker()
+    topic = "not-deduplicated"
+    with RawKafka(broker.port) as kafka:
+        assert kafka.create_topic(topic) == 0
+        admin(broker).post(topic_resource(topic, "deduplicationEnabled"), False)
+        kafka.produce(topic, 0, batch([record("p", 1, b"x")]))
+        kafka.produce(topic, 0, batch([record("p", 1, b"x"), record("p", 0, b"y")]))
+        kafka.produce(topic, 0, batch([(b"z", ((SEQUENCE, b"not a number"),))]))  # not read at all
+    assert [value for _, value in stored(broker, topic)] == [b"x", b"x", b"y", b"z"]

@@ -1,0 +1,95 @@
+"""The produce-path step for a batch whose records carry application-chosen sequence ids (`kop.producer.name`,
+`kop.sequence.id`): read the headers, judge each record (dedup/named_sequences), and say what to store.
+
+* No record is a duplicate: the batch as the client wrote it.
+* Some are: the batch without them, as Kafka's log cleaner rewrites one. The records kept keep the offsets the
+  producer was told; the dropped ones leave holes, which every consumer skips.
+* All are: an empty batch when the producer is idempotent (its sequence numbers must still count, or its next batch
+  would be out of order, and a retry of it must get this batch's offset, as Kafka's cleaner keeps empty batches for
+  producer state); nothing when it is not, answered NONE with offset -1 (Kafka's answer for a duplicate whose offset
+  it no longer knows). Either way no record is added, so consumers see the same.
+* A name with a higher id still being written (PIP-6 Unknown): the batch is answered REQUEST_TIMED_OUT, to come again
+  once that write has landed or failed.
+"""
+import logging
+from dataclasses import dataclass
+
+from dedup import MessageDeduplication
+from dedup.named_sequences import RecordsDecision, judge_records
+from protocol.compression import BytesLike, RecordBatchError
+from protocol.errors import ErrorCode
+from protocol.records import BatchHeader, keep_records, split_batches
+from protocol.sequence_headers import read_sequence_headers
+
+log = logging.getLogger(__name__)
+
+MAX_WARNED_NAMES = 10_000  # names logged once for drops that reordering may have caused
+
+
+@dataclass(frozen=True, slots=True)
+class Store:
+    """Write this batch (possibly rewritten) and record `decision`'s names with it."""
+
+    header: BatchHeader
+    view: memoryview
+    decision: RecordsDecision
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """Write nothing; answer this. `owed`: the client must resend the batch (a retriable error)."""
+
+    error: ErrorCode
+    message: str | None = None
+    owed: bool = False
+
+
+class SequenceFilter:
+    """One partition's filter, with its counts of dropped duplicates (for stats)."""
+
+    def __init__(self, dedup: MessageDeduplication, log_name: str) -> None:
+        self._dedup = dedup
+        self._log_name = log_name
+        self.dropped = 0  # records dropped as duplicates
+        # ... of them from producers that are not idempotent: with more than one request in flight, such a producer
+        # can reorder records when it retries, and a record sent after a higher id of its name counts as a
+        # duplicate. Each name is logged once.
+        self.dropped_without_idempotence = 0
+        self._warned: set[str] = set()
+
+    def filter(self, header: BatchHeader, view: memoryview, records: tuple[BytesLike, int],
+               idempotent: bool) -> Store | Answer:
+        data, start = records
+        try:
+            sequenced = read_sequence_headers(header, data, start)
+        except RecordBatchError as exc:
+            return Answer(ErrorCode(exc.error_code), str(exc))
+        decision = judge_records(self._dedup, [(r.producer_name, r.sequence_id) for r in sequenced])
+        if decision.unknown is not None:
+            return Answer(ErrorCode.REQUEST_TIMED_OUT, f"a write of producer name {decision.unknown!r} with a higher "
+                                                       f"kop.sequence.id is still in progress, retry", owed=True)
+        if not decision.dropped:
+            return Store(header, view, decision)
+        self._count(decision, sequenced, idempotent)
+        if not decision.keep and not idempotent:
+            return Answer(ErrorCode.NONE)
+        kept = [sequenced[i] for i in decision.keep]
+        max_timestamp = max((header.base_timestamp + r.timestamp_delta for r in kept), default=header.max_timestamp)
+        rewritten = keep_records(header, data, [(r.start, r.end) for r in kept], max_timestamp)
+        [(new_header, new_view)] = split_batches(rewritten)
+        return Store(new_header, new_view, decision)
+
+    def _count(self, decision: RecordsDecision, sequenced, idempotent: bool) -> None:
+        self.dropped += len(decision.dropped)
+        if idempotent:
+            return
+        self.dropped_without_idempotence += len(decision.dropped)
+        for index in decision.dropped:
+            name = sequenced[index].producer_name
+            if name in self._warned or len(self._warned) >= MAX_WARNED_NAMES:
+                continue
+            self._warned.add(name)
+            log.warning("%s: kop.sequence.id %d of producer name %r is not above the highest stored: dropped as a "
+                        "duplicate. A producer without idempotence that retries with more than one request in "
+                        "flight can reorder records and lose them this way; enable idempotence (logged once per "
+                        "name)", self._log_name, sequenced[index].sequence_id, name)
