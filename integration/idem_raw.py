@@ -107,7 +107,7 @@ class RawKafka:
     # ---- topics
 
     def create_topic(self, name: str, partitions: int = 1) -> int:
-        """CreateTopics; returns the error code (0, or 36 TOPIC_ALREADY_EXISTS)."""
+        """CreateTopics; returns the error code (NONE, or TOPIC_ALREADY_EXISTS)."""
         v = CREATE_TOPICS_VERSION
         request = CreateTopicsRequest[v](
             topics=[CreateTopicsRequest.CreatableTopic(name=name, num_partitions=partitions, replication_factor=1,

@@ -11,9 +11,9 @@ from integration.broker_process import BrokerProcess
 from integration.idem_raw import RawKafka, idempotent_batch, read_topic
 from integration.waiting import wait_until
 from kop.admin.client import AdminClient, topic_resource
+from protocol.errors import ErrorCode
 
 DEDUP_CURSOR = "pulsar.dedup"
-NONE = 0
 
 
 @pytest.fixture
@@ -59,7 +59,7 @@ def stored_values(broker: BrokerProcess, topic: str) -> list[bytes]:
 def send(kafka: RawKafka, topic: str, pid: int, seq: int, values: list[bytes]) -> int:
     """One idempotent batch (epoch 0); must be answered NONE; returns the base offset it was answered with."""
     answer = kafka.produce(topic, 0, idempotent_batch(values, producer_id=pid, epoch=0, base_sequence=seq))
-    assert answer.error_code == NONE, answer
+    assert answer.error_code == ErrorCode.NONE, answer
     return answer.base_offset
 
 
@@ -182,8 +182,8 @@ def test_recovery_from_snapshot_and_replay_after_kill(start_broker):
         assert send(kafka, topic, pid, 48, [b"v48", b"w48"]) == offsets[48] == 48
         assert send(kafka, topic, pid, 42, [b"v42", b"w42"]) == offsets[42]
         # Older than the window: already stored, with no offset to give (the client counts it a success).
-        assert kafka.produce(topic, 0, idempotent_batch([b"v2", b"w2"], producer_id=pid, epoch=0,
-                                                        base_sequence=2)).error_code == 46
+        old = idempotent_batch([b"v2", b"w2"], producer_id=pid, epoch=0, base_sequence=2)
+        assert kafka.produce(topic, 0, old).error_code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER
         assert send(kafka, topic, pid, 50, [b"v50"]) == 50
     values = stored_values(broker, topic)
     assert values == [v for seq in range(0, 50, 2) for v in (f"v{seq}".encode(), f"w{seq}".encode())] + [b"v50"]

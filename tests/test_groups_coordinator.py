@@ -373,7 +373,7 @@ def test_commit_is_a_cursor_at_the_last_consumed_entry_with_the_exact_offset_in_
         assert cursor.mark_delete_position == partition.ledger.last_confirmed
         assert groups.fetch_offset("g", "t", 0).offset == 1000
         assert await groups.commit("g", "nosuch", 0, 1) == E.UNKNOWN_TOPIC_OR_PARTITION
-        assert await groups.commit("g", "t", 0, 1, metadata="x" * 5000) == 12  # OFFSET_METADATA_TOO_LARGE
+        assert await groups.commit("g", "t", 0, 1, metadata="x" * 5000) == E.OFFSET_METADATA_TOO_LARGE
     run(body)
 
 

@@ -82,8 +82,9 @@ async def describe_configs(ctx, request):
     entry_cls = cls.DescribeConfigsResult.DescribeConfigsResourceResult
     results = []
     for res in request.resources:
-        result = cls.DescribeConfigsResult(error_code=0, error_message=None, resource_type=res.resource_type,
-                                           resource_name=res.resource_name, configs=[])
+        result = cls.DescribeConfigsResult(error_code=ErrorCode.NONE, error_message=None,
+                                           resource_type=res.resource_type, resource_name=res.resource_name,
+                                           configs=[])
         if res.resource_type == TOPIC:
             topic = ctx.broker.topics.get(res.resource_name)
             if topic is None:
@@ -149,8 +150,8 @@ async def _alter(ctx, request, api_key: int, new_configs):
     cls = response_class(api_key, ctx.version)
     results = []
     for res in request.resources:
-        result = cls.AlterConfigsResourceResponse(error_code=0, error_message=None, resource_type=res.resource_type,
-                                                  resource_name=res.resource_name)
+        result = cls.AlterConfigsResourceResponse(error_code=ErrorCode.NONE, error_message=None,
+                                                  resource_type=res.resource_type, resource_name=res.resource_name)
         try:
             if res.resource_type == BROKER:
                 raise TopicError(ErrorCode.INVALID_REQUEST, "broker configs are static: set them in the properties "
@@ -181,8 +182,8 @@ async def incremental_alter_configs(ctx, request):
 async def describe_cluster(ctx, request):
     cls = response_class(60, ctx.version)
     cfg = ctx.broker.config
-    return cls(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id=cfg.cluster_id,
-               controller_id=cfg.node_id,
+    return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, endpoint_type=1,
+               cluster_id=cfg.cluster_id, controller_id=cfg.node_id,
                brokers=[cls.DescribeClusterBroker(broker_id=cfg.node_id, host=cfg.advertised,
                                                   port=ctx.broker.advertised_port, rack=None, is_fenced=False)])
 

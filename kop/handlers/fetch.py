@@ -33,7 +33,7 @@ def _collect(ctx, request):
         for fpart in ftopic.partitions:
             partition = topics.partition(name, fpart.partition) if name is not None else None
             data = cls.FetchableTopicResponse.PartitionData(
-                partition_index=fpart.partition, error_code=0, high_watermark=-1, last_stable_offset=-1,
+                partition_index=fpart.partition, error_code=ErrorCode.NONE, high_watermark=-1, last_stable_offset=-1,
                 log_start_offset=-1, aborted_transactions=None, records=b"")
             if partition is None:
                 data.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None \
@@ -85,7 +85,7 @@ def _ready(request, topics, total: int) -> bool:
 
 def _response(ctx, topics):
     cls = response_class(1, ctx.version)
-    return cls(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+    return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics)
 
 
 async def handle(ctx, request):

@@ -39,7 +39,7 @@ async def handle(ctx, request):
         parts = []
         for p in topic.partitions:
             result = cls.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
-                partition_index=p.partition_index, error_code=0, timestamp=-1, offset=-1, leader_epoch=0)
+                partition_index=p.partition_index, error_code=ErrorCode.NONE, timestamp=-1, offset=-1, leader_epoch=0)
             partition = ctx.broker.topics.partition(topic.name, p.partition_index)
             if partition is None:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

@@ -16,7 +16,7 @@ def topic_entry(ctx, cls, name, topic, error=ErrorCode.NONE):
     node = ctx.broker.config.node_id
     partitions = [] if topic is None else [
         cls.MetadataResponseTopic.MetadataResponsePartition(
-            error_code=0, partition_index=p, leader_id=node, leader_epoch=0,
+            error_code=ErrorCode.NONE, partition_index=p, leader_id=node, leader_epoch=0,
             replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
         for p in range(len(topic.partitions))]
     topic_id = uuid.UUID(bytes=topic.topic_id) if topic is not None else uuid.UUID(int=0)

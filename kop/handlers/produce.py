@@ -69,7 +69,7 @@ def _publish_one(ctx, topic, index: int, records, timeout_ms: int) -> asyncio.Fu
                              keyless)
     except RecordBatchError as exc:
         log.info("rejected batch for %s-%d from %s (%s): %s", topic, index, ctx.client_id, ctx.peer, exc)
-        return _rejected(ErrorCode(exc.error_code), str(exc))
+        return _rejected(exc.error_code, str(exc))
     return partition.publish_normal(header, view, timeout_ms)
 
 

@@ -15,7 +15,7 @@ async def create_topics(ctx, request):
     results = []
     for item in request.topics:
         configs = {c.name: c.value for c in item.configs if c.value is not None}
-        result = cls.CreatableTopicResult(name=item.name, error_code=0, error_message=None)
+        result = cls.CreatableTopicResult(name=item.name, error_code=ErrorCode.NONE, error_message=None)
         try:
             num_partitions = item.num_partitions
             if item.assignments:
@@ -75,7 +75,7 @@ async def delete_topics(ctx, request):
         wanted = [(name, None) for name in request.topic_names]
     results = []
     for name, topic_id in wanted:
-        result = cls.DeletableTopicResult(name=name, error_code=0)
+        result = cls.DeletableTopicResult(name=name, error_code=ErrorCode.NONE)
         if topic_id is not None:
             result.topic_id = topic_id
         try:
@@ -94,7 +94,7 @@ async def create_partitions(ctx, request):
     cls = response_class(37, ctx.version)
     results = []
     for item in request.topics:
-        result = cls.CreatePartitionsTopicResult(name=item.name, error_code=0, error_message=None)
+        result = cls.CreatePartitionsTopicResult(name=item.name, error_code=ErrorCode.NONE, error_message=None)
         try:
             topic = ctx.broker.topics.get(item.name)
             if topic is None:
