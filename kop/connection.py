@@ -136,7 +136,7 @@ class Connection:
 
     async def _dispatch(self, frame: bytes):
         """Run a request's ordered phase; returns an awaitable of the response frame, or None for no response."""
-        router = self.broker.router
+        router = self.broker.api_router
         try:
             header, body_offset = parse_header(frame, router.versions)
         except UnsupportedVersion as exc:
@@ -161,7 +161,7 @@ class Connection:
         """UNSUPPORTED_VERSION with a v0 body listing what we serve; clients retry with a version from it."""
         cls = response_class(API_VERSIONS_KEY, 0)
         keys = [cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-                for k, (lo, hi) in sorted(self.broker.router.versions.items())]
+                for k, (lo, hi) in sorted(self.broker.api_router.versions.items())]
         return encode_response(cls(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=keys), correlation_id)
 
     async def _write_responses(self) -> None:

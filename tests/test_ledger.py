@@ -246,7 +246,7 @@ def test_offsets_and_ledger_ids_keep_rising_after_retention_deleted_every_entry(
         cursor = ml.open_cursor("c")
         await cursor.mark_delete(positions[-1])
         ml2_end = ml.confirmed_end_index
-        ml._roll_locked()  # the ledger with the last entries closes, as on a restart
+        ml._start_new_ledger()  # the ledger with the last entries closes, as on a restart
         await ml.trim(now_ms=1 << 60, retention_ms=0, retention_bytes=-1, keep_from=None)
         assert ml.read_from_index(ml2_end - 2, 1 << 20) == []
         await ml.close()
@@ -416,7 +416,7 @@ def test_new_directories_and_ledger_files_are_fsynced_into_their_parents(tmp_pat
         first_ledger = ml.internal_stats().current_ledger_id
         assert any(path == str(directory) and f"{first_ledger}.log" in names for path, names in synced)
         synced.clear()
-        ml._roll_locked()
+        ml._start_new_ledger()
         rolled = ml.internal_stats().current_ledger_id
         assert any(path == str(directory) and f"{rolled}.log" in names for path, names in synced)
         await ml.close()

@@ -8,8 +8,8 @@ partition's ledger fail as a disk error would, so the fencing path runs inside a
 from typing import TYPE_CHECKING
 
 from kop.admin.http import HttpError, Request, Response, json_response
-from kop.admin.requests import int_value, json_body
-from kop.admin.router import Router
+from kop.admin.parsing import int_value, json_body
+from kop.admin.router import AdminRouter
 
 if TYPE_CHECKING:
     from kop.broker import Broker
@@ -22,7 +22,7 @@ class FailpointRoutes:
     def __init__(self, broker: "Broker") -> None:
         self.broker = broker
 
-    def register(self, router: Router) -> None:
+    def register(self, router: AdminRouter) -> None:
         if self.broker.config.admin_failpoints_enabled:
             router.add("POST", PATH, self.inject)
 

@@ -7,7 +7,7 @@ from protocol.errors import ErrorCode
 async def handle(ctx, request):
     cls = response_class(18, ctx.version)
     keys = [cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-            for k, (lo, hi) in sorted(ctx.broker.router.versions.items())]
+            for k, (lo, hi) in sorted(ctx.broker.api_router.versions.items())]
     return cls(error_code=ErrorCode.NONE, api_keys=keys, throttle_time_ms=0)
 
 

@@ -1,4 +1,4 @@
-"""The router: API key -> handler, each registered with the version range it serves. ApiVersions is derived from
+"""The Kafka API router: API key -> handler, each registered with the version range it serves. ApiVersions is derived from
 what is registered, so the broker never advertises an API it does not serve."""
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -16,7 +16,7 @@ class Route:
     handler: Handler
 
 
-class Router:
+class ApiRouter:
     def __init__(self) -> None:
         self.routes: dict[int, Route] = {}
         self._versions: dict[int, tuple[int, int]] = {}  # read for every request: kept, not rebuilt

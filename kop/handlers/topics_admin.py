@@ -5,6 +5,7 @@ ValidateOnly checks without creating. DeleteRecords moves a partition's log star
 watermark); the records below it are gone for every reader at once, their ledgers are deleted later."""
 import uuid
 
+from kop.handlers.configs import DEFAULT_CONFIG
 from kop.topics import TOPIC_CONFIG_DEFAULTS, TopicError
 from protocol.api import response_class
 from protocol.errors import ErrorCode
@@ -43,7 +44,7 @@ async def create_topics(ctx, request):
             result.replication_factor = 1
             result.configs = [
                 cls.CreatableTopicResult.CreatableTopicConfigs(
-                    name=k, value=configs.get(k, v), read_only=False, config_source=5, is_sensitive=False)
+                    name=k, value=configs.get(k, v), read_only=False, config_source=DEFAULT_CONFIG, is_sensitive=False)
                 for k, v in TOPIC_CONFIG_DEFAULTS.items() if configs.get(k, v) is not None]
         except TopicError as exc:
             result.error_code, result.error_message = exc.code, str(exc)

@@ -145,7 +145,7 @@ class FileManagedLedger(ManagedLedger):
         self._start_index = max(self._start_index, self._deleted_before)
         self._confirmed_end = self._written_end
         self._remove_unlisted({li.ledgerId for li in listed})
-        self._roll_locked()
+        self._start_new_ledger()
 
     def _remove_unlisted(self, listed: set[int]) -> None:
         """Ledger files that ledgers.info does not list are garbage: a ledger created just before a crash (listed
@@ -161,7 +161,7 @@ class FileManagedLedger(ManagedLedger):
         entry = ledger.read(ledger.entries - 1, ledger.entries - 1, 1 << 62)[0]
         return entry.first_index + entry.span
 
-    def _roll_locked(self) -> None:
+    def _start_new_ledger(self) -> None:
         """Close the current ledger and start a new one, recording the ledger list atomically."""
         next_id = max((l.ledger_id for l in self._ledgers), default=-1) + 1
         next_id = max(next_id, self._last_ledger_id + 1)
@@ -254,7 +254,7 @@ class FileManagedLedger(ManagedLedger):
         now_ms = int(time.time() * 1000)
         failing = self._group.failing  # an earlier write failed: nothing more goes into this ledger
         if not failing and self._roll_due(now_ms):
-            self._roll_locked()
+            self._start_new_ledger()
         ledger = self._current
         self._written_end = first_index + span
         future = asyncio.get_running_loop().create_future()
@@ -294,7 +294,7 @@ class FileManagedLedger(ManagedLedger):
                 add.ledger.truncate(add.entry_id)
         self._written_end = self._confirmed_end
         if not self._closed:
-            self._roll_locked()
+            self._start_new_ledger()
         error = LedgerWriteError(f"{self.name}: {exc}")
         for listener in self._failure_listeners:
             listener(error)
@@ -470,7 +470,7 @@ class FileManagedLedger(ManagedLedger):
         expired = retention_ms >= 0 and now_ms - self._last_append_ms > retention_ms
         due = self._roll_due(now_ms) or (self._current.entries and expired)
         if due and not self._closed and not self._group.failing:  # a failing ledger rolls once its writes failed
-            self._roll_locked()  # an idle current ledger: due to roll, or every record in it past retention
+            self._start_new_ledger()  # an idle current ledger: due to roll, or every record in it past retention
         total = sum(l.size for l in self._ledgers)
         deleted = 0
         while len(self._ledgers) > 1:

@@ -1,7 +1,7 @@
-"""DescribeCluster (key 60), DescribeConfigs (key 32), AlterConfigs (key 33) and IncrementalAlterConfigs (key 44).
-Version notes: DescribeCluster v1 adds the endpoint type; DescribeConfigs v1+ config sources and synonyms, v3+ types
-and documentation. Resource types: 2 = topic, 4 = broker. Values are the ones in force: topic overrides first, then
-the broker's defaults. Topic configs can be altered; broker configs are static (set in the properties file)."""
+"""DescribeConfigs (key 32), AlterConfigs (key 33) and IncrementalAlterConfigs (key 44). Version notes:
+DescribeConfigs v1+ config sources and synonyms, v3+ types and documentation. Resource types: 2 = topic,
+4 = broker. Values are the ones in force: topic overrides first, then the broker's defaults. Topic configs can be
+altered; broker configs are static (set in the properties file)."""
 from kop.config import BrokerConfig
 from kop.topics import TOPIC_CONFIG_DEFAULTS, TopicError
 from protocol.api import response_class
@@ -179,18 +179,8 @@ async def incremental_alter_configs(ctx, request):
     return await _alter(ctx, request, 44, _incremental)
 
 
-async def describe_cluster(ctx, request):
-    cls = response_class(60, ctx.version)
-    cfg = ctx.broker.config
-    return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, endpoint_type=1,
-               cluster_id=cfg.cluster_id, controller_id=cfg.node_id,
-               brokers=[cls.DescribeClusterBroker(broker_id=cfg.node_id, host=cfg.advertised,
-                                                  port=ctx.broker.advertised_port, rack=None, is_fenced=False)])
-
-
 ROUTES = [
     (32, 0, 4, describe_configs),
     (33, 0, 2, alter_configs),
     (44, 0, 1, incremental_alter_configs),
-    (60, 0, 1, describe_cluster),
 ]
