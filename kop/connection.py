@@ -16,12 +16,16 @@ import functools
 import inspect
 import itertools
 import logging
+from typing import TYPE_CHECKING
 
 from kop.byte_budget import ByteBudget
-from kop.handlers.context import RequestContext
+from kop.handlers.context import BrokerServices, RequestContext
 from protocol.api import (ProtocolError, UnsupportedVersion, decode_body, encode_response, parse_header,
                           response_class)
 from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kop.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +38,9 @@ class SlowRequest(Exception):
 
 
 class Connection:
-    def __init__(self, broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, broker: "Broker", reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.broker = broker
+        self._services = BrokerServices.of(broker)  # all a handler gets of the broker
         self.reader = reader
         self.writer = writer
         self.id = next(_ids)
@@ -144,7 +149,7 @@ class Connection:
                 return _done(self._api_versions_fallback(exc.correlation_id))
             raise ProtocolError(str(exc)) from None
         request = decode_body(header, frame, body_offset)
-        ctx = RequestContext(self.broker, header, self.peer, self.id)
+        ctx = RequestContext(self._services, header, self.peer, self.id)
         result = await router.routes[header.api_key].handler(ctx, request)
         if result is None:
             return None

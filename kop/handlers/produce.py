@@ -8,13 +8,17 @@ response. acks=0 gets no response, but the writes still happen. The response is 
 (`protocol.produce_response`): it is the one response every produce request pays for."""
 import asyncio
 import logging
+from collections.abc import Awaitable
 
+from kafka.protocol.producer import ProduceRequest
+
+from kop.handlers.context import RequestContext
 from kop.partition import AppendResult
+from kop.topics import is_compacted
 from protocol.errors import ErrorCode
 from protocol.produce_response import MAX_VERSION, MIN_VERSION, PartitionResponse, ProduceResponse
-from kop.topics import is_compacted
-from protocol.records import (FalseMaxTimestamp, RecordBatchError, iter_records, set_max_timestamp, split_batches,
-                             validate_batch)
+from protocol.records import (BatchHeader, FalseMaxTimestamp, RecordBatchError, iter_records, set_max_timestamp,
+                              split_batches, validate_batch)
 
 log = logging.getLogger(__name__)
 
@@ -25,12 +29,12 @@ def _rejected(code: ErrorCode, message: str, record_errors: tuple[tuple[int, str
     return future
 
 
-def _keyless_records(view) -> tuple[tuple[int, str], ...]:
+def _keyless_records(view: memoryview) -> tuple[tuple[int, str], ...]:
     return tuple((i, "Compacted topic cannot accept message without key")
                  for i, record in enumerate(iter_records(view)) if record.key is None)
 
 
-def _with_max_timestamp(view, timestamp_ms: int):
+def _with_max_timestamp(view: memoryview, timestamp_ms: int) -> tuple[BatchHeader, memoryview]:
     """A copy of the batch with its maxTimestamp set from its records, as Kafka's LogValidator does rather than
     refuse it (librdkafka writes maxTimestamp 0 for records timestamped -1). Only such batches pay for the copy."""
     buf = bytearray(view)
@@ -38,14 +42,15 @@ def _with_max_timestamp(view, timestamp_ms: int):
     return split_batches(buf)[0]
 
 
-def _publish_one(ctx, topic, index: int, records, timeout_ms: int) -> asyncio.Future:
-    partition = ctx.broker.topics.partition(topic, index)
+def _publish_one(ctx: RequestContext, topic: str, index: int, records: bytes | memoryview | None,
+                 timeout_ms: int) -> asyncio.Future:
+    partition = ctx.topics.partition(topic, index)
     if partition is None:
         return _rejected(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic or partition {topic}-{index}")
     if not records:
         return _rejected(ErrorCode.INVALID_RECORD, "no record batch")
-    configs = ctx.broker.topics.get(topic).configs
-    limit = int(configs.get("max.message.bytes", ctx.broker.config.message_max_bytes))
+    configs = ctx.topics.get(topic).configs
+    limit = int(configs.get("max.message.bytes", ctx.config.message_max_bytes))
     try:
         batches = split_batches(records)
         if len(batches) != 1:
@@ -73,9 +78,13 @@ def _publish_one(ctx, topic, index: int, records, timeout_ms: int) -> asyncio.Fu
     return partition.publish_normal(header, view, timeout_ms)
 
 
-async def handle(ctx, request):
+# Per topic, each partition's future AppendResult.
+Outcomes = list[tuple[str, list[tuple[int, asyncio.Future]]]]
+
+
+async def handle(ctx: RequestContext, request: ProduceRequest) -> Awaitable[ProduceResponse] | None:
     acks = request.acks
-    results: list[tuple[str, list[tuple[int, asyncio.Future]]]] = []
+    results: Outcomes = []
     for topic_data in request.topic_data:
         per_partition = []
         for pdata in topic_data.partition_data:
@@ -90,13 +99,13 @@ async def handle(ctx, request):
     return _respond(ctx, results)
 
 
-async def _respond(ctx, results) -> ProduceResponse:
+async def _respond(ctx: RequestContext, results: Outcomes) -> ProduceResponse:
     topics = []
     for name, per_partition in results:
         partitions = []
         for index, future in per_partition:
             outcome: AppendResult = await future
-            partition = ctx.broker.topics.partition(name, index)
+            partition = ctx.topics.partition(name, index)
             partitions.append(PartitionResponse(
                 index, outcome.error, outcome.base_offset, outcome.log_append_time,
                 partition.log_start_offset if partition else -1, outcome.record_errors,
@@ -105,4 +114,4 @@ async def _respond(ctx, results) -> ProduceResponse:
     return ProduceResponse(ctx.version, topics)
 
 
-ROUTES = [(0, MIN_VERSION, MAX_VERSION, handle)]
+ROUTES = [(ProduceRequest.API_KEY, MIN_VERSION, MAX_VERSION, handle)]
