@@ -26,7 +26,7 @@ from concurrent.futures import Executor
 
 from kop.ledger.cursor_scan import KeptRecord, marker_record, position_of, recover
 from kop.ledger.errors import CursorNotFoundError, InvalidMarkDeleteError, LedgerClosedError
-from kop.ledger.framed_file import frame, fsync_dir, write_all, write_synced
+from kop.ledger.framed_file import frame, fsync_dir, write_all_at, write_synced
 from kop.ledger.group_commit import GroupCommit
 from kop.ledger.position import BEFORE_FIRST, Position
 from proto.kop_pb2 import LongProperty, ManagedCursorInfo, PositionInfo, StringProperty
@@ -121,7 +121,7 @@ class CursorLog:
             log.warning("cursor log %s: %d damaged bytes at the end replaced by a marker", self.path,
                         size - state.intact_end)
             marker = marker_record()
-            _pwrite_all(fd, marker, state.intact_end)
+            write_all_at(fd, marker, state.intact_end)
             size = state.intact_end + len(marker)
             os.ftruncate(fd, size)
             if self._durable:
@@ -191,7 +191,7 @@ class CursorLog:
 
     def _append(self, record: KeptRecord, future: asyncio.Future) -> None:
         try:
-            _pwrite_all(self._fd, record.raw, self._size)
+            write_all_at(self._fd, record.raw, self._size)
         except OSError as exc:
             future.set_exception(exc)
             return
@@ -309,13 +309,6 @@ class CursorLog:
             self._fd = -1
 
 
-def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view, offset = view[written:], offset + written
-
-
 def _write_new_file(tmp: str, parts: list[bytes], durable: bool) -> None:
     write_synced(tmp, b"".join(parts), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, durable)
 
@@ -344,4 +337,4 @@ def _remove_quietly(path: str) -> None:
         pass
 
 
-__all__ = ["CursorLog", "ManagedCursor", "BEFORE_FIRST", "write_all"]
+__all__ = ["CursorLog", "ManagedCursor"]

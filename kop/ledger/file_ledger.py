@@ -220,10 +220,6 @@ class FileManagedLedger(ManagedLedger):
     def cursors(self) -> dict[str, ManagedCursor]:
         return self._cursors.cursors
 
-    @property
-    def group_commit(self) -> GroupCommit:
-        return self._group
-
     def internal_stats(self) -> LedgerInternalStats:
         """A read-only copy of the ledger list, LAC and cursor states (durable positions and their properties)."""
         return LedgerInternalStats(
@@ -303,11 +299,12 @@ class FileManagedLedger(ManagedLedger):
                 add.future.set_exception(error)
 
     def inject_write_failures(self, count: int) -> None:
-        """Test hook: the next `count` flushes fail as a disk error would."""
+        """Failpoint (admin API, tests): the next `count` flushes fail as a disk error would."""
         self._group.injected_failures += count
 
     def hold_flushes(self, hold: bool) -> None:
-        """Test hook: while held, this ledger's flushes stall in their worker thread, as on a stuck disk."""
+        """Failpoint (admin API, tests): while held, this ledger's flushes stall in their worker thread, as on a
+        stuck disk."""
         if hold:
             self._group.released.clear()
         else:
@@ -379,10 +376,6 @@ class FileManagedLedger(ManagedLedger):
         if found is None:
             return None
         return Position(self._ledgers[found[0]].ledger_id, found[1])
-
-    def index_after(self, position: Position) -> int:
-        following = self.read_after(position, 1)
-        return following[0].first_index if following else self._confirmed_end
 
     # ---- timestamps (ListOffsets by time)
 
