@@ -1,16 +1,10 @@
 """A topic's parsed settings (what the produce path and the ledgers act on) follow its configs: filled in from the
 broker's defaults, replaced when AlterConfigs/IncrementalAlterConfigs change the configs, the same after a restart."""
-import asyncio
-
 import pytest
 
 from kop.config import BrokerConfig
 from kop.policies import PolicyBook
 from kop.topics import TopicError, TopicManager, TopicSettings
-
-
-def run(coro):
-    return asyncio.run(coro)
 
 
 async def open_topics(data_dir) -> TopicManager:
@@ -34,24 +28,22 @@ def test_settings_fill_in_the_broker_defaults():
                                                                      segment_ms=60000)
 
 
-def test_settings_follow_altered_configs_and_survive_a_restart(tmp_path):
-    async def scenario():
-        topics = await open_topics(tmp_path)
-        topic = await topics.create("t", 2, {"max.message.bytes": "100"})
-        assert (topic.settings.max_message_bytes, topic.settings.compacted) == (100, False)
-        await topics.set_configs("t", {"cleanup.policy": "compact", "message.timestamp.type": "LogAppendTime"})
-        assert topic.settings == TopicSettings.parse(topic.configs, topics.config)
-        assert (topic.settings.max_message_bytes, topic.settings.compacted) == (5000, True)  # back to the default
-        assert [p.log_append_time for p in topic.partitions] == [True, True]
-        with pytest.raises(TopicError):  # refused: nothing changes
-            await topics.set_configs("t", {"max.message.bytes": "big"})
-        await topics.set_configs("t", {"max.message.bytes": "300"}, validate_only=True)  # checked, not applied
-        assert topic.settings.max_message_bytes == 5000 and topic.settings.compacted
-        await topics.close()
+async def test_settings_follow_altered_configs_and_survive_a_restart(tmp_path):
+    topics = await open_topics(tmp_path)
+    topic = await topics.create("t", 2, {"max.message.bytes": "100"})
+    assert (topic.settings.max_message_bytes, topic.settings.compacted) == (100, False)
+    await topics.set_configs("t", {"cleanup.policy": "compact", "message.timestamp.type": "LogAppendTime"})
+    assert topic.settings == TopicSettings.parse(topic.configs, topics.config)
+    assert (topic.settings.max_message_bytes, topic.settings.compacted) == (5000, True)  # back to the default
+    assert [p.log_append_time for p in topic.partitions] == [True, True]
+    with pytest.raises(TopicError):  # refused: nothing changes
+        await topics.set_configs("t", {"max.message.bytes": "big"})
+    await topics.set_configs("t", {"max.message.bytes": "300"}, validate_only=True)  # checked, not applied
+    assert topic.settings.max_message_bytes == 5000 and topic.settings.compacted
+    await topics.close()
 
-        reopened = await open_topics(tmp_path)
-        again = reopened.get("t")
-        assert again.settings == topic.settings
-        assert [p.log_append_time for p in again.partitions] == [True, True]
-        await reopened.close()
-    run(scenario())
+    reopened = await open_topics(tmp_path)
+    again = reopened.get("t")
+    assert again.settings == topic.settings
+    assert [p.log_append_time for p in again.partitions] == [True, True]
+    await reopened.close()
