@@ -49,8 +49,15 @@ class DedupCursor(Protocol):
         """The properties stored with `mark_delete_position` (str -> int64)."""
         ...
 
-    async def mark_delete(self, position: Position, properties: dict[str, int]) -> None:
-        """Store `(position, properties)` atomically and durably, replacing the previous pair.
+    @property
+    def string_properties(self) -> dict[str, str]:
+        """String properties stored with `mark_delete_position` (state kept beside the maps, packed)."""
+        ...
+
+    async def mark_delete(self, position: Position, properties: dict[str, int],
+                          string_properties: dict[str, str] | None = None) -> None:
+        """Store `(position, properties, string_properties)` atomically and durably, replacing the previous record
+        (string properties unchanged when None).
 
         The same position again replaces only the properties (a purge re-snapshot does this). Raises if `position`
         is before the current mark-delete or after the last durable entry; the caller then keeps the old snapshot.

@@ -17,7 +17,8 @@ The caller, one partition at a time and with no `await` between a decision and w
                    request's timeout passes first
     DecideAgain -> await its future (the producer's writes in flight finished), then call check() again
     Reject      -> answer its error code (REQUEST_TIMED_OUT while the dedup state is being recovered: the retry comes
-                   after the recovery, or after a retry of it, and is judged then)
+                   after the recovery, or after a retry of it, and is judged then; until the client has resent it, the
+                   batches pipelined behind it get the same answer, so none overtakes it)
 
 Entries without a producer id (and control batches) bypass `check` but still report `on_persisted(None, position)`
 so the snapshot counter sees every entry.
@@ -28,10 +29,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from dedup import kafka_snapshot
 from dedup.interfaces import Position, ReplayEntry
 from dedup.message_deduplication import DupStatus, MessageDeduplication
 from dedup.sequences import MAX_SEQUENCE, SEQUENCE_MODULUS, to_wire, unwrap
@@ -47,9 +49,6 @@ INVALID_PRODUCER_EPOCH = 47
 DEFAULT_NAME_PREFIX = "KOP-PID"
 RECENT_BATCHES = 5  # Kafka's NUM_BATCHES_TO_RETAIN, and every client's in-flight cap
 
-# Snapshot keys for the recent batches: "__kafka_batch:{pid}:{epoch}:{firstSeq}:{lastSeq}:{lastOffset}:{timestamp}"
-# -> baseOffset (cursor properties are str -> int64 only). The epoch of a producer is the epoch of its batches.
-BATCH_KEY_PREFIX = "__kafka_batch:"
 
 
 # -- decisions ---------------------------------------------------------------------------------------------------
@@ -201,22 +200,33 @@ class ProducerSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
-class _FailedWrites:
-    """The sequences of a producer's writes that failed when the partition was fenced. Until the producer has
-    resent them, any later batch of its epoch was pipelined behind them (already in flight, or sent before the
-    client saw the failure): it is early, not out of order, and gets the retriable error the failed writes got, so
-    the client resends it after them. OUT_OF_ORDER_SEQUENCE_NUMBER would make librdkafka bump its epoch and is
-    fatal for aiokafka. Nothing can be stored ahead of the failed batches."""
+class _OwedResend:
+    """Sequences of a producer that were answered a retriable error and not stored: its writes that failed when the
+    partition was fenced, or its batches that came while the dedup state was being recovered and could not be
+    judged. Until the producer has resent them, any later batch of its epoch was pipelined behind them (already in
+    flight, or sent before the client saw the error): it is early, not out of order, and gets the same retriable
+    error, so the client resends it after them. Taking it would lose them: the resend would then be at or below the
+    stored sequence, a duplicate to every rule. OUT_OF_ORDER_SEQUENCE_NUMBER would make librdkafka bump its epoch and
+    is fatal for aiokafka.
+
+    Sequences are int64 values; those answered while recovering are wire values (nothing was known to unwrap them
+    against), so comparisons go through `_near`."""
 
     epoch: int
     first_seq: int
     last_seq: int
     error_code: int
+    since: float  # when it was last owed (dedup's clock): the inactivity purge expires it
 
 
 _NOT_DUP = DupStatus.NOT_DUP  # an enum member lookup costs more than a dict lookup, on every batch
 
-MAX_FAILED_PRODUCERS = 10_000  # bounds the memory of producers that never come back after a failed write
+MAX_OWED_PRODUCERS = 10_000  # bounds the memory of producers that never come back to resend
+
+
+def _near(sequence: int, reference: int) -> int:
+    """`sequence` as the int64 value closest to `reference` (a wire value and an unwrapped one compare right)."""
+    return unwrap(to_wire(sequence), reference)
 
 
 # -- the rules ---------------------------------------------------------------------------------------------------
@@ -229,7 +239,11 @@ class KafkaProducers:
         self._dedup = dedup
         self._prefix = name_prefix
         self._producers: dict[int, _Producer] = {}
-        self._failed: dict[int, _FailedWrites] = {}
+        self._owed: dict[int, _OwedResend] = {}
+        # Batches being written that the state does not follow (accepted while dedup was not enabled, or in
+        # flight when it was reset), in log order: should dedup be wanted by the time one fails, its producer owes
+        # the resend like any failed write.
+        self._untracked: deque[PendingBatch] = deque()
         self._pushed_sequence_id = dedup.pushed_sequence_id  # a bound dict.get, read for every batch
         dedup.attach(self)
 
@@ -260,6 +274,8 @@ class KafkaProducers:
             raise ValueError(f"bad sequence range: base {base_sequence}, last offset delta {last_offset_delta}")
         if not self._dedup.is_enabled:
             if self._dedup.awaiting_recovery:  # wanted, but the state to judge it by is not rebuilt yet
+                self._owe(producer_id, producer_epoch, base_sequence, base_sequence + last_offset_delta,
+                          REQUEST_TIMED_OUT)
                 return Reject(REQUEST_TIMED_OUT, "the partition's deduplication state is being recovered, retry")
             return Accept(producer_id, producer_epoch, self.producer_name(producer_id, producer_epoch), base_sequence,
                           base_sequence + last_offset_delta)
@@ -272,8 +288,8 @@ class KafkaProducers:
         if producer is not None and producer_epoch < producer.epoch:
             return Reject(INVALID_PRODUCER_EPOCH, f"producer {producer_id}: epoch {producer_epoch} is older than "
                                                   f"the current epoch {producer.epoch}")
-        if self._failed:
-            early = self._behind_failed_writes(producer_id, producer_epoch, base_sequence, name)
+        if self._owed:
+            early = self._ahead_of_owed_resend(producer_id, producer_epoch, base_sequence, name)
             if early is not None:
                 return early
         if producer is not None and producer_epoch > producer.epoch:
@@ -312,17 +328,22 @@ class KafkaProducers:
         # PIP-6 Unknown and not an exact retry: decide once the writes in flight have landed or failed.
         return DecideAgain(producer.wait_idle())
 
-    def _behind_failed_writes(self, producer_id: int, producer_epoch: int, base_sequence: int,
+    def _ahead_of_owed_resend(self, producer_id: int, producer_epoch: int, base_sequence: int,
                               name: str) -> Reject | None:
-        failed = self._failed.get(producer_id)
-        if failed is None or failed.epoch != producer_epoch:
+        owed = self._owed.get(producer_id)
+        if owed is None or owed.epoch != producer_epoch:
             return None
-        last_pushed = self._dedup.pushed_sequence_id(name)
-        expected = failed.first_seq if last_pushed is None else last_pushed + 1
-        first = unwrap(base_sequence, expected - 1)
-        if first > expected:
-            return Reject(failed.error_code, f"producer {producer_id}: sequence {base_sequence} follows writes that "
-                                             f"failed; resend from {to_wire(expected)} first")
+        last_pushed = self._pushed_sequence_id(name)
+        if last_pushed is None:
+            expected = owed.first_seq
+        elif _near(owed.last_seq, last_pushed) <= last_pushed:  # stored after all (replayed, or reported late)
+            del self._owed[producer_id]
+            return None
+        else:
+            expected = last_pushed + 1
+        if unwrap(base_sequence, expected - 1) > expected:
+            return Reject(owed.error_code, f"producer {producer_id}: sequence {base_sequence} follows batches that "
+                                           f"were not stored; resend from {to_wire(expected)} first")
         return None
 
     # -- follow the write ------------------------------------------------------------------------------------------
@@ -332,8 +353,10 @@ class KafkaProducers:
         enabled the handle is untracked: it only carries the batch's identity to `on_persisted`."""
         producer_id, epoch, name, first, last = accept
         if not self._dedup.is_enabled:
-            return PendingBatch(producer_id, name, BatchMetadata(epoch, first, last, base_offset, last_offset,
-                                                                  timestamp), tracked=False)
+            untracked = PendingBatch(producer_id, name, BatchMetadata(epoch, first, last, base_offset, last_offset,
+                                                                      timestamp), tracked=False)
+            self._untracked.append(untracked)
+            return untracked
         status = self._dedup.is_duplicate(name, first, last)
         if status is not _NOT_DUP:
             raise RuntimeError(f"{accept} was overtaken by another write before on_pushed ({status.value})")
@@ -346,10 +369,10 @@ class KafkaProducers:
         if producer.persisted_epoch != epoch and producer.persisted_epoch is not None:
             # An epoch bump in flight: the persisted epoch's name goes once the bump lands, not by a purge meanwhile.
             self._dedup.producer_added(self.producer_name(producer_id, producer.persisted_epoch))
-        if self._failed:
-            failed = self._failed.get(producer_id)
-            if failed is not None and (failed.epoch != epoch or last >= failed.last_seq):
-                del self._failed[producer_id]  # resent up to where the failure left it: the usual rules again
+        if self._owed:
+            owed = self._owed.get(producer_id)
+            if owed is not None and (owed.epoch != epoch or last >= _near(owed.last_seq, last)):
+                del self._owed[producer_id]  # resent up to where the error left it: the usual rules again
         pending = PendingBatch(producer_id, name, BatchMetadata(epoch, first, last, base_offset, last_offset, timestamp))
         producer.pending.append(pending)
         return pending
@@ -360,6 +383,11 @@ class KafkaProducers:
             self._dedup.record_persisted(None, 0, 0, position)
             return
         if not pending.tracked:
+            if self._untracked:
+                if self._untracked[0] is pending:
+                    self._untracked.popleft()
+                elif pending in self._untracked:  # not the oldest: one reported out of order
+                    self._untracked.remove(pending)
             self._persisted_untracked(pending, position)
             return
         batch = pending.batch
@@ -379,8 +407,7 @@ class KafkaProducers:
             log.warning("persisted batch %s of producer %d was no longer pending", batch, pending.producer_id)
             self._persisted_untracked(pending, position)
             return
-        # After the batch state, so a snapshot this triggers contains it. A producer with nothing else in flight is
-        # idle since this write: purge_inactive expires it after the timeout.
+        # After the batch state, so a snapshot this triggers contains it.
         self._dedup.record_persisted(pending.producer_name, batch.first_seq, batch.last_seq, position,
                                      not producer.pending)
 
@@ -400,25 +427,25 @@ class KafkaProducers:
             producer = self._producers[producer_id] = _Producer(epoch=batch.epoch)
         producer.epoch = batch.epoch
         self._apply_persisted(producer_id, producer, batch)
-        failed = self._failed.get(producer_id)
-        if failed is not None and failed.epoch == batch.epoch and batch.last_seq >= failed.first_seq:
-            if batch.last_seq >= failed.last_seq:
-                del self._failed[producer_id]
-            else:
-                self._failed[producer_id] = _FailedWrites(failed.epoch, batch.last_seq + 1, failed.last_seq,
-                                                          failed.error_code)
-        self._dedup.record_untracked(pending.producer_name, batch.first_seq, batch.last_seq, position)
-        if not producer.pending:
-            self._dedup.producer_removed(pending.producer_name)
+        self._dedup.record_untracked(pending.producer_name, batch.first_seq, batch.last_seq, position,
+                                     not producer.pending)
 
     def on_write_failed(self, error_code: int) -> None:
         """A write failed and the partition is fenced: fail every write in flight with `error_code` (retriable),
         and go back to what is persisted so the client's retries are accepted again. Report the writes that did
         succeed (`on_persisted`) first."""
+        if self._untracked:  # accepted before dedup was enabled (or while it was off)
+            if self._dedup.is_enabled or self._dedup.awaiting_recovery:
+                for pending in self._untracked:
+                    b = pending.batch
+                    self._owe(pending.producer_id, b.epoch, b.first_seq, b.last_seq, error_code)
+            self._untracked.clear()
         for producer_id, producer in list(self._producers.items()):
             if not producer.pending:
                 continue
-            self._remember_failed(producer_id, [p.batch for p in producer.pending], error_code)
+            epoch = producer.pending[-1].batch.epoch
+            batches = [p.batch for p in producer.pending if p.batch.epoch == epoch]
+            self._owe(producer_id, epoch, batches[0].first_seq, batches[-1].last_seq, error_code)
             for pending in producer.pending:
                 pending.fail(error_code)
             producer.pending.clear()
@@ -430,16 +457,14 @@ class KafkaProducers:
                 self._dedup.producer_removed(self.producer_name(producer_id, producer.persisted_epoch))
         self._dedup.reset_pushed_to_persisted()
 
-    def _remember_failed(self, producer_id: int, batches: list[BatchMetadata], error_code: int) -> None:
-        epoch = batches[-1].epoch
-        first = min(b.first_seq for b in batches if b.epoch == epoch)
-        last = max(b.last_seq for b in batches if b.epoch == epoch)
-        earlier = self._failed.pop(producer_id, None)
-        if earlier is not None and earlier.epoch == epoch:  # failed again while resending: cover both
-            first, last = min(first, earlier.first_seq), max(last, earlier.last_seq)
-        self._failed[producer_id] = _FailedWrites(epoch, first, last, error_code)
-        if len(self._failed) > MAX_FAILED_PRODUCERS:
-            del self._failed[next(iter(self._failed))]
+    def _owe(self, producer_id: int, epoch: int, first: int, last: int, error_code: int) -> None:
+        """The producer was answered `error_code` for sequences first..last, which are not stored."""
+        earlier = self._owed.pop(producer_id, None)
+        if earlier is not None and earlier.epoch == epoch:  # owed again while resending: cover both
+            first, last = min(first, _near(earlier.first_seq, first)), max(last, _near(earlier.last_seq, last))
+        self._owed[producer_id] = _OwedResend(epoch, first, last, error_code, self._dedup.now())
+        if len(self._owed) > MAX_OWED_PRODUCERS:
+            del self._owed[next(iter(self._owed))]
 
     def _apply_persisted(self, producer_id: int, producer: _Producer, batch: BatchMetadata) -> None:
         if producer.persisted_epoch is None or batch.epoch > producer.persisted_epoch:
@@ -456,38 +481,35 @@ class KafkaProducers:
     # -- DedupExtension: snapshot and recovery ---------------------------------------------------------------------
 
     def owns_property(self, key: str) -> bool:
-        return key.startswith(BATCH_KEY_PREFIX)
+        return key.startswith(kafka_snapshot.LEGACY_KEY_PREFIX)
 
-    def reset(self) -> None:
+    def reset(self, recovering: bool) -> None:
+        in_flight = []
         for producer in self._producers.values():
             for pending in producer.pending:
                 pending.fail(REQUEST_TIMED_OUT)
+                pending.tracked = False  # still being written, now as a write the state does not follow
+                in_flight.append(pending)
             producer.notify_idle()
         self._producers.clear()
-        self._failed.clear()
+        if in_flight:  # in log order, which offsets follow
+            self._untracked.extend(sorted(in_flight, key=lambda p: p.batch.base_offset))
+        if not recovering:  # disabled: nothing is judged any more
+            self._owed.clear()
 
-    def snapshot_properties(self, names: Collection[str]) -> dict[str, int]:
-        properties: dict[str, int] = {}
-        for producer_id, producer in self._producers.items():
-            if producer.persisted_epoch is None:
-                continue
-            if self.producer_name(producer_id, producer.persisted_epoch) not in names:
-                continue  # left out by the producer cap, with its sequence
-            for b in producer.persisted:
-                key = f"{BATCH_KEY_PREFIX}{producer_id}:{b.epoch}:{b.first_seq}:{b.last_seq}:{b.last_offset}:" \
-                      f"{b.timestamp}"
-                properties[key] = b.base_offset
-        return properties
+    def snapshot_strings(self, names: Collection[str]) -> dict[str, str]:
+        """The recent batches of the producers whose names the snapshot keeps (the cap leaves the others out, with
+        their sequences). The epoch of a producer is the epoch of its batches."""
+        return kafka_snapshot.pack(
+            (producer_id, producer.persisted) for producer_id, producer in self._producers.items()
+            if producer.persisted_epoch is not None
+            and self.producer_name(producer_id, producer.persisted_epoch) in names)
 
-    def restore(self, properties: Mapping[str, int]) -> None:
-        by_producer: dict[int, list[BatchMetadata]] = {}
-        for producer_id, batch in _parse_batch_properties(properties):
-            by_producer.setdefault(producer_id, []).append(batch)
-        for producer_id, batches in by_producer.items():
-            epoch = max(b.epoch for b in batches)
-            current = sorted((b for b in batches if b.epoch == epoch), key=lambda b: b.first_seq)
+    def restore(self, properties: Mapping[str, int], strings: Mapping[str, str]) -> None:
+        for producer_id, batches in kafka_snapshot.unpack(strings, properties):
+            epoch = max(b[0] for b in batches)
             producer = self._producers[producer_id] = _Producer(epoch=epoch, persisted_epoch=epoch)
-            producer.persisted.extend(current)
+            producer.persisted.extend(BatchMetadata._make(b) for b in batches if b[0] == epoch)
 
     def replay(self, entry: ReplayEntry) -> None:
         metadata = entry.metadata
@@ -511,14 +533,8 @@ class KafkaProducers:
                 continue
             if self.producer_name(producer_id, producer.persisted_epoch) in names:
                 del self._producers[producer_id]
-                self._failed.pop(producer_id, None)  # a purged producer starts afresh
+                self._owed.pop(producer_id, None)  # a purged producer starts afresh
 
-
-def _parse_batch_properties(properties: Mapping[str, int]) -> Iterator[tuple[int, BatchMetadata]]:
-    for key, base_offset in properties.items():
-        try:
-            pid, epoch, first, last, last_offset, timestamp = map(int, key[len(BATCH_KEY_PREFIX):].split(":"))
-        except ValueError:
-            log.warning("ignoring malformed dedup snapshot key %r", key)
-            continue
-        yield pid, BatchMetadata(epoch, first, last, base_offset, last_offset, timestamp)
+    def expire(self, before: float) -> None:
+        for producer_id in [pid for pid, owed in self._owed.items() if owed.since < before]:
+            del self._owed[producer_id]  # never came back to resend (a producer unknown here has no name to purge)

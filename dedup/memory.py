@@ -17,9 +17,11 @@ class InMemoryCursor:
         self._ledger = ledger
         self.mark_delete_position: Position = position
         self.properties: dict[str, int] = {}
+        self.string_properties: dict[str, str] = {}
         self.mark_deletes = 0  # how many were stored, for tests
 
-    async def mark_delete(self, position: Position, properties: dict[str, int]) -> None:
+    async def mark_delete(self, position: Position, properties: dict[str, int],
+                          string_properties: dict[str, str] | None = None) -> None:
         await asyncio.sleep(0)  # a real write yields; a crash may come before it lands
         if position < self.mark_delete_position:
             raise ValueError(f"mark-delete backwards: {position} < {self.mark_delete_position}")
@@ -27,6 +29,8 @@ class InMemoryCursor:
             raise ValueError(f"mark-delete past the last entry: {position} > {self._ledger.last_position}")
         # Position and properties change together: one record.
         self.mark_delete_position, self.properties = position, dict(properties)
+        if string_properties is not None:
+            self.string_properties = dict(string_properties)
         self.mark_deletes += 1
 
 

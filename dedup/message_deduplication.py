@@ -16,20 +16,24 @@ Deliberate differences from Pulsar, each closing a hazard it has:
 * while the policy wants dedup but the state is not rebuilt (Recovering, or Failed), `awaiting_recovery` says so:
   the caller must not accept what it cannot judge (Pulsar fails the topic load instead), and `retry_recovery`
   starts a new recovery from clean state once `recovery_retry_seconds` have passed since the failure;
-* a status check that finds a transition in flight waits for it, then acts on its own request if it differs.
+* a status check that finds a transition in flight waits for it, then acts on its own request if it differs;
+* a replay never moves a name's sequence backwards (an era with dedup off may have stored a retry twice);
+* with more names than `max_producers`, a snapshot keeps the names whose last persisted write is the most recent
+  (Pulsar keeps whichever its map iteration reaches first): names are kept in that order, and snapshots are written
+  in it, so a recovery restores it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-import itertools
 import logging
+import math
 import time
 from collections.abc import Callable, Collection, Coroutine, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from dedup.interfaces import DEDUP_CURSOR_NAME, DedupCursor, DedupLedger, Position, ReplayEntry
 from proto.kop_pb2 import MessageMetadata
@@ -54,6 +58,8 @@ class DupStatus(enum.Enum):
 
 _NOT_DUP = DupStatus.NOT_DUP  # looking up an enum member costs more than the rest of a decision
 
+ACTIVE = math.inf  # a name's "inactive since" while it is active: never purged
+
 
 @dataclass(frozen=True, slots=True)
 class DedupConfig:
@@ -65,29 +71,44 @@ class DedupConfig:
     recovery_retry_seconds: float = 2.0  # after a failed recovery, the earliest retry_recovery starts another
 
 
+class Snapshot(NamedTuple):
+    """What one cursor record holds: the persisted map (name -> highest sequence id, in the order of the names' last
+    writes) and the extension's state, packed in string properties."""
+
+    properties: dict[str, int]
+    strings: dict[str, str]
+
+
 class DedupExtension(Protocol):
     """State kept beside the two maps that must be snapshotted and rebuilt with them (Kafka's producer state).
 
-    Its snapshot properties share the cursor with the maps; it owns the keys for which `owns_property` is true.
+    Its state shares the cursor record with the maps, in string properties; an older format kept it in properties,
+    under the keys for which `owns_property` is true.
     """
 
     def owns_property(self, key: str) -> bool: ...
 
-    def reset(self) -> None:
-        """Drop all state (dedup disabled, or a recovery starting)."""
+    def reset(self, recovering: bool) -> None:
+        """Drop all state (dedup disabled, or a recovery starting). A recovery keeps what clients were told to
+        resend while the state could not judge their batches: the rebuilt state must still hold their followers
+        back."""
 
-    def restore(self, properties: Mapping[str, int]) -> None:
-        """Load the owned snapshot properties; called after the maps are loaded, before the replay."""
+    def restore(self, properties: Mapping[str, int], strings: Mapping[str, str]) -> None:
+        """Load the owned snapshot properties and the string properties; called after the maps are loaded, before
+        the replay."""
 
     def replay(self, entry: ReplayEntry) -> None:
         """Apply one replayed entry that carries a producer name, after the maps were updated for it."""
 
-    def snapshot_properties(self, names: Collection[str]) -> dict[str, int]:
-        """Owned properties for the producer names that made it into this snapshot."""
+    def snapshot_strings(self, names: Collection[str]) -> dict[str, str]:
+        """The state of the producer names that made it into this snapshot, as string properties."""
         ...
 
     def forget(self, names: Collection[str]) -> None:
         """These names were purged for inactivity."""
+
+    def expire(self, before: float) -> None:
+        """The inactivity purge runs: drop what is kept for producers not heard of since `before`."""
 
 
 def carries_dedup_identity(metadata: MessageMetadata) -> bool:
@@ -122,7 +143,9 @@ class MessageDeduplication:
         # live (a bound dict method is several times cheaper than a method or a MappingProxyType's get).
         self.pushed_sequence_id: Callable[[str], int | None] = self._pushed.get
         self.persisted_sequence_id: Callable[[str], int | None] = self._persisted.get
-        self._inactive: dict[str, float] = {}  # name -> time it went inactive
+        # name -> since when it is inactive (ACTIVE while it is not), in the order of the names' last persisted
+        # writes, oldest first: the purge's clock and, when a snapshot cannot hold every name, which it keeps.
+        self._activity: dict[str, float] = {}
         self._recorded = 0  # entries recorded since the recovery, replayed ones included
         self._snapshotted = 0  # how many of those the stored snapshot covers
         self._last_snapshot_time = clock()
@@ -165,11 +188,16 @@ class MessageDeduplication:
 
     @property
     def inactive(self) -> Mapping[str, float]:
-        return MappingProxyType(self._inactive)
+        """The names that are inactive, with the time since when."""
+        return {name: since for name, since in self._activity.items() if since != ACTIVE}
 
     @property
     def last_recorded_position(self) -> Position | None:
         return self._last_recorded_position
+
+    def now(self) -> float:
+        """The clock the inactivity purge is measured with."""
+        return self._clock()
 
     def last_sequence_id(self, name: str) -> int:
         """What a (re)connecting producer resumes from (Pulsar's `last_sequence_id`): pushed, or -1."""
@@ -251,35 +279,35 @@ class MessageDeduplication:
             self._set_status(Status.FAILED)
             return
         self._cursor = None
-        self._clear_state()
+        self._clear_state(recovering=False)
         self._set_status(Status.DISABLED)
         log.info("%s: dedup disabled", self._log_name)
 
-    def _clear_state(self) -> None:
+    def _clear_state(self, recovering: bool) -> None:
         self._pushed.clear()
         self._persisted.clear()
-        self._inactive.clear()
+        self._activity.clear()
         self._recorded = self._snapshotted = 0
         self._snapshot_again = False
         self._last_recorded_position = None
         if self._extension is not None:
-            self._extension.reset()
+            self._extension.reset(recovering)
 
     # -- recovery --------------------------------------------------------------------------------------------------
 
     async def _recover(self, cursor: DedupCursor) -> None:
         """Snapshot, then every entry after it; the maps end as they were after the last durable entry."""
-        self._clear_state()
+        self._clear_state(recovering=True)
         now = self._clock()
         owned: dict[str, int] = {}
-        for name, value in cursor.properties.items():
+        for name, value in cursor.properties.items():  # stored in the order of their last writes: keep it
             if self._extension is not None and self._extension.owns_property(name):
                 owned[name] = value
             else:
                 self._pushed[name] = self._persisted[name] = value
-                self._inactive[name] = now  # a producer that never comes back can be purged
+                self._activity[name] = now  # a producer that never comes back can be purged
         if self._extension is not None:
-            self._extension.restore(owned)
+            self._extension.restore(owned, cursor.string_properties)
 
         start = cursor.mark_delete_position
         last, replayed = start, 0
@@ -292,7 +320,7 @@ class MessageDeduplication:
         log.info("%s: dedup replayed %d entries after %s", self._log_name, replayed, start)
         if replayed >= self._config.entries_interval:
             # A long replay is paid once: snapshot now so the next recovery starts here (Pulsar PR #22479).
-            if await self._mark_delete(cursor, last, self._snapshot_properties()):
+            if await self._mark_delete(cursor, last, self._take_snapshot()):
                 self._snapshotted = replayed
 
     def _replay_entry(self, entry: ReplayEntry, now: float) -> None:
@@ -300,8 +328,11 @@ class MessageDeduplication:
         if not carries_dedup_identity(metadata):
             return
         name = metadata.producer_name
-        self._pushed[name] = self._persisted[name] = max(metadata.sequence_id, metadata.highest_sequence_id)
-        self._inactive[name] = now
+        # Never backwards: where dedup was off, a retry may have been stored again after later batches.
+        value = max(metadata.sequence_id, metadata.highest_sequence_id, self._persisted.get(name, -1))
+        self._pushed[name] = self._persisted[name] = value
+        self._activity.pop(name, None)  # the most recently written name from now on
+        self._activity[name] = now
         if self._extension is not None:
             self._extension.replay(entry)
 
@@ -321,31 +352,36 @@ class MessageDeduplication:
         return _NOT_DUP
 
     def record_persisted(self, name: str | None, sequence_id: int, highest_sequence_id: int, position: Position,
-                         idle: bool = False) -> None:
+                         idle: bool | None = None) -> None:
         """An entry is durable at `position` (call in log order). `name=None`: an entry without dedup identity,
-        counted all the same so the replay after a snapshot stays short. `idle`: the producer has nothing else in
-        flight, so from now on it is inactive (`producer_removed`, folded in: this runs for every batch)."""
+        counted all the same so the replay after a snapshot stays short.
+
+        `idle` folds `producer_added`/`producer_removed` into this call, which runs for every batch: Kafka and
+        application producers have no connection to the partition that would say when they leave, so a name is
+        inactive from its last write on (True), or active while its producer has other writes in flight (False).
+        None leaves its activity as `producer_added`/`producer_removed` set it, as Pulsar does for connected
+        producers."""
         if not self.is_enabled:
             return
         if name is not None:
             self._persisted[name] = highest_sequence_id if highest_sequence_id > sequence_id else sequence_id
-            if idle:
-                self._inactive[name] = self._clock()
+            activity = self._activity
+            since = activity.pop(name, ACTIVE)  # re-added at the end: the names stay in order of last write
+            activity[name] = since if idle is None else self._clock() if idle else ACTIVE
         self._last_recorded_position = position
         self._recorded += 1
         if self._recorded - self._snapshotted >= self._config.entries_interval and self._snapshot_task is None:
             self._start_snapshot()
 
-    def record_untracked(self, name: str, sequence_id: int, highest_sequence_id: int, position: Position) -> None:
+    def record_untracked(self, name: str, sequence_id: int, highest_sequence_id: int, position: Position,
+                         idle: bool | None = None) -> None:
         """An entry accepted before dedup was enabled became durable after: take its ids as a replay would (Pulsar
         records them from the publish context), so no snapshot covers its position without them."""
         if not self.is_enabled:
             return
-        value = max(sequence_id, highest_sequence_id)
-        if value > self._persisted.get(name, -1):
-            self._persisted[name] = value
-            self._pushed[name] = max(value, self._pushed.get(name, value))
-        self.record_persisted(None, 0, 0, position)  # counted as any entry
+        value = max(sequence_id, highest_sequence_id, self._persisted.get(name, -1))
+        self._pushed[name] = max(value, self._pushed.get(name, value))
+        self.record_persisted(name, value, value, position, idle)
 
     def reset_pushed_to_persisted(self) -> None:
         """After a failed write (the partition is fenced and in-flight writes drained): forget what never landed,
@@ -357,7 +393,7 @@ class MessageDeduplication:
         """Drop a name from every map (Kafka drops a producer's previous epoch this way)."""
         self._pushed.pop(name, None)
         self._persisted.pop(name, None)
-        self._inactive.pop(name, None)
+        self._activity.pop(name, None)
 
     # -- snapshots -------------------------------------------------------------------------------------------------
 
@@ -397,15 +433,14 @@ class MessageDeduplication:
         position = self._last_recorded_position
         if self._cursor is None or position is None or self._snapshot_task is not None:
             return False
-        properties = self._snapshot_properties()
         self._snapshot_task = asyncio.ensure_future(
-            self._run_snapshot(self._cursor, position, properties, self._recorded))
+            self._run_snapshot(self._cursor, position, self._take_snapshot(), self._recorded))
         return True
 
-    async def _run_snapshot(self, cursor: DedupCursor, position: Position, properties: dict[str, int],
+    async def _run_snapshot(self, cursor: DedupCursor, position: Position, snapshot: Snapshot,
                             recorded: int) -> None:
         try:
-            stored = await self._mark_delete(cursor, position, properties) and cursor is self._cursor
+            stored = await self._mark_delete(cursor, position, snapshot) and cursor is self._cursor
             if stored:
                 self._snapshotted = max(self._snapshotted, recorded)
         finally:
@@ -417,45 +452,54 @@ class MessageDeduplication:
             self._snapshot_again = False
             self._start_snapshot()
 
-    async def _mark_delete(self, cursor: DedupCursor, position: Position, properties: dict[str, int]) -> bool:
+    async def _mark_delete(self, cursor: DedupCursor, position: Position, snapshot: Snapshot) -> bool:
         try:
-            await cursor.mark_delete(position, properties)
+            await cursor.mark_delete(position, snapshot.properties, snapshot.strings)
         except Exception as exc:  # the next trigger retries; the old snapshot stays valid
             log.warning("%s: dedup snapshot at %s failed: %r", self._log_name, position, exc)
             return False
         self._last_snapshot_time = self._clock()
         return True
 
-    def _snapshot_properties(self) -> dict[str, int]:
-        extension = self._extension
-        names = (n for n in self._persisted if extension is None or not extension.owns_property(n))
-        kept = list(itertools.islice(names, self._config.max_producers))
-        properties = {name: self._persisted[name] for name in kept}
-        if extension is not None:
-            properties.update(extension.snapshot_properties(frozenset(kept)))
-        return properties
+    def _take_snapshot(self) -> Snapshot:
+        persisted, kept = self._persisted, self._names_to_snapshot()
+        properties = {name: persisted[name] for name in kept}
+        strings = self._extension.snapshot_strings(frozenset(kept)) if self._extension is not None else {}
+        return Snapshot(properties, strings)
+
+    def _names_to_snapshot(self) -> list[str]:
+        """The persisted names in the order of their last writes; past `max_producers`, only the most recent."""
+        persisted = self._persisted
+        names = [name for name in self._activity if name in persisted]
+        if len(names) < len(persisted):  # not in the order: none should be, but none may be lost
+            names[:0] = [name for name in persisted if name not in self._activity]
+        cap = self._config.max_producers
+        return names[len(names) - cap:] if len(names) > cap else names
 
     # -- producer lifecycle and purge ------------------------------------------------------------------------------
 
     def producer_added(self, name: str) -> None:
-        if self.is_enabled:
-            self._inactive.pop(name, None)
+        """Active: not purged. Where the name stands in the order of last writes does not change."""
+        if self.is_enabled and name in self._activity:
+            self._activity[name] = ACTIVE
 
     def producer_removed(self, name: str, now: float | None = None) -> None:
         if self.is_enabled:
-            self._inactive[name] = self._clock() if now is None else now
+            self._activity[name] = self._clock() if now is None else now
 
     def purge_inactive(self, timeout_seconds: float, now: float | None = None) -> list[str]:
         """Drop producers inactive for longer than the timeout and rewrite the snapshot without them, at the last
         recorded position (after the snapshot in flight, if any: skipping it would bring the names back after a
         crash). Returns the names purged. (Pulsar runs this every timeout / 3.)"""
         if not self.is_enabled:
-            self._inactive.clear()
+            self._activity.clear()
             return []
         cutoff = (self._clock() if now is None else now) - timeout_seconds
+        if self._extension is not None:
+            self._extension.expire(cutoff)
         purged = [
             name
-            for name, since in self._inactive.items()
+            for name, since in self._activity.items()
             if since < cutoff and self._pushed.get(name) == self._persisted.get(name)
         ]
         for name in purged:

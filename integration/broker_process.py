@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KOP_SCRIPT = os.path.join(os.path.dirname(sys.executable), "kop")  # installed next to the interpreter, as pip puts it
 
 
 def free_port() -> int:

@@ -1,6 +1,16 @@
+import os
+
 import pytest
 
-from integration.broker_process import BrokerProcess
+from integration.broker_process import KOP_SCRIPT, BrokerProcess
+
+
+@pytest.fixture
+def kop_script():
+    """The `kop` console script, as a user runs it."""
+    if not os.access(KOP_SCRIPT, os.X_OK):
+        pytest.fail(f"no `kop` console script at {KOP_SCRIPT}: is the project installed into this environment?")
+    return KOP_SCRIPT
 
 
 @pytest.fixture
@@ -24,3 +34,18 @@ def broker_factory(tmp_path):
     yield make
     for proc in started:
         proc.stop()
+
+
+@pytest.fixture
+def start_broker(tmp_path):
+    """start(config) -> a broker with the admin API on a free port; all are stopped at the end."""
+    started = []
+
+    def start(config: dict[str, str] | None = None) -> BrokerProcess:
+        broker = BrokerProcess(str(tmp_path / f"data{len(started)}"), admin_port=0, config=dict(config or {}))
+        started.append(broker.start())
+        return broker
+
+    yield start
+    for broker in started:
+        broker.stop()

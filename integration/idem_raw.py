@@ -48,6 +48,7 @@ class ProduceAnswer:
     error_code: int
     base_offset: int
     error_message: str | None
+    log_append_time_ms: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,12 +107,14 @@ class RawKafka:
 
     # ---- topics
 
-    def create_topic(self, name: str, partitions: int = 1) -> int:
+    def create_topic(self, name: str, partitions: int = 1, configs: dict[str, str] | None = None) -> int:
         """CreateTopics; returns the error code (NONE, or TOPIC_ALREADY_EXISTS)."""
         v = CREATE_TOPICS_VERSION
+        creatable = [CreateTopicsRequest.CreatableTopic.CreatableTopicConfig(name=k, value=val)
+                     for k, val in (configs or {}).items()]
         request = CreateTopicsRequest[v](
             topics=[CreateTopicsRequest.CreatableTopic(name=name, num_partitions=partitions, replication_factor=1,
-                                                       assignments=[], configs=[])],
+                                                       assignments=[], configs=creatable)],
             timeout_ms=10_000, validate_only=False)
         response = self.call(request, CreateTopicsResponse, v)
         return response.topics[0].error_code
@@ -144,7 +147,8 @@ class RawKafka:
     def receive_produce(self, correlation_id: int, version: int = PRODUCE_VERSION) -> ProduceAnswer:
         response = self.receive(correlation_id, ProduceResponse, version)
         answer = response.responses[0].partition_responses[0]
-        return ProduceAnswer(answer.error_code, answer.base_offset, getattr(answer, "error_message", None))
+        return ProduceAnswer(answer.error_code, answer.base_offset, getattr(answer, "error_message", None),
+                             answer.log_append_time_ms)
 
     # ---- reading
 

@@ -2,7 +2,6 @@
 CLI, remove falls back to the next level, `--applied` resolves topic > namespace > broker, the partitions follow
 at once (stats), policies survive a restart, and bad input is answered with an error, never a crash."""
 import json
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -212,40 +211,20 @@ def test_cli_reports_an_unreachable_admin_api(tmp_path):
 
 
 def test_standalone_serves_the_admin_api_on_8080_unless_told_otherwise(tmp_path):
+    """The admin port comes from the command line, else the properties file, else 8080; only that default gives way
+    when its port is in use (the broker then runs without the admin API: integration/test_startup.py)."""
     from kop.cli import STANDALONE_ADMIN_PORT, build_config, build_parser
 
-    def admin_port(*argv: str) -> int:
-        return build_config(build_parser().parse_args(["standalone", *argv])).admin_port
+    def admin_port(*argv: str) -> tuple[int, bool]:
+        standalone = build_config(build_parser().parse_args(["standalone", *argv]))
+        return standalone.config.admin_port, standalone.admin_port_may_be_taken
 
     properties = tmp_path / "kop.properties"
     properties.write_text("webServicePort=9191\n")
-    assert admin_port("--config", str(properties)) == 9191
-    assert admin_port("--config", str(properties), "--admin-port", "-1") == -1
+    assert admin_port("--config", str(properties)) == (9191, False)
+    assert admin_port("--config", str(properties), "--admin-port", "-1") == (-1, False)
     properties.write_text("admin_port=0\n")
-    assert admin_port("--config", str(properties)) == 0
-    assert admin_port("--admin-port", "0") == 0
-
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", STANDALONE_ADMIN_PORT))
-            free = True
-        except OSError:
-            free = False
-    if free:
-        assert admin_port() == STANDALONE_ADMIN_PORT
-
-    # The default gives way when its port is taken (a second standalone on the machine still starts)...
-    holder = socket.socket()
-    try:
-        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            holder.bind(("127.0.0.1", STANDALONE_ADMIN_PORT))
-            holder.listen()
-        except OSError:
-            pass  # taken already, by someone else: the same situation
-        assert admin_port() == 0
-        # ...a port asked for explicitly does not.
-        assert admin_port("--admin-port", str(STANDALONE_ADMIN_PORT)) == STANDALONE_ADMIN_PORT
-    finally:
-        holder.close()
+    assert admin_port("--config", str(properties)) == (0, False)
+    assert admin_port("--admin-port", "0") == (0, False)
+    assert admin_port("--admin-port", str(STANDALONE_ADMIN_PORT)) == (STANDALONE_ADMIN_PORT, False)
+    assert admin_port() == (STANDALONE_ADMIN_PORT, True)

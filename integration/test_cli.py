@@ -1,21 +1,11 @@
 """The `kop` console script as a user runs it, and how `kop standalone` treats a config file."""
+import argparse
 import os
 import subprocess
-import sys
-
-import pytest
+from importlib import metadata
 
 from integration.broker_process import BrokerProcess
 from integration.clients import kp_consume_all, kp_produce
-
-KOP = os.path.join(os.path.dirname(sys.executable), "kop")  # installed next to the interpreter, as pip puts it
-
-
-@pytest.fixture
-def kop_script():
-    if not os.access(KOP, os.X_OK):
-        pytest.fail(f"no `kop` console script at {KOP}: is the project installed into this environment?")
-    return KOP
 
 
 def test_kop_help_lists_the_commands(kop_script, tmp_path):
@@ -26,6 +16,35 @@ def test_kop_help_lists_the_commands(kop_script, tmp_path):
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert "--listen" in done.stdout and "--data-dir" in done.stdout
+
+
+def test_kop_alone_prints_the_help_and_version_prints_the_installed_version(kop_script, tmp_path):
+    done = subprocess.run([kop_script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.startswith("usage: kop ") and "examples:" in done.stdout
+    done = subprocess.run([kop_script, "--version"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, f"kop {metadata.version('kop')}\n")
+
+
+def _commands(parser: argparse.ArgumentParser):
+    """Every parser under `parser`, itself included."""
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _commands(sub)
+
+
+def test_every_command_has_help_with_examples():
+    from kop.cli import build_parser
+    commands = list(_commands(build_parser()))
+    assert len(commands) > 15  # kop, standalone, admin, its groups and each of their commands
+    without = [c.prog for c in commands if "example" not in c.format_help()]
+    assert without == []
+    for command in commands:  # each example is a command this parser takes
+        lines = [line.split("#")[0].split() for line in command.format_help().splitlines()]
+        for words in (w for w in lines if w[:1] == ["kop"] and "--version" not in w):
+            build_parser().parse_args(words[1:])
 
 
 def test_kop_standalone_from_the_console_script_serves_clients(kop_script, tmp_path):

@@ -9,26 +9,12 @@ import pytest
 
 from integration.broker_process import BrokerProcess
 from integration.idem_raw import RawKafka, idempotent_batch, read_topic
+from dedup import kafka_snapshot
 from integration.waiting import wait_until
 from kop.admin.client import AdminClient, topic_resource
 from protocol.errors import ErrorCode
 
 DEDUP_CURSOR = "pulsar.dedup"
-
-
-@pytest.fixture
-def start_broker(tmp_path):
-    """start(config) -> a broker with the admin API on a free port; all are stopped at the end."""
-    started = []
-
-    def start(config: dict[str, str] | None = None) -> BrokerProcess:
-        broker = BrokerProcess(str(tmp_path / f"data{len(started)}"), admin_port=0, config=dict(config or {}))
-        started.append(broker.start())
-        return broker
-
-    yield start
-    for broker in started:
-        broker.stop()
 
 
 def admin(broker: BrokerProcess) -> AdminClient:
@@ -128,7 +114,8 @@ def test_snapshot_every_n_entries(start_broker):
     properties = cursor()["properties"]
     assert properties[f"KOP-PID-{pid}-0"] == 19
     # The five recent batches (Kafka's window) travel with the snapshot.
-    assert sum(1 for key in properties if key.startswith("__kafka_batch:")) == 5
+    [(producer_id, batches)] = kafka_snapshot.unpack(cursor()["stringProperties"], properties)
+    assert (producer_id, [b[1] for b in batches]) == (pid, list(range(15, 20)))
 
 
 def test_snapshot_by_time_follows_the_topic_interval(start_broker):
@@ -284,9 +271,9 @@ def test_the_purge_loop_drops_inactive_producers_from_the_state_and_the_snapshot
                 break
             time.sleep(0.05)
         assert wait_until(lambda: properties().get(active_name) == seq - 1, timeout=10)  # the last snapshot landed
-        snapshot = properties()
-        assert idle_name not in snapshot
-        assert not any(key.startswith(f"__kafka_batch:{idle}:") for key in snapshot), snapshot
+        snapshot = internal_stats(broker, topic)["cursors"][DEDUP_CURSOR]
+        assert idle_name not in snapshot["properties"]
+        assert {p for p, _ in kafka_snapshot.unpack(snapshot["stringProperties"], {})} == {active}, snapshot
         assert [p["producerName"] for p in partition_stats(broker, topic)["publishers"]] == [active_name]
 
     broker.restart(hard=True)  # kill -9: the purge's snapshot is what the state comes back from

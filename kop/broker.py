@@ -2,26 +2,34 @@
 twice in one process."""
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import time
+from collections.abc import Awaitable
 
 from kop import handlers
 from kop.admin.server import AdminServer
 from kop.byte_budget import ByteBudget
 from kop.config import BrokerConfig
 from kop.connection import Connection
+from kop.data_dir import DataDirLock
 from kop.groups import GroupCoordinator
 from kop.policies import PolicyBook
 from kop.producer_ids import ProducerIdAllocator
+from kop.startup import bind_failure
 from kop.topics import TopicManager, deletes_by_retention
 
 log = logging.getLogger(__name__)
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, *, admin_port_may_be_taken: bool = False) -> None:
+        """admin_port_may_be_taken: when the admin port is in use, run without the admin API instead of failing
+        (kop standalone's default port gives way, so a second standalone on one machine still starts)."""
         self.config = config
+        self._admin_port_may_be_taken = admin_port_may_be_taken
+        self._lock: DataDirLock | None = None
         self.policies = PolicyBook(config)
         self.topics = TopicManager(config, self.policies)
         self.groups = GroupCoordinator(config, self.topics)
@@ -40,24 +48,59 @@ class Broker:
     def advertised_port(self) -> int:
         return self.config.advertised_port or self.port
 
+    async def bind(self) -> None:
+        """Claim the data directory and the ports before anything is read, so a second broker on the directory or a
+        port in use fails at once (StartupError) rather than after recovery. The sockets are bound but do not listen
+        until `start` has loaded the topics: clients are refused, never served half-loaded state."""
+        self._lock = DataDirLock.acquire(self.config.data_dir)
+        try:
+            try:
+                self._server = await asyncio.start_server(self._on_client, self.config.host, self.config.port,
+                                                          backlog=1024, limit=1 << 20, start_serving=False)
+            except OSError as exc:
+                raise bind_failure(exc, self.config.host, self.config.port, "Kafka clients") from None
+            self.port = self._server.sockets[0].getsockname()[1]
+            if self.config.admin_port != 0:
+                await self._bind_admin()
+        except BaseException:
+            await self._close_listeners()
+            self._release_data_dir()
+            raise
+
+    async def _bind_admin(self) -> None:
+        admin = AdminServer(self)
+        try:
+            await admin.bind()
+        except OSError as exc:
+            if not (self._admin_port_may_be_taken and exc.errno == errno.EADDRINUSE):
+                raise bind_failure(exc, self.config.host, self.config.admin_port, "the admin API") from None
+            log.warning("admin port %d is in use; running without the admin API (set --admin-port)",
+                        self.config.admin_port)
+            return
+        self._admin = admin
+        self.admin_port = admin.port
+
     async def start(self) -> None:
-        os.makedirs(self.config.data_dir, exist_ok=True)
+        if self._lock is None:
+            await self.bind()
         self.producer_ids = ProducerIdAllocator(os.path.join(self.config.data_dir, "producer-ids"),
                                                 durable=self.config.fsync)
         self.policies.load()
         await self.topics.load_all()
         self.groups.start()  # needs the topics: groups are found from their partitions' cursors
-        if self.config.admin_port != 0:  # first, so a busy admin port stops the start before clients connect
-            self._admin = AdminServer(self)
-            await self._admin.start()
-            self.admin_port = self._admin.port
-        self._server = await asyncio.start_server(self._on_client, self.config.host, self.config.port,
-                                                  backlog=1024, limit=1 << 20)
-        self.port = self._server.sockets[0].getsockname()[1]
+        if self._admin is not None:
+            await _listen(self._admin.start(), self.config.host, self.admin_port, "the admin API")
+        await _listen(self._server.start_serving(), self.config.host, self.port, "Kafka clients")
         self._background.append(asyncio.create_task(self._retention_loop()))
         self._background.append(asyncio.create_task(self._dedup_snapshot_loop()))
         self._background.append(asyncio.create_task(self._dedup_purge_loop()))
         log.info("kop listening on %s:%d (data in %s)", self.config.host, self.port, self.config.data_dir)
+
+    async def _close_listeners(self) -> None:
+        if self._admin is not None:
+            await self._admin.stop()
+        if self._server is not None:
+            self._server.close()
 
     async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if len(self._connections) >= self.config.max_connections:
@@ -115,13 +158,25 @@ class Broker:
     async def stop(self) -> None:
         for task in self._background:
             task.cancel()
-        if self._admin is not None:
-            await self._admin.stop()
-        if self._server is not None:
-            self._server.close()
+        await self._close_listeners()
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
         await self.groups.stop()
         await self.topics.close()
+        self._release_data_dir()
         log.info("kop stopped")
+
+    def _release_data_dir(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+
+async def _listen(starting: Awaitable[None], host: str, port: int, purpose: str) -> None:
+    """Start serving a bound socket. Its listen() fails only when another process bound the same port meanwhile
+    (SO_REUSEADDR lets sockets that do not listen yet share a port) and listened first."""
+    try:
+        await starting
+    except OSError as exc:
+        raise bind_failure(exc, host, port, purpose) from None

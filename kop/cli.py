@@ -1,65 +1,80 @@
 """The `kop` command: `kop standalone` runs one broker on the embedded file storage (like `pulsar standalone`), with
-its admin REST API on port 8080; `kop admin ...` talks to that API (like `pulsar-admin`)."""
+its admin REST API on port 8080; `kop admin ...` talks to that API (like `pulsar-admin`); `kop perf produce|consume`
+measures any Kafka-compatible broker (like kafka-producer-perf-test and pulsar-perf)."""
 import argparse
 import asyncio
-import errno
 import logging
 import signal
-import socket
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, NoReturn
 
 from kop.admin.cli import add_admin_parser, run_admin
-from kop.config import BrokerConfig, load_properties, unknown_keys
+from kop.config import BrokerConfig, parse_setting
+from kop.config_file import read_properties, unknown_key_warnings
+from kop.listeners import split_host_port
+from kop.perf.options import add_perf_parser
+from kop.startup import StartupError
 
 STANDALONE_ADMIN_PORT = 8080  # pulsar standalone's web service port
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+DEFAULT_LISTEN_HOST = "127.0.0.1"
 
 log = logging.getLogger("kop")
 
 
-def parse_listen(value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
-    return host or "127.0.0.1", int(port)
+class OneLineErrorParser(argparse.ArgumentParser):
+    """A usage error is one line on stderr and exit status 2, like every other start-up failure; the usage itself
+    is in --help."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_config(args: argparse.Namespace) -> BrokerConfig:
-    unset = -2  # tells "the file did not set the admin port" apart from every value it could set
-    config = load_properties(args.config, BrokerConfig(admin_port=unset)) if args.config else BrokerConfig(
-        admin_port=unset)
-    for key in unknown_keys(config):
-        # Not an error: configs copied from Kafka or Pulsar carry many keys kop does not implement.
-        log.warning("%s: unknown key %s is ignored", args.config, key)
-    overrides = {}
-    if args.listen:
-        overrides["host"], overrides["port"] = args.listen
-    if args.data_dir:
-        overrides["data_dir"] = args.data_dir
-    if args.advertised_host:
-        overrides["advertised_host"] = args.advertised_host
-    if args.advertised_port:
-        overrides["advertised_port"] = args.advertised_port
-    if args.admin_port is not None:
-        overrides["admin_port"] = args.admin_port
-    config = config.with_overrides(**overrides)
-    if config.admin_port == unset:
-        config = config.with_overrides(admin_port=STANDALONE_ADMIN_PORT)
-        if _port_in_use(config.host, STANDALONE_ADMIN_PORT):
-            # Only the default gives way: a second standalone on one machine still starts, without its admin API.
-            log.warning("admin port %d is in use; running without the admin API (set --admin-port)",
-                        STANDALONE_ADMIN_PORT)
-            config = config.with_overrides(admin_port=0)
-    return config
-
-
-def _port_in_use(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio's listener will
+def setting_argument(name: str, what: str = "") -> Callable[[str], Any]:
+    """An argparse type for BrokerConfig field `name`: converted and checked as the properties file's value is."""
+    def parse(raw: str) -> Any:
         try:
-            probe.bind((host, port))
-        except OSError as exc:
-            return exc.errno == errno.EADDRINUSE
-    return False
+            return parse_setting(name, raw)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{what}{exc}") from None
+    return parse
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """`HOST:PORT`; an empty host is 127.0.0.1."""
+    try:
+        host, port = split_host_port(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return setting_argument("host", "host: ")(host or DEFAULT_LISTEN_HOST), setting_argument("port", "port: ")(str(port))
+
+
+@dataclass(frozen=True)
+class Standalone:
+    """What `kop standalone` runs: the checked configuration and what to say about it once the broker holds its
+    data directory and ports (so a start-up failure stays one line)."""
+
+    config: BrokerConfig
+    admin_port_may_be_taken: bool  # the default admin port gives way when in use; one asked for does not
+    warnings: list[str]
+
+
+def build_config(args: argparse.Namespace) -> Standalone:
+    """The properties file, then the command line over it; ValueError names the first value kop cannot run with."""
+    properties = read_properties(args.config) if args.config else None
+    values = dict(properties.values) if properties else {}
+    if args.listen:
+        values["host"], values["port"] = args.listen
+    cli_values = {"data_dir": args.data_dir, "advertised_host": args.advertised_host,
+                  "advertised_port": args.advertised_port, "admin_port": args.admin_port}
+    values.update((name, value) for name, value in cli_values.items() if value is not None)
+    admin_default = "admin_port" not in values
+    values.setdefault("admin_port", STANDALONE_ADMIN_PORT)
+    warnings = unknown_key_warnings(args.config, properties) if properties else []
+    return Standalone(BrokerConfig(**values), admin_default, warnings)
 
 
 def raise_open_files_limit() -> None:
@@ -84,9 +99,14 @@ def raise_open_files_limit() -> None:
              "unlimited" if hard == resource.RLIM_INFINITY else hard)
 
 
-async def run_standalone(config: BrokerConfig) -> None:
+async def run_standalone(standalone: Standalone) -> None:
     from kop.broker import Broker  # here, so `kop admin` starts without loading the broker
-    broker = Broker(config)
+    config = standalone.config
+    broker = Broker(config, admin_port_may_be_taken=standalone.admin_port_may_be_taken)
+    await broker.bind()  # the data directory and the ports first: a failure here is reported before any log line
+    for warning in standalone.warnings:
+        log.warning("%s", warning)
+    raise_open_files_limit()  # before loading: every ledger file open at load is a file descriptor too
     await broker.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -99,41 +119,103 @@ async def run_standalone(config: BrokerConfig) -> None:
     await broker.stop()
 
 
+def version() -> str:
+    try:
+        return metadata.version("kop")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+EPILOG = """examples:
+  kop standalone                                   # 127.0.0.1:9092, data in ./data, admin API on :8080
+  kop standalone --config server.properties        # Kafka's or Pulsar's keys; see kop standalone --help
+  kop admin topics stats public/default/orders     # see kop admin --help
+  kop perf produce --topic t --num-records 100000  # see kop perf --help
+  kop --version
+
+`kop` alone prints this help and exits with status 0.
+"""
+
+STANDALONE_EPILOG = f"""examples:
+  kop standalone
+  kop standalone --listen 127.0.0.1:9093 --data-dir /var/lib/kop --admin-port 0
+  kop standalone --listen 0.0.0.0:9092 --advertised-host kafka.example.com
+  kop standalone --config server.properties --log-level DEBUG
+
+The properties file takes kop's keys (kop/config.py) and the Kafka and Pulsar keys they mirror, among them Kafka's
+listeners=PLAINTEXT://HOST:PORT, advertised.listeners and log.dirs (one directory); the command line overrides it.
+Every value is checked: a value out of range, two keys that disagree (broker.id and node.id), several listeners or
+data directories, or a protocol other than PLAINTEXT stop the start. An unknown key is logged as a warning (with the
+nearest known key when it looks like a typo) and ignored.
+
+The data directory is locked (<data-dir>/.lock holds the broker's pid): a second broker on it is refused. Its
+parent directory must exist. The Kafka and admin ports are bound before any data is read. When the default admin
+port {STANDALONE_ADMIN_PORT} is in use the broker runs without the admin API; a port asked for must be free.
+
+Every start-up failure (a bad argument or value, an unreadable config file, a port in use or not of this machine, a
+data directory that is missing its parent, not a directory, not writable or in use) is one line on stderr and exit
+status 2. SIGTERM or SIGINT stops the broker cleanly.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kop", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    standalone = sub.add_parser("standalone", help="run one broker with embedded file storage")
-    standalone.add_argument("--listen", type=parse_listen, help="HOST:PORT (default 127.0.0.1:9092)")
-    standalone.add_argument("--data-dir", help="data directory (default ./data)")
-    standalone.add_argument("--config", help="properties file (key=value)")
-    standalone.add_argument("--advertised-host", help="host name clients should connect to")
-    standalone.add_argument("--advertised-port", type=int, help="port clients should connect to (e.g. a proxy's)")
-    standalone.add_argument("--admin-port", type=int,
+    parser = OneLineErrorParser(prog="kop", description=__doc__, epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"kop {version()}")
+    sub = parser.add_subparsers(dest="command", metavar="{standalone,admin,perf}")
+    standalone = sub.add_parser("standalone", help="run one broker with embedded file storage",
+                                description="Run one broker with embedded file storage.", epilog=STANDALONE_EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    standalone.add_argument("--listen", type=parse_listen, metavar="HOST:PORT",
+                            help=f"where Kafka clients connect (default {DEFAULT_LISTEN_HOST}:9092; an empty host is "
+                                 f"{DEFAULT_LISTEN_HOST}, port 0 any free port)")
+    standalone.add_argument("--data-dir", type=setting_argument("data_dir"), metavar="DIR", help="data directory (default ./data)")
+    standalone.add_argument("--config", metavar="FILE", help="properties file (key=value lines)")
+    standalone.add_argument("--advertised-host", type=setting_argument("advertised_host"), metavar="HOST",
+                            help="host name clients are told to connect to (default: the --listen host)")
+    standalone.add_argument("--advertised-port", type=setting_argument("advertised_port"), metavar="PORT",
+                            help="port clients are told to connect to, e.g. a proxy's (default: the --listen port)")
+    standalone.add_argument("--admin-port", type=setting_argument("admin_port"), metavar="PORT",
                             help=f"admin HTTP port (default {STANDALONE_ADMIN_PORT}; 0 = off, -1 = any free port)")
-    standalone.add_argument("--log-level", default="INFO")
+    standalone.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO",
+                            help="the least severe log lines written to stderr: DEBUG, INFO (default), WARNING or "
+                                 "ERROR")
     add_admin_parser(sub)
+    add_perf_parser(sub)
     return parser
+
+
+def fail(message: str) -> int:
+    print(f"kop standalone: error: {message}", file=sys.stderr, flush=True)
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
     if args.command == "admin":
         return run_admin(args)
-    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    if args.command == "standalone":
-        try:
-            config = build_config(args)
-        except (OSError, ValueError) as exc:
-            parser.error(str(exc))
-        raise_open_files_limit()
-        try:
-            import uvloop
-            uvloop.install()
-        except ImportError:
-            pass
-        asyncio.run(run_standalone(config))
+    if args.command == "perf":
+        from kop.perf.cli import run_perf  # here, so the broker starts without loading the clients and numpy
+        return run_perf(args)
+    try:
+        standalone = build_config(args)
+    except ValueError as exc:
+        return fail(str(exc))
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+    try:
+        asyncio.run(run_standalone(standalone))
+    except StartupError as exc:
+        return fail(str(exc))
     return 0
 
 

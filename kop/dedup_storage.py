@@ -22,14 +22,17 @@ class LedgerDedupStorage:
         ledger.add_failure_listener(lambda _error: self._changed.set())
 
     async def open_cursor(self, name: str):
-        existing = self._ledger.cursors.get(name)
-        if existing is not None:
-            return existing
-        # A new dedup cursor starts at the end of the log (Pulsar's runtime enable), and is made durable at once:
-        # were it only in memory, a crash before the first snapshot would bring it back "at the end" and skip the
-        # replay it needs. One the cursor log may have lost (damage destroyed its records) is opened before the
-        # first entry instead: with its snapshot gone, only replaying everything still stored rebuilds the state.
-        cursor = self._ledger.open_cursor(name, self._ledger.last_confirmed)
+        cursor = self._ledger.cursors.get(name)
+        if cursor is None:
+            # A new dedup cursor starts at the end of the log (Pulsar's runtime enable). One the cursor log may
+            # have lost (damage destroyed its records) is opened before the first entry instead: with its snapshot
+            # gone, only replaying everything still stored rebuilds the state.
+            cursor = self._ledger.open_cursor(name, self._ledger.last_confirmed)
+        elif cursor.is_durable:
+            return cursor
+        # Made durable before use, where it stands: were it only in memory, a crash before the first snapshot would
+        # bring it back "at the end" of a longer log and skip the replay it needs. A cursor whose first write failed
+        # is still only in memory, at the position it was opened at: the retried recovery writes it there.
         await cursor.reset(cursor.mark_delete_position, {})
         return cursor
 

@@ -24,15 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\tkop.proto\x12\x03kop\"\xad\x02\n\x0fMessageMetadata\x12\x15\n\rproducer_name\x18\x01 \x01(\t\x12\x13\n\x0bsequence_id\x18\x02 \x01(\x03\x12\x14\n\x0cpublish_time\x18\x03 \x01(\x03\x12\x14\n\x0cnum_messages\x18\x04 \x01(\x05\x12\x17\n\x0freplicated_from\x18\x05 \x01(\t\x12\x14\n\x0creplicate_to\x18\x06 \x03(\t\x12\x13\n\x0bmarker_type\x18\x07 \x01(\x05\x12\x1b\n\x13highest_sequence_id\x18\x08 \x01(\x03\x12\x17\n\x0bproducer_id\x18\x64 \x01(\x03:\x02-1\x12\x1a\n\x0eproducer_epoch\x18\x65 \x01(\x05:\x02-1\x12\x12\n\nis_control\x18\x66 \x01(\x08\x12\x18\n\x10is_transactional\x18g \x01(\x08\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x02(\t\x12\r\n\x05value\x18\x02 \x02(\t\"\xf0\x01\n\x11ManagedLedgerInfo\x12\x35\n\nledgerInfo\x18\x01 \x03(\x0b\x32!.kop.ManagedLedgerInfo.LedgerInfo\x12!\n\nproperties\x18\x03 \x03(\x0b\x32\r.kop.KeyValue\x1a\x80\x01\n\nLedgerInfo\x12\x10\n\x08ledgerId\x18\x01 \x02(\x03\x12\x0f\n\x07\x65ntries\x18\x02 \x01(\x03\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12\x11\n\ttimestamp\x18\x04 \x01(\x03\x12\x17\n\x0b\x66irst_index\x18\x64 \x01(\x03:\x02-1\x12\x15\n\rmax_timestamp\x18\x65 \x01(\x03\"7\n\x12NestedPositionInfo\x12\x10\n\x08ledgerId\x18\x01 \x02(\x03\x12\x0f\n\x07\x65ntryId\x18\x02 \x02(\x03\"+\n\x0cLongProperty\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\r\n\x05value\x18\x02 \x02(\x03\"-\n\x0eStringProperty\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\r\n\x05value\x18\x02 \x02(\t\"\x88\x01\n\x0cPositionInfo\x12\x10\n\x08ledgerId\x18\x01 \x02(\x03\x12\x0f\n\x07\x65ntryId\x18\x02 \x02(\x03\x12%\n\nproperties\x18\x04 \x03(\x0b\x32\x11.kop.LongProperty\x12.\n\x11string_properties\x18\x64 \x03(\x0b\x32\x13.kop.StringProperty\"\x9a\x01\n\x11ManagedCursorInfo\x12\x0c\n\x04name\x18\x64 \x02(\t\x12#\n\x08position\x18\x65 \x01(\x0b\x32\x11.kop.PositionInfo\x12\x0f\n\x07\x64\x65leted\x18\x66 \x01(\x08\x12\x12\n\nlastActive\x18\x06 \x01(\x03\x12-\n\x10\x63ursorProperties\x18\x08 \x03(\x0b\x32\x13.kop.StringProperty\"w\n\rTopicMetadata\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\x12\n\npartitions\x18\x02 \x02(\x05\x12\x1e\n\x07\x63onfigs\x18\x03 \x03(\x0b\x32\r.kop.KeyValue\x12\x12\n\ncreated_ms\x18\x04 \x01(\x03\x12\x10\n\x08topic_id\x18\x05 \x01(\x0c\"+\n\x0fProducerIdBlock\x12\x18\n\x10next_block_start\x18\x01 \x02(\x03\"Z\n\x08Policies\x12\x1d\n\x15\x64\x65\x64uplication_enabled\x18\x01 \x01(\x08\x12/\n\'deduplication_snapshot_interval_seconds\x18\x02 \x01(\x05\"\x99\x01\n\x0bPolicyStore\x12*\n\nnamespaces\x18\x01 \x03(\x0b\x32\x16.kop.PolicyStore.Entry\x12&\n\x06topics\x18\x02 \x03(\x0b\x32\x16.kop.PolicyStore.Entry\x1a\x36\n\x05\x45ntry\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\x1f\n\x08policies\x18\x02 \x02(\x0b\x32\r.kop.Policies\"b\n\x0fGroupGeneration\x12\x10\n\x08group_id\x18\x01 \x02(\t\x12\x15\n\rgeneration_id\x18\x02 \x01(\x05\x12\x15\n\rprotocol_type\x18\x03 \x01(\t\x12\x0f\n\x07\x64\x65leted\x18\x04 \x01(\x08*\xe6\x01\n\nMarkerType\x12\x12\n\x0eUNKNOWN_MARKER\x10\x00\x12,\n(REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST\x10\n\x12-\n)REPLICATED_SUBSCRIPTION_SNAPSHOT_RESPONSE\x10\x0b\x12$\n REPLICATED_SUBSCRIPTION_SNAPSHOT\x10\x0c\x12\"\n\x1eREPLICATED_SUBSCRIPTION_UPDATE\x10\r\x12\x0e\n\nTXN_COMMIT\x10\x14\x12\r\n\tTXN_ABORT\x10\x15')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\tkop.proto\x12\x03kop\"\xad\x02\n\x0fMessageMetadata\x12\x15\n\rproducer_name\x18\x01 \x01(\t\x12\x13\n\x0bsequence_id\x18\x02 \x01(\x03\x12\x14\n\x0cpublish_time\x18\x03 \x01(\x03\x12\x14\n\x0cnum_messages\x18\x04 \x01(\x05\x12\x17\n\x0freplicated_from\x18\x05 \x01(\t\x12\x14\n\x0creplicate_to\x18\x06 \x03(\t\x12\x13\n\x0bmarker_type\x18\x07 \x01(\x05\x12\x1b\n\x13highest_sequence_id\x18\x08 \x01(\x03\x12\x17\n\x0bproducer_id\x18\x64 \x01(\x03:\x02-1\x12\x1a\n\x0eproducer_epoch\x18\x65 \x01(\x05:\x02-1\x12\x12\n\nis_control\x18\x66 \x01(\x08\x12\x18\n\x10is_transactional\x18g \x01(\x08\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x02(\t\x12\r\n\x05value\x18\x02 \x02(\t\"\xf0\x01\n\x11ManagedLedgerInfo\x12\x35\n\nledgerInfo\x18\x01 \x03(\x0b\x32!.kop.ManagedLedgerInfo.LedgerInfo\x12!\n\nproperties\x18\x03 \x03(\x0b\x32\r.kop.KeyValue\x1a\x80\x01\n\nLedgerInfo\x12\x10\n\x08ledgerId\x18\x01 \x02(\x03\x12\x0f\n\x07\x65ntries\x18\x02 \x01(\x03\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12\x11\n\ttimestamp\x18\x04 \x01(\x03\x12\x17\n\x0b\x66irst_index\x18\x64 \x01(\x03:\x02-1\x12\x15\n\rmax_timestamp\x18\x65 \x01(\x03\"7\n\x12NestedPositionInfo\x12\x10\n\x08ledgerId\x18\x01 \x02(\x03\x12\x0f\n\x07\x65ntryId\x18\x02 \x02(\x03\"+\n\x0cLongProperty\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\r\n\x05value\x18\x02 \x02(\x03\"-\n\x0eStringProperty\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\r\n\x05value\x18\x02 \x02(\t\"\x88\x01\n\x0cPositionInfo\x12\x10\n\x08ledgerId\x18\x01 \x02(\x03\x12\x0f\n\x07\x65ntryId\x18\x02 \x02(\x03\x12%\n\nproperties\x18\x04 \x03(\x0b\x32\x11.kop.LongProperty\x12.\n\x11string_properties\x18\x64 \x03(\x0b\x32\x13.kop.StringProperty\")\n\x12KafkaProducerState\x12\x13\n\x07numbers\x18\x01 \x03(\x03\x42\x02\x10\x01\"\x9a\x01\n\x11ManagedCursorInfo\x12\x0c\n\x04name\x18\x64 \x02(\t\x12#\n\x08position\x18\x65 \x01(\x0b\x32\x11.kop.PositionInfo\x12\x0f\n\x07\x64\x65leted\x18\x66 \x01(\x08\x12\x12\n\nlastActive\x18\x06 \x01(\x03\x12-\n\x10\x63ursorProperties\x18\x08 \x03(\x0b\x32\x13.kop.StringProperty\"w\n\rTopicMetadata\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\x12\n\npartitions\x18\x02 \x02(\x05\x12\x1e\n\x07\x63onfigs\x18\x03 \x03(\x0b\x32\r.kop.KeyValue\x12\x12\n\ncreated_ms\x18\x04 \x01(\x03\x12\x10\n\x08topic_id\x18\x05 \x01(\x0c\"+\n\x0fProducerIdBlock\x12\x18\n\x10next_block_start\x18\x01 \x02(\x03\"Z\n\x08Policies\x12\x1d\n\x15\x64\x65\x64uplication_enabled\x18\x01 \x01(\x08\x12/\n\'deduplication_snapshot_interval_seconds\x18\x02 \x01(\x05\"\x99\x01\n\x0bPolicyStore\x12*\n\nnamespaces\x18\x01 \x03(\x0b\x32\x16.kop.PolicyStore.Entry\x12&\n\x06topics\x18\x02 \x03(\x0b\x32\x16.kop.PolicyStore.Entry\x1a\x36\n\x05\x45ntry\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\x1f\n\x08policies\x18\x02 \x02(\x0b\x32\r.kop.Policies\"b\n\x0fGroupGeneration\x12\x10\n\x08group_id\x18\x01 \x02(\t\x12\x15\n\rgeneration_id\x18\x02 \x01(\x05\x12\x15\n\rprotocol_type\x18\x03 \x01(\t\x12\x0f\n\x07\x64\x65leted\x18\x04 \x01(\x08*\xe6\x01\n\nMarkerType\x12\x12\n\x0eUNKNOWN_MARKER\x10\x00\x12,\n(REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST\x10\n\x12-\n)REPLICATED_SUBSCRIPTION_SNAPSHOT_RESPONSE\x10\x0b\x12$\n REPLICATED_SUBSCRIPTION_SNAPSHOT\x10\x0c\x12\"\n\x1eREPLICATED_SUBSCRIPTION_UPDATE\x10\r\x12\x0e\n\nTXN_COMMIT\x10\x14\x12\r\n\tTXN_ABORT\x10\x15')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'kop_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_MARKERTYPE']._serialized_start=1565
-  _globals['_MARKERTYPE']._serialized_end=1795
+  _globals['_KAFKAPRODUCERSTATE'].fields_by_name['numbers']._loaded_options = None
+  _globals['_KAFKAPRODUCERSTATE'].fields_by_name['numbers']._serialized_options = b'\020\001'
+  _globals['_MARKERTYPE']._serialized_start=1608
+  _globals['_MARKERTYPE']._serialized_end=1838
   _globals['_MESSAGEMETADATA']._serialized_start=19
   _globals['_MESSAGEMETADATA']._serialized_end=320
   _globals['_KEYVALUE']._serialized_start=322
@@ -49,18 +51,20 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STRINGPROPERTY']._serialized_end=752
   _globals['_POSITIONINFO']._serialized_start=755
   _globals['_POSITIONINFO']._serialized_end=891
-  _globals['_MANAGEDCURSORINFO']._serialized_start=894
-  _globals['_MANAGEDCURSORINFO']._serialized_end=1048
-  _globals['_TOPICMETADATA']._serialized_start=1050
-  _globals['_TOPICMETADATA']._serialized_end=1169
-  _globals['_PRODUCERIDBLOCK']._serialized_start=1171
-  _globals['_PRODUCERIDBLOCK']._serialized_end=1214
-  _globals['_POLICIES']._serialized_start=1216
-  _globals['_POLICIES']._serialized_end=1306
-  _globals['_POLICYSTORE']._serialized_start=1309
-  _globals['_POLICYSTORE']._serialized_end=1462
-  _globals['_POLICYSTORE_ENTRY']._serialized_start=1408
-  _globals['_POLICYSTORE_ENTRY']._serialized_end=1462
-  _globals['_GROUPGENERATION']._serialized_start=1464
-  _globals['_GROUPGENERATION']._serialized_end=1562
+  _globals['_KAFKAPRODUCERSTATE']._serialized_start=893
+  _globals['_KAFKAPRODUCERSTATE']._serialized_end=934
+  _globals['_MANAGEDCURSORINFO']._serialized_start=937
+  _globals['_MANAGEDCURSORINFO']._serialized_end=1091
+  _globals['_TOPICMETADATA']._serialized_start=1093
+  _globals['_TOPICMETADATA']._serialized_end=1212
+  _globals['_PRODUCERIDBLOCK']._serialized_start=1214
+  _globals['_PRODUCERIDBLOCK']._serialized_end=1257
+  _globals['_POLICIES']._serialized_start=1259
+  _globals['_POLICIES']._serialized_end=1349
+  _globals['_POLICYSTORE']._serialized_start=1352
+  _globals['_POLICYSTORE']._serialized_end=1505
+  _globals['_POLICYSTORE_ENTRY']._serialized_start=1451
+  _globals['_POLICYSTORE_ENTRY']._serialized_end=1505
+  _globals['_GROUPGENERATION']._serialized_start=1507
+  _globals['_GROUPGENERATION']._serialized_end=1605
 # @@protoc_insertion_point(module_scope)

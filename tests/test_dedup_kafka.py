@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from dedup import kafka_snapshot
 from dedup.interfaces import DEDUP_CURSOR_NAME, Position
 from dedup.kafka_producers import (
-    BATCH_KEY_PREFIX,
     DUPLICATE_SEQUENCE_NUMBER,
     INVALID_PRODUCER_EPOCH,
     OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -511,6 +511,152 @@ async def test_a_batch_accepted_before_a_runtime_enable_that_lands_after_it_is_r
     accepted(restarted, PID, 0, 3)
 
 
+class HeldReplayLedger(InMemoryDedupLedger):
+    """Its replay waits for `release`: the test acts while the dedup state is being recovered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+
+    async def replay_after(self, position):
+        await self.release.wait()
+        async for entry in super().replay_after(position):
+            yield entry
+
+
+async def recovering(partition: Partition) -> asyncio.Future:
+    """Enable dedup on a partition whose ledger holds its replay; returns the enable, still in flight."""
+    enabling = asyncio.ensure_future(partition.dedup.check_status(True))
+    await asyncio.sleep(0)
+    assert partition.dedup.status is Status.RECOVERING
+    return enabling
+
+
+@async_test
+async def test_a_batch_answered_while_recovering_is_not_overtaken_by_its_pipelined_follower():
+    """Enabled at run time, dedup knows nothing of the producer: were its follower taken first (rule 7), the resend
+    of the batch answered while recovering would be at or below the stored sequence, a duplicate: lost."""
+    ledger = HeldReplayLedger()
+    partition = await Partition(ledger).start(enabled=False)
+    for seq in range(10):
+        accepted(partition, PID, 0, seq)
+    partition.persist_all()
+    enabling = await recovering(partition)
+    assert rejected(partition.send(PID, 0, 10), REQUEST_TIMED_OUT)
+    ledger.release.set()
+    assert await enabling is Status.ENABLED
+    assert rejected(partition.send(PID, 0, 11), REQUEST_TIMED_OUT)  # pipelined behind 10: the same answer
+    accepted(partition, PID, 0, 10)  # the client resends from 10
+    accepted(partition, PID, 0, 11)
+    partition.persist_all()
+    assert partition.stored(PID)[10:] == [(10, 10), (11, 11)]
+
+
+@async_test
+async def test_a_known_producers_follower_gets_the_retriable_answer_not_out_of_order():
+    partition = await started(entries_interval=100)
+    for seq in range(10):
+        accepted(partition, PID, 0, seq)
+    partition.persist_all()
+    ledger = FailingReplayLedger(failures=1)
+    ledger.entries = partition.ledger.entries
+    ledger.cursors[DEDUP_CURSOR_NAME] = InMemoryCursor(ledger, (-1, -1))
+    restarted = await Partition(ledger, recovery_retry_seconds=0).start()
+    assert restarted.dedup.status is Status.FAILED
+    assert rejected(restarted.send(PID, 0, 10), REQUEST_TIMED_OUT)
+    assert restarted.dedup.retry_recovery()  # from clean state: what 10 was answered survives it
+    assert await restarted.dedup.check_status(True) is Status.ENABLED
+    assert rejected(restarted.send(PID, 0, 11), REQUEST_TIMED_OUT)  # not 45: the client resends 10 first
+    accepted(restarted, PID, 0, 10)
+    accepted(restarted, PID, 0, 11)
+
+
+@async_test
+async def test_after_a_failed_recovery_a_new_producer_resends_its_first_batch_before_its_follower():
+    partition = await Partition(FailingReplayLedger(failures=1), recovery_retry_seconds=0).start()
+    assert partition.dedup.status is Status.FAILED
+    assert rejected(partition.send(PID, 0, 0), REQUEST_TIMED_OUT)
+    assert partition.dedup.retry_recovery()
+    assert await partition.dedup.check_status(True) is Status.ENABLED
+    assert rejected(partition.send(PID, 0, 1), REQUEST_TIMED_OUT)
+    accepted(partition, PID, 0, 0)
+    accepted(partition, PID, 0, 1)
+    partition.persist_all()
+    assert partition.stored(PID) == [(0, 0), (1, 1)]
+
+
+@async_test
+async def test_a_write_accepted_before_the_enable_that_fails_while_recovering_is_owed_too():
+    ledger = HeldReplayLedger()
+    partition = await Partition(ledger).start(enabled=False)
+    accepted(partition, PID, 0, 0)
+    partition.persist_all()
+    accepted(partition, PID, 0, 1)  # dedup is off: untracked, still being written
+    enabling = await recovering(partition)
+    partition.fail_writes()  # the client hears NOT_LEADER_OR_FOLLOWER for 1 and will resend it
+    ledger.release.set()
+    assert await enabling is Status.ENABLED
+    assert rejected(partition.send(PID, 0, 2), NOT_LEADER_OR_FOLLOWER)  # sent before it heard: comes again
+    accepted(partition, PID, 0, 1)
+    accepted(partition, PID, 0, 2)
+
+
+@async_test
+async def test_a_resend_owed_by_a_producer_that_never_comes_back_expires_with_the_purge():
+    partition = await started()
+    accepted(partition, PID, 0, 0)  # its first write
+    partition.fail_writes()  # unknown producer, nothing stored: no name for the purge to find
+    assert rejected(partition.send(PID, 0, 1), NOT_LEADER_OR_FOLLOWER)
+    partition.dedup.purge_inactive(60, now=10.0**9)
+    accepted(partition, PID, 0, 1)  # long gone: starts afresh, as a purged producer does
+
+
+# -- replay over an era without dedup ------------------------------------------------------------------------------
+
+
+@async_test
+async def test_a_full_replay_over_an_era_without_dedup_never_moves_a_producer_backwards():
+    partition = await Partition().start(enabled=False)
+    for seq in range(10):
+        accepted(partition, PID, 0, seq)
+    accepted(partition, PID, 0, 5)  # a retry, stored again: dedup was off
+    partition.persist_all()
+    ledger = partition.ledger
+    ledger.cursors[DEDUP_CURSOR_NAME] = InMemoryCursor(ledger, (-1, -1))  # its snapshot lost: replay it all
+    restarted = await Partition(ledger).start()
+    assert restarted.dedup.pushed[restarted.producers.producer_name(PID, 0)] == 9
+    assert isinstance(restarted.send(PID, 0, 6), Duplicate)  # not stored a second time
+    accepted(restarted, PID, 0, 10)  # the next one is next, not a gap
+
+
+# -- the snapshot cap ----------------------------------------------------------------------------------------------
+
+
+@async_test
+async def test_the_snapshot_cap_keeps_the_most_recently_written_producers_across_restarts():
+    """Kafka gives each producer start a new id, so a busy partition passes the cap; the producers left out lose
+    their state at a crash, so they must be the ones written longest ago, not the newest."""
+    partition = await started(entries_interval=1000, max_producers=2)
+    for pid in (1, 2):
+        accepted(partition, pid, 0, 0)
+        partition.persist_all()
+    for seq in range(6):  # producer 3: the newest and busiest
+        accepted(partition, 3, 0, seq)
+        partition.persist_all()
+    assert partition.dedup.snapshot_now()
+    await partition.dedup.flush_snapshot()
+    names = {k for k in partition.ledger.cursors[DEDUP_CURSOR_NAME].properties if not k.startswith("__")}
+    assert names == {"KOP-PID-2-0", "KOP-PID-3-0"}
+    restarted = await Partition(partition.ledger, entries_interval=1000, max_producers=2).start()
+    assert isinstance(restarted.send(3, 0, 2), Duplicate)  # not stored again after the crash
+    accepted(restarted, 1, 0, 1)  # producer 1 was left out: it starts afresh, and is now the newest
+    restarted.persist_all()
+    assert restarted.dedup.snapshot_now()
+    await restarted.dedup.flush_snapshot()
+    names = {k for k in restarted.ledger.cursors[DEDUP_CURSOR_NAME].properties if not k.startswith("__")}
+    assert names == {"KOP-PID-3-0", "KOP-PID-1-0"}  # the order survived the restart: 2 is the oldest
+
+
 # -- sequence wrap-around ------------------------------------------------------------------------------------------
 
 
@@ -554,10 +700,11 @@ async def test_snapshot_holds_the_five_recent_batches_and_epoch_and_recovery_res
     accepted(partition, PID + 1, 0, 40, count=2)
     partition.persist_all()
     await partition.dedup.flush_snapshot()
-    properties = partition.ledger.cursors[DEDUP_CURSOR_NAME].properties
-    batch_keys = sorted(k for k in properties if k.startswith(BATCH_KEY_PREFIX))
-    assert len(batch_keys) == 6  # 5 of PID's epoch-3 batches, 1 of PID + 1
-    assert f"{BATCH_KEY_PREFIX}{PID}:3:6:6:7:10007" in batch_keys
+    cursor = partition.ledger.cursors[DEDUP_CURSOR_NAME]
+    properties = cursor.properties
+    batches = dict(kafka_snapshot.unpack(cursor.string_properties, properties))
+    assert [len(batches[PID]), len(batches[PID + 1])] == [5, 1]  # PID's five epoch-3 batches
+    assert batches[PID][-1] == (3, 6, 6, 7, 7, 10_007)  # epoch, sequences 6..6, offsets 7..7, timestamp
     assert properties[f"KOP-PID-{PID}-3"] == 6
     assert f"KOP-PID-{PID}-2" not in properties
     before = partition.producers.persisted_state()
@@ -569,6 +716,20 @@ async def test_snapshot_holds_the_five_recent_batches_and_epoch_and_recovery_res
     assert rejected(restarted.send(PID, 3, 1), DUPLICATE_SEQUENCE_NUMBER)
     assert rejected(restarted.send(PID, 2, 1), INVALID_PRODUCER_EPOCH)
     accepted(restarted, PID, 3, 7)
+
+
+@async_test
+async def test_a_snapshot_in_the_older_format_with_one_property_per_batch_is_still_restored():
+    ledger = InMemoryDedupLedger()
+    for seq in range(3):
+        ledger.append(MessageMetadata(producer_name=f"KOP-PID-{PID}-0", sequence_id=seq, highest_sequence_id=seq,
+                                      producer_id=PID, producer_epoch=0, publish_time=10_000 + seq), seq, seq)
+    cursor = ledger.cursors[DEDUP_CURSOR_NAME] = InMemoryCursor(ledger, ledger.last_position)
+    cursor.properties = {f"KOP-PID-{PID}-0": 2, **{f"__kafka_batch:{PID}:0:{s}:{s}:{s}:{10_000 + s}": s
+                                                    for s in range(3)}}
+    restarted = await Partition(ledger).start()
+    assert restarted.send(PID, 0, 1) == Duplicate(1, 1, 10_001)
+    accepted(restarted, PID, 0, 3)
 
 
 @async_test

@@ -381,11 +381,11 @@ class CountingCursor(InMemoryCursor):
 
     in_flight = most_in_flight = 0
 
-    async def mark_delete(self, position, properties):
+    async def mark_delete(self, position, properties, string_properties=None):
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
-            await super().mark_delete(position, properties)
+            await super().mark_delete(position, properties, string_properties)
         finally:
             self.in_flight -= 1
 
@@ -435,11 +435,11 @@ async def test_replay_stays_within_the_entries_interval_when_a_count_snapshot_fa
 class FailingCursor(InMemoryCursor):
     failures = 1
 
-    async def mark_delete(self, position, properties):
+    async def mark_delete(self, position, properties, string_properties=None):
         if self.failures:
             self.failures -= 1
             raise OSError("bookie down")
-        await super().mark_delete(position, properties)
+        await super().mark_delete(position, properties, string_properties)
 
 
 @async_test
@@ -457,13 +457,14 @@ async def test_failed_snapshot_is_only_logged_and_the_next_trigger_retries():
 
 
 @async_test
-async def test_snapshot_keeps_at_most_max_producers_names():
+async def test_snapshot_keeps_at_most_max_producers_names_those_written_last():
     ledger = InMemoryDedupLedger()
-    dedup = await enabled(ledger, entries_interval=5, max_producers=3)
+    dedup = await enabled(ledger, entries_interval=6, max_producers=3)
     for i in range(5):
         write(dedup, ledger, f"p{i}", i)
+    write(dedup, ledger, "p1", 9)  # written again: among the most recent now
     await dedup.flush_snapshot()
-    assert len(cursor(ledger).properties) == 3
+    assert list(cursor(ledger).properties.items()) == [("p3", 3), ("p4", 4), ("p1", 9)]  # oldest write first
     assert len(dedup.persisted) == 5  # the maps themselves are not capped
 
 

@@ -1,5 +1,6 @@
 """Dedup core + Kafka rules against a tiny reference model, under random sends, writes, failures, crashes, purges
-of idle producers, runtime disable and enable, and a snapshot cap of one producer or many.
+of idle producers, runtime disable and enable, recoveries that take a while or fail, and a snapshot cap of one
+producer or many.
 
 The model keeps every batch ever accepted, in three lists (reported persisted / durable but not yet reported / not
 yet durable), and decides from that full history with the answer table; the system under test keeps only two maps
@@ -7,10 +8,13 @@ and five batches per producer, unwraps int32 sequences, snapshots into a cursor 
 only what the in-memory ledger holds (durable entries and the cursor) and recovers a fresh instance from it.
 
 What the model forgets, it forgets by rule, not by asking the code: a purge forgets a producer with nothing in flight
-whose last write is older than the timeout; a runtime enable forgets all history (the cursor starts at the end); a
-crash forgets a producer whose name the stored snapshot left out (the cap) for its batches before the snapshot's
-position, which is all a replay cannot bring back. Forgotten producers start afresh (any sequence), so the stored log
-is checked for gaps and duplicates only within one "era" of a producer.
+whose last write is older than the timeout, and every resend still owed; a runtime enable forgets all history before
+the cursor (it starts at the end; writes landing while it recovers are replayed); a crash forgets a producer whose
+name the stored snapshot left out for its batches before the snapshot's position, which is all a replay cannot bring
+back, and the cap leaves out the producers whose last write before that position is the oldest. Forgotten producers
+start afresh (any sequence), so the stored log is checked for gaps and duplicates only within one "era" of a
+producer. While the state is being recovered every idempotent batch is answered REQUEST_TIMED_OUT and owed, like a
+failed write: its followers get the same answer until it is resent.
 """
 
 from __future__ import annotations
@@ -56,6 +60,22 @@ def name(pid: int, epoch: int) -> str:
 # -- the reference model -------------------------------------------------------------------------------------------
 
 
+def rising(batches: list[Batch]) -> list[Batch]:
+    """The batches that each went beyond the ones before: a retry stored again where dedup was off moves nothing."""
+    out: list[Batch] = []
+    for b in batches:
+        if not out or b.last > out[-1].last:
+            out.append(b)
+    return out
+
+
+def near(sequence: int, reference: int) -> int:
+    """A sequence means the non-negative value of its residue (mod 2**31) closest to `reference`: the nearby laps."""
+    wire = sequence % SEQUENCE_MODULUS
+    laps = (wire + lap * SEQUENCE_MODULUS for lap in range(reference // SEQUENCE_MODULUS + 2))
+    return min(laps, key=lambda v: (abs(v - reference), v))
+
+
 @dataclass(eq=False)
 class Batch:
     pid: int
@@ -78,9 +98,11 @@ class Model:
         self.completed: list[Batch] = []  # durable, persist reported
         self.written: list[Batch] = []  # durable, persist not yet reported
         self.pending: list[Batch] = []  # accepted, not durable
-        self.failed: dict[int, tuple[int, int, int]] = {}  # pid -> (epoch, first, last) of writes that failed
+        # pid -> (epoch, first, last, error) of sequences answered a retriable error and not stored: owed resends
+        self.owed: dict[int, tuple[int, int, int, int]] = {}
         self.forgotten: set[int] = set()  # ids of completed batches that no longer decide anything
         self.enabled = True
+        self.recovering = False  # dedup is wanted but its state is not rebuilt yet (in flight, or failed)
 
     def of(self, pid: int) -> list[Batch]:
         return [b for b in self.done() + self.written + self.pending if b.pid == pid]
@@ -95,33 +117,45 @@ class Model:
     def in_flight(self, pid: int) -> list[Batch]:
         return [b for b in self.written + self.pending if b.pid == pid]
 
-    def decide(self, pid: int, epoch: int, wire: int, count: int) -> tuple:
+    def owe(self, pid: int, epoch: int, first: int, last: int, error: int) -> None:
+        earlier = self.owed.get(pid)
+        if earlier is not None and earlier[0] == epoch:  # owed again while resending: both
+            first, last = min(first, near(earlier[1], first)), max(last, near(earlier[2], last))
+        self.owed[pid] = (epoch, first, last, error)
+
+    def decide(self, pid: int, epoch: int, first: int, count: int) -> tuple:
+        """`first` is the sequence as the client means it (int64); the broker sees it wrapped."""
+        wire = first % SEQUENCE_MODULUS
+        if self.recovering:  # not judged (nor unwrapped: nothing is known): its followers wait for its resend
+            self.owe(pid, epoch, wire, wire + count - 1, REQUEST_TIMED_OUT)
+            return ("reject", REQUEST_TIMED_OUT)
         if not self.enabled:  # dedup off: PIP-6 says NotDup, Kafka's rules are not applied either
             return ("accept", wire, wire + count - 1)
         mine = self.of(pid)
-        if mine and epoch < mine[-1].epoch:
+        current = max((b.epoch for b in mine), default=None)
+        if mine and epoch < current:
             return ("reject", INVALID_PRODUCER_EPOCH)
-        if pid in self.failed and self.failed[pid][0] == epoch:
-            # Sent behind writes that failed, before they were resent: retriable, so it comes again after them.
-            _, failed_first, _ = self.failed[pid]
+        if pid in self.owed and self.owed[pid][0] == epoch:
+            # Sent behind batches answered a retriable error, before they were resent: it comes again after them.
+            _, owed_first, owed_last, error = self.owed[pid]
             same = [b for b in mine if b.epoch == epoch]
-            expected = same[-1].last + 1 if same else failed_first
-            first = min((wire + lap * SEQUENCE_MODULUS for lap in range(4)),
-                        key=lambda v: (abs(v - (expected - 1)), v))
-            if first > expected:
-                return ("reject", NOT_LEADER_OR_FOLLOWER)
+            pushed = max((b.last for b in same), default=None)
+            if pushed is not None and near(owed_last, pushed) <= pushed:  # stored after all
+                del self.owed[pid]
+            else:
+                expected = owed_first if pushed is None else pushed + 1
+                if near(wire, expected - 1) > expected:
+                    return ("reject", error)
         if not mine:
             return ("accept", wire, wire + count - 1)
-        current = mine[-1].epoch
         if epoch > current:
             return ("accept", 0, count - 1) if wire == 0 else ("reject", OUT_OF_ORDER_SEQUENCE_NUMBER)
         same = [b for b in mine if b.epoch == epoch]
-        pushed = same[-1].last
-        # The wire sequence means the non-negative value closest to the last one: search the nearby laps.
-        first = min((wire + lap * SEQUENCE_MODULUS for lap in range(4)), key=lambda v: (abs(v - pushed), v))
+        pushed = max(b.last for b in same)  # batches taken with dedup off and replayed need not rise
+        first = near(wire, pushed)
         last = first + count - 1
         done = [b for b in self.done(pid) if b.epoch == epoch]
-        for b in done[-5:]:
+        for b in rising(done)[-5:]:
             if (b.first, b.last) == (first, last):
                 return ("duplicate", b)
         for b in same:
@@ -131,23 +165,24 @@ class Model:
             return ("accept", first, last)
         if first > pushed + 1:
             return ("reject", OUT_OF_ORDER_SEQUENCE_NUMBER)
-        persisted = done[-1].last if done else None
+        persisted = max((b.last for b in done), default=None)
         if persisted is not None and first <= persisted:
             return ("reject", DUPLICATE_SEQUENCE_NUMBER if last <= persisted else OUT_OF_ORDER_SEQUENCE_NUMBER)
         return ("again",)
 
     @staticmethod
     def state(batches: list[Batch]) -> tuple[dict[str, int], dict[int, ProducerSnapshot]]:
-        """What the durable `batches` mean: last sequence per current name, and the last five batches."""
+        """What the durable `batches` mean: the highest sequence per current name, and the last five batches that
+        each went beyond the ones before (a retry stored again where dedup was off moves nothing back)."""
         sequences, producers = {}, {}
         for pid in PIDS:
             mine = [b for b in batches if b.pid == pid]
             if not mine:
                 continue
-            epoch = mine[-1].epoch
-            of_epoch = [b for b in mine if b.epoch == epoch]
-            sequences[name(pid, epoch)] = of_epoch[-1].last
-            producers[pid] = ProducerSnapshot(epoch, tuple(b.metadata() for b in of_epoch[-5:]))
+            epoch = max(b.epoch for b in mine)
+            recent = rising([b for b in mine if b.epoch == epoch])
+            sequences[name(pid, epoch)] = recent[-1].last
+            producers[pid] = ProducerSnapshot(epoch, tuple(b.metadata() for b in recent[-5:]))
         return sequences, producers
 
 
@@ -159,22 +194,35 @@ class FlakyCursor(InMemoryCursor):
 
     fail_next = False
 
-    async def mark_delete(self, position, properties):
+    async def mark_delete(self, position, properties, string_properties=None):
         for _ in range(3):
             await asyncio.sleep(0)
         if self.fail_next:
             self.fail_next = False
             raise OSError("cursor write failed")
-        await super().mark_delete(position, properties)
+        await super().mark_delete(position, properties, string_properties)
 
 
 class FlakyLedger(InMemoryDedupLedger):
-    """Its dedup cursor, also one created by a runtime enable, can be told to fail its next write."""
+    """Its dedup cursor, also one created by a runtime enable, can be told to fail its next write; its replay can
+    be held at a gate, and told to fail."""
+
+    replay_gate: asyncio.Event | None = None
+    fail_next_replay = False
 
     async def open_cursor(self, name: str) -> InMemoryCursor:
         if name not in self.cursors:
             self.cursors[name] = FlakyCursor(self, self.last_position)
         return self.cursors[name]
+
+    async def replay_after(self, position):
+        if self.replay_gate is not None:
+            await self.replay_gate.wait()
+        if self.fail_next_replay:
+            self.fail_next_replay = False
+            raise OSError("read error during the replay")
+        async for entry in super().replay_after(position):
+            yield entry
 
 
 class Clock:
@@ -214,6 +262,8 @@ class DedupMachine(RuleBasedStateMachine):
         self.era = {pid: 0 for pid in PIDS}
         self.batch_at: dict[tuple[int, int], Batch] = {}
         self.next_offset = 0
+        self.recovery: asyncio.Task | None = None  # a recovery held at the replay gate
+        self.enabled_from: tuple[int, int] | None = None  # where a runtime enable in flight opened its cursor
 
     @initialize(cap=st.sampled_from([1, 100]))
     def configure(self, cap: int) -> None:
@@ -221,10 +271,21 @@ class DedupMachine(RuleBasedStateMachine):
         self.config = DedupConfig(entries_interval=3, snapshot_interval_seconds=100, max_producers=cap)
         self.start()
 
-    def start(self) -> None:
+    def start(self, slowly: bool = False) -> None:
         self.dedup = MessageDeduplication(self.ledger, self.config, clock=self.clock)
         self.producers = KafkaProducers(self.dedup)
-        assert self.run(self.dedup.check_status(True)) is Status.ENABLED
+        if slowly:
+            self.begin_recovery()
+        else:
+            assert self.run(self.dedup.check_status(True)) is Status.ENABLED
+
+    def begin_recovery(self) -> None:
+        """Enable, with the replay held at the gate: the producers keep sending while the state is recovered."""
+        self.ledger.replay_gate = asyncio.Event()
+        self.recovery = self.loop.create_task(self.dedup.check_status(True))
+        self.run(asyncio.sleep(0))
+        assert self.dedup.status is Status.RECOVERING
+        self.model.recovering = True
 
     @property
     def cursor(self) -> FlakyCursor | None:
@@ -299,7 +360,7 @@ class DedupMachine(RuleBasedStateMachine):
     def produce(self, pid: int, epoch: int, first: int, count: int) -> None:
         wire = first % SEQUENCE_MODULUS
         decision = self.call(self.producers.check, pid, epoch, wire, count - 1)
-        expected = self.model.decide(pid, epoch, wire, count)
+        expected = self.model.decide(pid, epoch, first, count)
         event(f"{type(decision).__name__} {getattr(decision, 'error_code', '')}".strip())
         match decision:
             case Accept(sequence_id=seq, highest_sequence_id=highest):
@@ -332,9 +393,9 @@ class DedupMachine(RuleBasedStateMachine):
         self.unwritten.append(Write(batch, pending, metadata))
         self.model.pending.append(batch)
         self.sent[pid].append(batch)
-        failed = self.model.failed.get(pid)
-        if failed is not None and (failed[0] != epoch or batch.last >= failed[2]):
-            del self.model.failed[pid]
+        owed = self.model.owed.get(pid)
+        if owed is not None and (owed[0] != epoch or batch.last >= owed[2]):
+            del self.model.owed[pid]  # resent up to where the error left it
         assert pending.tracked is self.model.enabled
 
     # -- storage -------------------------------------------------------------------------------------------------
@@ -363,14 +424,12 @@ class DedupMachine(RuleBasedStateMachine):
             self.report_persisted()
         for pid in PIDS:
             dropped = [w.batch for w in self.unwritten if w.batch.pid == pid]
-            if dropped and self.model.enabled:
+            # Owed if dedup judges batches, or will once recovered (then they were taken while it was off).
+            if dropped and (self.model.enabled or self.model.recovering):
                 epoch = dropped[-1].epoch
                 first = min(b.first for b in dropped if b.epoch == epoch)
                 last = max(b.last for b in dropped if b.epoch == epoch)
-                earlier = self.model.failed.get(pid)
-                if earlier is not None and earlier[0] == epoch:
-                    first, last = min(first, earlier[1]), max(last, earlier[2])
-                self.model.failed[pid] = (epoch, first, last)
+                self.model.owe(pid, epoch, first, last, NOT_LEADER_OR_FOLLOWER)
         for write in self.unwritten:
             self.dropped.add(id(write.batch))
         self.unwritten.clear()
@@ -401,8 +460,10 @@ class DedupMachine(RuleBasedStateMachine):
             position = self.ledger.append(MessageMetadata(publish_time=base), base, base)
             self.call(self.producers.on_persisted, None, position)
 
-    @rule()
-    def crash_and_recover(self) -> None:
+    @precondition(lambda self: not self.model.recovering)
+    @rule(slowly=st.booleans())
+    def crash_and_recover(self, slowly: bool) -> None:
+        """`slowly`: the recovery is held, so the producers send while it runs (recovery_ends lets it finish)."""
         before = dict(self.dedup.persisted), self.producers.persisted_state(), not self.unreported
         for task in asyncio.all_tasks(self.loop):  # the process dies: whatever was in flight never lands
             task.cancel()
@@ -412,17 +473,49 @@ class DedupMachine(RuleBasedStateMachine):
         self.waiters.clear()
         self.model.completed += self.model.written
         self.model.written, self.model.pending = [], []
-        self.model.failed.clear()
+        self.model.owed.clear()  # a new process: the clients resend in order on their new connections
         lost = self.forget_what_recovery_cannot_bring_back()
         self.ledger.roll()
         self.next_offset = self.durable_end()
-        self.start()
+        self.start(slowly)
+        if slowly:
+            return
+        self.check_recovered()
+        if before[2] and not lost:  # nothing durable was left unreported: recovery gives back exactly what was
+            assert (dict(self.dedup.persisted), self.producers.persisted_state()) == before[:2]
+
+    def check_recovered(self) -> None:
         sequences, producers = Model.state(self.model.done())
         assert dict(self.dedup.persisted) == sequences
         assert dict(self.dedup.pushed) == sequences
         assert self.producers.persisted_state() == producers
-        if before[2] and not lost:  # nothing durable was left unreported: recovery gives back exactly what was
-            assert (dict(self.dedup.persisted), self.producers.persisted_state()) == before[:2]
+
+    @precondition(lambda self: self.model.recovering)
+    @rule(fails=st.booleans())
+    def recovery_ends(self, fails: bool) -> None:
+        """The held replay goes on, and succeeds or fails; after a failure, a status check retries it."""
+        gate = self.ledger.replay_gate
+        if gate is None:
+            status = self.run(self.dedup.check_status(True))  # from Failed: a new recovery, from clean state
+        else:
+            # The replay reads the writes in flight when it reaches the end (kop's waits for them to land).
+            while self.unwritten:
+                self.write_durable()
+            while self.unreported:
+                self.report_persisted()
+            self.ledger.replay_gate, self.ledger.fail_next_replay = None, fails
+            gate.set()
+            status = self.run(self.recovery)
+            if fails:
+                assert status is Status.FAILED
+                return
+        assert status is Status.ENABLED
+        self.model.recovering = False
+        if self.enabled_from is not None:  # a runtime enable: history before its cursor is not deduplicated
+            self.model.forget([b for b in self.model.completed if b.position <= self.enabled_from])
+            self.model.enabled, self.enabled_from = True, None
+            self.new_era()
+        self.check_recovered()
 
     def forget_what_recovery_cannot_bring_back(self) -> bool:
         """Recovery = the stored snapshot + a replay of the entries after its position. A producer whose name the
@@ -434,19 +527,25 @@ class DedupMachine(RuleBasedStateMachine):
             return True
         cursor = self.cursor
         position, names = cursor.mark_delete_position, {k for k in cursor.properties if not k.startswith("__")}
-        assert len(names) <= self.config.max_producers
+        before = {pid: [b for b in self.model.done(pid) if b.position <= position] for pid in PIDS}
+        current = {pid: name(pid, max(b.epoch for b in batches)) for pid, batches in before.items() if batches}
+        # The cap keeps the producers whose last write (of their current epoch) before the snapshot's position is
+        # the most recent.
+        by_last_write = sorted((max(b.position for b in before[pid] if name(pid, b.epoch) == current[pid]), pid)
+                               for pid in current)
+        kept = {pid for _, pid in by_last_write[-self.config.max_producers:]}
+        assert names == {current[pid] for pid in kept}, (names, by_last_write)
         lost = False
         for pid in PIDS:
-            before = [b for b in self.model.done(pid) if b.position <= position]
-            if before and name(pid, before[-1].epoch) not in names:
-                self.model.forget(before)
+            if before[pid] and pid not in kept:
+                self.model.forget(before[pid])
                 self.new_era([pid])
                 lost = True
         return lost
 
     # -- purge, runtime disable and enable -----------------------------------------------------------------------
 
-    @precondition(lambda self: self.cursor is None or not self.cursor.fail_next)
+    @precondition(lambda self: not self.model.recovering and (self.cursor is None or not self.cursor.fail_next))
     @rule()
     def purge_idle_producers(self) -> None:
         """Long enough after every write so far: a producer with nothing in flight is dropped, and the snapshot is
@@ -457,13 +556,14 @@ class DedupMachine(RuleBasedStateMachine):
         idle = [pid for pid in PIDS if self.model.done(pid) and not self.model.in_flight(pid)]
         if not self.model.enabled:
             idle = []
-        assert sorted(purged) == sorted(name(pid, self.model.done(pid)[-1].epoch) for pid in idle)
+        assert sorted(purged) == sorted(name(pid, max(b.epoch for b in self.model.done(pid))) for pid in idle)
         for pid in idle:
             self.model.forget(self.model.done(pid))
-            self.model.failed.pop(pid, None)
+        if self.model.enabled:  # every resend still owed is older than the timeout: it expires
+            self.model.owed.clear()
         self.new_era(idle)
 
-    @precondition(lambda self: self.model.enabled)
+    @precondition(lambda self: self.model.enabled and not self.model.recovering)
     @rule()
     def disable_at_run_time(self) -> None:
         assert self.run(self.dedup.check_status(False)) is Status.DISABLED
@@ -474,10 +574,18 @@ class DedupMachine(RuleBasedStateMachine):
                 assert future.exception().error_code == REQUEST_TIMED_OUT
         self.waiters.clear()
         self.model.enabled = False
-        self.model.failed.clear()
+        self.model.owed.clear()
         self.new_era()
 
-    @precondition(lambda self: not self.model.enabled)
+    @precondition(lambda self: not self.model.enabled and not self.model.recovering)
+    @rule()
+    def enable_at_run_time_slowly(self) -> None:
+        """The cursor starts at the end of the log; writes taken while dedup was off may land or fail while the
+        recovery runs, and the producers keep sending (recovery_ends lets it finish)."""
+        self.enabled_from = self.ledger.last_position
+        self.begin_recovery()
+
+    @precondition(lambda self: not self.model.enabled and not self.model.recovering)
     @rule()
     def enable_at_run_time(self) -> None:
         """The cursor starts at the end of the log: nothing before it is deduplicated. (kop's replay covers the
@@ -495,6 +603,8 @@ class DedupMachine(RuleBasedStateMachine):
 
     @invariant()
     def persisted_state_matches_the_model(self) -> None:
+        if self.model.recovering:  # rebuilt when the recovery ends
+            return
         sequences, producers = Model.state(self.model.done()) if self.model.enabled else ({}, {})
         assert dict(self.dedup.persisted) == sequences
         assert self.producers.persisted_state() == producers
@@ -502,17 +612,19 @@ class DedupMachine(RuleBasedStateMachine):
     @invariant()
     def pushed_state_matches_the_model(self) -> None:
         """Pushed: the persisted epoch's name plus the names of writes in flight, each at its newest sequence."""
+        if self.model.recovering:
+            return
         if not self.model.enabled:
             assert dict(self.dedup.pushed) == {} and all(self.producers.epoch(pid) is None for pid in PIDS)
             return
         pushed = {}
         for pid in PIDS:
             mine = self.model.of(pid)
-            assert self.producers.epoch(pid) == (mine[-1].epoch if mine else None)
+            assert self.producers.epoch(pid) == max((b.epoch for b in mine), default=None)
             done = self.model.done(pid)
-            epochs = {b.epoch for b in self.model.in_flight(pid)} | ({done[-1].epoch} if done else set())
+            epochs = {b.epoch for b in self.model.in_flight(pid)} | ({max(b.epoch for b in done)} if done else set())
             for epoch in epochs:
-                pushed[name(pid, epoch)] = [b for b in mine if b.epoch == epoch][-1].last
+                pushed[name(pid, epoch)] = max(b.last for b in mine if b.epoch == epoch)
         assert dict(self.dedup.pushed) == pushed
 
     @invariant()

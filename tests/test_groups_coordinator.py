@@ -520,7 +520,7 @@ async def test_the_sweep_keeps_a_group_whose_first_commit_is_in_flight(broker):
 
 
 async def test_a_full_group_refuses_new_members_but_takes_back_a_static_member(brokers):
-    broker = await brokers.start(extra={"group.max.size": "2"})
+    broker = await brokers.start(group_max_size=2)
     groups = broker.groups
     a, ja = await join_new(groups, client="a")
     static = groups.join(join_req(instance="i-1"))

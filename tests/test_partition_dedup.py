@@ -13,7 +13,7 @@ import functools
 import time
 
 from dedup import DedupConfig, Status
-from kop.ledger import FileLedgerConfig, FileManagedLedger
+from kop.ledger import FileLedgerConfig, FileManagedLedger, cursor_log
 from kop.ledger.ledger_file import LedgerFile
 from kop.partition import PartitionLog
 from protocol.errors import ErrorCode
@@ -161,4 +161,31 @@ async def test_batches_without_a_producer_id_are_taken_while_the_dedup_state_is_
     assert partition.dedup.status is Status.FAILED
     assert await answers(partition.publish_normal(*batch(-1, b"x", pid=-1))) == [(ErrorCode.NONE, 0)]
     assert await answers(partition.publish_normal(*batch(0, b"y"))) == [(ErrorCode.REQUEST_TIMED_OUT, -1)]
+    await partition.close()
+
+
+@async_test
+async def test_a_dedup_cursor_whose_first_record_failed_is_written_by_the_retried_recovery(tmp_path, monkeypatch):
+    """The retried recovery must not take the cursor left in memory for a stored one: after a crash before any
+    snapshot it would not exist, come back at the end of the log, and skip the replay of what was taken meanwhile."""
+    partition = await open_partition(tmp_path / "p", enabled=False, recovery_retry_seconds=0)
+    assert await answers(partition.publish_normal(*batch(0, b"a"))) == [(ErrorCode.NONE, 0)]
+    original, failures = cursor_log._pwrite_all, [1]
+
+    def pwrite_all(fd, data, offset):
+        if failures[0]:
+            failures[0] -= 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return original(fd, data, offset)
+
+    monkeypatch.setattr(cursor_log, "_pwrite_all", pwrite_all)
+    assert await partition.apply_dedup_policy(True) is Status.FAILED  # the cursor's first record was not written
+    assert await answers(partition.publish_normal(*batch(1, b"b"))) == [(ErrorCode.REQUEST_TIMED_OUT, -1)]
+    assert await partition.apply_dedup_policy(True) is Status.ENABLED  # the retry
+    assert await answers(partition.publish_normal(*batch(1, b"b"))) == [(ErrorCode.NONE, 1)]
+
+    crashed = await open_partition(tmp_path / "p")  # kill -9: a new process on the same files, no snapshot taken
+    assert await answers(crashed.publish_normal(*batch(1, b"b"))) == [(ErrorCode.NONE, 1)]  # the retry: stored once
+    assert stored(crashed) == [(0, b"a"), (1, b"b")]
+    await crashed.close()
     await partition.close()

@@ -1,8 +1,9 @@
 """`kop admin`: pulsar-admin's deduplication commands over kop's admin REST API.
 
-    kop admin [--admin-url URL] namespaces set-deduplication public/default --enable
-    kop admin topics get-deduplication my-topic --applied
-    kop admin topics stats-internal my-topic
+examples:
+  kop admin namespaces set-deduplication public/default --enable
+  kop admin --admin-url http://127.0.0.1:8081 topics get-deduplication my-topic --applied
+  kop admin topics stats-internal my-topic
 
 Answers are printed as JSON; set and remove print nothing, as pulsar-admin does. Errors go to stderr with exit 1.
 """
@@ -36,12 +37,14 @@ class PolicyCommands:
     topic_segment: str  # ... and at topic level (Pulsar names the topic-level flag differently)
     value_arguments: Callable[[argparse.ArgumentParser], None]
     value: Callable[[argparse.Namespace], object]
+    example_value: str  # the set- command's arguments in its --help example
 
 
 POLICIES = (
-    PolicyCommands("deduplication", "deduplication", "deduplicationEnabled", _enable_arguments, lambda a: a.enable),
+    PolicyCommands("deduplication", "deduplication", "deduplicationEnabled", _enable_arguments, lambda a: a.enable,
+                   "--enable"),
     PolicyCommands("deduplication-snapshot-interval", "deduplicationSnapshotInterval",
-                   "deduplicationSnapshotInterval", _interval_arguments, lambda a: a.interval),
+                   "deduplicationSnapshotInterval", _interval_arguments, lambda a: a.interval, "--interval 60"),
 )
 
 Action = Callable[[AdminClient, argparse.Namespace], object]
@@ -55,8 +58,15 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
                        help=f"the broker's admin API (default $KOP_ADMIN_URL or {DEFAULT_ADMIN_URL})")
     admin.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for an answer")
     groups = admin.add_subparsers(dest="admin_group", required=True, metavar="{namespaces,topics}")
-    _add_policy_commands(groups.add_parser("namespaces", help="namespace policies"), "namespace")
-    topics = groups.add_parser("topics", help="topic policies, stats and listing")
+    _add_policy_commands(groups.add_parser("namespaces", help="namespace policies", description="Namespace policies.",
+                                           epilog=_examples("namespaces", EXAMPLE_NAMESPACE, "set-deduplication "
+                                                            "{target} --disable", "get-deduplication {target}"),
+                                           formatter_class=argparse.RawDescriptionHelpFormatter), "namespace")
+    topics = groups.add_parser("topics", help="topic policies, stats and listing",
+                               description="Topic policies, stats and listing.",
+                               epilog=_examples("topics", EXAMPLE_TOPIC, "stats {target}",
+                                                "get-deduplication {target} --applied", "list public/default"),
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
     topic_commands = _add_policy_commands(topics, "topic")
     _add_topic_commands(topic_commands)
 
@@ -75,10 +85,20 @@ def run_admin(args: argparse.Namespace) -> int:
 
 # ---- commands
 
+EXAMPLE_NAMESPACE = "public/default"
+EXAMPLE_TOPIC = "public/default/orders"  # or just `orders`, in the broker's namespace
+
+
+def _examples(group: str, target: str, *commands: str) -> str:
+    lines = "".join(f"\n  kop admin {group} {command.format(target=target)}" for command in commands)
+    return f"example{'s' if len(commands) > 1 else ''}:{lines}"
+
 
 def _add_policy_commands(group: argparse.ArgumentParser, level: str) -> argparse._SubParsersAction:
     commands = group.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
     metavar = "tenant/namespace" if level == "namespace" else "TOPIC"
+    target = EXAMPLE_NAMESPACE if level == "namespace" else EXAMPLE_TOPIC
+    examples = (f"{level}s", target)
     for policy in POLICIES:
         if level == "namespace":
             def resource(args: argparse.Namespace, segment: str = policy.namespace_segment) -> str:
@@ -99,30 +119,38 @@ def _add_policy_commands(group: argparse.ArgumentParser, level: str) -> argparse
             return QUIET
 
         name = policy.suffix.replace("-", " ")
-        getter = _command(commands, f"get-{policy.suffix}", get, metavar, f"show the {level}'s {name} policy")
+        getter = _command(commands, f"get-{policy.suffix}", get, metavar, f"show the {level}'s {name} policy",
+                          _examples(*examples, f"get-{policy.suffix} {{target}}",
+                                    f"get-{policy.suffix} {{target}} --applied"))
         getter.add_argument("--applied", "-ap", action="store_true",
                             help="the value in force (topic -> namespace -> broker), not only this level's")
-        setter = _command(commands, f"set-{policy.suffix}", set_, metavar, f"set the {level}'s {name} policy")
+        setter = _command(commands, f"set-{policy.suffix}", set_, metavar, f"set the {level}'s {name} policy",
+                          _examples(*examples, f"set-{policy.suffix} {{target}} {policy.example_value}"))
         policy.value_arguments(setter)
         _command(commands, f"remove-{policy.suffix}", remove, metavar,
-                 f"remove the {level}'s {name} policy (fall back to the next level)")
+                 f"remove the {level}'s {name} policy (fall back to the next level)",
+                 _examples(*examples, f"remove-{policy.suffix} {{target}}"))
     return commands
 
 
 def _add_topic_commands(commands: argparse._SubParsersAction) -> None:
     _command(commands, "stats", lambda c, a: c.get(topic_resource(a.target, "stats")), "TOPIC",
-             "deduplication status and producers with their last sequence ids")
+             "deduplication status and producers with their last sequence ids",
+             _examples("topics", EXAMPLE_TOPIC, "stats {target}"))
     _command(commands, "stats-internal", lambda c, a: c.get(topic_resource(a.target, "internalStats")), "TOPIC",
-             "ledgers, last confirmed entry and cursors (the pulsar.dedup cursor's properties are the snapshot)")
+             "ledgers, last confirmed entry and cursors (the pulsar.dedup cursor's properties are the snapshot)",
+             _examples("topics", EXAMPLE_TOPIC, "stats-internal {target}"))
     _command(commands, "list", lambda c, a: c.get(namespace_topics(a.target)), "tenant/namespace",
-             "the partitions of every topic in the namespace")
+             "the partitions of every topic in the namespace", _examples("topics", EXAMPLE_NAMESPACE, "list {target}"))
     _command(commands, "list-partitioned-topics", lambda c, a: c.get(namespace_topics(a.target) + "/partitioned"),
-             "tenant/namespace", "the topics in the namespace")
+             "tenant/namespace", "the topics in the namespace",
+             _examples("topics", EXAMPLE_NAMESPACE, "list-partitioned-topics {target}"))
 
 
 def _command(commands: argparse._SubParsersAction, name: str, action: Action, metavar: str,
-             help_: str) -> argparse.ArgumentParser:
-    parser = commands.add_parser(name, help=help_, description=help_)
+             help_: str, examples: str) -> argparse.ArgumentParser:
+    parser = commands.add_parser(name, help=help_, description=help_, epilog=examples,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("target", metavar=metavar)
     parser.set_defaults(admin_action=action)
     return parser

@@ -79,10 +79,16 @@ class HttpServer:
         self._connections: set[asyncio.Task] = set()
         self.port = port
 
-    async def start(self) -> None:
+    async def bind(self) -> None:
+        """Take the port without serving yet (connections are refused until `start`); OSError when it cannot."""
         self._server = await asyncio.start_server(self._serve, self.host, self._requested_port,
-                                                  limit=MAX_HEAD_LINE)
+                                                  limit=MAX_HEAD_LINE, start_serving=False)
         self.port = self._server.sockets[0].getsockname()[1]
+
+    async def start(self) -> None:
+        if self._server is None:
+            await self.bind()
+        await self._server.start_serving()
 
     async def close(self) -> None:
         if self._server is not None:

@@ -33,6 +33,10 @@ class AdminServer:
     def port(self) -> int:
         return self._http.port
 
+    async def bind(self) -> None:
+        """Take the port; nothing is served until `start`. OSError when the port cannot be had."""
+        await self._http.bind()
+
     async def start(self) -> None:
         await self._http.start()
         log.info("kop admin API on http://%s:%d", self._http.host, self.port)

@@ -54,25 +54,17 @@ class GroupDescription:
     members: tuple[MemberDescription, ...] = ()
 
 
-def _int_setting(config: BrokerConfig, key: str, default: int) -> int:
-    try:
-        return int(config.extra.get(key, default))
-    except ValueError:
-        log.warning("ignoring %s=%r: not an integer", key, config.extra[key])
-        return default
-
-
 class GroupCoordinator:
     def __init__(self, config: BrokerConfig, topics: TopicManager) -> None:
         self.config = config
         self.topics = topics
         self.groups: dict[str, Group] = {}
-        self.offsets = OffsetStore(topics, _int_setting(config, "offset.metadata.max.bytes", 4096))
+        self.offsets = OffsetStore(topics, config.offset_metadata_max_bytes)
         self.generations = GenerationLog(os.path.join(config.data_dir, "groups", "generations.log"), config.fsync)
         self.membership = Membership(self.groups, config.group_initial_rebalance_delay_ms,
                                      config.group_min_session_timeout_ms, config.group_max_session_timeout_ms,
-                                     _int_setting(config, "group.max.size", 2 ** 31 - 1), self._store_generation)
-        self.sweep_interval_ms = _int_setting(config, "offsets.retention.check.interval.ms", 600_000)
+                                     config.group_max_size, self._store_generation)
+        self.sweep_interval_ms = config.offsets_retention_check_interval_ms
         self.loaded = False
         self._sweeper: asyncio.Task | None = None
         self._forgetting: set[asyncio.Task] = set()  # generation-log deletions in flight

@@ -19,6 +19,7 @@ this one written since) is recreated before the first entry, not at the caller's
 skip entries it had not consumed (the dedup cursor would skip the replay that rebuilds its state).
 """
 import asyncio
+import functools
 import logging
 import os
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from proto.kop_pb2 import LongProperty, ManagedCursorInfo, PositionInfo, StringP
 log = logging.getLogger(__name__)
 
 COMPACT_MIN_BYTES = 4 * 1024 * 1024
+LARGE_RECORD_PROPERTIES = 1000  # from this many properties on, a record is encoded in a worker thread
 
 
 class ManagedCursor:
@@ -47,6 +49,12 @@ class ManagedCursor:
         self.properties = properties
         self.string_properties = string_properties
         self._submitted = position  # the newest position handed to the log, durable or not
+
+    @property
+    def is_durable(self) -> bool:
+        """Whether a record of this cursor is on disk: one created in memory whose first write failed is not, and
+        would not exist after a crash."""
+        return self._log.has_durable_record(self.name)
 
     @property
     def recovery_floor(self) -> Position:
@@ -105,6 +113,7 @@ class CursorLog:
         self._carry: list[bytes] | None = None  # records made durable since the compaction's snapshot
         self._stale = False  # the file was replaced but is not reopened yet: the next write retries the switch
         self._task: asyncio.Task | None = None  # the compaction or switch in progress
+        self._encoding: dict[str, asyncio.Future] = {}  # per cursor: done once its latest record is handed over
         self._group = GroupCommit(executor, durable, self._on_durable, self._on_failure)
 
     # ---- opening
@@ -155,30 +164,51 @@ class CursorLog:
             self.cursors[name] = cursor
         return cursor
 
+    def has_durable_record(self, name: str) -> bool:
+        return name in self._kept
+
     def recovery_floor(self, name: str, default: Position) -> Position:
         return min((k.position for k in self._kept.get(name, ())), default=default)
 
     # ---- writing
 
     async def delete_cursor(self, name: str) -> None:
+        deletion = functools.partial(_deletion_record, name)
         if self.cursors.pop(name, None) is None:
             if self.may_have_lost(name):
                 # Record the deletion all the same: a later open_cursor is then a new cursor, not a lost one.
-                await self._write(ManagedCursorInfo(name=name, deleted=True))
+                await self._write(name, deletion, large=False)
             raise CursorNotFoundError(name)
-        await self._write(ManagedCursorInfo(name=name, deleted=True))
+        await self._write(name, deletion, large=False)
 
     async def append(self, name: str, position: Position, props: dict[str, int], strings: dict[str, str]) -> None:
-        info = ManagedCursorInfo(name=name, position=PositionInfo(
-            ledgerId=position.ledger_id, entryId=position.entry_id,
-            properties=[LongProperty(name=k, value=v) for k, v in props.items()],
-            string_properties=[StringProperty(name=k, value=v) for k, v in strings.items()]))
-        await self._write(info)
+        large = len(props) + len(strings) >= LARGE_RECORD_PROPERTIES
+        await self._write(name, functools.partial(_state_record, name, position, props, strings), large)
 
-    async def _write(self, info: ManagedCursorInfo) -> None:
+    async def _write(self, name: str, build: Callable[[], KeptRecord], large: bool) -> None:
+        """Encode a record of cursor `name` and append it. A large record (a dedup snapshot of many producers) is
+        encoded in a worker thread: done on the event loop it would stall every connection, while the thread leaves
+        the loop its turns. The records of one cursor reach the log in the order they were written."""
+        earlier = self._encoding.get(name)
+        if earlier is None and not large:
+            await self._submit(build())  # the common case: no wait, no thread
+            return
+        loop = asyncio.get_running_loop()
+        handed_over = self._encoding[name] = loop.create_future()
+        try:
+            if earlier is not None:
+                await asyncio.shield(earlier)
+            record = await loop.run_in_executor(self._executor, build) if large else build()
+            durable = self._submit(record)
+        finally:
+            handed_over.set_result(None)
+            if self._encoding.get(name) is handed_over:
+                del self._encoding[name]
+        await durable
+
+    def _submit(self, record: KeptRecord) -> asyncio.Future:
         if self._closed:
             raise LedgerClosedError(self.path)
-        record = KeptRecord(position_of(info), info, frame(info.SerializeToString()))
         future = asyncio.get_running_loop().create_future()
         if self._held is not None:  # a file switch is in progress: wait behind it, in order
             self._held.append((record, future))
@@ -187,7 +217,7 @@ class CursorLog:
             self._task = asyncio.get_running_loop().create_task(self._switch())
         else:
             self._append(record, future)
-        await future
+        return future
 
     def _append(self, record: KeptRecord, future: asyncio.Future) -> None:
         try:
@@ -307,6 +337,19 @@ class CursorLog:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def _state_record(name: str, position: Position, props: dict[str, int], strings: dict[str, str]) -> KeptRecord:
+    info = ManagedCursorInfo(name=name, position=PositionInfo(
+        ledgerId=position.ledger_id, entryId=position.entry_id,
+        properties=[LongProperty(name=k, value=v) for k, v in props.items()],
+        string_properties=[StringProperty(name=k, value=v) for k, v in strings.items()]))
+    return KeptRecord(position, info, frame(info.SerializeToString()))
+
+
+def _deletion_record(name: str) -> KeptRecord:
+    info = ManagedCursorInfo(name=name, deleted=True)
+    return KeptRecord(position_of(info), info, frame(info.SerializeToString()))
 
 
 def _write_new_file(tmp: str, parts: list[bytes], durable: bool) -> None:

@@ -80,6 +80,7 @@ class FileManagedLedger(ManagedLedger):
         self._cursors = CursorLog(os.path.join(directory, "cursors.log"), executor, config.fsync,
                                   lambda: self._lac)
         self._closed = False
+        self._replay_read_failures = 0  # test hook (admin failpoints)
 
     # ---- opening and recovery
 
@@ -302,6 +303,11 @@ class FileManagedLedger(ManagedLedger):
         """Failpoint (admin API, tests): the next `count` flushes fail as a disk error would."""
         self._group.injected_failures += count
 
+    def inject_replay_read_failures(self, count: int) -> None:
+        """Test hook: the next `count` reads of the entries after a position (the dedup replay's) fail as a disk
+        read error would."""
+        self._replay_read_failures += count
+
     def hold_flushes(self, hold: bool) -> None:
         """Failpoint (admin API, tests): while held, this ledger's flushes stall in their worker thread, as on a
         stuck disk."""
@@ -364,6 +370,9 @@ class FileManagedLedger(ManagedLedger):
         return out
 
     def read_after(self, position: Position, max_entries: int) -> list[Entry]:
+        if self._replay_read_failures:
+            self._replay_read_failures -= 1
+            raise OSError(errno.EIO, "injected read error")
         for pos, ledger in enumerate(self._ledgers):
             if ledger.ledger_id > position.ledger_id:
                 return self._read(pos, 0, 1 << 62, max_entries)

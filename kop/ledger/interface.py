@@ -123,7 +123,9 @@ class ManagedLedger(ABC):
     @abstractmethod
     def open_cursor(self, name: str, initial: Position | None = None):
         """The cursor `name`, created at `initial` (default: the last confirmed entry) if it does not exist, or
-        before the first entry if its records may have been lost to damage (never later than what it had)."""
+        before the first entry if its records may have been lost to damage (never later than what it had). A cursor
+        has `mark_delete_position`, `properties`, `is_durable` (a record of it is stored: a new one is not until its
+        first mark-delete or reset completes) and the async `mark_delete` and `reset`."""
 
     @abstractmethod
     async def delete_cursor(self, name: str) -> None: ...

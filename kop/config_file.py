@@ -1,0 +1,144 @@
+"""The `--config` properties file: `key=value` lines (`#` or `!` comments) onto BrokerConfig fields.
+
+A key is a field's name (with dots or underscores), one of the Kafka or Pulsar keys the field declares
+(kop/config.py), or one of Kafka's keys in KAFKA_KEYS, which set several fields or convert units. When several keys
+set one field, Kafka's precedence decides (log.retention.ms over .minutes over .hours, log.dirs over log.dir); keys
+of equal standing must agree. A repeated key takes its last value, as Java properties do, so a line appended to
+override another works. A key kop does not know is returned for a warning, with the nearest known key when one is
+close (a typo), and ignored: configs copied from Kafka or Pulsar carry many keys kop does not implement.
+"""
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+from kop.config import BrokerConfig, check_setting, parse_integer, parse_setting
+from kop.listeners import EVERY_INTERFACE, parse_listener
+
+# A typo is close to a known key in letters (difflib's ratio) and in length: Kafka's and Pulsar's own keys that extend
+# a known one (queued.max.requests, webServicePortTls) differ more in length and get no suggestion.
+SUGGESTION_CUTOFF = 0.8
+SUGGESTION_MAX_LENGTH_DIFFERENCE = 2
+
+
+@dataclass(frozen=True)
+class Key:
+    parse: Callable[[str], dict[str, Any]]  # the written value -> the checked values of the fields it sets
+    rank: int = 0  # Kafka's precedence among keys that set the same field: the higher one wins
+
+
+def _field(name: str) -> Key:
+    return Key(lambda raw: {name: parse_setting(name, raw)})
+
+
+def _checked(values: dict[str, Any]) -> dict[str, Any]:
+    for name, value in values.items():
+        check_setting(name, value)
+    return values
+
+
+def _in_units(name: str, millis_per_unit: int, rank: int) -> Key:
+    def parse(raw: str) -> dict[str, Any]:
+        count = parse_integer(raw)
+        return _checked({name: count * millis_per_unit if count >= 0 else count})  # -1 stays "no limit"
+    return Key(parse, rank)
+
+
+def _listener(host_field: str, port_field: str, empty_host: str) -> Key:
+    def parse(raw: str) -> dict[str, Any]:
+        listener = parse_listener(raw)
+        return _checked({host_field: listener.host or empty_host, port_field: listener.port})
+    return Key(parse)
+
+
+def _log_dirs(rank: int) -> Key:
+    def parse(raw: str) -> dict[str, Any]:
+        dirs = [d.strip() for d in raw.split(",") if d.strip()]
+        if len(dirs) != 1:
+            raise ValueError(f"kop keeps its data in one directory, got {len(dirs)}")
+        return _checked({"data_dir": dirs[0]})
+    return Key(parse, rank)
+
+
+KAFKA_KEYS = {
+    "listeners": _listener("host", "port", EVERY_INTERFACE),  # Kafka binds every interface for an empty host
+    "advertised.listeners": _listener("advertised_host", "advertised_port", ""),  # "": the host listened on
+    "log.dirs": _log_dirs(rank=0),
+    "log.dir": _log_dirs(rank=-1),
+    "log.retention.minutes": _in_units("retention_ms", 60_000, rank=-1),
+    "log.retention.hours": _in_units("retention_ms", 3_600_000, rank=-2),
+    "log.roll.hours": _in_units("ledger_max_age_ms", 3_600_000, rank=-2),
+}
+
+KEYS: dict[str, Key] = {
+    **{key: _field(f.name) for f in fields(BrokerConfig) for key in (f.name.replace("_", "."), *f.metadata["keys"])},
+    **KAFKA_KEYS,
+}
+
+
+@dataclass(frozen=True)
+class Properties:
+    values: dict[str, Any]  # BrokerConfig field -> checked value
+    unknown: dict[str, str | None]  # a key kop does not know -> the nearest known key, when one is close
+
+
+@dataclass(frozen=True)
+class _Assignment:
+    value: Any
+    key: str
+    raw: str
+    lineno: int
+    rank: int
+
+
+def read_properties(path: str) -> Properties:
+    """Raises ValueError naming the file, line and key of the first value kop cannot run with."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        raise ValueError(f"cannot read config file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"config file {path} is not UTF-8 text") from None
+    assigned: dict[str, _Assignment] = {}
+    unknown: dict[str, str | None] = {}
+    for lineno, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, sep, raw = (part.strip() for part in line.partition("="))
+        if not sep or not key:
+            raise ValueError(f"{path}:{lineno}: expected key=value, got {line!r}")
+        spec = KEYS.get(key) or KEYS.get(key.replace("_", "."))
+        if spec is None:
+            unknown[key] = nearest_key(key)
+            continue
+        try:
+            values = spec.parse(raw)
+        except ValueError as exc:
+            raise ValueError(f"{path}:{lineno}: {key}={raw}: {exc}") from None
+        for name, value in values.items():
+            _assign(assigned, name, _Assignment(value, key, raw, lineno, spec.rank), path)
+    return Properties({name: a.value for name, a in assigned.items()}, unknown)
+
+
+def _assign(assigned: dict[str, _Assignment], name: str, new: _Assignment, path: str) -> None:
+    old = assigned.get(name)
+    if old is None or old.key == new.key or old.rank < new.rank:
+        assigned[name] = new
+    elif old.rank == new.rank and old.value != new.value:
+        raise ValueError(f"{path}:{new.lineno}: {new.key}={new.raw} contradicts line {old.lineno}: "
+                         f"{old.key}={old.raw}")
+
+
+def nearest_key(key: str) -> str | None:
+    by_lower = {known.lower(): known for known in KEYS}
+    for close in difflib.get_close_matches(key.lower(), by_lower, n=3, cutoff=SUGGESTION_CUTOFF):
+        if abs(len(close) - len(key)) <= SUGGESTION_MAX_LENGTH_DIFFERENCE:
+            return by_lower[close]
+    return None
+
+
+def unknown_key_warnings(path: str, properties: Properties) -> list[str]:
+    return [f"{path}: unknown key {key} is ignored" + (f"; did you mean {near}?" if near else "")
+            for key, near in sorted(properties.unknown.items())]

@@ -1,0 +1,1 @@
+"""`kop perf produce|consume`: throughput and latency of any Kafka-compatible broker, measured with librdkafka."""
