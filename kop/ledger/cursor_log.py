@@ -130,7 +130,7 @@ class CursorLog:
             log.warning("cursor log %s: %d damaged bytes at the end replaced by a marker", self.path,
                         size - state.intact_end)
             marker = marker_record()
-            write_all_at(fd, marker, state.intact_end)
+            _pwrite_all(fd, marker, state.intact_end)
             size = state.intact_end + len(marker)
             os.ftruncate(fd, size)
             if self._durable:
@@ -221,7 +221,7 @@ class CursorLog:
 
     def _append(self, record: KeptRecord, future: asyncio.Future) -> None:
         try:
-            write_all_at(self._fd, record.raw, self._size)
+            _pwrite_all(self._fd, record.raw, self._size)
         except OSError as exc:
             future.set_exception(exc)
             return
@@ -350,6 +350,11 @@ def _state_record(name: str, position: Position, props: dict[str, int], strings:
 def _deletion_record(name: str) -> KeptRecord:
     info = ManagedCursorInfo(name=name, deleted=True)
     return KeptRecord(position_of(info), info, frame(info.SerializeToString()))
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """Every write into the live cursor log goes through here (tests make it fail as a full disk would)."""
+    write_all_at(fd, data, offset)
 
 
 def _write_new_file(tmp: str, parts: list[bytes], durable: bool) -> None:
