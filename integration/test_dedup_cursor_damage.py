@@ -49,7 +49,7 @@ def test_retry_after_kill_9_and_a_damaged_dedup_cursor_record_is_stored_once(bro
     broker = broker_factory({"brokerDeduplicationEnabled": "true", "brokerDeduplicationEntriesInterval": interval})
     topic = f"damaged-{snapshots}"
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(topic, 1) == 0
+        assert kafka.create_topic(topic, 1) == ErrorCode.NONE
         producer = kafka.init_producer_id()
         assert producer.error_code == ErrorCode.NONE
         batches, offsets = [], []

@@ -57,7 +57,7 @@ def _needs_java(client: str) -> None:
 
 def _run(broker, proxy, client: str, topic: str, idempotent: bool, compression: str):
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(topic, PARTITIONS) == 0
+        assert kafka.create_topic(topic, PARTITIONS) == ErrorCode.NONE
     values = stream_values(topic, COUNT)
     proxy.set_policy(POLICY)
     reports = RUNNERS[client](proxy.bootstrap, topic, values, idempotent=idempotent, compression=compression)

@@ -119,7 +119,7 @@ def _crash_run(broker_factory, client: str, dedup: bool):
         proxy.upstream_port = broker.port
         topic = f"crash-{client}"
         with RawKafka(broker.port) as kafka:
-            assert kafka.create_topic(topic, PARTITIONS) == 0
+            assert kafka.create_topic(topic, PARTITIONS) == ErrorCode.NONE
         values = stream_values(topic, COUNT)
         reports: list[Report] = []
         running = threading.Event()

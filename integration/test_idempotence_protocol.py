@@ -54,7 +54,7 @@ def stored_values(broker) -> list[bytes]:
 @pytest.fixture
 def kafka(broker):
     with RawKafka(broker.port) as client:
-        assert client.create_topic(TOPIC, 1) == 0
+        assert client.create_topic(TOPIC, 1) == ErrorCode.NONE
         yield client
 
 
@@ -173,7 +173,7 @@ def admin_broker(tmp_path):
 def test_producer_state_survives_a_broker_restart(admin_broker, hard, entries_interval):
     broker = admin_broker({"brokerDeduplicationEntriesInterval": str(entries_interval)})
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(TOPIC, 1) == 0
+        assert kafka.create_topic(TOPIC, 1) == ErrorCode.NONE
         producer = new_producer(kafka)
         producer.send(values("e0"))
         producer.epoch, producer.sequence = 1, 0

@@ -16,7 +16,7 @@ def proxied(broker_factory):
         broker = broker_factory({"advertised.port": str(proxy.port)})
         proxy.upstream_port = broker.port
         with RawKafka(broker.port) as kafka:
-            assert kafka.create_topic(TOPIC, 1) == 0
+            assert kafka.create_topic(TOPIC, 1) == ErrorCode.NONE
         yield broker, proxy
 
 

@@ -82,7 +82,7 @@ def test_no_bump_to_an_epoch_a_client_already_bumped_to_locally(broker):
     having issued it, and must not hand epoch 1 to anyone presenting epoch 0."""
     topic = "local-bump"
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(topic) == 0
+        assert kafka.create_topic(topic) == ErrorCode.NONE
         pid = kafka.init_producer_id().producer_id
         for epoch in (0, 1):
             batch = idempotent_batch([b"e%d" % epoch], producer_id=pid, epoch=epoch, base_sequence=0)
@@ -98,7 +98,7 @@ def test_kafka_python_bumps_through_kip360_and_goes_on_with_the_bumped_epoch(bro
     from kafka import KafkaProducer
     topic = "kp-bump"
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(topic) == 0
+        assert kafka.create_topic(topic) == ErrorCode.NONE
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=True, acks="all",
                              linger_ms=200, retry_backoff_ms=20, request_timeout_ms=10_000,
                              delivery_timeout_ms=30_000)

@@ -31,7 +31,7 @@ def entries_written(broker: BrokerProcess, partition: int) -> int:
 
 def test_a_stuck_flush_on_one_partition_does_not_hold_up_another(broker):
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(TOPIC, 2) == 0
+        assert kafka.create_topic(TOPIC, 2) == ErrorCode.NONE
         pid = kafka.init_producer_id().producer_id
     hold(broker, 0, True)
     with RawKafka(broker.port) as stuck, RawKafka(broker.port) as other:
