@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 LISTEN ?= 127.0.0.1:9092
 DATA ?= ./data
 
-.PHONY: run test test-fast bench proto compat compat-quick java kcat clean
+.PHONY: run test test-fast bench proto compat compat-quick java kcat clean pipeline-demo
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ test: $(VENV)/.test-installed java kcat
 
 test-fast: $(VENV)/.test-installed
 	$(PY) -m pytest -q tests
+
+# The PySpark pipeline on generated data with injected failures, and its controls; reports in build/pipeline-demo.
+pipeline-demo: $(VENV)/.test-installed java
+	$(PY) -m kop.cli pipeline demo --work-dir build/pipeline-demo
 
 bench: $(VENV)/.test-installed
 	$(PY) -m bench.run

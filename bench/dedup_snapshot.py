@@ -1,7 +1,7 @@
 """What a dedup snapshot costs as the number of producer names on one partition grows: the snapshot's size, the time
-to take it (building its properties on the event loop, and the whole durable cursor write), the longest stall of the
-event loop while it is written, the recovery of the state after a crash (reopening the ledger, whose cursor log is
-scanned, and loading the snapshot), and the memory each name holds. In process, on the real file ledger (fsync on
+to take it (the copy of the state taken on the event loop, then the packing and the durable cursor write that follow
+off it), the longest stall of the event loop meanwhile, the recovery of the state after a crash (reopening the
+ledger, whose cursor log is scanned, and loading the snapshot), and the memory each name holds. In process, on the real file ledger (fsync on
 for the snapshot and the recovery; the entries that set the state up are written without it).
 
 Two kinds of names: Kafka idempotent producers (a name and its five recent batches each, as kop snapshots them) and
@@ -34,7 +34,7 @@ class SnapshotCost:
     kind: str
     names: int
     record_bytes: int
-    build_ms: float  # the snapshot's properties, taken on the event loop
+    build_ms: float  # the copy of the state a snapshot takes on the event loop
     write_ms: float  # from the start of the snapshot to its durable cursor record
     max_stall_ms: float  # the longest the event loop did not run a ticker meanwhile
     recovery_ms: float  # reopen the ledger and rebuild the dedup state from the snapshot
@@ -88,7 +88,7 @@ async def _open(kind: str, directory: str, config: DedupConfig) -> tuple[FileMan
 async def _snapshot(dedup: MessageDeduplication) -> tuple[float, float, float]:
     """(build ms, durable write ms, longest loop stall ms) of one snapshot."""
     start = time.perf_counter()
-    dedup._take_snapshot()  # what _start_snapshot does on the loop
+    dedup._take_snapshot()  # what _start_snapshot does on the loop: copy the state (packing it is timed below)
     build_ms = (time.perf_counter() - start) * 1000
     stalls: list[float] = []
     stop = asyncio.Event()
@@ -130,7 +130,7 @@ async def _measure(kind: str, names: int, directory: str) -> SnapshotCost:
 def run(names: list[int]) -> Table:
     logging.getLogger("dedup").setLevel(logging.WARNING)
     table = Table("Dedup snapshot cost by number of names (one partition, fsync on)",
-                  ["names", "kind", "snapshot bytes", "build ms", "durable write ms", "loop stall ms",
+                  ["names", "kind", "snapshot bytes", "copy ms", "pack + durable write ms", "loop stall ms",
                    "recovery ms", "memory B/name"])
     for count in names:
         for kind in ("application", "kafka"):

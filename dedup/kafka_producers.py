@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -497,13 +497,17 @@ class KafkaProducers:
         if not recovering:  # disabled: nothing is judged any more
             self._owed.clear()
 
-    def snapshot_strings(self, names: Collection[str]) -> dict[str, str]:
-        """The recent batches of the producers whose names the snapshot keeps (the cap leaves the others out, with
-        their sequences). The epoch of a producer is the epoch of its batches."""
-        return kafka_snapshot.pack(
-            (producer_id, producer.persisted) for producer_id, producer in self._producers.items()
-            if producer.persisted_epoch is not None
-            and self.producer_name(producer_id, producer.persisted_epoch) in names)
+    def capture(self) -> Callable[[Collection[str]], dict[str, str]]:
+        """The recent batches of every producer, for the names the snapshot keeps (the cap leaves the others out,
+        with their sequences). The epoch of a producer is the epoch of its batches."""
+        state = [(producer_id, producer.persisted_epoch, tuple(producer.persisted))
+                 for producer_id, producer in self._producers.items() if producer.persisted_epoch is not None]
+
+        def pack(names: Collection[str]) -> dict[str, str]:
+            return kafka_snapshot.pack((producer_id, batches) for producer_id, epoch, batches in state
+                                       if self.producer_name(producer_id, epoch) in names)
+
+        return pack
 
     def restore(self, properties: Mapping[str, int], strings: Mapping[str, str]) -> None:
         for producer_id, batches in kafka_snapshot.unpack(strings, properties):

@@ -18,6 +18,10 @@ Deliberate differences from Pulsar, each closing a hazard it has:
   starts a new recovery from clean state once `recovery_retry_seconds` have passed since the failure;
 * a status check that finds a transition in flight waits for it, then acts on its own request if it differs;
 * a replay never moves a name's sequence backwards (an era with dedup off may have stored a retry twice);
+* a snapshot by entry count comes after `entries_interval` entries, or after as many entries as it holds names if
+  that is more: a snapshot's cost grows with its names, so this keeps it to a few microseconds per entry however
+  many producers a partition has (replay after a crash is bounded the same way). A snapshot of many names is
+  packed in a worker thread from a copy taken at its position, so the event loop keeps serving;
 * with more names than `max_producers`, a snapshot keeps the names whose last persisted write is the most recent
   (Pulsar keeps whichever its map iteration reaches first): names are kept in that order, and snapshots are written
   in it, so a recovery restores it.
@@ -59,15 +63,16 @@ class DupStatus(enum.Enum):
 _NOT_DUP = DupStatus.NOT_DUP  # looking up an enum member costs more than the rest of a decision
 
 ACTIVE = math.inf  # a name's "inactive since" while it is active: never purged
+LARGE_SNAPSHOT = 1000  # names from which a snapshot is packed in a worker thread
 
 
 @dataclass(frozen=True, slots=True)
 class DedupConfig:
     """Pulsar's broker settings of the same meaning (`brokerDeduplication*`)."""
 
-    entries_interval: int = 1000  # persisted entries between snapshots
+    entries_interval: int = 1000  # persisted entries between snapshots (at least; see MessageDeduplication)
     snapshot_interval_seconds: float = 120.0  # default for the time check; <= 0 disables it
-    max_producers: int = 10000  # cap on the names written into one snapshot
+    max_producers: int = 100_000  # cap on the names written into one snapshot (Pulsar's is 10,000)
     recovery_retry_seconds: float = 2.0  # after a failed recovery, the earliest retry_recovery starts another
 
 
@@ -100,8 +105,9 @@ class DedupExtension(Protocol):
     def replay(self, entry: ReplayEntry) -> None:
         """Apply one replayed entry that carries a producer name, after the maps were updated for it."""
 
-    def snapshot_strings(self, names: Collection[str]) -> dict[str, str]:
-        """The state of the producer names that made it into this snapshot, as string properties."""
+    def capture(self) -> Callable[[Collection[str]], dict[str, str]]:
+        """Copy the state as it is now, for a snapshot at this moment; the function returned, which may run in
+        another thread, packs it for the producer names that made it into the snapshot, as string properties."""
         ...
 
     def forget(self, names: Collection[str]) -> None:
@@ -114,6 +120,15 @@ class DedupExtension(Protocol):
 def carries_dedup_identity(metadata: MessageMetadata) -> bool:
     """Whether an entry counts for deduplication: markers and control batches never do, nameless entries can't."""
     return bool(metadata.producer_name) and not metadata.HasField("marker_type") and not metadata.is_control
+
+
+def _names_to_snapshot(order: list[str], persisted: Mapping[str, int], cap: int) -> list[str]:
+    """The persisted names in the order of their last writes; past `cap`, only the most recent."""
+    names = [name for name in order if name in persisted]
+    if len(names) < len(persisted):  # not in the order: none should be, but none may be lost
+        ordered = set(order)
+        names[:0] = [name for name in persisted if name not in ordered]
+    return names[len(names) - cap:] if len(names) > cap else names
 
 
 class MessageDeduplication:
@@ -147,6 +162,7 @@ class MessageDeduplication:
         # writes, oldest first: the purge's clock and, when a snapshot cannot hold every name, which it keeps.
         self._activity: dict[str, float] = {}
         self._recorded = 0  # entries recorded since the recovery, replayed ones included
+        self._snapshot_every = config.entries_interval  # entries between count snapshots, as the last one set it
         self._snapshotted = 0  # how many of those the stored snapshot covers
         self._last_snapshot_time = clock()
         self._last_recorded_position: Position | None = None
@@ -318,7 +334,7 @@ class MessageDeduplication:
         self._last_recorded_position = last
         self._recorded = replayed
         log.info("%s: dedup replayed %d entries after %s", self._log_name, replayed, start)
-        if replayed >= self._config.entries_interval:
+        if replayed >= max(self._config.entries_interval, len(self._persisted)):
             # A long replay is paid once: snapshot now so the next recovery starts here (Pulsar PR #22479).
             if await self._mark_delete(cursor, last, self._take_snapshot()):
                 self._snapshotted = replayed
@@ -370,7 +386,7 @@ class MessageDeduplication:
             activity[name] = since if idle is None else self._clock() if idle else ACTIVE
         self._last_recorded_position = position
         self._recorded += 1
-        if self._recorded - self._snapshotted >= self._config.entries_interval and self._snapshot_task is None:
+        if self._recorded - self._snapshotted >= self._snapshot_every and self._snapshot_task is None:
             self._start_snapshot()
 
     def record_untracked(self, name: str, sequence_id: int, highest_sequence_id: int, position: Position,
@@ -437,7 +453,7 @@ class MessageDeduplication:
             self._run_snapshot(self._cursor, position, self._take_snapshot(), self._recorded))
         return True
 
-    async def _run_snapshot(self, cursor: DedupCursor, position: Position, snapshot: Snapshot,
+    async def _run_snapshot(self, cursor: DedupCursor, position: Position, snapshot: Callable[[], Snapshot],
                             recorded: int) -> None:
         try:
             stored = await self._mark_delete(cursor, position, snapshot) and cursor is self._cursor
@@ -447,13 +463,17 @@ class MessageDeduplication:
             self._snapshot_task = None
         # A purge's snapshot, or one the entry count asked for meanwhile, goes next (not after a failure: the next
         # entry retries that one; nor once cancelled: the partition is closing).
-        due = stored and self._recorded - self._snapshotted >= self._config.entries_interval
+        due = stored and self._recorded - self._snapshotted >= self._snapshot_every
         if (self._snapshot_again or due) and self.is_enabled:
             self._snapshot_again = False
             self._start_snapshot()
 
-    async def _mark_delete(self, cursor: DedupCursor, position: Position, snapshot: Snapshot) -> bool:
+    async def _mark_delete(self, cursor: DedupCursor, position: Position, take: Callable[[], Snapshot]) -> bool:
         try:
+            if len(self._persisted) < LARGE_SNAPSHOT:
+                snapshot = take()
+            else:  # packing many names would stall every connection: a thread leaves the event loop its turns
+                snapshot = await asyncio.get_running_loop().run_in_executor(None, take)
             await cursor.mark_delete(position, snapshot.properties, snapshot.strings)
         except Exception as exc:  # the next trigger retries; the old snapshot stays valid
             log.warning("%s: dedup snapshot at %s failed: %r", self._log_name, position, exc)
@@ -461,20 +481,19 @@ class MessageDeduplication:
         self._last_snapshot_time = self._clock()
         return True
 
-    def _take_snapshot(self) -> Snapshot:
-        persisted, kept = self._persisted, self._names_to_snapshot()
-        properties = {name: persisted[name] for name in kept}
-        strings = self._extension.snapshot_strings(frozenset(kept)) if self._extension is not None else {}
-        return Snapshot(properties, strings)
+    def _take_snapshot(self) -> Callable[[], Snapshot]:
+        """The state as it is now (copies: C-speed, even for many names), and the function that makes the snapshot
+        of it (which may run in another thread). Also sets when the next snapshot by entry count is due."""
+        persisted, order, cap = dict(self._persisted), list(self._activity), self._config.max_producers
+        pack = self._extension.capture() if self._extension is not None else None
+        self._snapshot_every = max(self._config.entries_interval, len(persisted))
 
-    def _names_to_snapshot(self) -> list[str]:
-        """The persisted names in the order of their last writes; past `max_producers`, only the most recent."""
-        persisted = self._persisted
-        names = [name for name in self._activity if name in persisted]
-        if len(names) < len(persisted):  # not in the order: none should be, but none may be lost
-            names[:0] = [name for name in persisted if name not in self._activity]
-        cap = self._config.max_producers
-        return names[len(names) - cap:] if len(names) > cap else names
+        def snapshot() -> Snapshot:
+            kept = _names_to_snapshot(order, persisted, cap)
+            properties = {name: persisted[name] for name in kept}
+            return Snapshot(properties, pack(frozenset(kept)) if pack is not None else {})
+
+        return snapshot
 
     # -- producer lifecycle and purge ------------------------------------------------------------------------------
 

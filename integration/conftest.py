@@ -1,4 +1,5 @@
 import os
+import shutil
 
 import pytest
 
@@ -49,3 +50,26 @@ def start_broker(tmp_path):
     yield start
     for broker in started:
         broker.stop()
+
+
+# Spark tests: one broker and one Spark session per test module (a JVM costs seconds to start). local[2,4]: two task
+# slots, and a task may fail three times before its job does (Spark's maxFailures).
+SPARK_MASTER = "local[2,4]"
+
+
+@pytest.fixture(scope="module")
+def spark_broker(tmp_path_factory):
+    """A kop broker with its admin API for a whole module (its tests use topics of their own)."""
+    proc = BrokerProcess(str(tmp_path_factory.mktemp("kop") / "data"), admin_port=0).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def spark():
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no JDK: Spark needs Java 17 (`make java` installs Debian's)")
+    from kop.spark.session import SparkSettings, spark_session  # here: only Spark tests load pyspark
+    session = spark_session(SparkSettings(master=SPARK_MASTER, app_name="kop-tests"))
+    yield session
+    session.stop()

@@ -1,6 +1,7 @@
 """The `kop` command: `kop standalone` runs one broker on the embedded file storage (like `pulsar standalone`), with
 its admin REST API on port 8080; `kop admin ...` talks to that API (like `pulsar-admin`); `kop perf produce|consume`
-measures any Kafka-compatible broker (like kafka-producer-perf-test and pulsar-perf)."""
+measures any Kafka-compatible broker (like kafka-producer-perf-test and pulsar-perf); `kop pipeline ...` runs the
+PySpark pipeline."""
 import argparse
 import asyncio
 import logging
@@ -16,6 +17,7 @@ from kop.config import BrokerConfig, parse_setting
 from kop.config_file import read_properties, unknown_key_warnings
 from kop.listeners import split_host_port
 from kop.perf.options import add_perf_parser
+from kop.spark.cli import add_pipeline_parser, run_pipeline
 from kop.startup import StartupError
 
 STANDALONE_ADMIN_PORT = 8080  # pulsar standalone's web service port
@@ -131,6 +133,7 @@ EPILOG = """examples:
   kop standalone --config server.properties        # Kafka's or Pulsar's keys; see kop standalone --help
   kop admin topics stats public/default/orders     # see kop admin --help
   kop perf produce --topic t --num-records 100000  # see kop perf --help
+  kop pipeline demo                                # see kop pipeline --help
   kop --version
 
 `kop` alone prints this help and exits with status 0.
@@ -162,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(prog="kop", description=__doc__, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"kop {version()}")
-    sub = parser.add_subparsers(dest="command", metavar="{standalone,admin,perf}")
+    sub = parser.add_subparsers(dest="command", metavar="{standalone,admin,perf,pipeline}")
     standalone = sub.add_parser("standalone", help="run one broker with embedded file storage",
                                 description="Run one broker with embedded file storage.", epilog=STANDALONE_EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -182,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "ERROR")
     add_admin_parser(sub)
     add_perf_parser(sub)
+    add_pipeline_parser(sub)
     return parser
 
 
@@ -201,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "perf":
         from kop.perf.cli import run_perf  # here, so the broker starts without loading the clients and numpy
         return run_perf(args)
+    if args.command == "pipeline":
+        return run_pipeline(args)
     try:
         standalone = build_config(args)
     except ValueError as exc:

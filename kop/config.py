@@ -72,7 +72,10 @@ class BrokerConfig:
         120, Range(0), "brokerDeduplicationSnapshotIntervalSeconds")
     broker_deduplication_snapshot_frequency_seconds: int = setting(  # 0: no time-based snapshot task
         120, Range(0), "brokerDeduplicationSnapshotFrequencyInSeconds")
-    broker_deduplication_max_number_of_producers: int = setting(10000, SIZE, "brokerDeduplicationMaxNumberOfProducers")
+    # Pulsar's default is 10,000; Kafka gives every producer start a new id and application-chosen names are per
+    # file or task, so a busy partition passes that within the inactivity timeout (BENCHMARKS.md: 100,000 names).
+    broker_deduplication_max_number_of_producers: int = setting(100_000, SIZE,
+                                                                "brokerDeduplicationMaxNumberOfProducers")
     broker_deduplication_producer_inactivity_timeout_minutes: int = setting(
         360, SIZE, "brokerDeduplicationProducerInactivityTimeoutMinutes")
     # Test knob, not Pulsar's: when > 0, the inactivity timeout in seconds (Pulsar's minutes are at least 1).

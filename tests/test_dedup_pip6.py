@@ -332,6 +332,22 @@ async def test_snapshot_every_entries_interval_persisted_entries_counting_namele
 
 
 @async_test
+async def test_with_more_names_than_the_entries_interval_a_count_snapshot_waits_for_as_many_entries():
+    """A snapshot's cost grows with its names: taken every `entries_interval` entries, many names would cost more per
+    entry than the entries themselves."""
+    ledger = InMemoryDedupLedger()
+    dedup = await enabled(ledger, entries_interval=2)
+    snapshots_after = []
+    for i in range(12):
+        write(dedup, ledger, f"p{min(i, 4)}", i)  # five names, then one of them again
+        await dedup.flush_snapshot()
+        snapshots_after.append(cursor(ledger).mark_deletes)
+    # Every 2 entries while the snapshots hold at most 2 names; 4 after the one with 4 names; 5 after one with 5.
+    assert snapshots_after == [0, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 3]
+    assert cursor(ledger).mark_delete_position == ledger.entries[7].position
+
+
+@async_test
 async def test_time_snapshot_at_the_last_recorded_position_once_the_interval_passed():
     ledger, clock = InMemoryDedupLedger(), Clock()
     dedup = await enabled(ledger, clock, snapshot_interval_seconds=10)
