@@ -29,13 +29,14 @@ from bench.procstat import directory_bytes
 from bench.report import Table, fmt
 from bench.stats import median
 from integration.broker_process import BrokerProcess, free_port
+from protocol.errors import ErrorCode
 
 TOPIC = "bench-recovery"
 GOAL_S = 1.0
 # Produce errors a restarting broker may answer before the partition is ready; the probe retries them.
-RETRIABLE = {5: "LEADER_NOT_AVAILABLE", 6: "NOT_LEADER_OR_FOLLOWER", 7: "REQUEST_TIMED_OUT",
-             3: "UNKNOWN_TOPIC_OR_PARTITION", 56: "KAFKA_STORAGE_ERROR", 19: "NOT_ENOUGH_REPLICAS",
-             20: "NOT_ENOUGH_REPLICAS_AFTER_APPEND"}
+RETRIABLE = frozenset({ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT,
+                       ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.KAFKA_STORAGE_ERROR,
+                       ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND})
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +44,7 @@ class Restart:
     listening_s: float  # process start to the first accepted TCP connection
     first_ack_s: float  # process start to the first successful produce acknowledgement
     retriable_errors: int
-    fatal_error: int  # 0, or the Kafka error code that ended the probe (e.g. 45 OUT_OF_ORDER_SEQUENCE_NUMBER)
+    fatal_error: int  # NONE, or the Kafka error code that ended the probe (e.g. OUT_OF_ORDER_SEQUENCE_NUMBER)
     replayed: int | None  # entries the dedup recovery replayed after its snapshot (from the broker's log)
     producers: int | None  # producers the dedup state held after recovery (from the broker's log)
 
@@ -167,9 +168,9 @@ def restart_and_probe(broker: BrokerProcess, producer: PipelinedProducer, timeou
                 time.sleep(0.002)
                 continue
             listening = listening or time.perf_counter() - t0
-            if code == 0 or code not in RETRIABLE:
+            if code == ErrorCode.NONE or code not in RETRIABLE:
                 elapsed = time.perf_counter() - t0
-                producer.next_sequence += 1 if code == 0 else 0
+                producer.next_sequence += 1 if code == ErrorCode.NONE else 0
                 return Restart(listening, elapsed, retriable, code, *_dedup_log_figures(broker, log_from))
             retriable += 1
             time.sleep(0.002)
@@ -237,7 +238,7 @@ def table(result: RecoveryRun, title: str) -> Table:
     t = Table(title, ["entries", "data", "load", "listening ms", "first ack ms", "first ack max ms",
                       "retried", "dedup replayed", "producers", f"< {GOAL_S:g} s"])
     for c in checkpoints:
-        ok = [r for r in c.restarts if r.fatal_error == 0]
+        ok = [r for r in c.restarts if r.fatal_error == ErrorCode.NONE]
         first_ack = median([r.first_ack_s * 1000 for r in ok])
         t.add(f"{c.entries:,}", f"{c.data_bytes / 1e6:,.0f} MB",
               f"{c.loaded:,} in {c.load_s:,.0f} s", fmt(median([r.listening_s * 1000 for r in c.restarts])),

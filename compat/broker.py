@@ -14,6 +14,7 @@ from pathlib import Path
 
 from compat.paths import REPO_ROOT
 from compat.system import free_port
+from protocol.errors import ErrorCode
 
 HOST = "127.0.0.1"
 
@@ -67,7 +68,7 @@ def kop_command() -> list[str]:
 
 
 def api_versions_ok(host: str, port: int, timeout: float = 2.0) -> bool:
-    """True when the broker answers an ApiVersions v0 request with error_code 0.
+    """True when the broker answers an ApiVersions v0 request without an error.
 
     A bare TCP connect is not enough: a listener can accept before the broker serves requests.
     """
@@ -84,7 +85,7 @@ def api_versions_ok(host: str, port: int, timeout: float = 2.0) -> bool:
     if len(payload) < 6:
         return False
     correlation_id, error_code = struct.unpack(">ih", payload[:6])
-    return correlation_id == 1 and error_code == 0
+    return correlation_id == 1 and error_code == ErrorCode.NONE
 
 
 def _read_exact(sock: socket.socket, count: int) -> bytes:

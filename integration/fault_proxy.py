@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 
+from protocol.errors import ErrorCode
 from protocol.records import split_batches
 
 PRODUCE = 0
-DUPLICATE_SEQUENCE_NUMBER = 46
 FIRST_FLEXIBLE_PRODUCE_VERSION = 9
 MAX_FRAME = 128 * 1024 * 1024
 CONNECT_TIMEOUT = 5.0
@@ -318,7 +318,7 @@ class FaultProxy:
                         answers = [("", -1, -1)]
                     for topic, partition, code in answers:
                         self._produce_errors[code] += 1
-                        if code == DUPLICATE_SEQUENCE_NUMBER and (topic, partition) in request.batches:
+                        if code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER and (topic, partition) in request.batches:
                             self._duplicate_sequence_batches.append(request.batches[(topic, partition)])
             writer.write(frame)
             await writer.drain()

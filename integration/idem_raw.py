@@ -108,7 +108,7 @@ class RawKafka:
     # ---- topics
 
     def create_topic(self, name: str, partitions: int = 1, configs: dict[str, str] | None = None) -> int:
-        """CreateTopics; returns the error code (0, or 36 TOPIC_ALREADY_EXISTS)."""
+        """CreateTopics; returns the error code (NONE, or TOPIC_ALREADY_EXISTS)."""
         v = CREATE_TOPICS_VERSION
         creatable = [CreateTopicsRequest.CreatableTopic.CreatableTopicConfig(name=k, value=val)
                      for k, val in (configs or {}).items()]

@@ -10,6 +10,7 @@ import pytest
 
 from integration.broker_process import REPO, BrokerProcess
 from integration.idem_raw import RawKafka
+from protocol.errors import ErrorCode
 
 BROKER_INTERVAL = 77  # brokerDeduplicationSnapshotIntervalSeconds, distinct from every level's value below
 
@@ -53,7 +54,7 @@ def http(broker: BrokerProcess, method: str, path: str, body: bytes | None = Non
 
 def create_topic(broker: BrokerProcess, name: str, partitions: int = 1) -> None:
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(name, partitions) == 0
+        assert kafka.create_topic(name, partitions) == ErrorCode.NONE
 
 
 def dedup_status(broker: BrokerProcess, topic: str) -> str:

@@ -16,6 +16,7 @@ from integration.clients import ck_produce, kp_consume_all, sample_records
 from integration.fetch_requests import fetch_answers, fetch_request
 from integration.idem_raw import RawKafka, plain_batch, read_topic
 from integration.waiting import wait_for
+from protocol.errors import ErrorCode
 
 REFERENCE_TOPIC = "stored-before-the-attack"
 REFERENCE = {p: sample_records(12, prefix=f"p{p}") for p in (0, 1)}
@@ -68,7 +69,7 @@ def still_serves(broker):
     data = roundtrip(sock, ApiVersionsRequest[3](client_software_name="t", client_software_version="1"), 3)
     resp = ApiVersionsResponse.decode(data, version=3, header=True)
     sock.close()
-    return resp.error_code == 0
+    return resp.error_code == ErrorCode.NONE
 
 
 def produce_request(topic, partition_records, version=9):
@@ -154,13 +155,13 @@ def test_truncated_and_garbage_requests(broker):
     assert still_serves(broker)
 
 
-def test_unsupported_api_versions_version_gets_error_35_and_the_v0_list(broker):
+def test_unsupported_api_versions_version_gets_unsupported_version_and_the_v0_list(broker):
     sock = connect(broker)
     body = struct.pack(">hhih", 18, 99, 5, 1) + b"x"
     sock.sendall(struct.pack(">i", len(body)) + body)
     size = struct.unpack(">i", recv_exact(sock, 4))[0]
     resp = ApiVersionsResponse.decode(recv_exact(sock, size), version=0, header=True)
-    assert resp.error_code == 35
+    assert resp.error_code == ErrorCode.UNSUPPORTED_VERSION
     keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
     assert keys[18][1] >= 3 and 0 in keys and 1 in keys
     assert not is_closed(sock, wait=0.5)
@@ -180,9 +181,9 @@ def test_corrupt_batch_is_rejected_for_its_partition_only(broker):
     bad[-1] ^= 0x55  # a flipped bit in the records: CRC mismatch
     sock = connect(broker)
     result = produce(sock, "bad-crc", [(0, bytes(bad)), (1, good)])
-    assert result[0].error_code == 2  # CORRUPT_MESSAGE
+    assert result[0].error_code == ErrorCode.CORRUPT_MESSAGE
     assert result[0].error_message
-    assert result[1].error_code == 0 and result[1].base_offset == 0
+    assert result[1].error_code == ErrorCode.NONE and result[1].base_offset == 0
     assert not is_closed(sock, wait=0.2)
     from integration.clients import ck_consume_all
     assert ck_consume_all(broker.bootstrap, "bad-crc", 1, partitions=(0,), timeout=3) == []
@@ -196,7 +197,7 @@ def test_magic_v1_message_sets_are_refused_with_a_reason(broker):
     message_set = struct.pack(">qi", 0, len(msg)) + msg
     sock = connect(broker)
     result = produce(sock, "old-magic", [(0, message_set)])
-    assert result[0].error_code != 0
+    assert result[0].error_code != ErrorCode.NONE
     assert "magic" in (result[0].error_message or "").lower()
 
 
@@ -204,12 +205,12 @@ def test_produce_to_unknown_partition_and_invalid_acks(broker):
     make_topic(broker, "known", 1)
     sock = connect(broker)
     result = produce(sock, "known", [(5, _batch([b"x"]))])
-    assert result[5].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+    assert result[5].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     req = produce_request("known", [(0, _batch([b"x"]))])
     req.acks = 2
     data = roundtrip(sock, req, 9)
     resp = ProduceResponse.decode(data, version=9, header=True)
-    assert resp.responses[0].partition_responses[0].error_code == 21  # INVALID_REQUIRED_ACKS
+    assert resp.responses[0].partition_responses[0].error_code == ErrorCode.INVALID_REQUIRED_ACKS
 
 
 def test_invalid_topic_names_are_refused(broker):
@@ -218,7 +219,7 @@ def test_invalid_topic_names_are_refused(broker):
                              allow_auto_topic_creation=True, include_topic_authorized_operations=False)
     data = roundtrip(sock, req, 9)
     resp = MetadataResponse.decode(data, version=9, header=True)
-    assert resp.topics[0].error_code == 17  # INVALID_TOPIC_EXCEPTION
+    assert resp.topics[0].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
 
 
 IDLE_CONNECTIONS = 1000
@@ -251,7 +252,7 @@ def api_versions_on_every_socket(socks):
     answered = 0
     for sock in socks:
         response = ApiVersionsResponse.decode(read_frame(sock), version=3, header=True)
-        answered += response.header.correlation_id == 7 and response.error_code == 0
+        answered += response.header.correlation_id == 7 and response.error_code == ErrorCode.NONE
     return answered
 
 
@@ -370,12 +371,13 @@ def test_pipelined_large_requests_pause_reading_and_are_all_answered_in_order(br
         wait_for_log(b, PAUSE_LOG.format("max.in.flight.bytes.per.connection"))
         assert still_serves(b)  # another client, while that connection is not read
         with RawKafka(b.port) as other:
-            assert other.produce("gate", 0, plain_batch([b"open"])).error_code == 0  # answers the parked fetch
+            # answers the parked fetch
+            assert other.produce("gate", 0, plain_batch([b"open"])).error_code == ErrorCode.NONE
         sender.join(LIVENESS_S)
         assert not sender.is_alive() and len(sent) == 41
-        assert fetch_answers(pipelining, sent[0]) == {("gate", 0): (0, [b"open"])}
+        assert fetch_answers(pipelining, sent[0]) == {("gate", 0): (ErrorCode.NONE, [b"open"])}
         answers = [pipelining.receive_produce(cid) for cid in sent[1:]]  # receive checks the order
-        assert [(a.error_code, a.base_offset) for a in answers] == [(0, 3 * i) for i in range(40)]
+        assert [(a.error_code, a.base_offset) for a in answers] == [(ErrorCode.NONE, 3 * i) for i in range(40)]
     stored = read_topic(b.port, "bulk", [0])
     assert [(r.offset, r.value) for r in stored] == [(3 * i + j, bytes([i]) * 100_000)
                                                     for i in range(40) for j in range(3)]
@@ -396,7 +398,7 @@ def test_the_broker_wide_request_bytes_bound_pauses_other_connections_until_answ
         wait_for_log(b, PAUSE_LOG.format("queued.max.request.bytes"))
         first.sendall(frame[len(frame) // 2:])
         answer = ProduceResponse.decode(read_frame(first), version=9, header=True).responses[0].partition_responses[0]
-        assert (answer.error_code, answer.base_offset) == (0, 0)
+        assert (answer.error_code, answer.base_offset) == (ErrorCode.NONE, 0)
         assert second.receive_produce(waiting).base_offset == 1
         first.close()
     assert [r.value for r in read_topic(b.port, "shared", [0])] == [b"1" * 100_000, b"2"]

@@ -12,9 +12,9 @@ import pytest
 
 from integration.idem_raw import RawKafka, idempotent_batch
 from proto.kop_pb2 import ManagedCursorInfo
+from protocol.errors import ErrorCode
 
 DEDUP_CURSOR = "pulsar.dedup"
-DUPLICATE_SEQUENCE_NUMBER = 46
 BATCHES = 10
 RECORDS_PER_BATCH = 5
 HEADER = struct.Struct(">II")
@@ -49,16 +49,16 @@ def test_retry_after_kill_9_and_a_damaged_dedup_cursor_record_is_stored_once(bro
     broker = broker_factory({"brokerDeduplicationEnabled": "true", "brokerDeduplicationEntriesInterval": interval})
     topic = f"damaged-{snapshots}"
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(topic, 1) == 0
+        assert kafka.create_topic(topic, 1) == ErrorCode.NONE
         producer = kafka.init_producer_id()
-        assert producer.error_code == 0
+        assert producer.error_code == ErrorCode.NONE
         batches, offsets = [], []
         for i in range(BATCHES):
             values = [b"%s-%d-%d" % (topic.encode(), i, j) for j in range(RECORDS_PER_BATCH)]
             batch = idempotent_batch(values, producer_id=producer.producer_id, epoch=producer.producer_epoch,
                                      base_sequence=i * RECORDS_PER_BATCH)
             answer = kafka.produce(topic, 0, batch)
-            assert answer.error_code == 0, answer
+            assert answer.error_code == ErrorCode.NONE, answer
             batches.append(batch)
             offsets.append(answer.base_offset)
     broker.kill()
@@ -71,8 +71,8 @@ def test_retry_after_kill_9_and_a_damaged_dedup_cursor_record_is_stored_once(bro
 
     with RawKafka(broker.port) as kafka:
         retried = kafka.produce(topic, 0, batches[-1])  # the client never saw its answer: it sends it again
-        assert (retried.error_code, retried.base_offset) == (0, offsets[-1]) \
-            or retried.error_code == DUPLICATE_SEQUENCE_NUMBER, retried
+        assert (retried.error_code, retried.base_offset) == (ErrorCode.NONE, offsets[-1]) \
+            or retried.error_code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER, retried
         stored = kafka.read_partition(topic, 0)
         assert len(stored) == BATCHES * RECORDS_PER_BATCH, "the retried batch was stored twice"
         assert len({r.value for r in stored}) == len(stored)
@@ -80,4 +80,4 @@ def test_retry_after_kill_9_and_a_damaged_dedup_cursor_record_is_stored_once(bro
         following = idempotent_batch([b"next"], producer_id=producer.producer_id, epoch=producer.producer_epoch,
                                      base_sequence=BATCHES * RECORDS_PER_BATCH)
         answer = kafka.produce(topic, 0, following)
-        assert (answer.error_code, answer.base_offset) == (0, BATCHES * RECORDS_PER_BATCH), answer
+        assert (answer.error_code, answer.base_offset) == (ErrorCode.NONE, BATCHES * RECORDS_PER_BATCH), answer

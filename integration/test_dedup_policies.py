@@ -12,9 +12,9 @@ from integration.idem_raw import RawKafka, idempotent_batch, read_topic
 from dedup import kafka_snapshot
 from integration.waiting import wait_until
 from kop.admin.client import AdminClient, topic_resource
+from protocol.errors import ErrorCode
 
 DEDUP_CURSOR = "pulsar.dedup"
-NONE = 0
 
 
 def admin(broker: BrokerProcess) -> AdminClient:
@@ -45,7 +45,7 @@ def stored_values(broker: BrokerProcess, topic: str) -> list[bytes]:
 def send(kafka: RawKafka, topic: str, pid: int, seq: int, values: list[bytes]) -> int:
     """One idempotent batch (epoch 0); must be answered NONE; returns the base offset it was answered with."""
     answer = kafka.produce(topic, 0, idempotent_batch(values, producer_id=pid, epoch=0, base_sequence=seq))
-    assert answer.error_code == NONE, answer
+    assert answer.error_code == ErrorCode.NONE, answer
     return answer.base_offset
 
 
@@ -53,7 +53,7 @@ def test_runtime_disable_and_enable(start_broker):
     broker = start_broker()
     topic = "toggled"
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(topic) == 0
+        assert kafka.create_topic(topic) == ErrorCode.NONE
         pid = kafka.init_producer_id().producer_id
         name = f"KOP-PID-{pid}-0"
 
@@ -98,7 +98,7 @@ def test_snapshot_every_n_entries(start_broker):
                            "brokerDeduplicationSnapshotFrequencyInSeconds": "0"})
     topic = "counted"
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(topic) == 0
+        assert kafka.create_topic(topic) == ErrorCode.NONE
         pid = kafka.init_producer_id().producer_id
         for seq in range(25):
             send(kafka, topic, pid, seq, [f"v{seq}".encode()])
@@ -123,7 +123,7 @@ def test_snapshot_by_time_follows_the_topic_interval(start_broker):
     broker = start_broker({"brokerDeduplicationSnapshotFrequencyInSeconds": "1"})
     with RawKafka(broker.port) as kafka:
         for topic in ("timed", "untimed"):
-            assert kafka.create_topic(topic) == 0
+            assert kafka.create_topic(topic) == ErrorCode.NONE
         admin(broker).post(topic_resource("timed", "deduplicationSnapshotInterval"), 1)
         pid = kafka.init_producer_id().producer_id
         for topic in ("timed", "untimed"):
@@ -147,7 +147,7 @@ def test_recovery_from_snapshot_and_replay_after_kill(start_broker):
                            "brokerDeduplicationSnapshotFrequencyInSeconds": "0"})
     topic = "recovered"
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(topic) == 0
+        assert kafka.create_topic(topic) == ErrorCode.NONE
         pid = kafka.init_producer_id().producer_id
         offsets = {seq: send(kafka, topic, pid, seq, [f"v{seq}".encode(), f"w{seq}".encode()]) for seq in
                    range(0, 50, 2)}
@@ -169,8 +169,8 @@ def test_recovery_from_snapshot_and_replay_after_kill(start_broker):
         assert send(kafka, topic, pid, 48, [b"v48", b"w48"]) == offsets[48] == 48
         assert send(kafka, topic, pid, 42, [b"v42", b"w42"]) == offsets[42]
         # Older than the window: already stored, with no offset to give (the client counts it a success).
-        assert kafka.produce(topic, 0, idempotent_batch([b"v2", b"w2"], producer_id=pid, epoch=0,
-                                                        base_sequence=2)).error_code == 46
+        old = idempotent_batch([b"v2", b"w2"], producer_id=pid, epoch=0, base_sequence=2)
+        assert kafka.produce(topic, 0, old).error_code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER
         assert send(kafka, topic, pid, 50, [b"v50"]) == 50
     values = stored_values(broker, topic)
     assert values == [v for seq in range(0, 50, 2) for v in (f"v{seq}".encode(), f"w{seq}".encode())] + [b"v50"]
@@ -183,7 +183,7 @@ def test_write_failures_fence_and_every_value_is_stored_once_in_order(start_brok
     topic = "fenced"
     count, injections = 1500, (300, 700, 1100)  # a failed flush after roughly these many values were sent
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(topic) == 0
+        assert kafka.create_topic(topic) == ErrorCode.NONE
     reports: dict[bytes, tuple[str | None, int]] = {}
     lock = threading.Lock()
 
@@ -223,7 +223,7 @@ def test_write_failures_fence_and_every_value_is_stored_once_in_order(start_brok
 def test_system_topics_are_never_deduplicated(start_broker):
     broker = start_broker()
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic("__kop_system") == 0
+        assert kafka.create_topic("__kop_system") == ErrorCode.NONE
     set_topic_dedup(broker, "__kop_system", True)
     assert admin(broker).get(topic_resource("__kop_system", "deduplicationEnabled"), applied=True) is True
     assert partition_stats(broker, "__kop_system")["deduplicationStatus"] == "Disabled"
@@ -234,7 +234,7 @@ def test_stats_show_the_monotonic_and_the_wire_sequence_across_the_wrap(start_br
     broker = start_broker()
     topic = "wrapped"
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(topic) == 0
+        assert kafka.create_topic(topic) == ErrorCode.NONE
         pid = kafka.init_producer_id().producer_id
         assert send(kafka, topic, pid, 2**31 - 2, [b"x", b"y"]) == 0  # sequences 2147483646, 2147483647
         assert send(kafka, topic, pid, 0, [b"z"]) == 2  # the int32 sequence wrapped to 0
@@ -258,7 +258,7 @@ def test_the_purge_loop_drops_inactive_producers_from_the_state_and_the_snapshot
         return internal_stats(broker, topic)["cursors"][DEDUP_CURSOR]["properties"]
 
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(topic) == 0
+        assert kafka.create_topic(topic) == ErrorCode.NONE
         idle, active = kafka.init_producer_id().producer_id, kafka.init_producer_id().producer_id
         idle_name, active_name = f"KOP-PID-{idle}-0", f"KOP-PID-{active}-0"
         assert send(kafka, topic, idle, 0, [b"i0", b"i1"]) == 0

@@ -40,7 +40,7 @@ def test_a_batch_answered_while_dedup_recovers_is_not_overtaken_by_its_follower(
     broker = start_broker(FAILPOINTS)
     topic = "enabled-mid-stream"
     with RawKafka(broker.port) as kafka, RawKafka(broker.port) as other:
-        assert kafka.create_topic(topic) == 0
+        assert kafka.create_topic(topic) == ErrorCode.NONE
         set_topic_dedup(broker, topic, False)
         pid = kafka.init_producer_id().producer_id
         sent = values(topic, 12)
@@ -71,7 +71,7 @@ def test_an_idempotent_client_loses_nothing_when_dedup_is_enabled_and_its_recove
     broker = start_broker(FAILPOINTS)
     topic = "recovery-fails"
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(topic) == 0
+        assert kafka.create_topic(topic) == ErrorCode.NONE
     set_topic_dedup(broker, topic, False)
     count, enable_at = 600, 200
     reports: dict[bytes, tuple[str | None, int]] = {}
@@ -112,7 +112,7 @@ def test_the_snapshot_cap_keeps_the_newest_producers_across_kill_9(start_broker)
     broker = start_broker({"brokerDeduplicationMaxNumberOfProducers": "2", "brokerDeduplicationEntriesInterval": "1"})
     topic = "capped"
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(topic) == 0
+        assert kafka.create_topic(topic) == ErrorCode.NONE
         old, older, busy = (kafka.init_producer_id().producer_id for _ in range(3))
         assert answer(produce(kafka, topic, old, 0, b"old")) == (ErrorCode.NONE, 0)
         assert answer(produce(kafka, topic, older, 0, b"older")) == (ErrorCode.NONE, 1)
@@ -136,7 +136,7 @@ def test_a_full_replay_over_an_era_without_dedup_does_not_move_a_producer_backwa
     broker = start_broker({"brokerDeduplicationEntriesInterval": "1000000"})
     topic = "replayed"
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(topic) == 0
+        assert kafka.create_topic(topic) == ErrorCode.NONE
         set_topic_dedup(broker, topic, False)
         pid = kafka.init_producer_id().producer_id
         sent = values(topic, 11)
@@ -158,13 +158,14 @@ def test_a_duplicate_on_a_log_append_time_topic_is_answered_with_the_original_ap
     broker = start_broker()
     topic = "append-time"
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(topic, configs={"message.timestamp.type": "LogAppendTime"}) == 0
+        assert kafka.create_topic(topic, configs={"message.timestamp.type": "LogAppendTime"}) == ErrorCode.NONE
         pid = kafka.init_producer_id().producer_id
         first = produce(kafka, topic, pid, 0, b"a")
-        assert first.error_code == 0 and first.log_append_time_ms > 0
+        assert first.error_code == ErrorCode.NONE and first.log_append_time_ms > 0
         time.sleep(0.02)  # the clock moves on: a new append time would differ
         again = produce(kafka, topic, pid, 0, b"a")
-        assert (again.error_code, again.base_offset, again.log_append_time_ms) == (0, 0, first.log_append_time_ms)
+        assert (again.error_code, again.base_offset) == (ErrorCode.NONE, 0)
+        assert again.log_append_time_ms == first.log_append_time_ms
         [stored] = kafka.read_partition(topic, 0)
         assert stored.value == b"a"
 
@@ -173,7 +174,7 @@ def test_a_retry_of_a_write_stuck_on_the_disk_times_out_retriably_then_gets_the_
     broker = start_broker(FAILPOINTS)
     topic = "stuck"
     with RawKafka(broker.port) as kafka, RawKafka(broker.port) as retrier:
-        assert kafka.create_topic(topic) == 0
+        assert kafka.create_topic(topic) == ErrorCode.NONE
         pid = kafka.init_producer_id().producer_id
         assert answer(produce(kafka, topic, pid, 0, b"a")) == (ErrorCode.NONE, 0)
         failpoint(broker, topic, hold_flushes=True)

@@ -19,10 +19,10 @@ from integration.fault_proxy import CutPolicy, FaultProxy, ProxyStats
 from integration.idem_raw import RawKafka, StoredRecord, read_topic
 from integration.idem_stream import RUNNERS, Report, check_stream, stream_values
 from integration.java_client import java_available, java_unavailable_reason
+from protocol.errors import ErrorCode
 
 PARTITIONS = 3
 COUNT = 2000
-DUPLICATE_SEQUENCE_NUMBER = 46
 # Produce requests per run differ by client (batching); this cuts often enough for all without slowing them much.
 POLICY = CutPolicy(every=4, max_cuts=12, skip_first=3)
 MIN_CUTS = 3
@@ -57,7 +57,7 @@ def _needs_java(client: str) -> None:
 
 def _run(broker, proxy, client: str, topic: str, idempotent: bool, compression: str):
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(topic, PARTITIONS) == 0
+        assert kafka.create_topic(topic, PARTITIONS) == ErrorCode.NONE
     values = stream_values(topic, COUNT)
     proxy.set_policy(POLICY)
     reports = RUNNERS[client](proxy.bootstrap, topic, values, idempotent=idempotent, compression=compression)
@@ -113,7 +113,7 @@ def test_idempotent_values_survive_cut_connections_exactly_once_in_order(proxied
     assert check.stored == COUNT and check.holes == 0, check.summary()
     assert check.out_of_order == 0, check.summary()
     assert len(check.per_partition) == PARTITIONS, "keys did not spread over every partition"
-    assert set(stats.produce_errors) <= {0, DUPLICATE_SEQUENCE_NUMBER}, stats.produce_errors
+    assert set(stats.produce_errors) <= {ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER}, stats.produce_errors
     # Every batch answered NONE reports the offsets where its values are; one answered DUPLICATE_SEQUENCE_NUMBER has
     # none to report, and its values must be stored exactly once.
     answered_46 = _answered_duplicate_sequence(stats, topic, stored)

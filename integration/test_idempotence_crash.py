@@ -16,13 +16,13 @@ from integration.idem_raw import RawKafka, read_topic
 from integration.idem_stream import DELIVERY_TIMEOUT_S, Report, check_stream, stream_values
 from integration.waiting import wait_until
 from integration.java_client import java_available, java_produce, java_unavailable_reason
+from protocol.errors import ErrorCode
 
 PARTITIONS = 3
 KILLS = 3
 # Small batches: many Produce requests in flight when a kill lands, each a retry whose outcome the client cannot know.
 SMALL_BATCH_RECORDS = 50
 SMALL_BATCH_BYTES = 1024
-DUPLICATE_SEQUENCE_NUMBER = 46
 STREAM_TIMEOUT_S = 120
 COUNT = 30_000
 
@@ -101,7 +101,7 @@ def test_idempotent_stream_survives_three_kill_9_exactly_once_in_order(broker_fa
     assert check.duplicated == 0, check.summary()
     assert check.out_of_order == 0 and check.holes == 0, check.summary()
     assert check.offset_mismatches == 0, check.summary()
-    assert check.unknown_offsets == 0 or stats.produce_errors.get(DUPLICATE_SEQUENCE_NUMBER), check.summary()
+    assert check.unknown_offsets == 0 or stats.produce_errors.get(ErrorCode.DUPLICATE_SEQUENCE_NUMBER), check.summary()
     assert check.failed == 0 and check.stored == COUNT, check.summary()
 
 
@@ -119,7 +119,7 @@ def _crash_run(broker_factory, client: str, dedup: bool):
         proxy.upstream_port = broker.port
         topic = f"crash-{client}"
         with RawKafka(broker.port) as kafka:
-            assert kafka.create_topic(topic, PARTITIONS) == 0
+            assert kafka.create_topic(topic, PARTITIONS) == ErrorCode.NONE
         values = stream_values(topic, COUNT)
         reports: list[Report] = []
         running = threading.Event()

@@ -7,11 +7,8 @@ import pytest
 
 from integration.broker_process import BrokerProcess
 from integration.idem_raw import ProduceAnswer, RawKafka, idempotent_batch, plain_batch, read_topic
+from protocol.errors import ErrorCode
 
-NONE = 0
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-DUPLICATE_SEQUENCE_NUMBER = 46
-INVALID_PRODUCER_EPOCH = 47
 INT32_MAX = 2**31 - 1
 TOPIC = "idem-raw"
 WINDOW = 5  # Kafka keeps the last 5 batches per producer and partition
@@ -37,7 +34,7 @@ class RawProducer:
         """The next batch in sequence; must be accepted."""
         batch = self.batch(values)
         answer = self.kafka.produce(TOPIC, self.partition, batch)
-        assert answer.error_code == NONE, answer
+        assert answer.error_code == ErrorCode.NONE, answer
         self.sent.append((batch, answer.base_offset))
         self.sequence = (self.sequence + len(values)) % (INT32_MAX + 1)
         return answer
@@ -57,13 +54,13 @@ def stored_values(broker) -> list[bytes]:
 @pytest.fixture
 def kafka(broker):
     with RawKafka(broker.port) as client:
-        assert client.create_topic(TOPIC, 1) == 0
+        assert client.create_topic(TOPIC, 1) == ErrorCode.NONE
         yield client
 
 
 def new_producer(kafka: RawKafka, version: int = 4) -> RawProducer:
     identity = kafka.init_producer_id(version)
-    assert identity.error_code == NONE and identity.producer_id >= 0 and identity.producer_epoch == 0
+    assert identity.error_code == ErrorCode.NONE and identity.producer_id >= 0 and identity.producer_epoch == 0
     return RawProducer(kafka, identity.producer_id)
 
 
@@ -72,7 +69,7 @@ def test_retry_of_each_of_the_last_five_batches_gets_its_own_original_offset(bro
     for i in range(WINDOW + 2):
         producer.send(values(f"b{i}"))
     for batch, offset in reversed(producer.sent[-WINDOW:]):
-        assert producer.resend(batch) == ProduceAnswer(NONE, offset, None)
+        assert producer.resend(batch) == ProduceAnswer(ErrorCode.NONE, offset, None)
     assert stored_values(broker) == [v for i in range(WINDOW + 2) for v in values(f"b{i}")]
     assert producer.send(values("next")).base_offset == 3 * (WINDOW + 2)
 
@@ -82,7 +79,7 @@ def test_retry_older_than_the_window_gets_duplicate_sequence_number(broker, kafk
     for i in range(WINDOW + 2):
         producer.send(values(f"b{i}"))
     for batch, _ in producer.sent[:2]:
-        assert producer.resend(batch).error_code == DUPLICATE_SEQUENCE_NUMBER
+        assert producer.resend(batch).error_code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER
     assert len(stored_values(broker)) == 3 * (WINDOW + 2)
     producer.send(values("next"))  # the producer goes on in sequence
 
@@ -93,8 +90,9 @@ def test_older_epoch_gets_invalid_producer_epoch(broker, kafka):
     old_batch = producer.sent[-1][0]
     producer.epoch, producer.sequence = 1, 0  # a client-side epoch bump (Java, librdkafka) restarts at 0
     producer.send(values("e1"))
-    assert producer.resend(producer.batch(values("late"), sequence=3, epoch=0)).error_code == INVALID_PRODUCER_EPOCH
-    assert producer.resend(old_batch).error_code == INVALID_PRODUCER_EPOCH
+    late = producer.batch(values("late"), sequence=3, epoch=0)
+    assert producer.resend(late).error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert producer.resend(old_batch).error_code == ErrorCode.INVALID_PRODUCER_EPOCH
     assert stored_values(broker) == values("e0") + values("e1")
 
 
@@ -102,7 +100,7 @@ def test_new_epoch_not_starting_at_sequence_zero_is_out_of_order(broker, kafka):
     producer = new_producer(kafka)
     producer.send(values("e0"))
     answer = producer.resend(producer.batch(values("e1"), sequence=3, epoch=1))
-    assert answer.error_code == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert answer.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     producer.send(values("e0-more"))  # the old epoch is still in force
     assert stored_values(broker) == values("e0") + values("e0-more")
 
@@ -110,7 +108,8 @@ def test_new_epoch_not_starting_at_sequence_zero_is_out_of_order(broker, kafka):
 def test_sequence_gap_is_out_of_order_and_does_not_poison_the_producer(broker, kafka):
     producer = new_producer(kafka)
     producer.send(values("a"))
-    assert producer.resend(producer.batch(values("gap"), sequence=5)).error_code == OUT_OF_ORDER_SEQUENCE_NUMBER
+    gap = producer.batch(values("gap"), sequence=5)
+    assert producer.resend(gap).error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     producer.send(values("b"))
     assert stored_values(broker) == values("a") + values("b")
 
@@ -123,16 +122,16 @@ def test_sequences_wrap_from_int32_max_to_zero(broker, kafka, start):
     producer.send(values("after-wrap"))
     producer.send(values("later"))
     for batch, offset in producer.sent:
-        assert producer.resend(batch) == ProduceAnswer(NONE, offset, None)
+        assert producer.resend(batch) == ProduceAnswer(ErrorCode.NONE, offset, None)
     assert producer.resend(producer.batch(values("gap"), sequence=producer.sequence + 1)).error_code \
-        == OUT_OF_ORDER_SEQUENCE_NUMBER
+        == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     assert stored_values(broker) == values("before-wrap") + values("after-wrap") + values("later")
 
 
 def test_batches_without_a_producer_id_bypass_deduplication(broker, kafka):
     batch = plain_batch(values("plain"))
     first, second = kafka.produce(TOPIC, 0, batch), kafka.produce(TOPIC, 0, batch)
-    assert (first.error_code, second.error_code) == (NONE, NONE)
+    assert (first.error_code, second.error_code) == (ErrorCode.NONE, ErrorCode.NONE)
     assert (first.base_offset, second.base_offset) == (0, 3)
     assert stored_values(broker) == values("plain") * 2
 
@@ -140,7 +139,7 @@ def test_batches_without_a_producer_id_bypass_deduplication(broker, kafka):
 def test_init_producer_id_v0_gives_a_working_id_that_a_restart_never_hands_out_again(broker, kafka):
     producer = new_producer(kafka, version=0)
     producer.send(values("v0"))
-    assert producer.resend(producer.sent[-1][0]) == ProduceAnswer(NONE, 0, None)
+    assert producer.resend(producer.sent[-1][0]) == ProduceAnswer(ErrorCode.NONE, 0, None)
     kafka.close()
     broker.restart()
     with RawKafka(broker.port) as again:
@@ -174,7 +173,7 @@ def admin_broker(tmp_path):
 def test_producer_state_survives_a_broker_restart(admin_broker, hard, entries_interval):
     broker = admin_broker({"brokerDeduplicationEntriesInterval": str(entries_interval)})
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(TOPIC, 1) == 0
+        assert kafka.create_topic(TOPIC, 1) == ErrorCode.NONE
         producer = new_producer(kafka)
         producer.send(values("e0"))
         producer.epoch, producer.sequence = 1, 0
@@ -191,14 +190,14 @@ def test_producer_state_survives_a_broker_restart(admin_broker, hard, entries_in
     with RawKafka(broker.port) as kafka:
         producer.kafka = kafka
         last_batch, last_offset = producer.sent[-1]
-        assert producer.resend(last_batch) == ProduceAnswer(NONE, last_offset, None)
+        assert producer.resend(last_batch) == ProduceAnswer(ErrorCode.NONE, last_offset, None)
         for batch, offset in producer.sent[-WINDOW:]:
-            assert producer.resend(batch) == ProduceAnswer(NONE, offset, None)
-        assert producer.resend(producer.sent[1][0]).error_code == DUPLICATE_SEQUENCE_NUMBER
+            assert producer.resend(batch) == ProduceAnswer(ErrorCode.NONE, offset, None)
+        assert producer.resend(producer.sent[1][0]).error_code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER
         assert producer.resend(producer.batch(values("old"), sequence=3, epoch=0)).error_code \
-            == INVALID_PRODUCER_EPOCH
+            == ErrorCode.INVALID_PRODUCER_EPOCH
         assert producer.resend(producer.batch(values("gap"), sequence=producer.sequence + 2)).error_code \
-            == OUT_OF_ORDER_SEQUENCE_NUMBER
+            == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
         producer.send(values("after"))
     assert stored_values(broker) == values("e0") + [v for i in range(10) for v in values(f"b{i}", 2)] \
         + values("after")

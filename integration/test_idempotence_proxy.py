@@ -5,6 +5,7 @@ import pytest
 from integration.fault_proxy import BatchIdentity, CutPolicy, FaultProxy
 from integration.idem_raw import RawKafka, idempotent_batch, plain_batch, read_topic
 from integration.waiting import wait_until
+from protocol.errors import ErrorCode
 
 TOPIC = "proxied"
 
@@ -15,7 +16,7 @@ def proxied(broker_factory):
         broker = broker_factory({"advertised.port": str(proxy.port)})
         proxy.upstream_port = broker.port
         with RawKafka(broker.port) as kafka:
-            assert kafka.create_topic(TOPIC, 1) == 0
+            assert kafka.create_topic(TOPIC, 1) == ErrorCode.NONE
         yield broker, proxy
 
 
@@ -32,7 +33,7 @@ def test_cuts_the_picked_produce_responses_after_the_batch_is_stored(proxied, ve
     try:
         for i in range(1, 8):
             try:
-                assert client.produce(TOPIC, 0, plain_batch([b"v%d" % i]), version=version).error_code == 0
+                assert client.produce(TOPIC, 0, plain_batch([b"v%d" % i]), version=version).error_code == ErrorCode.NONE
                 answered.append(i)
             except ConnectionError:
                 cut.append(i)
@@ -44,7 +45,7 @@ def test_cuts_the_picked_produce_responses_after_the_batch_is_stored(proxied, ve
     assert stored(broker) == [b"v%d" % i for i in range(1, 8)]  # the cut batches were stored all the same
     stats = proxy.stats()
     assert (stats.produce_requests, stats.cuts, stats.connections) == (7, 2, 3)
-    assert stats.produce_errors == {0: 5} and stats.order_violations == 0
+    assert stats.produce_errors == {ErrorCode.NONE: 5} and stats.order_violations == 0
 
 
 def test_acks_zero_produce_is_never_picked_and_other_requests_pass(proxied):
@@ -53,7 +54,7 @@ def test_acks_zero_produce_is_never_picked_and_other_requests_pass(proxied):
     with RawKafka(proxy.port) as client:
         assert client.produce(TOPIC, 0, plain_batch([b"a0"]), acks=0) is None  # no response will come
         assert client.produce(TOPIC, 0, plain_batch([b"a1"]), acks=0) is None
-        assert client.init_producer_id().error_code == 0  # answered, and matched to its own request
+        assert client.init_producer_id().error_code == ErrorCode.NONE  # answered, and matched to its own request
         with pytest.raises(ConnectionError):
             client.produce(TOPIC, 0, plain_batch([b"acked"]))
     assert stored(broker) == [b"a0", b"a1", b"acked"]
@@ -83,13 +84,13 @@ def test_records_which_batches_were_answered_duplicate_sequence_number(proxied):
         pid = client.init_producer_id().producer_id
         for seq in range(0, 12, 2):  # six batches of two: the first falls out of the five kept with offsets
             batch = idempotent_batch([b"s%d" % seq, b"s%d" % (seq + 1)], producer_id=pid, epoch=0, base_sequence=seq)
-            assert client.produce(TOPIC, 0, batch).error_code == 0
+            assert client.produce(TOPIC, 0, batch).error_code == ErrorCode.NONE
         retry = idempotent_batch([b"s0", b"s1"], producer_id=pid, epoch=0, base_sequence=0)
-        assert client.produce(TOPIC, 0, retry).error_code == 46
+        assert client.produce(TOPIC, 0, retry).error_code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER
         assert client.produce(TOPIC, 0, idempotent_batch([b"s10", b"s11"], producer_id=pid, epoch=0,
-                                                          base_sequence=10)).error_code == 0  # NONE, its offset
+                                                          base_sequence=10)).error_code == ErrorCode.NONE  # its offset
     stats = proxy.stats()
-    assert stats.produce_errors == {0: 7, 46: 1}
+    assert stats.produce_errors == {ErrorCode.NONE: 7, ErrorCode.DUPLICATE_SEQUENCE_NUMBER: 1}
     assert stats.duplicate_sequence_batches == (BatchIdentity(TOPIC, 0, pid, 0, 0, 1),)
     records = read_topic(broker.port, TOPIC, [0])
     assert [(r.value, r.producer_id, r.producer_epoch, r.sequence) for r in records] == [

@@ -7,6 +7,7 @@ import pytest
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
 from integration.idem_raw import RawKafka, idempotent_batch, read_topic
+from protocol.errors import ErrorCode
 from protocol.records import split_batches
 
 
@@ -21,7 +22,7 @@ def call(broker, version, **fields):
 
 def bump(broker, producer_id, epoch, version=4):
     answer = call(broker, version, producer_id=producer_id, producer_epoch=epoch)
-    assert answer.error_code == 0
+    assert answer.error_code == ErrorCode.NONE
     return answer.producer_id, answer.producer_epoch
 
 
@@ -35,7 +36,7 @@ def stored_identities(broker, topic) -> list[tuple[int, int, int]]:
 @pytest.mark.parametrize("version", [0, 1, 2, 3, 4, 5])
 def test_every_version_hands_out_a_fresh_id(broker, version):
     first, second = call(broker, version), call(broker, version)
-    assert first.error_code == second.error_code == 0
+    assert first.error_code == second.error_code == ErrorCode.NONE
     assert first.producer_epoch == 0 and second.producer_id > first.producer_id >= 0
 
 
@@ -81,11 +82,11 @@ def test_no_bump_to_an_epoch_a_client_already_bumped_to_locally(broker):
     having issued it, and must not hand epoch 1 to anyone presenting epoch 0."""
     topic = "local-bump"
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(topic) == 0
+        assert kafka.create_topic(topic) == ErrorCode.NONE
         pid = kafka.init_producer_id().producer_id
         for epoch in (0, 1):
             batch = idempotent_batch([b"e%d" % epoch], producer_id=pid, epoch=epoch, base_sequence=0)
-            assert kafka.produce(topic, 0, batch).error_code == 0
+            assert kafka.produce(topic, 0, batch).error_code == ErrorCode.NONE
     fresh, epoch = bump(broker, pid, 0)
     assert fresh != pid and epoch == 0
 
@@ -97,7 +98,7 @@ def test_kafka_python_bumps_through_kip360_and_goes_on_with_the_bumped_epoch(bro
     from kafka import KafkaProducer
     topic = "kp-bump"
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(topic) == 0
+        assert kafka.create_topic(topic) == ErrorCode.NONE
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=True, acks="all",
                              linger_ms=200, retry_backoff_ms=20, request_timeout_ms=10_000,
                              delivery_timeout_ms=30_000)
@@ -108,7 +109,7 @@ def test_kafka_python_bumps_through_kip360_and_goes_on_with_the_bumped_epoch(bro
         assert identity.epoch == 0
         with RawKafka(broker.port) as kafka:  # sequence 1, behind the producer's back
             assert kafka.produce(topic, 0, idempotent_batch([b"x1"], producer_id=pid, epoch=0,
-                                                            base_sequence=1)).error_code == 0
+                                                            base_sequence=1)).error_code == ErrorCode.NONE
         overlapping = [producer.send(topic, v, partition=0) for v in (b"v1", b"v2")]  # one batch: sequences 1..2
         producer.flush(timeout=20)
         for future in overlapping:

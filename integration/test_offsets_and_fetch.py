@@ -7,6 +7,7 @@ from kafka import KafkaConsumer, TopicPartition
 from integration.clients import ck_produce, kp_consume_all
 from integration.fetch_requests import FETCH_VERSION, fetch_answers, fetch_request
 from integration.idem_raw import RawKafka, plain_batch
+from protocol.errors import ErrorCode
 
 PARKED_MAX_WAIT_MS = 300_000  # far longer than LIVENESS_S: a fetch that waits for it fails the test
 LIVENESS_S = 60.0  # how long a test waits for an answer that a working broker sends at once
@@ -65,13 +66,13 @@ def test_long_poll_answers_with_data_produced_while_it_waits(broker):
     produced while it waits comes back in that same fetch, well before its max wait could have passed."""
     with RawKafka(broker.port, timeout=LIVENESS_S) as waiting, RawKafka(broker.port) as producer:
         producer.create_topic("poll")
-        assert producer.produce("poll", 0, plain_batch([b"first"])).error_code == 0
+        assert producer.produce("poll", 0, plain_batch([b"first"])).error_code == ErrorCode.NONE
         parked = waiting.send(fetch_request([("poll", 0, 1)], max_wait_ms=PARKED_MAX_WAIT_MS, min_bytes=1))
         # Give the broker a moment to park the fetch; if it reads the fetch after the write instead, the fetch
         # finds the record at once and the assertion below holds just the same.
         time.sleep(0.5)
-        assert producer.produce("poll", 0, plain_batch([b"late"])).error_code == 0
-        assert fetch_answers(waiting, parked) == {("poll", 0): (0, [b"late"])}
+        assert producer.produce("poll", 0, plain_batch([b"late"])).error_code == ErrorCode.NONE
+        assert fetch_answers(waiting, parked) == {("poll", 0): (ErrorCode.NONE, [b"late"])}
 
 
 def test_a_fetch_with_an_errored_partition_is_answered_at_once(broker):
@@ -80,15 +81,15 @@ def test_a_fetch_with_an_errored_partition_is_answered_at_once(broker):
     with RawKafka(broker.port, timeout=LIVENESS_S) as raw:
         raw.create_topic("quiet")
         raw.create_topic("filled")
-        assert raw.produce("filled", 0, plain_batch([b"a", b"b"])).error_code == 0
-        cases = [(("quiet", 7, 0), 3),  # UNKNOWN_TOPIC_OR_PARTITION: no partition 7
-                 (("no-such-topic", 0, 0), 3),
-                 (("filled", 0, 99), 1)]  # OFFSET_OUT_OF_RANGE: the log ends at 2
+        assert raw.produce("filled", 0, plain_batch([b"a", b"b"])).error_code == ErrorCode.NONE
+        cases = [(("quiet", 7, 0), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),  # no partition 7
+                 (("no-such-topic", 0, 0), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                 (("filled", 0, 99), ErrorCode.OFFSET_OUT_OF_RANGE)]  # the log ends at 2
         for errored, code in cases:
             parked = raw.send(fetch_request([("quiet", 0, 0), errored], max_wait_ms=PARKED_MAX_WAIT_MS,
                                             min_bytes=1))
             answers = fetch_answers(raw, parked)
-            assert answers == {("quiet", 0): (0, []), errored[:2]: (code, [])}, errored
+            assert answers == {("quiet", 0): (ErrorCode.NONE, []), errored[:2]: (code, [])}, errored
 
 
 def test_retention_deletes_old_ledgers_and_moves_the_log_start(broker_factory):
@@ -142,7 +143,7 @@ def test_fetch_limits_only_the_first_batch_may_exceed_them(broker):
         raw.create_topic("limits", 2)
         for partition in (0, 1):
             for _ in range(2):
-                assert raw.produce("limits", partition, plain_batch(big)).error_code == 0
+                assert raw.produce("limits", partition, plain_batch(big)).error_code == ErrorCode.NONE
 
         def fetch(max_bytes, partition_max_bytes):
             request = fetch_request([("limits", p, 0) for p in (0, 1)], max_bytes=max_bytes,
@@ -168,7 +169,7 @@ def test_fetch_v13_and_later_name_topics_by_id(broker):
 
     with RawKafka(broker.port) as raw:
         raw.create_topic("by-id")
-        assert raw.produce("by-id", 0, plain_batch([b"a", b"b"])).error_code == 0
+        assert raw.produce("by-id", 0, plain_batch([b"a", b"b"])).error_code == ErrorCode.NONE
         Metadata = REQUEST_CLASSES[3][12]
         meta = raw.call(Metadata(topics=[Metadata.MetadataRequestTopic(name="by-id", topic_id=uuid.UUID(int=0))],
                                  allow_auto_topic_creation=False, include_topic_authorized_operations=False),
@@ -186,8 +187,8 @@ def test_fetch_v13_and_later_name_topics_by_id(broker):
                 fields["replica_id"] = -1
             response = raw.call(Fetch(**fields), RESPONSE_CLASSES[1], version)
             known, unknown = response.responses
-            assert known.topic_id == topic_id and known.partitions[0].error_code == 0
+            assert known.topic_id == topic_id and known.partitions[0].error_code == ErrorCode.NONE
             values = [r.value for _, view in split_batches(bytes(known.partitions[0].records))
                       for r in iter_records(view)]
             assert values == [b"a", b"b"]
-            assert unknown.partitions[0].error_code == 100  # UNKNOWN_TOPIC_ID
+            assert unknown.partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_ID

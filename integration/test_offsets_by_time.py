@@ -8,6 +8,7 @@ from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsRespo
 
 from integration.idem_raw import RawKafka
 from protocol.compression import LZ4, NONE, ZSTD
+from protocol.errors import ErrorCode
 from protocol.records import Record, build_batch
 
 VERSION = 7  # MAX_TIMESTAMP (-3) needs v7
@@ -24,7 +25,7 @@ def list_offsets(port: int, topic: str, timestamps: list[int]) -> list[tuple[int
                     name=topic, partitions=[ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
                         partition_index=0, current_leader_epoch=-1, timestamp=timestamp)])])
             (answer,) = kafka.call(request, ListOffsetsResponse, VERSION).topics[0].partitions
-            assert answer.error_code == 0
+            assert answer.error_code == ErrorCode.NONE
             out.append((answer.timestamp, answer.offset))
     return out
 
@@ -46,7 +47,7 @@ def test_offsets_for_times_across_ledgers_and_a_restart(broker):
             records = [Record(i, clock + rng.randrange(-5000, 1000), None, b"r%d" % rng.randrange(10**6) * 20)
                        for i in range(rng.randrange(1, 8))]
             batch = build_batch(records, compression=(NONE, LZ4, ZSTD)[n % 3])
-            assert kafka.produce("times", 0, batch).error_code == 0
+            assert kafka.produce("times", 0, batch).error_code == ErrorCode.NONE
             stamps.extend(r.timestamp for r in records)
     targets = [MAX_TIMESTAMP, min(stamps) - 1, max(stamps), max(stamps) + 1]
     targets += sorted(rng.sample(sorted(set(stamps)), 25))

@@ -7,6 +7,7 @@ from integration.broker_process import BrokerProcess
 from integration.idem_raw import RawKafka, idempotent_batch, plain_batch, read_topic
 from integration.waiting import wait_until
 from kop.admin.client import AdminClient, topic_resource
+from protocol.errors import ErrorCode
 
 TOPIC = "isolated"
 
@@ -30,7 +31,7 @@ def entries_written(broker: BrokerProcess, partition: int) -> int:
 
 def test_a_stuck_flush_on_one_partition_does_not_hold_up_another(broker):
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(TOPIC, 2) == 0
+        assert kafka.create_topic(TOPIC, 2) == ErrorCode.NONE
         pid = kafka.init_producer_id().producer_id
     hold(broker, 0, True)
     with RawKafka(broker.port) as stuck, RawKafka(broker.port) as other:
@@ -39,12 +40,12 @@ def test_a_stuck_flush_on_one_partition_does_not_hold_up_another(broker):
         for seq in range(5):  # idempotent ones too: dedup state is per partition
             batch = idempotent_batch([b"other%d" % seq], producer_id=pid, epoch=0, base_sequence=seq)
             answer = other.produce(TOPIC, 1, batch)
-            assert (answer.error_code, answer.base_offset) == (0, seq)
+            assert (answer.error_code, answer.base_offset) == (ErrorCode.NONE, seq)
         assert [r.value for r in read_topic(broker.port, TOPIC, [1])] == [b"other%d" % i for i in range(5)]
         # The stuck record is neither acknowledged (acks wait for durability) nor visible to readers.
         assert other.end_offsets(TOPIC, [0, 1]) == {0: 0, 1: 5}
         hold(broker, 0, False)
         answer = stuck.receive_produce(waiting)
-        assert (answer.error_code, answer.base_offset) == (0, 0)
+        assert (answer.error_code, answer.base_offset) == (ErrorCode.NONE, 0)
         assert other.end_offsets(TOPIC, [0, 1]) == {0: 1, 1: 5}
     assert [r.value for r in read_topic(broker.port, TOPIC, [0])] == [b"stuck"]

@@ -11,6 +11,7 @@ from kafka.admin import NewPartitions as KpNewPartitions
 from kafka.errors import InvalidPartitionsError, TopicAlreadyExistsError
 
 from integration.clients import ck_consume_all, ck_produce
+from protocol.errors import ErrorCode
 
 
 def wait_all(futures, timeout=20):
@@ -215,7 +216,7 @@ def test_compacted_topics_refuse_records_without_a_key(broker):
                     Record(offset=i, timestamp=0, key=None if i in (1, 4) else b"k", value=b"v")
                     for i in range(6)]))])])
         answer = raw.call(request, ProduceResponse, 9).responses[0].partition_responses[0]
-    assert answer.error_code == 87  # INVALID_RECORD
+    assert answer.error_code == ErrorCode.INVALID_RECORD
     reason = "Compacted topic cannot accept message without key"
     assert [(e.batch_index, e.batch_index_error_message) for e in answer.record_errors] == [(1, reason), (4, reason)]
     keyed = ck_produce(broker.bootstrap, "compacted", [(b"k", b"v", [], 0)])
@@ -294,7 +295,7 @@ def test_replica_placement_apis_answer_as_a_single_broker_does(broker):
         (described,) = admin.describe_log_dirs()
         assert described["broker"] == 1
         (log_dir,) = described["log_dirs"]
-        assert log_dir["error_code"] == 0 and log_dir["log_dir"].endswith("ledgers")
+        assert log_dir["error_code"] == ErrorCode.NONE and log_dir["log_dir"].endswith("ledgers")
         sizes = {(t["name"], p["partition_index"]): p["partition_size"]
                  for t in log_dir["topics"] for p in t["partitions"]}
         assert sizes[("placed", 0)] > 100
@@ -323,8 +324,8 @@ def test_incremental_set_without_a_value_is_refused_not_stored(broker):
             resource_type=2, resource_name="nulls", configs=[
                 Resource.AlterableConfig(name="segment.ms", config_operation=0, value=None)])]),
             RESPONSE_CLASSES[44], 1)
-        assert [r.error_code for r in response.responses] == [42]  # INVALID_REQUEST
-        assert raw.produce("nulls", 0, plain_batch([b"still serving"])).error_code == 0
+        assert [r.error_code for r in response.responses] == [ErrorCode.INVALID_REQUEST]
+        assert raw.produce("nulls", 0, plain_batch([b"still serving"])).error_code == ErrorCode.NONE
 
 
 def test_a_topic_recreated_after_a_crash_in_the_middle_of_its_deletion_starts_empty(broker):

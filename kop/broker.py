@@ -33,7 +33,7 @@ class Broker:
         self.policies = PolicyBook(config)
         self.topics = TopicManager(config, self.policies)
         self.groups = GroupCoordinator(config, self.topics)
-        self.router = handlers.build_router()
+        self.api_router = handlers.build_api_router()
         self.producer_ids: ProducerIdAllocator | None = None
         self.started_ms = int(time.time() * 1000)
         self._server: asyncio.AbstractServer | None = None

@@ -16,12 +16,16 @@ import functools
 import inspect
 import itertools
 import logging
+from typing import TYPE_CHECKING
 
 from kop.byte_budget import ByteBudget
-from kop.handlers.context import RequestContext
+from kop.handlers.context import BrokerServices, RequestContext
 from protocol.api import (ProtocolError, UnsupportedVersion, decode_body, encode_response, parse_header,
                           response_class)
 from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kop.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +38,9 @@ class SlowRequest(Exception):
 
 
 class Connection:
-    def __init__(self, broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, broker: "Broker", reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.broker = broker
+        self._services = BrokerServices.of(broker)  # all a handler gets of the broker
         self.reader = reader
         self.writer = writer
         self.id = next(_ids)
@@ -136,7 +141,7 @@ class Connection:
 
     async def _dispatch(self, frame: bytes):
         """Run a request's ordered phase; returns an awaitable of the response frame, or None for no response."""
-        router = self.broker.router
+        router = self.broker.api_router
         try:
             header, body_offset = parse_header(frame, router.versions)
         except UnsupportedVersion as exc:
@@ -144,7 +149,7 @@ class Connection:
                 return _done(self._api_versions_fallback(exc.correlation_id))
             raise ProtocolError(str(exc)) from None
         request = decode_body(header, frame, body_offset)
-        ctx = RequestContext(self.broker, header, self.peer, self.id)
+        ctx = RequestContext(self._services, header, self.peer, self.id)
         result = await router.routes[header.api_key].handler(ctx, request)
         if result is None:
             return None
@@ -161,7 +166,7 @@ class Connection:
         """UNSUPPORTED_VERSION with a v0 body listing what we serve; clients retry with a version from it."""
         cls = response_class(API_VERSIONS_KEY, 0)
         keys = [cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-                for k, (lo, hi) in sorted(self.broker.router.versions.items())]
+                for k, (lo, hi) in sorted(self.broker.api_router.versions.items())]
         return encode_response(cls(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=keys), correlation_id)
 
     async def _write_responses(self) -> None:

@@ -1,10 +1,9 @@
 """PartitionLog: one Kafka partition on top of one managed ledger.
 
 The produce path lands here. `publish_normal` takes a client data batch: idempotent batches (producer id >= 0) go
-through Kafka's producer rules and the PIP-6 core (`dedup/`), then get offsets and are appended; `publish_control`
-takes transaction markers, which never go through sequence checks. The decision and the offset assignment run
-synchronously, in call order, so appends to one partition happen in arrival order; both return a future of the
-result that resolves once the entry is durable, so many appends share one group-committed fsync. The bookkeeping
+through Kafka's producer rules and the PIP-6 core (`dedup/`), then get offsets and are appended. The decision and
+the offset assignment run synchronously, in call order, so appends to one partition happen in arrival order; it
+returns a future of the result that resolves once the entry is durable, so many appends share one group-committed fsync. The bookkeeping
 after a write (dedup's persisted map, snapshots) runs in callbacks, whether or not anyone awaits the result (acks=0).
 """
 import asyncio
@@ -157,13 +156,6 @@ class PartitionLog:
     def _append_time(self, duplicate: Duplicate) -> int:
         """The original log-append time of a deduplicated batch (-1 for CreateTime topics, as Kafka answers)."""
         return duplicate.log_append_time if self.log_append_time else -1
-
-    def publish_control(self, header: BatchHeader, view: memoryview, marker_type: int) -> asyncio.Future:
-        """Append a control batch (transaction marker): no sequence checks, never deduplicated."""
-        metadata = MessageMetadata(producer_id=header.producer_id, producer_epoch=header.producer_epoch,
-                                   is_control=True, is_transactional=header.is_transactional,
-                                   marker_type=marker_type)
-        return self._append(header, view, metadata, None)
 
     def _append(self, header: BatchHeader, view: memoryview, metadata: MessageMetadata, accept: Accept | None,
                 named: RecordsDecision | None = None) -> asyncio.Future:

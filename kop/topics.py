@@ -83,11 +83,6 @@ def validate_topic_configs(configs: dict[str, str]) -> None:
                 raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be at least {MIN_TOPIC_CONFIG_VALUES[key]}")
 
 
-def is_compacted(configs: dict[str, str]) -> bool:
-    """Kafka's compacted topic (`compact` in cleanup.policy): every record needs a key."""
-    return "compact" in configs.get("cleanup.policy", "delete").split(",")
-
-
 def deletes_by_retention(configs: dict[str, str]) -> bool:
     """A compact-only topic keeps its data (kop does not compact; Kafka would keep the latest value per key)."""
     return "delete" in configs.get("cleanup.policy", "delete").split(",")
@@ -99,12 +94,36 @@ class TopicError(Exception):
         self.code = code
 
 
+@dataclass(frozen=True, slots=True)
+class TopicSettings:
+    """A topic's configs as the produce path and the ledgers act on them: parsed, with the broker's defaults filled
+    in, once whenever the configs change rather than on every batch."""
+
+    max_message_bytes: int  # the largest record batch accepted
+    compacted: bool  # `compact` in cleanup.policy: every record needs a key (kop keeps the data whole)
+    log_append_time: bool  # message.timestamp.type=LogAppendTime
+    segment_bytes: int  # a ledger rolls at this size ...
+    segment_ms: int  # ... or this age
+
+    @classmethod
+    def parse(cls, configs: dict[str, str], broker: BrokerConfig) -> "TopicSettings":
+        return cls(max_message_bytes=int(configs.get("max.message.bytes", broker.message_max_bytes)),
+                   compacted="compact" in configs.get("cleanup.policy", "delete").split(","),
+                   log_append_time=configs.get("message.timestamp.type") == "LogAppendTime",
+                   segment_bytes=int(configs.get("segment.bytes", broker.ledger_max_bytes)),
+                   segment_ms=int(configs.get("segment.ms", broker.ledger_max_age_ms)))
+
+
 @dataclass
 class Topic:
     name: str
     topic_id: bytes
-    configs: dict[str, str]
+    configs: dict[str, str]  # the overrides as stored and described (Kafka's names, string values)
+    settings: TopicSettings  # the same, parsed; replaced together with configs
     partitions: list[PartitionLog] = field(default_factory=list)
+
+    def partition(self, index: int) -> PartitionLog | None:
+        return self.partitions[index] if 0 <= index < len(self.partitions) else None
 
 
 def validate_topic_name(name: str | None) -> None:
@@ -148,7 +167,8 @@ class TopicManager:
             metas.append(meta)
         self._remove_orphan_ledgers({meta.name: meta.partitions for meta in metas})
         for meta in metas:
-            topic = Topic(meta.name, meta.topic_id or uuid.uuid4().bytes, {kv.key: kv.value for kv in meta.configs})
+            configs = {kv.key: kv.value for kv in meta.configs}
+            topic = Topic(meta.name, meta.topic_id or uuid.uuid4().bytes, configs, self._settings(configs))
             for p in range(meta.partitions):
                 topic.partitions.append(await self._open_partition(meta.name, p))
             self._apply_configs(topic)
@@ -196,14 +216,15 @@ class TopicManager:
     def all_partitions(self) -> list[PartitionLog]:
         return [p for t in list(self.topics.values()) for p in t.partitions]
 
+    def _settings(self, configs: dict[str, str]) -> TopicSettings:
+        return TopicSettings.parse(configs, self.config)
+
     def _apply_configs(self, topic: Topic) -> None:
-        """Push topic configs that the produce path and the ledgers read into its partitions."""
-        log_append = topic.configs.get("message.timestamp.type") == "LogAppendTime"
-        max_bytes = int(topic.configs.get("segment.bytes", self.config.ledger_max_bytes))
-        max_age_ms = int(topic.configs.get("segment.ms", self.config.ledger_max_age_ms))
+        """Push the topic's settings that partitions and their ledgers act on into its partitions."""
+        settings = topic.settings
         for partition in topic.partitions:
-            partition.log_append_time = log_append
-            partition.ledger.set_rollover(max_bytes, max_age_ms)
+            partition.log_append_time = settings.log_append_time
+            partition.ledger.set_rollover(settings.segment_bytes, settings.segment_ms)
 
     def _write_meta(self, topic: Topic) -> None:
         meta = TopicMetadata(name=topic.name, partitions=len(topic.partitions), topic_id=topic.topic_id,
@@ -223,9 +244,7 @@ class TopicManager:
 
     def partition(self, name: str, index: int) -> PartitionLog | None:
         topic = self.topics.get(name)
-        if topic is None or not 0 <= index < len(topic.partitions):
-            return None
-        return topic.partitions[index]
+        return None if topic is None else topic.partition(index)
 
     async def get_or_create(self, name: str) -> Topic | None:
         """The topic, auto-created with the default partition count when enabled (as Kafka's Metadata/Produce do)."""
@@ -256,7 +275,7 @@ class TopicManager:
     async def create(self, name: str, partitions: int, configs: dict[str, str]) -> Topic:
         async with self._lock:
             partitions = self.check_create(name, partitions, configs)
-            topic = Topic(name, uuid.uuid4().bytes, dict(configs))
+            topic = Topic(name, uuid.uuid4().bytes, dict(configs), self._settings(configs))
             for p in range(partitions):
                 topic.partitions.append(await self._open_partition(name, p, new=True))
             self._write_meta(topic)
@@ -309,7 +328,7 @@ class TopicManager:
             validate_topic_configs(configs)
             if validate_only:
                 return
-            topic.configs = dict(configs)
+            topic.configs, topic.settings = dict(configs), self._settings(configs)
             self._write_meta(topic)
             self._apply_configs(topic)
             log.info("topic %s configs now %s", name, topic.configs)

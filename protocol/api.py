@@ -6,6 +6,7 @@ flexible versions decide the header version (v2 with tagged fields) and the body
 default value out, which older librdkafka (Debian's kcat) needs.
 """
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -76,9 +77,11 @@ def read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
             raise ProtocolError("varint too long in request header")
 
 
-def parse_header(frame: bytes | memoryview, served_max_version: dict[int, tuple[int, int]]) -> tuple[RequestHeader, int]:
-    """Parse the request header; returns it and the body's offset. Raises UnsupportedVersion for a known key at a
-    version we do not serve, ProtocolError for anything malformed or an unknown key."""
+def parse_header(frame: bytes | memoryview,
+                 served_versions: Mapping[int, tuple[int, int]]) -> tuple[RequestHeader, int]:
+    """Parse the request header; returns it and the body's offset. `served_versions` maps each served api key to
+    its (min, max) version. Raises UnsupportedVersion for a known key at a version we do not serve, ProtocolError
+    for anything malformed or an unknown key."""
     view = memoryview(frame)
     if len(view) < _FIXED.size:
         raise ProtocolError(f"request of {len(view)} bytes is shorter than a request header")
@@ -92,9 +95,9 @@ def parse_header(frame: bytes | memoryview, served_max_version: dict[int, tuple[
         pos += client_len
     header = RequestHeader(api_key, api_version, correlation_id, client_id)
     cls = REQUEST_CLASSES.get(api_key)
-    if cls is None or api_key not in served_max_version:
+    if cls is None or api_key not in served_versions:
         raise ProtocolError(f"unknown or unserved api key {api_key}")
-    low, high = served_max_version[api_key]
+    low, high = served_versions[api_key]
     if not low <= api_version <= high:
         raise UnsupportedVersion(api_key, api_version, correlation_id)
     if cls.flexible_version_q(api_version):

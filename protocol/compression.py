@@ -20,13 +20,9 @@ import cramjam
 import lz4.frame
 import zstandard
 
-BytesLike: TypeAlias = bytes | bytearray | memoryview
+from protocol.errors import ErrorCode
 
-# Kafka's error codes (same numbers as protocol.errors.ErrorCode).
-CORRUPT_MESSAGE = 2
-UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
-UNSUPPORTED_COMPRESSION_TYPE = 76
-INVALID_RECORD = 87
+BytesLike: TypeAlias = bytes | bytearray | memoryview
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 CODEC_NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
@@ -50,13 +46,13 @@ class RecordBatchError(Exception):
     It lives here because records.py imports this module; protocol.records re-exports it.
     """
 
-    def __init__(self, error_code: int, reason: str) -> None:
+    def __init__(self, error_code: ErrorCode, reason: str) -> None:
         super().__init__(reason)
         self.error_code = error_code
 
 
 def _corrupt(reason: str) -> RecordBatchError:
-    return RecordBatchError(CORRUPT_MESSAGE, reason)
+    return RecordBatchError(ErrorCode.CORRUPT_MESSAGE, reason)
 
 
 def _too_big(codec: int, max_size: int) -> RecordBatchError:
@@ -69,7 +65,7 @@ def decompress(codec: int, data: BytesLike, max_size: int = DEFAULT_MAX_SIZE) ->
         return bytes(data)
     decoder = _DECODERS.get(codec)
     if decoder is None:
-        raise RecordBatchError(UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec {codec}")
+        raise RecordBatchError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec {codec}")
     if len(data) == 0:
         raise _corrupt(f"empty {CODEC_NAMES[codec]} payload")
     try:
@@ -84,7 +80,7 @@ def compress(codec: int, data: BytesLike, *, level: int | None = None) -> bytes:
     """Compress `data` the way Kafka clients do for `codec`."""
     encoder = _ENCODERS.get(codec)
     if encoder is None:
-        raise RecordBatchError(UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec {codec}")
+        raise RecordBatchError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec {codec}")
     return encoder(data, level)
 
 

@@ -1,4 +1,5 @@
-"""Kafka error codes the broker answers with (the numbers are Kafka's; names as in Kafka's Errors enum)."""
+"""Kafka error codes (the numbers are Kafka's; names as in Kafka's Errors enum). The one table: the broker, its
+tests and its tools name a code through it rather than by number."""
 from enum import IntEnum
 
 
@@ -71,9 +72,9 @@ class ErrorCode(IntEnum):
     FENCED_INSTANCE_ID = 82
     ELECTION_NOT_NEEDED = 84
     NO_REASSIGNMENT_IN_PROGRESS = 85
+    GROUP_SUBSCRIBED_TO_TOPIC = 86
     INVALID_RECORD = 87
     UNSTABLE_OFFSET_COMMIT = 88
-    GROUP_SUBSCRIBED_TO_TOPIC = 86
     PRODUCER_FENCED = 90
     UNKNOWN_TOPIC_ID = 100
     INCONSISTENT_TOPIC_ID = 103

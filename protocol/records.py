@@ -26,17 +26,14 @@ import crc32c
 
 from protocol.compression import (
     CODEC_NAMES,
-    CORRUPT_MESSAGE,
     DEFAULT_MAX_SIZE,
-    INVALID_RECORD,
     NONE,
-    UNSUPPORTED_COMPRESSION_TYPE,
-    UNSUPPORTED_FOR_MESSAGE_FORMAT,
     BytesLike,
     RecordBatchError,
     compress,
     decompress,
 )
+from protocol.errors import ErrorCode
 from protocol.varint import VARINT_MAX_BYTES, VARLONG_MAX_BYTES, VarintError, decode_varint, encode_varint
 
 __all__ = [
@@ -172,11 +169,11 @@ class ControlMarker:
 
 
 def _corrupt(reason: str) -> RecordBatchError:
-    return RecordBatchError(CORRUPT_MESSAGE, reason)
+    return RecordBatchError(ErrorCode.CORRUPT_MESSAGE, reason)
 
 
 def _invalid(reason: str) -> RecordBatchError:
-    return RecordBatchError(INVALID_RECORD, reason)
+    return RecordBatchError(ErrorCode.INVALID_RECORD, reason)
 
 
 class FalseMaxTimestamp(RecordBatchError):
@@ -188,7 +185,7 @@ class FalseMaxTimestamp(RecordBatchError):
     """
 
     def __init__(self, reason: str, records_max: int) -> None:
-        super().__init__(INVALID_RECORD, reason)
+        super().__init__(ErrorCode.INVALID_RECORD, reason)
         self.records_max = records_max
 
 
@@ -215,7 +212,7 @@ def split_batches(records: BytesLike) -> list[tuple[BatchHeader, memoryview]]:
         if magic != CURRENT_MAGIC:
             if magic in (0, 1):
                 raise RecordBatchError(
-                    UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                    ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
                     f"magic v0/v1 not supported: message set with magic {magic} at position {pos}")
             raise _corrupt(f"unknown magic {magic - 256 if magic > 127 else magic} at position {pos}")
         batch_length = _INT32.unpack_from(view, pos + 8)[0]
@@ -268,7 +265,7 @@ def validate_batch(header: BatchHeader, view: memoryview, *, deep: bool = True, 
         raise _corrupt(f"CRC mismatch: batch says {header.crc:#010x}, its bytes give {computed:#010x}")
     codec = header.attributes & COMPRESSION_MASK
     if codec not in CODEC_NAMES:
-        raise RecordBatchError(UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec {codec}")
+        raise RecordBatchError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec {codec}")
     _check_counts(header, from_client)
     _check_producer_fields(header)
     if codec == NONE:

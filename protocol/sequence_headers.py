@@ -8,7 +8,8 @@ with one header but not the other, a name that is empty, too long or not UTF-8, 
 """
 from dataclasses import dataclass
 
-from protocol.compression import INVALID_RECORD, BytesLike, RecordBatchError
+from protocol.compression import BytesLike, RecordBatchError
+from protocol.errors import ErrorCode
 from protocol.records import BatchHeader
 from protocol.varint import VARINT_MAX_BYTES, VARLONG_MAX_BYTES, VarintError, decode_varint
 
@@ -63,7 +64,7 @@ def read_sequence_headers(header: BatchHeader, records: BytesLike, pos: int = 0)
                 elif key == _SEQUENCE_KEY:
                     sequence = _once(sequence, index, SEQUENCE_ID_HEADER, records, value_start, value_end)
         except (IndexError, VarintError) as exc:  # validated before: only a caller's mistake gets here
-            raise RecordBatchError(INVALID_RECORD, f"record {index}: {exc}") from None
+            raise RecordBatchError(ErrorCode.INVALID_RECORD, f"record {index}: {exc}") from None
         if name is None and sequence is None:
             out.append(SequencedRecord(record_start, record_end, ts_delta, None, None))
         else:
@@ -104,7 +105,7 @@ def _sequence_id(index: int, raw: bytes | None) -> int:
 
 
 def _bad(index: int, header: str, problem: str) -> RecordBatchError:
-    return RecordBatchError(INVALID_RECORD, f"record {index}: header {header} {problem}")
+    return RecordBatchError(ErrorCode.INVALID_RECORD, f"record {index}: header {header} {problem}")
 
 
 def _span(data: BytesLike, pos: int) -> tuple[int, int, int]:

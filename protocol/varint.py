@@ -38,13 +38,3 @@ def encode_varint(value: int, out: bytearray) -> None:
         out.append((raw & 0x7F) | 0x80)
         raw >>= 7
     out.append(raw)
-
-
-def size_of_varint(value: int) -> int:
-    """Bytes encode_varint would write for `value`."""
-    raw = (value << 1) ^ (value >> 63)
-    size = 1
-    while raw >= 0x80:
-        raw >>= 7
-        size += 1
-    return size

@@ -13,18 +13,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.compression import (
-    CORRUPT_MESSAGE,
     GZIP,
     LZ4,
     NONE,
     SNAPPY,
-    UNSUPPORTED_COMPRESSION_TYPE,
     XERIAL_MAGIC,
     ZSTD,
     RecordBatchError,
     compress,
     decompress,
 )
+from protocol.errors import ErrorCode
 
 CODECS = [GZIP, SNAPPY, LZ4, ZSTD]
 PAYLOADS = [
@@ -46,7 +45,7 @@ def xerial(blocks: list[bytes], *, byteorder: str = "big") -> bytes:
     return bytes(out)
 
 
-def expect_error(code: int, codec: int, data: bytes, **kwargs) -> RecordBatchError:
+def expect_error(code: ErrorCode, codec: int, data: bytes, **kwargs) -> RecordBatchError:
     with pytest.raises(RecordBatchError) as caught:
         decompress(codec, data, **kwargs)
     assert caught.value.error_code == code, str(caught.value)
@@ -66,10 +65,10 @@ def test_codec_none_passes_bytes_through() -> None:
 
 @pytest.mark.parametrize("codec", [5, 6, 7, -1])
 def test_unknown_codec_is_unsupported_compression_type(codec: int) -> None:
-    expect_error(UNSUPPORTED_COMPRESSION_TYPE, codec, b"data")
+    expect_error(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, codec, b"data")
     with pytest.raises(RecordBatchError) as caught:
         compress(codec, b"data")
-    assert caught.value.error_code == UNSUPPORTED_COMPRESSION_TYPE
+    assert caught.value.error_code == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
 
 
 # --- what clients write, we read ----------------------------------------------------------------------------------
@@ -141,26 +140,26 @@ def test_lz4_blocks_are_independent() -> None:
 def test_truncated_payload_is_corrupt(codec: int) -> None:
     encoded = compress(codec, PAYLOAD)
     for cut in (1, 7, len(encoded) // 2):
-        expect_error(CORRUPT_MESSAGE, codec, encoded[:-cut])
+        expect_error(ErrorCode.CORRUPT_MESSAGE, codec, encoded[:-cut])
 
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_trailing_garbage_is_corrupt(codec: int) -> None:
-    expect_error(CORRUPT_MESSAGE, codec, compress(codec, PAYLOAD) + b"\x01garbage")
+    expect_error(ErrorCode.CORRUPT_MESSAGE, codec, compress(codec, PAYLOAD) + b"\x01garbage")
 
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_empty_payload_is_corrupt(codec: int) -> None:
-    expect_error(CORRUPT_MESSAGE, codec, b"")
+    expect_error(ErrorCode.CORRUPT_MESSAGE, codec, b"")
 
 
 def test_xerial_block_length_past_the_end_is_corrupt() -> None:
     framed = bytearray(xerial([b"hello" * 100]))
     struct.pack_into(">i", framed, 16, 10_000)
-    expect_error(CORRUPT_MESSAGE, SNAPPY, bytes(framed))
+    expect_error(ErrorCode.CORRUPT_MESSAGE, SNAPPY, bytes(framed))
     struct.pack_into(">i", framed, 16, -5)
-    expect_error(CORRUPT_MESSAGE, SNAPPY, bytes(framed))
-    expect_error(CORRUPT_MESSAGE, SNAPPY, xerial([b"x"]) + b"\x00\x00")  # a block length cut short
+    expect_error(ErrorCode.CORRUPT_MESSAGE, SNAPPY, bytes(framed))
+    expect_error(ErrorCode.CORRUPT_MESSAGE, SNAPPY, xerial([b"x"]) + b"\x00\x00")  # a block length cut short
 
 
 # --- decompression bombs ------------------------------------------------------------------------------------------
@@ -172,7 +171,7 @@ ONE_MIB = 1 << 20
 def test_payload_expanding_past_max_size_is_corrupt(codec: int) -> None:
     bomb = compress(codec, bytes(8 * ONE_MIB))
     assert len(bomb) < 400_000
-    error = expect_error(CORRUPT_MESSAGE, codec, bomb, max_size=ONE_MIB)
+    error = expect_error(ErrorCode.CORRUPT_MESSAGE, codec, bomb, max_size=ONE_MIB)
     assert "limit" in str(error)
     assert len(decompress(codec, bomb, max_size=8 * ONE_MIB)) == 8 * ONE_MIB  # exactly at the limit is fine
 
@@ -182,14 +181,14 @@ def test_zstd_bomb_without_content_size_stops_at_default_limit() -> None:
     chunk = bytes(ONE_MIB)
     bomb = b"".join(writer.compress(chunk) for _ in range(80)) + writer.flush()  # 80 MiB of zeros
     assert len(bomb) < 10_000
-    assert "limit" in str(expect_error(CORRUPT_MESSAGE, ZSTD, bomb))
+    assert "limit" in str(expect_error(ErrorCode.CORRUPT_MESSAGE, ZSTD, bomb))
 
 
 def test_snappy_block_declaring_a_huge_length_is_refused_before_decoding() -> None:
     # A raw snappy block starts with its uncompressed length; 0xFFFFFFFF here, and nothing behind it.
-    expect_error(CORRUPT_MESSAGE, SNAPPY, b"\xff\xff\xff\xff\x0f\x00")
+    expect_error(ErrorCode.CORRUPT_MESSAGE, SNAPPY, b"\xff\xff\xff\xff\x0f\x00")
     many_blocks = xerial([bytes(ONE_MIB)] * 3)
-    expect_error(CORRUPT_MESSAGE, SNAPPY, many_blocks, max_size=2 * ONE_MIB)
+    expect_error(ErrorCode.CORRUPT_MESSAGE, SNAPPY, many_blocks, max_size=2 * ONE_MIB)
 
 
 # --- arbitrary input ----------------------------------------------------------------------------------------------
@@ -200,7 +199,7 @@ def test_random_bytes_raise_only_record_batch_error(codec: int, data: bytes) -> 
     try:
         decompress(codec, data, max_size=ONE_MIB)
     except RecordBatchError as e:
-        assert e.error_code == CORRUPT_MESSAGE
+        assert e.error_code == ErrorCode.CORRUPT_MESSAGE
 
 
 @settings(max_examples=200, deadline=None)
@@ -213,4 +212,4 @@ def test_damaged_compressed_bytes_raise_only_record_batch_error(codec: int, payl
     try:
         decompress(codec, bytes(damaged), max_size=ONE_MIB)
     except RecordBatchError as e:
-        assert e.error_code == CORRUPT_MESSAGE
+        assert e.error_code == ErrorCode.CORRUPT_MESSAGE

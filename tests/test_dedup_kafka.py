@@ -453,7 +453,7 @@ async def test_purge_spares_a_producer_with_an_epoch_bump_in_flight(bump_before_
     partition.fail_writes()
     name = partition.producers.producer_name(PID, 0)
     since = partition.dedup.inactive[name]
-    assert partition.dedup.purge_inactive(60, now=since + 60) == []
+    assert partition.dedup.purge_inactive(60, now=since + 59) == []  # (since + 60 - 60 may round above since)
     assert partition.dedup.purge_inactive(60, now=since + 61) == [name]
 
 

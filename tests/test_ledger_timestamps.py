@@ -11,10 +11,6 @@ from protocol.records import Record, build_batch, iter_records
 CONFIG = FileLedgerConfig(max_ledger_bytes=2048)
 
 
-def run(coro):
-    return asyncio.run(coro)
-
-
 def open_ml(path):
     return FileManagedLedger.open("t", str(path), CONFIG, None)
 
@@ -57,7 +53,7 @@ def jittered_batches(seed: int, count: int) -> list[list[int]]:
     return batches
 
 
-def test_the_first_record_at_or_after_a_timestamp_is_found_live_after_a_restart_and_after_a_crash(tmp_path):
+async def test_the_first_record_at_or_after_a_timestamp_is_found_live_after_a_restart_and_after_a_crash(tmp_path):
     batches = jittered_batches(7, 120)
     timestamps = sorted({ts for batch in batches for ts in batch})
     targets = ([timestamps[0] - 1, timestamps[-1], timestamps[-1] + 1] + timestamps[::7]
@@ -71,56 +67,50 @@ def test_the_first_record_at_or_after_a_timestamp_is_found_live_after_a_restart_
             for target in targets[::5]:
                 assert await found(ml, target, from_index) == expected(batches, target, from_index)
 
-    async def scenario():
-        ml = open_ml(tmp_path)
-        await append_batches(ml, batches)
-        await check(ml)
-        await ml.close()
-        ml = open_ml(tmp_path)  # recovered ledgers: max timestamps from ledgers.info, batch indexes built lazily
-        await check(ml)
-        more = jittered_batches(8, 10)
-        await append_batches(ml, more)
-        # no close: a crash, so the last ledger has no recorded max timestamp and must be read to be searched
-        batches.extend(more)
-        crashed = open_ml(tmp_path)
-        await check(crashed)
-        await crashed.close()
-        await ml.close()
-    run(scenario())
+    ml = open_ml(tmp_path)
+    await append_batches(ml, batches)
+    await check(ml)
+    await ml.close()
+    ml = open_ml(tmp_path)  # recovered ledgers: max timestamps from ledgers.info, batch indexes built lazily
+    await check(ml)
+    more = jittered_batches(8, 10)
+    await append_batches(ml, more)
+    # no close: a crash, so the last ledger has no recorded max timestamp and must be read to be searched
+    batches.extend(more)
+    crashed = open_ml(tmp_path)
+    await check(crashed)
+    await crashed.close()
+    await ml.close()
 
 
-def test_a_search_reads_only_the_ledger_that_holds_the_answer(tmp_path):
-    async def scenario():
-        ml = open_ml(tmp_path)
-        batches = [[1_000 + 10 * i, 1_005 + 10 * i] for i in range(100)]
-        await append_batches(ml, batches)
-        await ml.close()
-        ml = open_ml(tmp_path)
-        ledgers = ml._ledgers
-        assert len(ledgers) > 5 and all(l.times is None for l in ledgers[:-1])
-        target = batches[-3][1]
-        assert await found(ml, target) == expected(batches, target)
-        holder = ml.position_of_index(expected(batches, target)).ledger_id
-        assert holder > ledgers[0].ledger_id
-        assert [l.ledger_id for l in ledgers if l.entries and l.times is not None] == [holder]
-        await ml.close()
-    run(scenario())
+async def test_a_search_reads_only_the_ledger_that_holds_the_answer(tmp_path):
+    ml = open_ml(tmp_path)
+    batches = [[1_000 + 10 * i, 1_005 + 10 * i] for i in range(100)]
+    await append_batches(ml, batches)
+    await ml.close()
+    ml = open_ml(tmp_path)
+    ledgers = ml._ledgers
+    assert len(ledgers) > 5 and all(l.times is None for l in ledgers[:-1])
+    target = batches[-3][1]
+    assert await found(ml, target) == expected(batches, target)
+    holder = ml.position_of_index(expected(batches, target)).ledger_id
+    assert holder > ledgers[0].ledger_id
+    assert [l.ledger_id for l in ledgers if l.entries and l.times is not None] == [holder]
+    await ml.close()
 
 
-def test_the_greatest_timestamp_and_its_first_record(tmp_path):
-    async def scenario():
-        ml = open_ml(tmp_path)
-        assert await ml.max_timestamp(0) == -1
-        batches = jittered_batches(3, 60)
-        greatest = max(ts for batch in batches for ts in batch)
-        await append_batches(ml, batches)
-        assert await ml.max_timestamp(0) == greatest
-        await ml.close()
-        ml = open_ml(tmp_path)
-        assert await ml.max_timestamp(0) == greatest
-        assert await found(ml, greatest) == expected(batches, greatest)
-        last_batch_start = ml.confirmed_end_index - len(batches[-1])
-        assert await ml.max_timestamp(last_batch_start) == max(batches[-1])
-        assert await ml.max_timestamp(ml.confirmed_end_index) == -1
-        await ml.close()
-    run(scenario())
+async def test_the_greatest_timestamp_and_its_first_record(tmp_path):
+    ml = open_ml(tmp_path)
+    assert await ml.max_timestamp(0) == -1
+    batches = jittered_batches(3, 60)
+    greatest = max(ts for batch in batches for ts in batch)
+    await append_batches(ml, batches)
+    assert await ml.max_timestamp(0) == greatest
+    await ml.close()
+    ml = open_ml(tmp_path)
+    assert await ml.max_timestamp(0) == greatest
+    assert await found(ml, greatest) == expected(batches, greatest)
+    last_batch_start = ml.confirmed_end_index - len(batches[-1])
+    assert await ml.max_timestamp(last_batch_start) == max(batches[-1])
+    assert await ml.max_timestamp(ml.confirmed_end_index) == -1
+    await ml.close()

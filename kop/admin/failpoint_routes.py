@@ -9,8 +9,8 @@ reads of the dedup replay fail as a disk read error would, so a dedup recovery f
 from typing import TYPE_CHECKING
 
 from kop.admin.http import HttpError, Request, Response, json_response
-from kop.admin.requests import int_value, json_body
-from kop.admin.router import Router
+from kop.admin.parsing import int_value, json_body
+from kop.admin.router import AdminRouter
 
 if TYPE_CHECKING:
     from kop.broker import Broker
@@ -24,7 +24,7 @@ class FailpointRoutes:
     def __init__(self, broker: "Broker") -> None:
         self.broker = broker
 
-    def register(self, router: Router) -> None:
+    def register(self, router: AdminRouter) -> None:
         if self.broker.config.admin_failpoints_enabled:
             router.add("POST", PATH, self.inject)
 

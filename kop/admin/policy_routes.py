@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kop.admin.http import Request, Response, json_response
-from kop.admin.requests import bool_body, check_namespace, find_topic, flag_query, int_value, json_body
-from kop.admin.router import Router
+from kop.admin.parsing import bool_body, check_namespace, find_topic, flag_query, int_value, json_body
+from kop.admin.router import AdminRouter
 
 if TYPE_CHECKING:
     from kop.broker import Broker
@@ -44,14 +44,14 @@ class PolicyRoutes:
     def __init__(self, broker: "Broker") -> None:
         self.broker = broker
 
-    def register(self, router: Router) -> None:
+    def register(self, router: AdminRouter) -> None:
         for spec in FIELDS:
             self._register_namespace(router, spec)
             self._register_topic(router, spec)
 
     # ---- namespace level
 
-    def _register_namespace(self, router: Router, spec: PolicyField) -> None:
+    def _register_namespace(self, router: AdminRouter, spec: PolicyField) -> None:
         path = f"{NAMESPACE}/{spec.namespace_path}"
         policies = self.broker.policies
 
@@ -78,7 +78,7 @@ class PolicyRoutes:
 
     # ---- topic level
 
-    def _register_topic(self, router: Router, spec: PolicyField) -> None:
+    def _register_topic(self, router: AdminRouter, spec: PolicyField) -> None:
         path = f"{TOPIC}/{spec.topic_path}"
         policies = self.broker.policies
 

@@ -1,4 +1,4 @@
-"""Routes: (method, path template) -> handler, matched segment by segment.
+"""The admin API's router: (HTTP method, path template) -> handler, matched segment by segment.
 
 Templates look like Pulsar's, `/admin/v2/namespaces/{tenant}/{namespace}/deduplication`; a `{name}` segment matches
 one percent-decoded path segment and reaches the handler as a keyword argument. A path that matches a template under
@@ -32,7 +32,7 @@ class Route:
         return params
 
 
-class Router:
+class AdminRouter:
     def __init__(self) -> None:
         self._routes: list[Route] = []
 

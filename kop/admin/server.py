@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 from kop.admin.failpoint_routes import FailpointRoutes
 from kop.admin.http import HttpServer
 from kop.admin.policy_routes import PolicyRoutes
-from kop.admin.router import Router
+from kop.admin.router import AdminRouter
 from kop.admin.topic_routes import TopicRoutes
 
 if TYPE_CHECKING:
@@ -14,8 +14,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def build_router(broker: "Broker") -> Router:
-    router = Router()
+def build_admin_router(broker: "Broker") -> AdminRouter:
+    router = AdminRouter()
     for routes in (PolicyRoutes(broker), TopicRoutes(broker), FailpointRoutes(broker)):
         routes.register(router)
     return router
@@ -26,7 +26,7 @@ class AdminServer:
 
     def __init__(self, broker: "Broker") -> None:
         config = broker.config
-        self.router = build_router(broker)
+        self.router = build_admin_router(broker)
         self._http = HttpServer(self.router, config.host, max(config.admin_port, 0))
 
     @property

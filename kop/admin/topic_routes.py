@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 from kop.admin import views
 from kop.admin.http import Request, Response, json_response
-from kop.admin.requests import check_namespace, find_topic
-from kop.admin.router import Router
+from kop.admin.parsing import check_namespace, find_topic
+from kop.admin.router import AdminRouter
 
 if TYPE_CHECKING:
     from kop.broker import Broker
@@ -22,7 +22,7 @@ class TopicRoutes:
     def __init__(self, broker: "Broker") -> None:
         self.broker = broker
 
-    def register(self, router: Router) -> None:
+    def register(self, router: AdminRouter) -> None:
         router.add("GET", NAMESPACE, self.list_partitions)
         router.add("GET", f"{NAMESPACE}/partitioned", self.list_topics)
         router.add("GET", f"{TOPIC}/stats", self.stats)

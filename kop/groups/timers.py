@@ -33,9 +33,6 @@ class Timers:
         for key in [k for k in self._handles if predicate(k)]:
             self.cancel(key)
 
-    def armed(self, key: Hashable) -> bool:
-        return key in self._handles
-
     def cancel_all(self) -> None:
         for handle in self._handles.values():
             handle.cancel()

@@ -1,4 +1,7 @@
-"""What a handler gets besides its request: the broker, the request header and the connection."""
+"""What a handler gets besides its request: the request header, the connection it came on, and the few broker
+services handlers use, each typed. A handler reaches nothing else of the broker, so its dependencies are the ones
+its module names through `ctx`."""
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -6,11 +9,43 @@ from protocol.api import RequestHeader
 
 if TYPE_CHECKING:
     from kop.broker import Broker
+    from kop.config import BrokerConfig
+    from kop.groups import GroupCoordinator
+    from kop.producer_ids import ProducerIdAllocator
+    from kop.topics import TopicManager
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """This broker as clients reach it: the id, host and port Metadata, FindCoordinator and DescribeCluster name."""
+
+    node_id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerServices:
+    """The services handlers use, fixed once the broker listens."""
+
+    config: "BrokerConfig"  # settings, read-only
+    endpoint: Endpoint
+    topics: "TopicManager"
+    groups: "GroupCoordinator"
+    producer_ids: "ProducerIdAllocator"
+    api_versions: Mapping[int, tuple[int, int]]  # api key -> (min, max) version served
+
+    @classmethod
+    def of(cls, broker: "Broker") -> "BrokerServices":
+        config = broker.config
+        assert broker.producer_ids is not None, "the broker serves requests only once started"
+        return cls(config, Endpoint(config.node_id, config.advertised, broker.advertised_port), broker.topics,
+                   broker.groups, broker.producer_ids, broker.api_router.versions)
 
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
-    broker: "Broker"
+    services: BrokerServices
     header: RequestHeader
     peer: str
     connection_id: int
@@ -22,3 +57,27 @@ class RequestContext:
     @property
     def client_id(self) -> str:
         return self.header.client_id or ""
+
+    @property
+    def config(self) -> "BrokerConfig":
+        return self.services.config
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return self.services.endpoint
+
+    @property
+    def topics(self) -> "TopicManager":
+        return self.services.topics
+
+    @property
+    def groups(self) -> "GroupCoordinator":
+        return self.services.groups
+
+    @property
+    def producer_ids(self) -> "ProducerIdAllocator":
+        return self.services.producer_ids
+
+    @property
+    def api_versions(self) -> Mapping[int, tuple[int, int]]:
+        return self.services.api_versions

@@ -9,21 +9,26 @@ Long poll: answer at once when min_bytes are available, max_wait_ms is 0, or any
 otherwise wait until new entries become durable on any requested partition or max_wait_ms passes."""
 import asyncio
 import time
+from collections.abc import Awaitable, Sequence
+from typing import Any
 
-from protocol.api import response_class
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+from kop.handlers.context import RequestContext
+from kop.ledger import Entry
 from protocol.errors import ErrorCode
 
 MIN_WAIT_SLICE = 0.001
 
 
-def _topic_name(ctx, ftopic) -> str | None:
-    return ctx.broker.topics.name_of(ftopic.topic_id.bytes) if ctx.version >= 13 else ftopic.topic
+def _topic_name(ctx: RequestContext, ftopic: Any) -> str | None:
+    return ctx.topics.name_of(ftopic.topic_id.bytes) if ctx.version >= 13 else ftopic.topic
 
 
-def _collect(ctx, request):
+def _collect(ctx: RequestContext, request: FetchRequest) -> tuple[list[Any], int]:
     """Read what is available now; returns (per-topic partition results, total bytes)."""
-    cls = response_class(1, ctx.version)
-    topics = ctx.broker.topics
+    cls = FetchResponse[ctx.version]
+    topics = ctx.topics
     budget = request.max_bytes if ctx.version >= 3 else 0x7FFFFFFF
     total = 0
     out = []
@@ -33,7 +38,7 @@ def _collect(ctx, request):
         for fpart in ftopic.partitions:
             partition = topics.partition(name, fpart.partition) if name is not None else None
             data = cls.FetchableTopicResponse.PartitionData(
-                partition_index=fpart.partition, error_code=0, high_watermark=-1, last_stable_offset=-1,
+                partition_index=fpart.partition, error_code=ErrorCode.NONE, high_watermark=-1, last_stable_offset=-1,
                 log_start_offset=-1, aborted_transactions=None, records=b"")
             if partition is None:
                 data.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None \
@@ -70,7 +75,7 @@ def _collect(ctx, request):
     return out, total
 
 
-def _fitting(entries, limit: int) -> list:
+def _fitting(entries: list[Entry], limit: int) -> list[Entry]:
     size = 0
     for i, entry in enumerate(entries):
         size += len(entry.data)
@@ -79,18 +84,18 @@ def _fitting(entries, limit: int) -> list:
     return entries
 
 
-def _ready(request, topics, total: int) -> bool:
+def _ready(request: FetchRequest, topics: Sequence[Any], total: int) -> bool:
     return total >= request.min_bytes or any(p.error_code for t in topics for p in t.partitions)
 
 
-def _response(ctx, topics):
-    cls = response_class(1, ctx.version)
-    return cls(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+def _response(ctx: RequestContext, topics: list[Any]) -> FetchResponse:
+    cls = FetchResponse[ctx.version]
+    return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics)
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaitable[FetchResponse]:
     if ctx.version >= 7 and request.session_id != 0:
-        cls = response_class(1, ctx.version)
+        cls = FetchResponse[ctx.version]
         return cls(throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
     topics, total = _collect(ctx, request)
     if request.max_wait_ms <= 0 or _ready(request, topics, total):
@@ -98,10 +103,10 @@ async def handle(ctx, request):
     return _long_poll(ctx, request, topics, total)
 
 
-async def _long_poll(ctx, request, topics, total):
+async def _long_poll(ctx: RequestContext, request: FetchRequest, topics: list[Any], total: int) -> FetchResponse:
     deadline = time.monotonic() + request.max_wait_ms / 1000
     partitions = [p for t in request.topics if (name := _topic_name(ctx, t)) is not None for fp in t.partitions
-                  if (p := ctx.broker.topics.partition(name, fp.partition)) is not None]
+                  if (p := ctx.topics.partition(name, fp.partition)) is not None]
     loop = asyncio.get_running_loop()
     while not _ready(request, topics, total):
         remaining = deadline - time.monotonic()
@@ -121,4 +126,4 @@ async def _long_poll(ctx, request, topics, total):
     return _response(ctx, topics)
 
 
-ROUTES = [(1, 4, 17, handle)]
+ROUTES = [(FetchRequest.API_KEY, 4, 17, handle)]

@@ -7,25 +7,26 @@ group coordinator has loaded. Transaction keys get this broker too: it is where 
 live, and until transactions are served InitProducerId refuses a transactional id with a clear, non-retriable
 error, which beats COORDINATOR_NOT_AVAILABLE making clients retry until they time out.
 """
-from protocol.api import response_class
+from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+
+from kop.handlers.context import RequestContext
 from protocol.errors import ErrorCode
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 
 
-def _answer(ctx, key_type: int) -> tuple[ErrorCode, str | None]:
+def _answer(ctx: RequestContext, key_type: int) -> tuple[ErrorCode, str | None]:
     if key_type not in (GROUP_KEY, TRANSACTION_KEY):
         return ErrorCode.INVALID_REQUEST, f"unsupported coordinator key type {key_type}"
-    if not ctx.broker.groups.loaded:
+    if not ctx.groups.loaded:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is loading"
     return ErrorCode.NONE, None
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     v = ctx.version
-    cls = response_class(10, v)
-    cfg = ctx.broker.config
-    node, host, port = cfg.node_id, cfg.advertised, ctx.broker.advertised_port
+    cls = FindCoordinatorResponse[v]
+    node, host, port = ctx.endpoint.node_id, ctx.endpoint.host, ctx.endpoint.port
     key_type = request.key_type if v >= 1 else GROUP_KEY
     error, message = _answer(ctx, key_type)
     if error != ErrorCode.NONE:
@@ -37,4 +38,4 @@ async def handle(ctx, request):
         for key in request.coordinator_keys])
 
 
-ROUTES = [(10, 0, 6, handle)]
+ROUTES = [(FindCoordinatorRequest.API_KEY, 0, 6, handle)]

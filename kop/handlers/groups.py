@@ -15,25 +15,34 @@ Version ranges: aiokafka 0.14 sends JoinGroup v5, SyncGroup v3, Heartbeat/LeaveG
 SyncGroup/Heartbeat v3, LeaveGroup v1, DescribeGroups v4, ListGroups v5; kafka-python 3 JoinGroup v7; the Java
 client 3.9 the maxima listed. KIP-848's ConsumerGroupHeartbeat (68) is not served, so every client uses these.
 """
+import asyncio
+from collections.abc import Awaitable
+
+from kafka.protocol.admin import (DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
+                                  DescribeGroupsResponse, ListGroupsRequest, ListGroupsResponse)
+from kafka.protocol.consumer import (HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
+                                     LeaveGroupRequest, LeaveGroupResponse, SyncGroupRequest, SyncGroupResponse)
+
+from kop.groups import JoinRequest, JoinResult, SyncResult
 from kop.groups.coordinator import CLASSIC_GROUP_TYPE
-from kop.groups.membership import JoinRequest
-from protocol.api import response_class
+from kop.handlers.context import RequestContext
 from protocol.errors import ErrorCode
 
 GROUP_OPERATIONS = {3, 6, 8}  # READ, DELETE, DESCRIBE: bits of Kafka's AclOperation codes
 NOT_REQUESTED = None  # encoded as Integer.MIN_VALUE
 
 
-def client_host(ctx) -> str:
+def client_host(ctx: RequestContext) -> str:
     host = ctx.peer.rpartition(":")[0] or ctx.peer
     return "/" + host  # as Kafka prints an InetAddress
 
 
 # ---- JoinGroup
 
-async def join_group(ctx, request):
+async def join_group(ctx: RequestContext,
+                     request: JoinGroupRequest) -> JoinGroupResponse | Awaitable[JoinGroupResponse]:
     v = ctx.version
-    cls = response_class(11, v)
+    cls = JoinGroupResponse[v]
     req = JoinRequest(
         group_id=request.group_id, member_id=request.member_id or "",
         group_instance_id=request.group_instance_id if v >= 5 else None,
@@ -43,17 +52,18 @@ async def join_group(ctx, request):
         protocols=[(p.name, bytes(p.metadata or b"")) for p in request.protocols],
         client_id=ctx.client_id, client_host=client_host(ctx), require_known_member_id=v >= 4,
         supports_skip_assignment=v >= 9, reason=request.reason if v >= 8 else None)
-    future = ctx.broker.groups.join(req)
+    future = ctx.groups.join(req)
     if future.done():
         return _join_response(cls, v, future.result())
     return _await_join(cls, v, future)
 
 
-async def _await_join(cls, v, future):
+async def _await_join(cls: type[JoinGroupResponse], v: int,
+                      future: asyncio.Future[JoinResult]) -> JoinGroupResponse:
     return _join_response(cls, v, await future)
 
 
-def _join_response(cls, v, result):
+def _join_response(cls: type[JoinGroupResponse], v: int, result: JoinResult) -> JoinGroupResponse:
     members = [cls.JoinGroupResponseMember(member_id=m.member_id, group_instance_id=m.group_instance_id,
                                            metadata=m.metadata) for m in result.members]
     protocol_name = result.protocol_name
@@ -66,47 +76,48 @@ def _join_response(cls, v, result):
 
 # ---- SyncGroup
 
-async def sync_group(ctx, request):
+async def sync_group(ctx: RequestContext,
+                     request: SyncGroupRequest) -> SyncGroupResponse | Awaitable[SyncGroupResponse]:
     v = ctx.version
-    cls = response_class(14, v)
+    cls = SyncGroupResponse[v]
     assignments = {a.member_id: bytes(a.assignment or b"") for a in request.assignments}
-    future = ctx.broker.groups.sync(request.group_id, request.generation_id, request.member_id,
-                                    request.group_instance_id if v >= 3 else None,
-                                    request.protocol_type if v >= 5 else None,
-                                    request.protocol_name if v >= 5 else None, assignments)
+    future = ctx.groups.sync(request.group_id, request.generation_id, request.member_id,
+                             request.group_instance_id if v >= 3 else None,
+                             request.protocol_type if v >= 5 else None,
+                             request.protocol_name if v >= 5 else None, assignments)
     if future.done():
         return _sync_response(cls, future.result())
     return _await_sync(cls, future)
 
 
-async def _await_sync(cls, future):
+async def _await_sync(cls: type[SyncGroupResponse], future: asyncio.Future[SyncResult]) -> SyncGroupResponse:
     return _sync_response(cls, await future)
 
 
-def _sync_response(cls, result):
+def _sync_response(cls: type[SyncGroupResponse], result: SyncResult) -> SyncGroupResponse:
     return cls(throttle_time_ms=0, error_code=result.error, protocol_type=result.protocol_type,
                protocol_name=result.protocol_name, assignment=result.assignment)
 
 
 # ---- Heartbeat
 
-async def heartbeat(ctx, request):
-    cls = response_class(12, ctx.version)
-    error = ctx.broker.groups.heartbeat(request.group_id, request.generation_id, request.member_id,
-                                        request.group_instance_id if ctx.version >= 3 else None)
+async def heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
+    cls = HeartbeatResponse[ctx.version]
+    error = ctx.groups.heartbeat(request.group_id, request.generation_id, request.member_id,
+                                 request.group_instance_id if ctx.version >= 3 else None)
     return cls(throttle_time_ms=0, error_code=error)
 
 
 # ---- LeaveGroup
 
-async def leave_group(ctx, request):
+async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
     v = ctx.version
-    cls = response_class(13, v)
+    cls = LeaveGroupResponse[v]
     if v >= 3:
         leaving = [(m.member_id or "", m.group_instance_id) for m in request.members]
     else:
         leaving = [(request.member_id or "", None)]
-    error, results = ctx.broker.groups.leave(request.group_id, leaving)
+    error, results = ctx.groups.leave(request.group_id, leaving)
     if v < 3:
         if error == ErrorCode.NONE and results:
             error = results[0]
@@ -118,10 +129,10 @@ async def leave_group(ctx, request):
 
 # ---- ListGroups, DescribeGroups, DeleteGroups
 
-async def list_groups(ctx, request):
+async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
     v = ctx.version
-    cls = response_class(16, v)
-    coordinator = ctx.broker.groups
+    cls = ListGroupsResponse[v]
+    coordinator = ctx.groups
     if not coordinator.loaded:
         return cls(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, groups=[])
     listed = coordinator.list_groups(request.states_filter if v >= 4 else None,
@@ -131,13 +142,13 @@ async def list_groups(ctx, request):
     return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=groups)
 
 
-async def describe_groups(ctx, request):
+async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
     v = ctx.version
-    cls = response_class(15, v)
+    cls = DescribeGroupsResponse[v]
     operations = GROUP_OPERATIONS if v >= 3 and request.include_authorized_operations else NOT_REQUESTED
     described = []
     for group_id in request.groups:
-        d = ctx.broker.groups.describe(group_id)
+        d = ctx.groups.describe(group_id)
         error, message = d.error, None
         if error == ErrorCode.GROUP_ID_NOT_FOUND:
             if v >= 6:
@@ -155,19 +166,19 @@ async def describe_groups(ctx, request):
     return cls(throttle_time_ms=0, groups=described)
 
 
-async def delete_groups(ctx, request):
-    cls = response_class(42, ctx.version)
-    results = await ctx.broker.groups.delete_groups(list(request.groups_names))
+async def delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
+    cls = DeleteGroupsResponse[ctx.version]
+    results = await ctx.groups.delete_groups(list(request.groups_names))
     return cls(throttle_time_ms=0,
                results=[cls.DeletableGroupResult(group_id=g, error_code=e) for g, e in results])
 
 
 ROUTES = [
-    (11, 0, 9, join_group),
-    (14, 0, 5, sync_group),
-    (12, 0, 4, heartbeat),
-    (13, 0, 5, leave_group),
-    (16, 0, 5, list_groups),
-    (15, 0, 6, describe_groups),
-    (42, 0, 2, delete_groups),
+    (JoinGroupRequest.API_KEY, 0, 9, join_group),
+    (SyncGroupRequest.API_KEY, 0, 5, sync_group),
+    (HeartbeatRequest.API_KEY, 0, 4, heartbeat),
+    (LeaveGroupRequest.API_KEY, 0, 5, leave_group),
+    (ListGroupsRequest.API_KEY, 0, 5, list_groups),
+    (DescribeGroupsRequest.API_KEY, 0, 6, describe_groups),
+    (DeleteGroupsRequest.API_KEY, 0, 2, delete_groups),
 ]

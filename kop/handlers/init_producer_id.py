@@ -11,30 +11,33 @@ after a lost response, a zombie) or an unknown one (never issued, forgotten afte
 the next epoch of a producer that may be alive. Clients adopt whatever comes back."""
 import logging
 
-from protocol.api import response_class
+from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
+
+from kop.handlers.context import RequestContext
+from kop.topics import TopicManager
 from protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
 
-def _higher_epoch_in_use(broker, producer_id: int, epoch: int) -> bool:
-    for partition in broker.topics.all_partitions():
+def _higher_epoch_in_use(topics: TopicManager, producer_id: int, epoch: int) -> bool:
+    for partition in topics.all_partitions():
         current = partition.producers.epoch(producer_id)
         if current is not None and current > epoch:
             return True
     return False
 
 
-async def handle(ctx, request):
-    cls = response_class(22, ctx.version)
+async def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
+    cls = InitProducerIdResponse[ctx.version]
     if request.transactional_id is not None:
         # Transactions are not served yet: refuse instead of handing out an id that could not be fenced.
         return cls(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                    producer_id=-1, producer_epoch=-1)
-    allocator = ctx.broker.producer_ids
+    allocator = ctx.producer_ids
     pid = request.producer_id if ctx.version >= 3 else -1
     epoch = request.producer_epoch if ctx.version >= 3 else -1
-    if pid >= 0 and epoch >= 0 and not _higher_epoch_in_use(ctx.broker, pid, epoch):
+    if pid >= 0 and epoch >= 0 and not _higher_epoch_in_use(ctx.topics, pid, epoch):
         bumped = allocator.bump(pid, epoch)
         if bumped is not None:
             log.info("producer %d: epoch %d bumped to %d (KIP-360)", pid, epoch, bumped)
@@ -46,4 +49,4 @@ async def handle(ctx, request):
     return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=fresh, producer_epoch=0)
 
 
-ROUTES = [(22, 0, 5, handle)]
+ROUTES = [(InitProducerIdRequest.API_KEY, 0, 5, handle)]

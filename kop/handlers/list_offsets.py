@@ -3,14 +3,17 @@ leader epoch. Timestamp -2 = earliest, -1 = latest (the high watermark, = last o
 (v7+, the first record holding the greatest timestamp); otherwise the first offset whose record timestamp is >= the
 given one: per-ledger and per-batch max timestamps (kop/ledger/time_index.py) find the batch without reading older data,
 its records the offset (as Kafka's time index and LogSegment.findOffsetByTimestamp do)."""
-from protocol.api import response_class
+from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
+
+from kop.handlers.context import RequestContext
+from kop.partition import PartitionLog
 from protocol.errors import ErrorCode
 from protocol.records import iter_records
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
 
-async def _by_timestamp(partition, timestamp: int) -> tuple[int, int]:
+async def _by_timestamp(partition: PartitionLog, timestamp: int) -> tuple[int, int]:
     """(timestamp, offset) of the first record, in offset order, whose timestamp is >= `timestamp`. The ledger finds
     the batch from batch header max timestamps; only that batch is decoded. A batch straddling the log start may
     hold its match below it, then the search goes on after it."""
@@ -26,21 +29,21 @@ async def _by_timestamp(partition, timestamp: int) -> tuple[int, int]:
     return -1, -1
 
 
-async def _max_timestamp(partition) -> tuple[int, int]:
+async def _max_timestamp(partition: PartitionLog) -> tuple[int, int]:
     """(timestamp, offset) of the first record holding the greatest timestamp (KIP-734)."""
     greatest = await partition.ledger.max_timestamp(partition.log_start_offset)
     return await _by_timestamp(partition, greatest) if greatest >= 0 else (-1, -1)
 
 
-async def handle(ctx, request):
-    cls = response_class(2, ctx.version)
+async def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
+    cls = ListOffsetsResponse[ctx.version]
     topics_out = []
     for topic in request.topics:
         parts = []
         for p in topic.partitions:
             result = cls.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
-                partition_index=p.partition_index, error_code=0, timestamp=-1, offset=-1, leader_epoch=0)
-            partition = ctx.broker.topics.partition(topic.name, p.partition_index)
+                partition_index=p.partition_index, error_code=ErrorCode.NONE, timestamp=-1, offset=-1, leader_epoch=0)
+            partition = ctx.topics.partition(topic.name, p.partition_index)
             if partition is None:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif p.timestamp == EARLIEST:
@@ -58,4 +61,4 @@ async def handle(ctx, request):
     return cls(throttle_time_ms=0, topics=topics_out)
 
 
-ROUTES = [(2, 1, 7, handle)]
+ROUTES = [(ListOffsetsRequest.API_KEY, 1, 7, handle)]

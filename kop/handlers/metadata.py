@@ -1,22 +1,26 @@
 """Metadata (key 3). Version notes: v0 with an empty list means all topics, v1+ uses null for that; v4+ carries
 AllowAutoTopicCreation; v10+ topic ids; v8-10 cluster authorized operations. One broker leads every partition."""
 import uuid
+from typing import Any
 
-from kop.topics import TopicError, validate_topic_name
-from protocol.api import response_class
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+from kop.handlers.context import RequestContext
+from kop.topics import Topic, TopicError, validate_topic_name
 from protocol.errors import ErrorCode
 
 
-def broker_list(ctx, cls):
-    cfg = ctx.broker.config
-    return [cls.MetadataResponseBroker(node_id=cfg.node_id, host=cfg.advertised, port=ctx.broker.advertised_port, rack=None)]
+def broker_list(ctx: RequestContext, cls: type[MetadataResponse]) -> list[Any]:
+    me = ctx.endpoint
+    return [cls.MetadataResponseBroker(node_id=me.node_id, host=me.host, port=me.port, rack=None)]
 
 
-def topic_entry(ctx, cls, name, topic, error=ErrorCode.NONE):
-    node = ctx.broker.config.node_id
+def topic_entry(ctx: RequestContext, cls: type[MetadataResponse], name: str | None, topic: Topic | None,
+                error: ErrorCode = ErrorCode.NONE) -> Any:
+    node = ctx.endpoint.node_id
     partitions = [] if topic is None else [
         cls.MetadataResponseTopic.MetadataResponsePartition(
-            error_code=0, partition_index=p, leader_id=node, leader_epoch=0,
+            error_code=ErrorCode.NONE, partition_index=p, leader_id=node, leader_epoch=0,
             replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
         for p in range(len(topic.partitions))]
     topic_id = uuid.UUID(bytes=topic.topic_id) if topic is not None else uuid.UUID(int=0)
@@ -24,9 +28,9 @@ def topic_entry(ctx, cls, name, topic, error=ErrorCode.NONE):
                                      partitions=partitions)
 
 
-async def handle(ctx, request):
-    cls = response_class(3, ctx.version)
-    topics_mgr = ctx.broker.topics
+async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
+    cls = MetadataResponse[ctx.version]
+    topics_mgr = ctx.topics
     wanted = request.topics
     if wanted is None or (ctx.version == 0 and not wanted):
         names = sorted(topics_mgr.topics)
@@ -49,8 +53,8 @@ async def handle(ctx, request):
                 continue
             error = ErrorCode.NONE if topic else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             entries.append(topic_entry(ctx, cls, name, topic, error))
-    return cls(throttle_time_ms=0, brokers=broker_list(ctx, cls), cluster_id=ctx.broker.config.cluster_id,
-               controller_id=ctx.broker.config.node_id, topics=entries)
+    return cls(throttle_time_ms=0, brokers=broker_list(ctx, cls), cluster_id=ctx.config.cluster_id,
+               controller_id=ctx.endpoint.node_id, topics=entries)
 
 
-ROUTES = [(3, 0, 12, handle)]
+ROUTES = [(MetadataRequest.API_KEY, 0, 12, handle)]

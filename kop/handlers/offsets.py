@@ -14,26 +14,37 @@ Durability: the ordered phase validates and hands every partition's offset to it
 response waits until all of them are durable.
 """
 import asyncio
+from collections.abc import Awaitable, Sequence
+from typing import Any
 
-from protocol.api import response_class
+from kafka.protocol.consumer import (OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest,
+                                     OffsetDeleteResponse, OffsetFetchRequest, OffsetFetchResponse)
+
+from kop.groups import CommittedOffset
+from kop.handlers.context import RequestContext
 from protocol.errors import ErrorCode
 
 NO_OFFSET = -1
+# Per topic, each partition's outcome: an error decided at once, or a future of the code once the commit is durable.
+PartitionCommit = tuple[int, ErrorCode | asyncio.Future]
+PendingCommits = list[tuple[str, list[PartitionCommit]]]
+# Per topic, each partition's committed offset (None: none committed).
+Committed = list[tuple[str, list[tuple[int, CommittedOffset | None]]]]
 
 
 # ---- OffsetCommit
 
-async def offset_commit(ctx, request):
+async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Awaitable[OffsetCommitResponse]:
     v = ctx.version
-    cls = response_class(8, v)
-    groups = ctx.broker.groups
+    cls = OffsetCommitResponse[v]
+    groups = ctx.groups
     generation = request.generation_id_or_member_epoch if v >= 1 else -1
     member_id = request.member_id if v >= 1 else ""
     error = groups.validate_commit(request.group_id, generation, member_id or "",
                                    request.group_instance_id if v >= 7 else None)
-    pending: list[tuple[str, list[tuple[int, ErrorCode | asyncio.Future]]]] = []
+    pending: PendingCommits = []
     for topic in request.topics:
-        per_partition = []
+        per_partition: list[PartitionCommit] = []
         for p in topic.partitions:
             if error != ErrorCode.NONE:
                 per_partition.append((p.partition_index, error))
@@ -46,7 +57,7 @@ async def offset_commit(ctx, request):
     return _commit_response(cls, pending)
 
 
-async def _commit_response(cls, pending):
+async def _commit_response(cls: type[OffsetCommitResponse], pending: PendingCommits) -> OffsetCommitResponse:
     topics = []
     for name, per_partition in pending:
         partitions = []
@@ -60,13 +71,13 @@ async def _commit_response(cls, pending):
 
 # ---- OffsetFetch
 
-def _fetch_group(ctx, group_id: str, topics) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, object]]]]]:
+def _fetch_group(ctx: RequestContext, group_id: str, topics: Sequence[Any] | None) -> tuple[ErrorCode, Committed]:
     """(group error, [(topic, [(partition, CommittedOffset | None)])]) for named topics, or every committed
     partition when topics is None."""
-    groups = ctx.broker.groups
+    groups = ctx.groups
     error = groups.check(group_id, allow_empty=True)
     if error is not None:
-        requested = [(t.name, [(i, None) for i in t.partition_indexes]) for t in topics or []]
+        requested: Committed = [(t.name, [(i, None) for i in t.partition_indexes]) for t in topics or []]
         return error, requested
     if topics is None:
         by_topic: dict[str, list] = {}
@@ -77,16 +88,16 @@ def _fetch_group(ctx, group_id: str, topics) -> tuple[ErrorCode, list[tuple[str,
                             for t in topics]
 
 
-def _partition_fields(committed, error: ErrorCode) -> dict:
+def _partition_fields(committed: CommittedOffset | None, error: ErrorCode) -> dict[str, Any]:
     if committed is None:
         return dict(committed_offset=NO_OFFSET, committed_leader_epoch=-1, metadata="", error_code=error)
     return dict(committed_offset=committed.offset, committed_leader_epoch=committed.leader_epoch,
                 metadata=committed.metadata, error_code=ErrorCode.NONE)
 
 
-async def offset_fetch(ctx, request):
+async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
     v = ctx.version
-    cls = response_class(9, v)
+    cls = OffsetFetchResponse[v]
     if v >= 8:
         out = []
         for group in request.groups:
@@ -114,10 +125,10 @@ async def offset_fetch(ctx, request):
 
 # ---- OffsetDelete
 
-async def offset_delete(ctx, request):
-    cls = response_class(47, ctx.version)
+async def offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
+    cls = OffsetDeleteResponse[ctx.version]
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
-    error, results = await ctx.broker.groups.delete_offsets(request.group_id, wanted)
+    error, results = await ctx.groups.delete_offsets(request.group_id, wanted)
     Topic = cls.OffsetDeleteResponseTopic
     topics = [] if error != ErrorCode.NONE else [
         Topic(name=t.name, partitions=[Topic.OffsetDeleteResponsePartition(
@@ -128,7 +139,7 @@ async def offset_delete(ctx, request):
 
 
 ROUTES = [
-    (8, 0, 9, offset_commit),
-    (9, 0, 9, offset_fetch),
-    (47, 0, 0, offset_delete),
+    (OffsetCommitRequest.API_KEY, 0, 9, offset_commit),
+    (OffsetFetchRequest.API_KEY, 0, 9, offset_fetch),
+    (OffsetDeleteRequest.API_KEY, 0, 0, offset_delete),
 ]

@@ -5,16 +5,21 @@ We serve up to v10: v11+ brings KIP-890 error codes that only make sense with tr
 The ordered phase (this coroutine, before it returns) validates each partition's batch and hands it to its
 PartitionLog, which assigns offsets in arrival order; the returned awaitable waits for durability and builds the
 response. acks=0 gets no response, but the writes still happen. The response is encoded by hand
-(`protocol.produce_response`): it is the one response every produce request pays for."""
+(`protocol.produce_response`): it is the one response every produce request pays for. Each topic is looked up once
+per request, and its configs come parsed (`Topic.settings`), so a batch pays for neither."""
 import asyncio
 import logging
+from collections.abc import Awaitable
 
-from kop.partition import AppendResult
+from kafka.protocol.producer import ProduceRequest
+
+from kop.handlers.context import RequestContext
+from kop.partition import AppendResult, PartitionLog
+from kop.topics import TopicSettings
 from protocol.errors import ErrorCode
 from protocol.produce_response import MAX_VERSION, MIN_VERSION, PartitionResponse, ProduceResponse
-from kop.topics import is_compacted
-from protocol.records import (FalseMaxTimestamp, RecordBatchError, iter_records, set_max_timestamp, split_batches,
-                             validate_batch)
+from protocol.records import (BatchHeader, FalseMaxTimestamp, RecordBatchError, iter_records, set_max_timestamp,
+                              split_batches, validate_batch)
 
 log = logging.getLogger(__name__)
 
@@ -25,12 +30,12 @@ def _rejected(code: ErrorCode, message: str, record_errors: tuple[tuple[int, str
     return future
 
 
-def _keyless_records(view) -> tuple[tuple[int, str], ...]:
+def _keyless_records(view: memoryview) -> tuple[tuple[int, str], ...]:
     return tuple((i, "Compacted topic cannot accept message without key")
                  for i, record in enumerate(iter_records(view)) if record.key is None)
 
 
-def _with_max_timestamp(view, timestamp_ms: int):
+def _with_max_timestamp(view: memoryview, timestamp_ms: int) -> tuple[BatchHeader, memoryview]:
     """A copy of the batch with its maxTimestamp set from its records, as Kafka's LogValidator does rather than
     refuse it (librdkafka writes maxTimestamp 0 for records timestamped -1). Only such batches pay for the copy."""
     buf = bytearray(view)
@@ -38,14 +43,11 @@ def _with_max_timestamp(view, timestamp_ms: int):
     return split_batches(buf)[0]
 
 
-def _publish_one(ctx, topic, index: int, records, timeout_ms: int) -> asyncio.Future:
-    partition = ctx.broker.topics.partition(topic, index)
-    if partition is None:
-        return _rejected(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic or partition {topic}-{index}")
+def _publish_one(ctx: RequestContext, partition: PartitionLog, settings: TopicSettings,
+                 records: bytes | memoryview | None, timeout_ms: int) -> asyncio.Future:
     if not records:
         return _rejected(ErrorCode.INVALID_RECORD, "no record batch")
-    configs = ctx.broker.topics.get(topic).configs
-    limit = int(configs.get("max.message.bytes", ctx.broker.config.message_max_bytes))
+    limit = settings.max_message_bytes
     try:
         batches = split_batches(records)
         if len(batches) != 1:
@@ -62,42 +64,51 @@ def _publish_one(ctx, topic, index: int, records, timeout_ms: int) -> asyncio.Fu
         except FalseMaxTimestamp as exc:
             header, view = _with_max_timestamp(view, exc.records_max)
             records = validate_batch(header, view)
-        if is_compacted(configs) and (keyless := _keyless_records(view)):
+        if settings.compacted and (keyless := _keyless_records(view)):
             # Kafka's rule for compacted topics (kop keeps them whole rather than compact): every record has a key.
-            log.info("rejected batch for %s-%d from %s (%s): %d records without a key on a compacted topic", topic,
-                     index, ctx.client_id, ctx.peer, len(keyless))
+            log.info("rejected batch for %s from %s (%s): %d records without a key on a compacted topic",
+                     partition.name, ctx.client_id, ctx.peer, len(keyless))
             return _rejected(ErrorCode.INVALID_RECORD, "compacted topic cannot accept records without a key",
                              keyless)
     except RecordBatchError as exc:
-        log.info("rejected batch for %s-%d from %s (%s): %s", topic, index, ctx.client_id, ctx.peer, exc)
-        return _rejected(ErrorCode(exc.error_code), str(exc))
+        log.info("rejected batch for %s from %s (%s): %s", partition.name, ctx.client_id, ctx.peer, exc)
+        return _rejected(exc.error_code, str(exc))
     return partition.publish_normal(header, view, timeout_ms, records)
 
 
-async def handle(ctx, request):
+# Per topic, each partition's index, PartitionLog (None if there is no such partition) and future AppendResult.
+Outcomes = list[tuple[str, list[tuple[int, PartitionLog | None, asyncio.Future]]]]
+
+
+async def handle(ctx: RequestContext, request: ProduceRequest) -> Awaitable[ProduceResponse] | None:
     acks = request.acks
-    results: list[tuple[str, list[tuple[int, asyncio.Future]]]] = []
+    results: Outcomes = []
     for topic_data in request.topic_data:
+        name = topic_data.name
+        topic = ctx.topics.get(name)
         per_partition = []
         for pdata in topic_data.partition_data:
+            index = pdata.index
+            partition = topic.partition(index) if topic is not None else None
             if acks not in (-1, 0, 1):
                 future = _rejected(ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, got {acks}")
+            elif topic is None or partition is None:
+                future = _rejected(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic or partition {name}-{index}")
             else:
-                future = _publish_one(ctx, topic_data.name, pdata.index, pdata.records, request.timeout_ms)
-            per_partition.append((pdata.index, future))
-        results.append((topic_data.name, per_partition))
+                future = _publish_one(ctx, partition, topic.settings, pdata.records, request.timeout_ms)
+            per_partition.append((index, partition, future))
+        results.append((name, per_partition))
     if acks == 0:
         return None
     return _respond(ctx, results)
 
 
-async def _respond(ctx, results) -> ProduceResponse:
+async def _respond(ctx: RequestContext, results: Outcomes) -> ProduceResponse:
     topics = []
     for name, per_partition in results:
         partitions = []
-        for index, future in per_partition:
+        for index, partition, future in per_partition:
             outcome: AppendResult = await future
-            partition = ctx.broker.topics.partition(name, index)
             partitions.append(PartitionResponse(
                 index, outcome.error, outcome.base_offset, outcome.log_append_time,
                 partition.log_start_offset if partition else -1, outcome.record_errors,
@@ -106,4 +117,4 @@ async def _respond(ctx, results) -> ProduceResponse:
     return ProduceResponse(ctx.version, topics)
 
 
-ROUTES = [(0, MIN_VERSION, MAX_VERSION, handle)]
+ROUTES = [(ProduceRequest.API_KEY, MIN_VERSION, MAX_VERSION, handle)]

@@ -1,11 +1,20 @@
-"""The router: API key -> handler, each registered with the version range it serves. ApiVersions is derived from
-what is registered, so the broker never advertises an API it does not serve."""
+"""The Kafka API router: API key -> handler, each registered with the version range it serves. ApiVersions is
+derived from what is registered, so the broker never advertises an API it does not serve."""
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType, ModuleType
-from typing import Any
+from typing import Any, TypeAlias
 
-Handler = Callable[..., Awaitable[Any]]
+from kafka.protocol.api_message import ApiMessage
+
+from kop.handlers.context import RequestContext
+from protocol.api import PreEncoded
+
+Response: TypeAlias = ApiMessage | PreEncoded
+# A handler's ordered phase returns the response, or an awaitable of it for what must wait (durability, a long-poll
+# fetch, a rebalance), or None when no response is sent (acks=0). The request is the API's kafka-python message.
+Answer: TypeAlias = Response | Awaitable[Response | None] | None
+Handler = Callable[[RequestContext, Any], Awaitable[Answer]]
 
 
 @dataclass(frozen=True)
@@ -16,7 +25,7 @@ class Route:
     handler: Handler
 
 
-class Router:
+class ApiRouter:
     def __init__(self) -> None:
         self.routes: dict[int, Route] = {}
         self._versions: dict[int, tuple[int, int]] = {}  # read for every request: kept, not rebuilt

@@ -6,31 +6,41 @@ it: an election is never needed, a reassignment can only name this broker (a no-
 the only log directory a replica can move to is the one it is in. Admin tools that run these against any cluster
 then work against kop too."""
 import os
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
-from protocol.api import response_class
+from kafka.protocol.admin import (AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse,
+                                  AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, DescribeLogDirsRequest,
+                                  DescribeLogDirsResponse, ElectLeadersRequest, ElectLeadersResponse,
+                                  ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse)
+
+from kop.handlers.context import RequestContext
+from kop.partition import PartitionLog
 from protocol.errors import ErrorCode
 
 PREFERRED, UNCLEAN = 0, 1
+T = TypeVar("T")
 
 
-def _requested(ctx, topics, name_of, partitions_of):
+def _requested(ctx: RequestContext, topics: Sequence[Any] | None, name_of: Callable[[Any], str],
+               partitions_of: Callable[[Any], Iterable[int]]) -> list[tuple[str, int, PartitionLog | None]]:
     """(topic, partition index, PartitionLog or None) for the request's partitions; every partition if None."""
     if topics is None:
-        return [(name, p.partition, p) for name, topic in sorted(ctx.broker.topics.topics.items())
+        return [(name, p.partition, p) for name, topic in sorted(ctx.topics.topics.items())
                 for p in topic.partitions]
-    return [(name_of(t), index, ctx.broker.topics.partition(name_of(t), index))
+    return [(name_of(t), index, ctx.topics.partition(name_of(t), index))
             for t in topics for index in partitions_of(t)]
 
 
-def _by_topic(items):
-    out: dict[str, list] = {}
+def _by_topic(items: Iterable[tuple[str, T]]) -> dict[str, list[T]]:
+    out: dict[str, list[T]] = {}
     for topic, item in items:
         out.setdefault(topic, []).append(item)
     return out
 
 
-async def elect_leaders(ctx, request):
-    cls = response_class(43, ctx.version)
+async def elect_leaders(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse:
+    cls = ElectLeadersResponse[ctx.version]
     Result = cls.ReplicaElectionResult
     election_type = getattr(request, "election_type", PREFERRED)
     results = []
@@ -47,12 +57,12 @@ async def elect_leaders(ctx, request):
         Result(topic=topic, partition_result=parts) for topic, parts in _by_topic(results).items()])
 
 
-def _log_dir(ctx) -> str:
-    return os.path.abspath(os.path.join(ctx.broker.config.data_dir, "ledgers"))
+def _log_dir(ctx: RequestContext) -> str:
+    return os.path.abspath(os.path.join(ctx.config.data_dir, "ledgers"))
 
 
-async def describe_log_dirs(ctx, request):
-    cls = response_class(35, ctx.version)
+async def describe_log_dirs(ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
+    cls = DescribeLogDirsResponse[ctx.version]
     Result = cls.DescribeLogDirsResult
     Topic = Result.DescribeLogDirsTopic
     parts = []
@@ -69,15 +79,16 @@ async def describe_log_dirs(ctx, request):
     return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, results=[result])
 
 
-async def alter_replica_log_dirs(ctx, request):
-    cls = response_class(34, ctx.version)
+async def alter_replica_log_dirs(ctx: RequestContext,
+                                 request: AlterReplicaLogDirsRequest) -> AlterReplicaLogDirsResponse:
+    cls = AlterReplicaLogDirsResponse[ctx.version]
     Result = cls.AlterReplicaLogDirTopicResult
     here = _log_dir(ctx)
     results = []
     for wanted in request.dirs:
         for topic in wanted.topics:
             for index in topic.partitions:
-                if ctx.broker.topics.partition(topic.name, index) is None:
+                if ctx.topics.partition(topic.name, index) is None:
                     error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 elif os.path.abspath(wanted.path) != here:
                     error = ErrorCode.LOG_DIR_NOT_FOUND
@@ -89,14 +100,15 @@ async def alter_replica_log_dirs(ctx, request):
                                             for name, p in _by_topic(results).items()])
 
 
-async def alter_partition_reassignments(ctx, request):
-    cls = response_class(45, ctx.version)
+async def alter_partition_reassignments(ctx: RequestContext, request: AlterPartitionReassignmentsRequest
+                                        ) -> AlterPartitionReassignmentsResponse:
+    cls = AlterPartitionReassignmentsResponse[ctx.version]
     Response = cls.ReassignableTopicResponse
-    node = ctx.broker.config.node_id
+    node = ctx.endpoint.node_id
     results = []
     for topic in request.topics:
         for p in topic.partitions:
-            if ctx.broker.topics.partition(topic.name, p.partition_index) is None:
+            if ctx.topics.partition(topic.name, p.partition_index) is None:
                 error, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {topic.name}-" \
                                                                        f"{p.partition_index}"
             elif p.replicas is None:
@@ -112,15 +124,16 @@ async def alter_partition_reassignments(ctx, request):
                responses=[Response(name=name, partitions=p) for name, p in _by_topic(results).items()])
 
 
-async def list_partition_reassignments(ctx, request):
-    cls = response_class(46, ctx.version)
+async def list_partition_reassignments(ctx: RequestContext, request: ListPartitionReassignmentsRequest
+                                       ) -> ListPartitionReassignmentsResponse:
+    cls = ListPartitionReassignmentsResponse[ctx.version]
     return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, topics=[])
 
 
 ROUTES = [
-    (34, 0, 2, alter_replica_log_dirs),
-    (35, 0, 4, describe_log_dirs),
-    (43, 0, 2, elect_leaders),
-    (45, 0, 0, alter_partition_reassignments),
-    (46, 0, 0, list_partition_reassignments),
+    (AlterReplicaLogDirsRequest.API_KEY, 0, 2, alter_replica_log_dirs),
+    (DescribeLogDirsRequest.API_KEY, 0, 4, describe_log_dirs),
+    (ElectLeadersRequest.API_KEY, 0, 2, elect_leaders),
+    (AlterPartitionReassignmentsRequest.API_KEY, 0, 0, alter_partition_reassignments),
+    (ListPartitionReassignmentsRequest.API_KEY, 0, 0, list_partition_reassignments),
 ]

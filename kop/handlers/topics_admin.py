@@ -1,21 +1,27 @@
-"""CreateTopics (19), DeleteTopics (20), CreatePartitions (37), DeleteRecords (21). Version notes: CreateTopics v5+ returns the
-partition count and configs; DeleteTopics v6 names topics in `topics` (by name or id), v0-5 in `topic_names`;
-replication factor must be -1 or 1 on a single broker, and a manual assignment may name only this broker;
-ValidateOnly checks without creating. DeleteRecords moves a partition's log start offset (offset -1: the high
+"""CreateTopics (19), DeleteTopics (20), CreatePartitions (37), DeleteRecords (21). Version notes: CreateTopics v5+
+returns the partition count and configs; DeleteTopics v6 names topics in `topics` (by name or id), v0-5 in
+`topic_names`; replication factor must be -1 or 1 on a single broker, and a manual assignment may name only this
+broker; ValidateOnly checks without creating. DeleteRecords moves a partition's log start offset (offset -1: the high
 watermark); the records below it are gone for every reader at once, their ledgers are deleted later."""
 import uuid
+from collections.abc import Sequence
 
+from kafka.protocol.admin import (CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
+                                  CreateTopicsResponse, DeleteRecordsRequest, DeleteRecordsResponse,
+                                  DeleteTopicsRequest, DeleteTopicsResponse)
+
+from kop.handlers.configs import DEFAULT_CONFIG
+from kop.handlers.context import RequestContext
 from kop.topics import TOPIC_CONFIG_DEFAULTS, TopicError
-from protocol.api import response_class
 from protocol.errors import ErrorCode
 
 
-async def create_topics(ctx, request):
-    cls = response_class(19, ctx.version)
+async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
+    cls = CreateTopicsResponse[ctx.version]
     results = []
     for item in request.topics:
         configs = {c.name: c.value for c in item.configs if c.value is not None}
-        result = cls.CreatableTopicResult(name=item.name, error_code=0, error_message=None)
+        result = cls.CreatableTopicResult(name=item.name, error_code=ErrorCode.NONE, error_message=None)
         try:
             num_partitions = item.num_partitions
             if item.assignments:
@@ -32,10 +38,10 @@ async def create_topics(ctx, request):
                 raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
                                  f"replication factor {item.replication_factor} > 1 broker")
             if request.validate_only:
-                partitions = ctx.broker.topics.check_create(item.name, num_partitions, configs)
+                partitions = ctx.topics.check_create(item.name, num_partitions, configs)
                 topic_id = uuid.UUID(int=0)
             else:
-                topic = await ctx.broker.topics.create(item.name, num_partitions, configs)
+                topic = await ctx.topics.create(item.name, num_partitions, configs)
                 partitions = len(topic.partitions)
                 topic_id = uuid.UUID(bytes=topic.topic_id)
             result.topic_id = topic_id
@@ -43,7 +49,7 @@ async def create_topics(ctx, request):
             result.replication_factor = 1
             result.configs = [
                 cls.CreatableTopicResult.CreatableTopicConfigs(
-                    name=k, value=configs.get(k, v), read_only=False, config_source=5, is_sensitive=False)
+                    name=k, value=configs.get(k, v), read_only=False, config_source=DEFAULT_CONFIG, is_sensitive=False)
                 for k, v in TOPIC_CONFIG_DEFAULTS.items() if configs.get(k, v) is not None]
         except TopicError as exc:
             result.error_code, result.error_message = exc.code, str(exc)
@@ -51,18 +57,18 @@ async def create_topics(ctx, request):
     return cls(throttle_time_ms=0, topics=results)
 
 
-def _check_replicas(ctx, replica_lists: list[list[int]]) -> None:
+def _check_replicas(ctx: RequestContext, replica_lists: Sequence[Sequence[int]]) -> None:
     """A manual assignment is valid when every partition names exactly this broker (a single broker's only choice)."""
-    node = ctx.broker.config.node_id
+    node = ctx.endpoint.node_id
     for replicas in replica_lists:
         if list(replicas) != [node]:
             raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                              f"replicas {list(replicas)}: this cluster has one broker, id {node}")
 
 
-async def delete_topics(ctx, request):
-    cls = response_class(20, ctx.version)
-    topics = ctx.broker.topics
+async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
+    cls = DeleteTopicsResponse[ctx.version]
+    topics = ctx.topics
     if ctx.version >= 6:
         wanted = []
         for t in request.topics:
@@ -75,7 +81,7 @@ async def delete_topics(ctx, request):
         wanted = [(name, None) for name in request.topic_names]
     results = []
     for name, topic_id in wanted:
-        result = cls.DeletableTopicResult(name=name, error_code=0)
+        result = cls.DeletableTopicResult(name=name, error_code=ErrorCode.NONE)
         if topic_id is not None:
             result.topic_id = topic_id
         try:
@@ -90,13 +96,13 @@ async def delete_topics(ctx, request):
     return cls(throttle_time_ms=0, responses=results)
 
 
-async def create_partitions(ctx, request):
-    cls = response_class(37, ctx.version)
+async def create_partitions(ctx: RequestContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
+    cls = CreatePartitionsResponse[ctx.version]
     results = []
     for item in request.topics:
-        result = cls.CreatePartitionsTopicResult(name=item.name, error_code=0, error_message=None)
+        result = cls.CreatePartitionsTopicResult(name=item.name, error_code=ErrorCode.NONE, error_message=None)
         try:
-            topic = ctx.broker.topics.get(item.name)
+            topic = ctx.topics.get(item.name)
             if topic is None:
                 raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {item.name!r}")
             if item.count <= len(topic.partitions):
@@ -109,15 +115,15 @@ async def create_partitions(ctx, request):
                                      f"{len(item.assignments)} assignments for {added} new partitions")
                 _check_replicas(ctx, [a.broker_ids for a in item.assignments])
             if not request.validate_only:
-                await ctx.broker.topics.add_partitions(item.name, item.count)
+                await ctx.topics.add_partitions(item.name, item.count)
         except TopicError as exc:
             result.error_code, result.error_message = exc.code, str(exc)
         results.append(result)
     return cls(throttle_time_ms=0, results=results)
 
 
-async def delete_records(ctx, request):
-    cls = response_class(21, ctx.version)
+async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+    cls = DeleteRecordsResponse[ctx.version]
     Result = cls.DeleteRecordsTopicResult
     topics = []
     for item in request.topics:
@@ -125,7 +131,7 @@ async def delete_records(ctx, request):
         for p in item.partitions:
             result = Result.DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=-1,
                                                          error_code=ErrorCode.NONE)
-            partition = ctx.broker.topics.partition(item.name, p.partition_index)
+            partition = ctx.topics.partition(item.name, p.partition_index)
             if partition is None:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
@@ -140,8 +146,8 @@ async def delete_records(ctx, request):
 
 
 ROUTES = [
-    (19, 0, 7, create_topics),
-    (21, 0, 2, delete_records),
-    (20, 0, 6, delete_topics),
-    (37, 0, 3, create_partitions),
+    (CreateTopicsRequest.API_KEY, 0, 7, create_topics),
+    (DeleteRecordsRequest.API_KEY, 0, 2, delete_records),
+    (DeleteTopicsRequest.API_KEY, 0, 6, delete_topics),
+    (CreatePartitionsRequest.API_KEY, 0, 3, create_partitions),
 ]

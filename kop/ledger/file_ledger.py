@@ -146,7 +146,7 @@ class FileManagedLedger(ManagedLedger):
         self._start_index = max(self._start_index, self._deleted_before)
         self._confirmed_end = self._written_end
         self._remove_unlisted({li.ledgerId for li in listed})
-        self._roll_locked()
+        self._start_new_ledger()
 
     def _remove_unlisted(self, listed: set[int]) -> None:
         """Ledger files that ledgers.info does not list are garbage: a ledger created just before a crash (listed
@@ -162,7 +162,7 @@ class FileManagedLedger(ManagedLedger):
         entry = ledger.read(ledger.entries - 1, ledger.entries - 1, 1 << 62)[0]
         return entry.first_index + entry.span
 
-    def _roll_locked(self) -> None:
+    def _start_new_ledger(self) -> None:
         """Close the current ledger and start a new one, recording the ledger list atomically."""
         next_id = max((l.ledger_id for l in self._ledgers), default=-1) + 1
         next_id = max(next_id, self._last_ledger_id + 1)
@@ -221,10 +221,6 @@ class FileManagedLedger(ManagedLedger):
     def cursors(self) -> dict[str, ManagedCursor]:
         return self._cursors.cursors
 
-    @property
-    def group_commit(self) -> GroupCommit:
-        return self._group
-
     def internal_stats(self) -> LedgerInternalStats:
         """A read-only copy of the ledger list, LAC and cursor states (durable positions and their properties)."""
         return LedgerInternalStats(
@@ -255,7 +251,7 @@ class FileManagedLedger(ManagedLedger):
         now_ms = int(time.time() * 1000)
         failing = self._group.failing  # an earlier write failed: nothing more goes into this ledger
         if not failing and self._roll_due(now_ms):
-            self._roll_locked()
+            self._start_new_ledger()
         ledger = self._current
         self._written_end = first_index + span
         future = asyncio.get_running_loop().create_future()
@@ -295,7 +291,7 @@ class FileManagedLedger(ManagedLedger):
                 add.ledger.truncate(add.entry_id)
         self._written_end = self._confirmed_end
         if not self._closed:
-            self._roll_locked()
+            self._start_new_ledger()
         error = LedgerWriteError(f"{self.name}: {exc}")
         for listener in self._failure_listeners:
             listener(error)
@@ -304,7 +300,7 @@ class FileManagedLedger(ManagedLedger):
                 add.future.set_exception(error)
 
     def inject_write_failures(self, count: int) -> None:
-        """Test hook: the next `count` flushes fail as a disk error would."""
+        """Failpoint (admin API, tests): the next `count` flushes fail as a disk error would."""
         self._group.injected_failures += count
 
     def inject_replay_read_failures(self, count: int) -> None:
@@ -313,7 +309,8 @@ class FileManagedLedger(ManagedLedger):
         self._replay_read_failures += count
 
     def hold_flushes(self, hold: bool) -> None:
-        """Test hook: while held, this ledger's flushes stall in their worker thread, as on a stuck disk."""
+        """Failpoint (admin API, tests): while held, this ledger's flushes stall in their worker thread, as on a
+        stuck disk."""
         if hold:
             self._group.released.clear()
         else:
@@ -388,10 +385,6 @@ class FileManagedLedger(ManagedLedger):
         if found is None:
             return None
         return Position(self._ledgers[found[0]].ledger_id, found[1])
-
-    def index_after(self, position: Position) -> int:
-        following = self.read_after(position, 1)
-        return following[0].first_index if following else self._confirmed_end
 
     # ---- timestamps (ListOffsets by time)
 
@@ -479,7 +472,7 @@ class FileManagedLedger(ManagedLedger):
         expired = retention_ms >= 0 and now_ms - self._last_append_ms > retention_ms
         due = self._roll_due(now_ms) or (self._current.entries and expired)
         if due and not self._closed and not self._group.failing:  # a failing ledger rolls once its writes failed
-            self._roll_locked()  # an idle current ledger: due to roll, or every record in it past retention
+            self._start_new_ledger()  # an idle current ledger: due to roll, or every record in it past retention
         total = sum(l.size for l in self._ledgers)
         deleted = 0
         while len(self._ledgers) > 1:

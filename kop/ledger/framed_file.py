@@ -48,6 +48,14 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[written:]
 
 
+def write_all_at(fd: int, data: bytes | memoryview, pos: int) -> None:
+    """pwrite all of data at pos (the file offset does not move)."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, pos)
+        view, pos = view[written:], pos + written
+
+
 def write_synced(path: str, data: bytes, flags: int, durable: bool) -> None:
     """Open path with flags, write all of data, and fsync it when durable."""
     fd = os.open(path, flags, 0o644)

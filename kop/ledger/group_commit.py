@@ -24,21 +24,22 @@ class GroupCommit:
         durable: bool,
         on_durable: Callable[[list[Any]], None],
         on_failure: Callable[[OSError, list[Any]], None],
-        on_idle: Callable[[], None] | None = None,
     ) -> None:
         self._executor = executor
         self._durable = durable
         self._on_durable = on_durable
         self._on_failure = on_failure
-        self._on_idle = on_idle  # called when everything written is durable, before any new write can start
         self._pending: list[tuple[int, Any]] = []
         self._failure: OSError | None = None  # a write failed before reaching the file: it and all later ones fail
         self._failed_from = 0  # index in _pending of that write
         self._flusher: asyncio.Task | None = None
         self._idle = asyncio.Event()
         self._idle.set()
-        self.injected_failures = 0  # test hook: fail the next N flushes as a disk would (EIO)
-        self.released = threading.Event()  # test hook: cleared, flushes stall in their thread as a stuck disk would
+        # Failpoints (FileManagedLedger.inject_write_failures / hold_flushes, behind the admin API's
+        # adminFailpointsEnabled): fail the next N flushes as a disk would (EIO); while `released` is clear, flushes
+        # stall in their thread as on a stuck disk.
+        self.injected_failures = 0
+        self.released = threading.Event()
         self.released.set()
 
     def add(self, fd: int, item: Any) -> None:
@@ -63,10 +64,6 @@ class GroupCommit:
         if self._flusher is None:
             self._idle.clear()
             self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
-
-    @property
-    def busy(self) -> bool:
-        return self._flusher is not None
 
     async def wait_idle(self) -> None:
         await self._idle.wait()
@@ -94,8 +91,6 @@ class GroupCommit:
                     failed = [item for _, item in batch[len(good):]] + [item for _, item in self._pending]
                     self._pending, self._failure = [], None
                     self._on_failure(failure, failed)
-            if self._on_idle is not None:
-                self._on_idle()
         finally:
             self._flusher = None
             self._idle.set()

@@ -101,10 +101,6 @@ class ManagedLedger(ABC):
         """The durable entry holding offset `index`, if any."""
 
     @abstractmethod
-    def index_after(self, position: Position) -> int:
-        """First offset of the entry following position (confirmed_end_index if none)."""
-
-    @abstractmethod
     async def find_by_timestamp(self, timestamp: int, from_index: int) -> Entry | None:
         """The first durable entry, in offset order from the one holding from_index (at least start_index), whose
         record batch's maxTimestamp is >= timestamp; None if there is none. Finds it without reading older

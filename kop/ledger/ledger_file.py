@@ -15,7 +15,7 @@ from array import array
 from bisect import bisect_right
 from dataclasses import dataclass
 
-from kop.ledger.framed_file import HEADER_SIZE, RECORD_HEADER, frame, read_record, scan_records, write_all
+from kop.ledger.framed_file import HEADER_SIZE, RECORD_HEADER, frame, read_record, scan_records, write_all_at
 from kop.ledger.time_index import TIMESTAMP_END, TimeIndex, batch_max_timestamp
 
 ENTRY_HEADER = struct.Struct(">qiH")
@@ -218,12 +218,4 @@ class LedgerFile:
                 pass
 
 
-def write_all_at(fd: int, data: bytes, pos: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, pos)
-        view = view[written:]
-        pos += written
-
-
-__all__ = ["LedgerFile", "RawEntry", "encode_entry", "decode_entry", "write_all"]
+__all__ = ["LedgerFile", "RawEntry", "encode_entry", "decode_entry"]

@@ -27,6 +27,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse  # noqa: E402
 
 from integration.broker_process import BrokerProcess  # noqa: E402
 from integration.java_client import java_produce  # noqa: E402
+from protocol.errors import ErrorCode  # noqa: E402
 from make_golden import CODECS, RECORDS  # noqa: E402
 
 HERE = pathlib.Path(__file__).parent
@@ -64,7 +65,7 @@ def fetch_raw(port: int, topic: str) -> bytes:
         response = FetchResponse.decode(_recv(sock, size), version=4, header=True)
     [topic_response] = response.responses
     [partition] = topic_response.partitions
-    assert partition.error_code == 0, partition
+    assert partition.error_code == ErrorCode.NONE, partition
     return bytes(partition.records)
 
 

@@ -1,10 +1,17 @@
-"""DescribeCluster (key 60), DescribeConfigs (key 32), AlterConfigs (key 33) and IncrementalAlterConfigs (key 44).
-Version notes: DescribeCluster v1 adds the endpoint type; DescribeConfigs v1+ config sources and synonyms, v3+ types
-and documentation. Resource types: 2 = topic, 4 = broker. Values are the ones in force: topic overrides first, then
-the broker's defaults. Topic configs can be altered; broker configs are static (set in the properties file)."""
+"""DescribeConfigs (key 32), AlterConfigs (key 33) and IncrementalAlterConfigs (key 44). Version notes:
+DescribeConfigs v1+ config sources and synonyms, v3+ types and documentation. Resource types: 2 = topic,
+4 = broker. Values are the ones in force: topic overrides first, then the broker's defaults. Topic configs can be
+altered; broker configs are static (set in the properties file)."""
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kafka.protocol.admin import (AlterConfigsRequest, AlterConfigsResponse, DescribeConfigsRequest,
+                                  DescribeConfigsResponse, IncrementalAlterConfigsRequest,
+                                  IncrementalAlterConfigsResponse)
+
 from kop.config import BrokerConfig
-from kop.topics import TOPIC_CONFIG_DEFAULTS, TopicError
-from protocol.api import response_class
+from kop.handlers.context import RequestContext
+from kop.topics import TOPIC_CONFIG_DEFAULTS, Topic, TopicError
 from protocol.errors import ErrorCode
 
 TOPIC, BROKER = 2, 4
@@ -14,11 +21,11 @@ DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 BOOLEAN, STRING, INT, LONG = 1, 2, 3, 5
 
 
-def _broker_configs(ctx) -> dict[str, tuple[str, int, int]]:
+def _broker_configs(ctx: RequestContext) -> dict[str, tuple[str, int, int]]:
     """(value, type, source): STATIC_BROKER_CONFIG where the properties file or command line set the value,
     DEFAULT_CONFIG where it is the broker's default, as Kafka reports them."""
-    config, defaults = ctx.broker.config, BrokerConfig()
-    listener = f"PLAINTEXT://{config.advertised}:{ctx.broker.advertised_port}"
+    config, defaults = ctx.config, BrokerConfig()
+    listener = f"PLAINTEXT://{ctx.endpoint.host}:{ctx.endpoint.port}"
     entries = [  # (Kafka's name, value, type, BrokerConfig fields it comes from)
         ("broker.id", str(config.node_id), INT, ("node_id",)),
         ("advertised.listeners", listener, STRING, ("advertised_host", "advertised_port")),
@@ -54,7 +61,7 @@ def _broker_configs(ctx) -> dict[str, tuple[str, int, int]]:
     return out
 
 
-def _topic_configs(config, topic) -> dict[str, tuple[str, int, int]]:
+def _topic_configs(config: BrokerConfig, topic: Topic) -> dict[str, tuple[str, int, int]]:
     defaults = {
         "cleanup.policy": ("delete", STRING),
         "retention.ms": (str(config.retention_ms), LONG),
@@ -77,23 +84,24 @@ def _topic_configs(config, topic) -> dict[str, tuple[str, int, int]]:
     return out
 
 
-async def describe_configs(ctx, request):
-    cls = response_class(32, ctx.version)
+async def describe_configs(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
+    cls = DescribeConfigsResponse[ctx.version]
     entry_cls = cls.DescribeConfigsResult.DescribeConfigsResourceResult
     results = []
     for res in request.resources:
-        result = cls.DescribeConfigsResult(error_code=0, error_message=None, resource_type=res.resource_type,
-                                           resource_name=res.resource_name, configs=[])
+        result = cls.DescribeConfigsResult(error_code=ErrorCode.NONE, error_message=None,
+                                           resource_type=res.resource_type, resource_name=res.resource_name,
+                                           configs=[])
         if res.resource_type == TOPIC:
-            topic = ctx.broker.topics.get(res.resource_name)
+            topic = ctx.topics.get(res.resource_name)
             if topic is None:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 result.error_message = f"unknown topic {res.resource_name!r}"
                 values = {}
             else:
-                values = _topic_configs(ctx.broker.config, topic)
+                values = _topic_configs(ctx.config, topic)
         elif res.resource_type == BROKER:
-            if res.resource_name not in ("", str(ctx.broker.config.node_id)):
+            if res.resource_name not in ("", str(ctx.config.node_id)):
                 result.error_code = ErrorCode.INVALID_REQUEST
                 result.error_message = f"unknown broker {res.resource_name!r}"
                 values = {}
@@ -120,7 +128,7 @@ LIST_CONFIGS = frozenset({"cleanup.policy", "follower.replication.throttled.repl
                           "leader.replication.throttled.replicas"})
 
 
-def _incremental(current: dict[str, str], changes) -> dict[str, str]:
+def _incremental(current: dict[str, str], changes: Sequence[Any]) -> dict[str, str]:
     configs = dict(current)
     for change in changes:
         if change.config_operation == SET:
@@ -145,22 +153,28 @@ def _incremental(current: dict[str, str], changes) -> dict[str, str]:
     return configs
 
 
-async def _alter(ctx, request, api_key: int, new_configs):
-    cls = response_class(api_key, ctx.version)
+# (the topic's overrides, the request's config entries) -> the overrides to store
+ConfigChange = Callable[[dict[str, str], Sequence[Any]], dict[str, str]]
+
+
+async def _alter(ctx: RequestContext, request: AlterConfigsRequest | IncrementalAlterConfigsRequest,
+                 response: type[AlterConfigsResponse] | type[IncrementalAlterConfigsResponse],
+                 new_configs: ConfigChange) -> AlterConfigsResponse | IncrementalAlterConfigsResponse:
+    cls = response[ctx.version]
     results = []
     for res in request.resources:
-        result = cls.AlterConfigsResourceResponse(error_code=0, error_message=None, resource_type=res.resource_type,
-                                                  resource_name=res.resource_name)
+        result = cls.AlterConfigsResourceResponse(error_code=ErrorCode.NONE, error_message=None,
+                                                  resource_type=res.resource_type, resource_name=res.resource_name)
         try:
             if res.resource_type == BROKER:
                 raise TopicError(ErrorCode.INVALID_REQUEST, "broker configs are static: set them in the properties "
                                                             "file and restart")
             if res.resource_type != TOPIC:
                 raise TopicError(ErrorCode.INVALID_REQUEST, f"resource type {res.resource_type} is not supported")
-            topic = ctx.broker.topics.get(res.resource_name)
+            topic = ctx.topics.get(res.resource_name)
             if topic is None:
                 raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {res.resource_name!r}")
-            await ctx.broker.topics.set_configs(res.resource_name, new_configs(topic.configs, res.configs),
+            await ctx.topics.set_configs(res.resource_name, new_configs(topic.configs, res.configs),
                                                 request.validate_only)
         except TopicError as exc:
             result.error_code, result.error_message = exc.code, str(exc)
@@ -168,28 +182,19 @@ async def _alter(ctx, request, api_key: int, new_configs):
     return cls(throttle_time_ms=0, responses=results)
 
 
-async def alter_configs(ctx, request):
+async def alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
     """AlterConfigs replaces every override of the resource: configs left out return to their defaults."""
-    return await _alter(ctx, request, 33,
+    return await _alter(ctx, request, AlterConfigsResponse,
                         lambda _current, changes: {c.name: c.value for c in changes if c.value is not None})
 
 
-async def incremental_alter_configs(ctx, request):
-    return await _alter(ctx, request, 44, _incremental)
-
-
-async def describe_cluster(ctx, request):
-    cls = response_class(60, ctx.version)
-    cfg = ctx.broker.config
-    return cls(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id=cfg.cluster_id,
-               controller_id=cfg.node_id,
-               brokers=[cls.DescribeClusterBroker(broker_id=cfg.node_id, host=cfg.advertised,
-                                                  port=ctx.broker.advertised_port, rack=None, is_fenced=False)])
+async def incremental_alter_configs(ctx: RequestContext,
+                                    request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
+    return await _alter(ctx, request, IncrementalAlterConfigsResponse, _incremental)
 
 
 ROUTES = [
-    (32, 0, 4, describe_configs),
-    (33, 0, 2, alter_configs),
-    (44, 0, 1, incremental_alter_configs),
-    (60, 0, 1, describe_cluster),
+    (DescribeConfigsRequest.API_KEY, 0, 4, describe_configs),
+    (AlterConfigsRequest.API_KEY, 0, 2, alter_configs),
+    (IncrementalAlterConfigsRequest.API_KEY, 0, 1, incremental_alter_configs),
 ]

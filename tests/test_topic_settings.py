@@ -1,0 +1,49 @@
+"""A topic's parsed settings (what the produce path and the ledgers act on) follow its configs: filled in from the
+broker's defaults, replaced when AlterConfigs/IncrementalAlterConfigs change the configs, the same after a restart."""
+import pytest
+
+from kop.config import BrokerConfig
+from kop.policies import PolicyBook
+from kop.topics import TopicError, TopicManager, TopicSettings
+
+
+async def open_topics(data_dir) -> TopicManager:
+    config = BrokerConfig(data_dir=str(data_dir), fsync=False, message_max_bytes=5000, ledger_max_bytes=7000)
+    policies = PolicyBook(config)
+    policies.load()
+    topics = TopicManager(config, policies)
+    await topics.load_all()
+    return topics
+
+
+def test_settings_fill_in_the_broker_defaults():
+    defaults = BrokerConfig(message_max_bytes=5000, ledger_max_bytes=7000, ledger_max_age_ms=9000)
+    assert TopicSettings.parse({}, defaults) == TopicSettings(max_message_bytes=5000, compacted=False,
+                                                              log_append_time=False, segment_bytes=7000,
+                                                              segment_ms=9000)
+    overrides = {"max.message.bytes": "100", "cleanup.policy": "delete,compact", "segment.ms": "60000",
+                 "message.timestamp.type": "LogAppendTime"}
+    assert TopicSettings.parse(overrides, defaults) == TopicSettings(max_message_bytes=100, compacted=True,
+                                                                     log_append_time=True, segment_bytes=7000,
+                                                                     segment_ms=60000)
+
+
+async def test_settings_follow_altered_configs_and_survive_a_restart(tmp_path):
+    topics = await open_topics(tmp_path)
+    topic = await topics.create("t", 2, {"max.message.bytes": "100"})
+    assert (topic.settings.max_message_bytes, topic.settings.compacted) == (100, False)
+    await topics.set_configs("t", {"cleanup.policy": "compact", "message.timestamp.type": "LogAppendTime"})
+    assert topic.settings == TopicSettings.parse(topic.configs, topics.config)
+    assert (topic.settings.max_message_bytes, topic.settings.compacted) == (5000, True)  # back to the default
+    assert [p.log_append_time for p in topic.partitions] == [True, True]
+    with pytest.raises(TopicError):  # refused: nothing changes
+        await topics.set_configs("t", {"max.message.bytes": "big"})
+    await topics.set_configs("t", {"max.message.bytes": "300"}, validate_only=True)  # checked, not applied
+    assert topic.settings.max_message_bytes == 5000 and topic.settings.compacted
+    await topics.close()
+
+    reopened = await open_topics(tmp_path)
+    again = reopened.get("t")
+    assert again.settings == topic.settings
+    assert [p.log_append_time for p in again.partitions] == [True, True]
+    await reopened.close()
