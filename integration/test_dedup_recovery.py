@@ -109,7 +109,10 @@ def test_an_idempotent_client_loses_nothing_when_dedup_is_enabled_and_its_recove
 def test_the_snapshot_cap_keeps_the_newest_producers_across_kill_9(start_broker):
     """With more producers than brokerDeduplicationMaxNumberOfProducers, those left out of the snapshot lose their
     state in a crash: they must be the ones written longest ago, not the newest and busiest."""
-    broker = start_broker({"brokerDeduplicationMaxNumberOfProducers": "2", "brokerDeduplicationEntriesInterval": "1"})
+    # Time snapshots every second: the last one is taken at the last entry.
+    broker = start_broker({"brokerDeduplicationMaxNumberOfProducers": "2",
+                           "brokerDeduplicationSnapshotFrequencyInSeconds": "1",
+                           "brokerDeduplicationSnapshotIntervalSeconds": "1"})
     topic = "capped"
     with RawKafka(broker.port) as kafka:
         assert kafka.create_topic(topic) == ErrorCode.NONE
