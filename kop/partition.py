@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 WRITE_FAILED = ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
+class DedupRecovering(Exception):
+    """The partition's deduplication state is being rebuilt: what it holds is not the whole truth yet."""
+
+
 @dataclass(frozen=True, slots=True)
 class AppendResult:
     error: ErrorCode = ErrorCode.NONE
@@ -206,6 +210,15 @@ class PartitionLog:
         so the clients' retries are accepted again and nothing overtakes them."""
         log.warning("%s: write failed (%s); dedup state reset to what is persisted", self.name, error)
         self.producers.on_write_failed(WRITE_FAILED)
+
+    def last_sequence_id(self, producer_name: str) -> int | None:
+        """The highest `kop.sequence.id` stored for the application producer name on this partition (Pulsar's
+        getLastSequenceId), or None when it is not known: never seen, purged, or deduplication off. Raises
+        DedupRecovering while the state is being rebuilt: then no answer would be sure."""
+        if self.dedup.awaiting_recovery:
+            self.dedup.retry_recovery()  # a failed recovery is retried by whoever needs the state
+            raise DedupRecovering(f"{self.name}: the deduplication state is being recovered")
+        return self.dedup.persisted_sequence_id(named_sequences.core_name(producer_name))
 
     # ---- reading
 

@@ -585,14 +585,17 @@ def keep_records(header: BatchHeader, records: BytesLike, spans: Sequence[tuple[
     cleaner rewrites a batch: the same base offset and lastOffsetDelta (dropped records leave holes in the offsets
     and the records kept keep theirs), the same producer fields, attributes and codec; the record count,
     `max_timestamp` and the CRC follow what is kept. No spans: an empty batch, which keeps its offsets and producer
-    sequence numbers taken."""
+    sequence numbers taken; it is uncompressed, as Kafka writes one (a codec's frame of nothing trips clients)."""
     body = b"".join(records[start:end] for start, end in spans)
-    if header.compression != NONE:
+    attributes = header.attributes
+    if not spans:
+        attributes &= ~COMPRESSION_MASK
+    elif header.compression != NONE:
         body = compress(header.compression, body)
     batch = bytearray(HEADER_SIZE)
     batch += body
     HEADER.pack_into(batch, 0, header.base_offset, len(batch) - LOG_OVERHEAD, header.partition_leader_epoch,
-                     CURRENT_MAGIC, 0, header.attributes, header.last_offset_delta, header.base_timestamp,
+                     CURRENT_MAGIC, 0, attributes, header.last_offset_delta, header.base_timestamp,
                      max_timestamp, header.producer_id, header.producer_epoch, header.base_sequence, len(spans))
     _UINT32.pack_into(batch, CRC_OFFSET, crc32c.crc32c(memoryview(batch)[CRC_START:]))
     return bytes(batch)

@@ -140,6 +140,11 @@ def _add_topic_commands(commands: argparse._SubParsersAction) -> None:
     _command(commands, "stats-internal", lambda c, a: c.get(topic_resource(a.target, "internalStats")), "TOPIC",
              "ledgers, last confirmed entry and cursors (the pulsar.dedup cursor's properties are the snapshot)",
              _examples("topics", EXAMPLE_TOPIC, "stats-internal {target}"))
+    last = _command(commands, "last-sequence-id",
+                    lambda c, a: c.get(topic_resource(a.target, "sequences"), producer=a.producer), "TOPIC",
+                    "the highest kop.sequence.id stored for a producer name, per partition (null: not known)",
+                    _examples("topics", EXAMPLE_TOPIC, "last-sequence-id {target} --producer loader/orders.jsonl"))
+    last.add_argument("--producer", required=True, metavar="NAME", help="the kop.producer.name")
     _command(commands, "list", lambda c, a: c.get(namespace_topics(a.target)), "tenant/namespace",
              "the partitions of every topic in the namespace", _examples("topics", EXAMPLE_NAMESPACE, "list {target}"))
     _command(commands, "list-partitioned-topics", lambda c, a: c.get(namespace_topics(a.target) + "/partitioned"),

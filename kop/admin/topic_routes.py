@@ -1,15 +1,18 @@
-"""Topic listing, stats and internal stats, on Pulsar's REST paths.
+"""Topic listing, stats and internal stats, on Pulsar's REST paths, and the last stored sequence id of a name.
 
 `GET /admin/v2/persistent/{tenant}/{namespace}` lists partitions as Pulsar does (`...-partition-N`);
 `.../partitioned` lists the Kafka topics themselves. Stats and internal stats take a topic (all its partitions) or a
-partition name `T-partition-N` (that partition alone).
+partition name `T-partition-N` (that partition alone). `GET .../{topic}/sequences?producer=NAME` answers the highest
+`kop.sequence.id` stored for the producer name on each partition, null where it is not known (Pulsar's
+getLastSequenceId, per partition), and 503 while a partition's deduplication state is being recovered.
 """
 from typing import TYPE_CHECKING
 
 from kop.admin import views
-from kop.admin.http import Request, Response, json_response
+from kop.admin.http import HttpError, Request, Response, json_response
 from kop.admin.parsing import check_namespace, find_topic
 from kop.admin.router import AdminRouter
+from kop.partition import DedupRecovering
 
 if TYPE_CHECKING:
     from kop.broker import Broker
@@ -27,6 +30,7 @@ class TopicRoutes:
         router.add("GET", f"{NAMESPACE}/partitioned", self.list_topics)
         router.add("GET", f"{TOPIC}/stats", self.stats)
         router.add("GET", f"{TOPIC}/internalStats", self.internal_stats)
+        router.add("GET", f"{TOPIC}/sequences", self.last_sequence_ids)
 
     def _topics(self) -> list:
         return sorted(self.broker.topics.topics.values(), key=lambda t: t.name)
@@ -51,3 +55,14 @@ class TopicRoutes:
         if ref.single_partition:
             return json_response(views.partition_internal_stats(ref.partitions[0]))
         return json_response(views.topic_internal_stats(ref.namespace, ref.topic, ref.partitions))
+
+    async def last_sequence_ids(self, request: Request, tenant: str, namespace: str, topic: str) -> Response:
+        producer = request.query.get("producer")
+        if not producer:
+            raise HttpError(400, "query parameter producer (the kop.producer.name) is required")
+        ref = find_topic(self.broker, tenant, namespace, topic, partition_names=True)
+        try:
+            last = {str(p.partition): p.last_sequence_id(producer) for p in ref.partitions}
+        except DedupRecovering as exc:
+            raise HttpError(503, f"{exc}; retry") from None
+        return json_response({"producer": producer, "partitions": last})
