@@ -9,6 +9,9 @@ against that order: a mismatch is counted as an order violation, a broker bug).
 The fault: when a Produce request picked by the CutPolicy has been forwarded and its response arrives, the response
 is dropped and both sockets of that connection are closed. Responses of requests pipelined behind it are lost too,
 as they would be on a real dropped connection. Produce requests with acks=0 get no response and are never picked.
+`hold_responses(True)` keeps every response from reaching its client until released; `drop_held()` then closes the
+connections holding one, as a broker killed with its answers unsent would: the batches are stored and the clients
+never heard so (a kill between the fsync and the ack, made certain).
 
 Everything runs on an asyncio loop in one background thread; `start()` and `stop()` are bounded in time.
 """
@@ -174,6 +177,9 @@ class FaultProxy:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopping: asyncio.Event | None = None
+        self._released: asyncio.Event | None = None  # cleared while responses are held
+        self._held = 0  # Produce responses the broker sent that are being held
+        self._holding: set[asyncio.Task] = set()  # connections (their handler tasks) holding a response
         self._handlers: set[asyncio.Task] = set()
         self._error: BaseException | None = None
 
@@ -186,6 +192,40 @@ class FaultProxy:
         with self._lock:
             self._policy = policy
             self._cuts_planned = 0
+
+    def hold_responses(self, hold: bool) -> None:
+        """Hold every response from now on (True), or let them through again (False)."""
+        if self._loop is None or self._released is None:
+            raise RuntimeError("the proxy is not running")
+        done = threading.Event()
+
+        def switch() -> None:
+            (self._released.clear if hold else self._released.set)()
+            done.set()
+
+        self._loop.call_soon_threadsafe(switch)
+        if not done.wait(5):
+            raise RuntimeError("the proxy did not switch")
+
+    def drop_held(self) -> None:
+        """Close every connection that holds a response, both ways: the response is lost."""
+        if self._loop is None:
+            raise RuntimeError("the proxy is not running")
+        done = threading.Event()
+
+        def cut() -> None:
+            for handler in list(self._holding):
+                handler.cancel()
+            done.set()
+
+        self._loop.call_soon_threadsafe(cut)
+        if not done.wait(5):
+            raise RuntimeError("the proxy did not drop its held responses")
+
+    def held_responses(self) -> int:
+        """Produce responses the broker has sent that the proxy holds back now."""
+        with self._lock:
+            return self._held
 
     def stats(self) -> ProxyStats:
         with self._lock:
@@ -229,6 +269,8 @@ class FaultProxy:
     async def _serve(self, ready: threading.Event) -> None:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
+        self._released = asyncio.Event()
+        self._released.set()
         server = await asyncio.start_server(self._on_client, "127.0.0.1", self.port or 0)
         self.port = server.sockets[0].getsockname()[1]
         ready.set()
@@ -253,9 +295,11 @@ class FaultProxy:
             upstream_reader, upstream_writer = await asyncio.wait_for(
                 asyncio.open_connection("127.0.0.1", self.upstream_port), CONNECT_TIMEOUT)
             pumps = [asyncio.create_task(self._pump_requests(client_reader, upstream_writer, pending)),
-                     asyncio.create_task(self._pump_responses(upstream_reader, client_writer, pending))]
+                     asyncio.create_task(self._pump_responses(upstream_reader, client_writer, pending, task))]
             try:
                 await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                pass  # drop_held: the connection closes below
             finally:
                 for pump in pumps:
                     pump.cancel()
@@ -269,6 +313,7 @@ class FaultProxy:
                 if writer is not None:
                     writer.close()
             self._handlers.discard(task)
+            self._holding.discard(task)
 
     async def _pump_requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                              pending: deque[_Pending]) -> None:
@@ -295,7 +340,7 @@ class FaultProxy:
             await writer.drain()
 
     async def _pump_responses(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                              pending: deque[_Pending]) -> None:
+                              pending: deque[_Pending], handler: asyncio.Task) -> None:
         while True:
             frame = await _read_frame(reader)
             if frame is None:
@@ -303,6 +348,17 @@ class FaultProxy:
             if not pending:
                 raise ConnectionError("a response without a request")
             request = pending.popleft()
+            if not self._released.is_set():  # held: lost if drop_held closes the connection meanwhile
+                produce = request.info.api_key == PRODUCE
+                with self._lock:
+                    self._held += produce
+                self._holding.add(handler)
+                try:
+                    await self._released.wait()
+                finally:
+                    self._holding.discard(handler)
+                    with self._lock:
+                        self._held -= produce
             correlation_id = _INT32.unpack_from(frame, 4)[0]
             if request.cut:
                 with self._lock:

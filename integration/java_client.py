@@ -206,6 +206,15 @@ def java_produce(
     return deliveries
 
 
+def java_spark_sink_retry(bootstrap: str, topic: str, *, tasks: int, rows: int, sequence_headers: bool,
+                          timeout: float = 120) -> dict[str, Any]:
+    """Rows written as Spark's Kafka sink writes them, each task failing once after 60 % of its rows and retried
+    with the same cached producer (KopSparkSinkRetry.java); returns its summary (sent, acked, failed, attempts)."""
+    args = ["--topic", topic, "--tasks", str(tasks), "--rows", str(rows),
+            "--sequence-headers", "true" if sequence_headers else "false"]
+    return _summary(_run_lines("KopSparkSinkRetry", _client_args(bootstrap, {}) + args, timeout=timeout))
+
+
 def java_consume_all(
     bootstrap: str, topic: str, *, timeout: float = 60, extra_props: Mapping[str, Any] | None = None
 ) -> list[Consumed]:

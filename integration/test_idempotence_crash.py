@@ -2,9 +2,10 @@
 directory while the producer keeps retrying: nothing acknowledged is lost, nothing is stored twice, order is kept.
 
 Kills are timed by the stored log (ListOffsets straight from the broker), not by the client, so the same driver
-serves librdkafka and the Java client. The client talks through a FaultProxy that cuts nothing: it only counts the
-error codes of the Produce responses the client got (a report without an offset must come from a
-DUPLICATE_SEQUENCE_NUMBER answer).
+serves librdkafka and the Java client. The client talks through a FaultProxy that cuts nothing: it counts the error
+codes of the Produce responses the client got (a report without an offset must come from a
+DUPLICATE_SEQUENCE_NUMBER answer), and holds every response for a moment before each kill, so each kill surely
+finds batches stored whose acknowledgements the client never got.
 """
 import threading
 import time
@@ -36,17 +37,24 @@ def stored_count(port: int, topic: str) -> int | None:
         return None
 
 
-def kill_three_times_while(broker, topic: str, count: int, running: threading.Event) -> list[int]:
-    """kill -9 and restart at 1/4, 2/4 and 3/4 of the stream; returns the stored counts seen at each kill."""
+def kill_three_times_while(broker, proxy: FaultProxy, topic: str, count: int,
+                           running: threading.Event) -> list[int]:
+    """kill -9 and restart at 1/4, 2/4 and 3/4 of the stream; returns the stored counts seen at each kill. Just
+    before each kill the proxy holds the broker's answers until the client has batches stored but unacknowledged."""
     seen = []
     for k in range(1, KILLS + 1):
         threshold = count * k // (KILLS + 1)
         reached = wait_until(lambda: (stored_count(broker.port, topic) or 0) >= threshold or not running.is_set(),
                              timeout=STREAM_TIMEOUT_S / 2)
         assert reached and running.is_set(), f"the stream ended or stalled before kill {k} at {threshold} records"
+        proxy.hold_responses(True)
+        assert wait_until(lambda: proxy.held_responses() > 0, timeout=10), \
+            f"no answer to hold before kill {k}: nothing in flight"
         seen.append(stored_count(broker.port, topic))
         broker.kill()
+        proxy.drop_held()  # the dead broker's answers never arrive
         broker.start()
+        proxy.hold_responses(False)
     return seen
 
 
@@ -130,7 +138,7 @@ def _crash_run(broker_factory, client: str, dedup: bool):
         started = time.monotonic()
         thread.start()
         try:
-            at_kills = kill_three_times_while(broker, topic, COUNT, running)
+            at_kills = kill_three_times_while(broker, proxy, topic, COUNT, running)
         finally:
             thread.join(STREAM_TIMEOUT_S + 30)
         assert not thread.is_alive(), "the producer did not finish"
