@@ -31,13 +31,15 @@ class ProduceSpec:
     linger_ms: int = 5
     rate: int = 0  # records/s to pace at; 0 = as fast as the client can
     client: tuple[tuple[str, str], ...] = ()  # extra librdkafka settings, e.g. (("max.in.flight", "5"),)
+    headers: str = "none"  # "sequence": kop.producer.name + kop.sequence.id; "plain": two headers as large
     timeout_s: float = 300.0
 
     @property
     def label(self) -> str:
         paced = f", paced {self.rate:,}/s" if self.rate else ""
         extra = "".join(f", {k}={v}" for k, v in self.client)
-        return f"idempotence {'on' if self.idempotence else 'off'}, {self.compression}{paced}{extra}"
+        headers = "" if self.headers == "none" else f", {self.headers} headers"
+        return f"idempotence {'on' if self.idempotence else 'off'}, {self.compression}{paced}{extra}{headers}"
 
     @property
     def shape(self) -> str:
@@ -81,6 +83,18 @@ def payloads(record_bytes: int, seed: int = 7) -> list[bytes]:
     return [rng.randbytes(half) + filler for _ in range(PAYLOAD_POOL)]
 
 
+# Header keys per spec.headers: the two sequence-id headers, or two others of the same size that kop does not read.
+HEADER_KEYS = {"sequence": ("kop.producer.name", "kop.sequence.id"), "plain": ("app.producer.name", "app.sequence.id")}
+
+
+def record_headers(spec: ProduceSpec, i: int, partition: int) -> list[tuple[str, bytes]] | None:
+    """Record i's headers: name "bench/{partition}" and id i (each name's ids rise on its partition)."""
+    if spec.headers == "none":
+        return None
+    name_key, id_key = HEADER_KEYS[spec.headers]
+    return [(name_key, b"bench/%d" % partition), (id_key, b"%d" % i)]
+
+
 def producer_config(bootstrap: str, spec: ProduceSpec) -> dict:
     return {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": spec.linger_ms,
             "enable.idempotence": spec.idempotence, "compression.type": spec.compression,
@@ -119,8 +133,9 @@ def produce(bootstrap: str, topic: str, spec: ProduceSpec, broker_pid: int) -> P
                 producer.poll(ahead)  # returns early when it served a callback
         while True:
             try:
-                producer.produce(topic, values[i % PAYLOAD_POOL], partition=i % spec.partitions,
-                                 on_delivery=on_delivery)
+                partition = i % spec.partitions
+                producer.produce(topic, values[i % PAYLOAD_POOL], partition=partition, on_delivery=on_delivery,
+                                 headers=record_headers(spec, i, partition))
                 break
             except BufferError:  # the client's queue is full: serve delivery reports until there is room
                 producer.poll(0.005)

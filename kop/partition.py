@@ -19,9 +19,7 @@ from kop.dedup_storage import LedgerDedupStorage
 from kop.sequence_filter import Answer, SequenceFilter
 from kop.ledger import Entry, LedgerClosedError, LedgerWriteError, ManagedLedger, ManagedLedgerError, Position
 from protocol.errors import ErrorCode
-from protocol.compression import BytesLike
-from protocol.records import BatchHeader, assign_offsets, set_log_append_time
-from protocol.sequence_headers import has_sequence_headers
+from protocol.records import BatchHeader, WalkedRecords, assign_offsets, set_log_append_time
 from proto.kop_pb2 import MessageMetadata
 
 log = logging.getLogger(__name__)
@@ -89,11 +87,11 @@ class PartitionLog:
     # ---- writing
 
     def publish_normal(self, header: BatchHeader, view: memoryview, timeout_ms: int = 30000,
-                       records: tuple[BytesLike, int] | None = None) -> asyncio.Future:
+                       records: WalkedRecords | None = None) -> asyncio.Future:
         """Append a client data batch; resolves to an AppendResult once durable, deduplicated or rejected.
-        `records`: the batch's records, uncompressed, and where they start (as validation read them), so records
-        that carry application-chosen sequence ids are judged one by one."""
-        named = records is not None and self._judges_sequence_headers() and has_sequence_headers(records[0])
+        `records`: the batch's records as validation walked them, watching for application-chosen sequence ids
+        (`judges_sequence_headers`), so records that carry them are judged one by one."""
+        named = records is not None and records.scanned is not None and self.judges_sequence_headers()
         if header.producer_id < 0:
             if named:
                 return self._publish_named(header, view, records, None)
@@ -117,10 +115,11 @@ class PartitionLog:
         assert isinstance(decision, DecideAgain)
         return asyncio.ensure_future(self._decide_again(decision, header, view, timeout_ms, records))
 
-    def _judges_sequence_headers(self) -> bool:
+    def judges_sequence_headers(self) -> bool:
+        """Whether records with application-chosen sequence ids are deduplicated here (dedup on, or recovering)."""
         return self.dedup.is_enabled or self.dedup.awaiting_recovery
 
-    def _publish_named(self, header: BatchHeader, view: memoryview, records: tuple[BytesLike, int],
+    def _publish_named(self, header: BatchHeader, view: memoryview, records: WalkedRecords,
                        accept: Accept | None) -> asyncio.Future:
         """A batch whose records may carry application-chosen sequence ids: each is judged on its own."""
         if not self.dedup.is_enabled:  # wanted, but the state to judge them by is being recovered

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 from dedup import MessageDeduplication
 from dedup.named_sequences import RecordsDecision, judge_records
-from protocol.compression import BytesLike, RecordBatchError
+from protocol.compression import RecordBatchError
 from protocol.errors import ErrorCode
-from protocol.records import BatchHeader, keep_records, split_batches
-from protocol.sequence_headers import read_sequence_headers
+from protocol.records import BatchHeader, WalkedRecords, keep_records, split_batches
+from protocol.sequence_headers import sequenced_records
 
 log = logging.getLogger(__name__)
 
@@ -57,14 +57,15 @@ class SequenceFilter:
         self.dropped_without_idempotence = 0
         self._warned: set[str] = set()
 
-    def filter(self, header: BatchHeader, view: memoryview, records: tuple[BytesLike, int],
+    def filter(self, header: BatchHeader, view: memoryview, records: WalkedRecords,
                idempotent: bool) -> Store | Answer:
-        data, start = records
+        """`records`: as validation walked them, watching for the sequence-id headers."""
+        data, scanned = records.data, records.scanned
         try:
-            sequenced = read_sequence_headers(header, data, start)
+            sequenced = sequenced_records(data, scanned)
         except RecordBatchError as exc:
             return Answer(ErrorCode(exc.error_code), str(exc))
-        decision = judge_records(self._dedup, [(r.producer_name, r.sequence_id) for r in sequenced])
+        decision = judge_records(self._dedup, sequenced)
         if decision.unknown is not None:
             return Answer(ErrorCode.REQUEST_TIMED_OUT, f"a write of producer name {decision.unknown!r} with a higher "
                                                        f"kop.sequence.id is still in progress, retry", owed=True)
@@ -73,9 +74,9 @@ class SequenceFilter:
         self._count(decision, sequenced, idempotent)
         if not decision.keep and not idempotent:
             return Answer(ErrorCode.NONE)
-        kept = [sequenced[i] for i in decision.keep]
-        max_timestamp = max((header.base_timestamp + r.timestamp_delta for r in kept), default=header.max_timestamp)
-        rewritten = keep_records(header, data, [(r.start, r.end) for r in kept], max_timestamp)
+        kept = [scanned[i] for i in decision.keep]  # (start, end, timestamp delta, headers)
+        max_timestamp = max((header.base_timestamp + r[2] for r in kept), default=header.max_timestamp)
+        rewritten = keep_records(header, data, [(r[0], r[1]) for r in kept], max_timestamp)
         [(new_header, new_view)] = split_batches(rewritten)
         return Store(new_header, new_view, decision)
 
@@ -85,11 +86,11 @@ class SequenceFilter:
             return
         self.dropped_without_idempotence += len(decision.dropped)
         for index in decision.dropped:
-            name = sequenced[index].producer_name
+            name, sequence_id = sequenced[index]
             if name in self._warned or len(self._warned) >= MAX_WARNED_NAMES:
                 continue
             self._warned.add(name)
             log.warning("%s: kop.sequence.id %d of producer name %r is not above the highest stored: dropped as a "
                         "duplicate. A producer without idempotence that retries with more than one request in "
                         "flight can reorder records and lose them this way; enable idempotence (logged once per "
-                        "name)", self._log_name, sequenced[index].sequence_id, name)
+                        "name)", self._log_name, sequence_id, name)

@@ -40,6 +40,7 @@ __all__ = [
     "BatchHeader",
     "ControlMarker",
     "Record",
+    "WalkedRecords",
     "FalseMaxTimestamp",
     "RecordBatchError",
     "assign_offsets",
@@ -248,15 +249,28 @@ def set_max_timestamp(buf: bytearray, pos: int, timestamp_ms: int) -> None:
 
 # --- validation ---------------------------------------------------------------------------------------------------
 
+@dataclass(frozen=True, slots=True)
+class WalkedRecords:
+    """The records validate_batch walked: uncompressed `data`, where in it they `start`, and, if any record may hold
+    one of the header keys the caller watches, each record as (start, end, timestamp delta, {key: (value start,
+    value end)} or None), a null value as (-1, -1), a key found twice as None; `scanned` is None otherwise."""
+
+    data: BytesLike
+    start: int
+    scanned: list[tuple[int, int, int, dict | None]] | None = None
+
+
 def validate_batch(header: BatchHeader, view: memoryview, *, deep: bool = True, from_client: bool = True,
-                   max_decompressed_size: int = DEFAULT_MAX_SIZE) -> tuple[BytesLike, int] | None:
+                   max_decompressed_size: int = DEFAULT_MAX_SIZE,
+                   watch: frozenset[bytes] = frozenset()) -> WalkedRecords | None:
     """Raise RecordBatchError unless the batch is sound.
 
     Always: CRC32C, codec, record count against lastOffsetDelta, producer fields. deep=True also decompresses and
-    walks every record's framing (without building objects), and returns the records it walked, uncompressed, and
-    where in them they start, for a caller that reads them too. from_client=False relaxes the rules that hold only
-    for batches as producers write them (offset deltas exactly 0..n-1, a true maxTimestamp), for batches the
-    broker itself rewrote, as compaction or dropped duplicates do.
+    walks every record's framing (without building objects), and returns the records it walked, for a caller that
+    reads them too, with where each record holds the header keys in `watch` (found in the same walk: only batches
+    whose bytes contain one of them pay for it). from_client=False relaxes the rules that hold only for batches as
+    producers write them (offset deltas exactly 0..n-1, a true maxTimestamp), for batches the broker itself rewrote,
+    as compaction or dropped duplicates do.
     """
     if len(view) != header.size:
         raise _corrupt(f"batch view holds {len(view)} bytes, its header declares {header.size}")
@@ -273,15 +287,19 @@ def validate_batch(header: BatchHeader, view: memoryview, *, deep: bool = True, 
             raise _invalid(f"{header.records_count} records cannot fit in {header.size - HEADER_SIZE} bytes")
         if deep:
             data = bytes(view)  # bytes index faster than views
-            _walk_records(data, HEADER_SIZE, header, from_client)
-            return data, HEADER_SIZE
+            return _walked(data, HEADER_SIZE, header, from_client, watch)
     elif deep:
         data = decompress(codec, view[HEADER_SIZE:], max_decompressed_size)
         if header.records_count > len(data) // MIN_RECORD_SIZE:
             raise _invalid(f"{header.records_count} records cannot fit in {len(data)} decompressed bytes")
-        _walk_records(data, 0, header, from_client)
-        return data, 0
+        return _walked(data, 0, header, from_client, watch)
     return None
+
+
+def _walked(data: bytes, start: int, header: BatchHeader, from_client: bool, watch: frozenset[bytes]) -> WalkedRecords:
+    scanned = [] if watch and any(key in data for key in watch) else None
+    _walk_records(data, start, header, from_client, scanned, watch)
+    return WalkedRecords(data, start, scanned)
 
 
 def _check_counts(header: BatchHeader, from_client: bool) -> None:
@@ -309,8 +327,10 @@ def _check_producer_fields(header: BatchHeader) -> None:
         raise _invalid("transactional batch without a producer id")
 
 
-def _walk_records(data: bytes, pos: int, header: BatchHeader, from_client: bool) -> None:
-    """Check the framing of every record in data[pos:] without building any object.
+def _walk_records(data: bytes, pos: int, header: BatchHeader, from_client: bool, scanned: list | None = None,
+                  watch: frozenset[bytes] = frozenset()) -> None:
+    """Check the framing of every record in data[pos:] without building any object; with `scanned`, append each
+    record's span and watched headers to it.
 
     This runs for every produced batch, so one- and two-byte varints (nearly all of them) are decoded inline and
     longer ones go to decode_varint. Any overrun shows up as IndexError, turned into one error at the end.
@@ -324,6 +344,7 @@ def _walk_records(data: bytes, pos: int, header: BatchHeader, from_client: bool)
     index = 0
     try:
         for index in range(count):
+            record_start = pos
             b = data[pos]
             if b < 0x80:
                 length = (b >> 1) ^ -(b & 1)
@@ -404,13 +425,19 @@ def _walk_records(data: bytes, pos: int, header: BatchHeader, from_client: bool)
                 pos += 2
             else:
                 header_count, pos = decode_varint(data, pos, VARINT_MAX_BYTES)
+            found = None
             if header_count:
                 # Each header takes at least two bytes; a bigger count is a lie we need not loop over.
                 if header_count < 0 or header_count > (record_end - pos) // 2:
                     raise _invalid(f"record {index} has header count {header_count}")
-                pos = _skip_headers(data, pos, header_count, index)
+                if scanned is None:
+                    pos = _skip_headers(data, pos, header_count, index)
+                else:
+                    pos, found = _scan_headers(data, pos, header_count, index, watch)
             if pos != record_end:
                 raise _invalid(f"record {index} declares {length} bytes but its fields take {length + pos - record_end}")
+            if scanned is not None:
+                scanned.append((record_start, record_end, ts_delta, found))
     except IndexError:
         raise _invalid(f"records end inside record {index} of {count}") from None
     except VarintError as e:
@@ -449,6 +476,40 @@ def _skip_headers(data: bytes, pos: int, count: int, index: int) -> int:
         elif value_len < -1:
             raise _invalid(f"record {index} has a header value of length {value_len}")
     return pos
+
+
+def _scan_headers(data: bytes, pos: int, count: int, index: int, watch: frozenset[bytes]) -> tuple[int, dict | None]:
+    """_skip_headers, noting where the values of watched keys are (one-byte lengths inline: the rule)."""
+    found = None
+    for _ in range(count):
+        b = data[pos]
+        if b < 0x80:
+            key_len = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            key_len, pos = decode_varint(data, pos, VARINT_MAX_BYTES)
+        if key_len < 0:
+            raise _invalid(f"record {index} has a header key of length {key_len}")
+        key_start = pos
+        pos += key_len
+        b = data[pos]
+        if b < 0x80:
+            value_len = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            value_len, pos = decode_varint(data, pos, VARINT_MAX_BYTES)
+        value_start = pos
+        if value_len > 0:
+            pos += value_len
+        elif value_len < -1:
+            raise _invalid(f"record {index} has a header value of length {value_len}")
+        key = data[key_start:key_start + key_len]
+        if key in watch:
+            if found is None:
+                found = {}
+            # a null value: (-1, -1); a key twice: None, and the caller says so
+            found[key] = None if key in found else (value_start, pos) if value_len >= 0 else (-1, -1)
+    return pos, found
 
 
 def _check_control_key(data: BytesLike, start: int, header: BatchHeader) -> None:

@@ -1,17 +1,14 @@
 """Application-chosen sequence ids, as records carry them: the headers `kop.producer.name` (UTF-8, 1-256 bytes) and
 `kop.sequence.id` (a decimal ASCII int64 >= 0), both or neither on each record.
 
-`has_sequence_headers` is the cheap test every produced batch takes (a byte search over records already in memory);
-`read_sequence_headers` reads each record's pair, and where it sits, only for a batch that may carry them. A record
-with one header but not the other, a name that is empty, too long or not UTF-8, or an id that is not a decimal int64
->= 0 makes the whole batch INVALID_RECORD, with a message that names the header.
+Validation finds them: `validate_batch(..., watch=SEQUENCE_HEADER_KEYS)` notes where each record keeps their values,
+in the walk it makes over the records anyway, and only for a batch whose bytes contain one of the keys (a byte
+search): a batch without them pays nothing more. `sequenced_records` then reads each record's pair. A record with
+one header but not the other, a name that is empty, too long or not UTF-8, or an id that is not a decimal int64 >= 0
+makes the whole batch INVALID_RECORD, with a message that names the header.
 """
-from dataclasses import dataclass
-
 from protocol.compression import BytesLike, RecordBatchError
 from protocol.errors import ErrorCode
-from protocol.records import BatchHeader
-from protocol.varint import VARINT_MAX_BYTES, VARLONG_MAX_BYTES, VarintError, decode_varint
 
 PRODUCER_NAME_HEADER = "kop.producer.name"
 SEQUENCE_ID_HEADER = "kop.sequence.id"
@@ -20,69 +17,46 @@ MAX_SEQUENCE_ID = 2**63 - 1
 
 _NAME_KEY = PRODUCER_NAME_HEADER.encode()
 _SEQUENCE_KEY = SEQUENCE_ID_HEADER.encode()
+SEQUENCE_HEADER_KEYS = frozenset({_NAME_KEY, _SEQUENCE_KEY})
 _SHOWN = 40  # bytes of a bad header value quoted in the error message
+_ABSENT = (None, None)
 
 
-@dataclass(frozen=True, slots=True)
-class SequencedRecord:
-    """One record of a batch: where its bytes are in the records data, its timestamp delta, and its producer name
-    and sequence id (None, None for a record without the headers)."""
-
-    start: int
-    end: int
-    timestamp_delta: int
-    producer_name: str | None
-    sequence_id: int | None
-
-
-def has_sequence_headers(records: BytesLike) -> bool:
-    """Whether any record of these (uncompressed) records may carry a sequence id: False means none does."""
-    return _SEQUENCE_KEY in records or _NAME_KEY in records
-
-
-def read_sequence_headers(header: BatchHeader, records: BytesLike, pos: int = 0) -> list[SequencedRecord]:
-    """Every record of a batch whose framing is already validated (`records[pos:]`, uncompressed), in order."""
+def sequenced_records(data: BytesLike,
+                      scanned: list[tuple[int, int, int, dict | None]]) -> list[tuple[str | None, int | None]]:
+    """(producer name, sequence id) of each record validation scanned for SEQUENCE_HEADER_KEYS, in order; (None,
+    None) for a record without them. Runs for every record of such a batch: the common shapes go first."""
     out = []
-    for index in range(header.records_count):
-        record_start = pos
-        try:
-            length, pos = decode_varint(records, pos, VARINT_MAX_BYTES)
-            record_end = pos + length
-            pos += 1  # attributes
-            ts_delta, pos = decode_varint(records, pos, VARLONG_MAX_BYTES)
-            _offset_delta, pos = decode_varint(records, pos, VARINT_MAX_BYTES)
-            pos = _skip_bytes(records, pos)  # key
-            pos = _skip_bytes(records, pos)  # value
-            count, pos = decode_varint(records, pos, VARINT_MAX_BYTES)
-            name = sequence = None
-            for _ in range(count):
-                key_start, key_end, pos = _span(records, pos)
-                value_start, value_end, pos = _span(records, pos)
-                key = records[key_start:key_end]
-                if key == _NAME_KEY:
-                    name = _once(name, index, PRODUCER_NAME_HEADER, records, value_start, value_end)
-                elif key == _SEQUENCE_KEY:
-                    sequence = _once(sequence, index, SEQUENCE_ID_HEADER, records, value_start, value_end)
-        except (IndexError, VarintError) as exc:  # validated before: only a caller's mistake gets here
-            raise RecordBatchError(ErrorCode.INVALID_RECORD, f"record {index}: {exc}") from None
-        if name is None and sequence is None:
-            out.append(SequencedRecord(record_start, record_end, ts_delta, None, None))
+    append = out.append
+    names: dict[bytes, str] = {}  # a batch's records mostly share a name or a few: decode and check each once
+    for index, (_start, _end, _delta, found) in enumerate(scanned):
+        if found is None:
+            append(_ABSENT)
+            continue
+        name_span, id_span = found.get(_NAME_KEY, _ABSENT), found.get(_SEQUENCE_KEY, _ABSENT)
+        if name_span is None or id_span is None or name_span is _ABSENT or id_span is _ABSENT:
+            raise _missing_or_twice(index, name_span, id_span)
+        raw_name = data[name_span[0]:name_span[1]]
+        name = names.get(raw_name)
+        if name is None:
+            name = names[raw_name] = _producer_name(index, bytes(raw_name))
+        raw_id = data[id_span[0]:id_span[1]]
+        if raw_id.isdigit() and len(raw_id) < 19:  # ASCII digits only (bytes), and within int64 for sure
+            append((name, int(raw_id)))
         else:
-            out.append(SequencedRecord(record_start, record_end, ts_delta, _producer_name(index, name),
-                                       _sequence_id(index, sequence)))
-        pos = record_end
+            append((name, _sequence_id(index, bytes(raw_id))))
     return out
 
 
-def _once(seen, index: int, header: str, records: BytesLike, start: int, end: int):
-    if seen is not None:
-        raise _bad(index, header, "appears twice")
-    return b"" if start < 0 else bytes(records[start:end])  # a null value is "" for the checks below
+def _missing_or_twice(index: int, name_span, id_span) -> RecordBatchError:
+    if name_span is None or id_span is None:
+        return _bad(index, PRODUCER_NAME_HEADER if name_span is None else SEQUENCE_ID_HEADER, "appears twice")
+    if name_span is _ABSENT:
+        return _bad(index, SEQUENCE_ID_HEADER, f"comes without {PRODUCER_NAME_HEADER}")
+    return _bad(index, PRODUCER_NAME_HEADER, f"comes without {SEQUENCE_ID_HEADER}")
 
 
-def _producer_name(index: int, raw: bytes | None) -> str:
-    if raw is None:
-        raise _bad(index, SEQUENCE_ID_HEADER, f"comes without {PRODUCER_NAME_HEADER}")
+def _producer_name(index: int, raw: bytes) -> str:
     if not raw:
         raise _bad(index, PRODUCER_NAME_HEADER, "is empty")
     if len(raw) > MAX_PRODUCER_NAME_BYTES:
@@ -93,9 +67,7 @@ def _producer_name(index: int, raw: bytes | None) -> str:
         raise _bad(index, PRODUCER_NAME_HEADER, f"is not UTF-8: {raw[:_SHOWN]!r}") from None
 
 
-def _sequence_id(index: int, raw: bytes | None) -> int:
-    if raw is None:
-        raise _bad(index, PRODUCER_NAME_HEADER, f"comes without {SEQUENCE_ID_HEADER}")
+def _sequence_id(index: int, raw: bytes) -> int:
     if not raw.isdigit() or not raw.isascii():
         raise _bad(index, SEQUENCE_ID_HEADER, f"must be a decimal ASCII integer >= 0, got {raw[:_SHOWN]!r}")
     value = int(raw)
@@ -106,19 +78,3 @@ def _sequence_id(index: int, raw: bytes | None) -> int:
 
 def _bad(index: int, header: str, problem: str) -> RecordBatchError:
     return RecordBatchError(ErrorCode.INVALID_RECORD, f"record {index}: header {header} {problem}")
-
-
-def _span(data: BytesLike, pos: int) -> tuple[int, int, int]:
-    """(start, end, next position) of a length-prefixed field; start -1 for a null one."""
-    length, pos = decode_varint(data, pos, VARINT_MAX_BYTES)
-    if length < 0:
-        return -1, -1, pos
-    if pos + length > len(data):
-        raise IndexError("a header runs past the records")
-    return pos, pos + length, pos + length
-
-
-def _skip_bytes(data: BytesLike, pos: int) -> int:
-    length, pos = decode_varint(data, pos, VARINT_MAX_BYTES)
-    return pos + length if length > 0 else pos
-

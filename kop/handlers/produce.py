@@ -18,9 +18,11 @@ from kop.partition import AppendResult, PartitionLog
 from kop.topics import TopicSettings
 from protocol.errors import ErrorCode
 from protocol.produce_response import MAX_VERSION, MIN_VERSION, PartitionResponse, ProduceResponse
+from protocol.sequence_headers import SEQUENCE_HEADER_KEYS
 from protocol.records import (BatchHeader, FalseMaxTimestamp, RecordBatchError, iter_records, set_max_timestamp,
                               split_batches, validate_batch)
 
+NOTHING: frozenset[bytes] = frozenset()
 log = logging.getLogger(__name__)
 
 
@@ -59,11 +61,12 @@ def _publish_one(ctx: RequestContext, partition: PartitionLog, settings: TopicSe
                                    f"batch of {header.size} bytes exceeds max.message.bytes {limit}")
         if header.is_control:
             raise RecordBatchError(ErrorCode.INVALID_RECORD, "clients may not produce control batches")
+        watch = SEQUENCE_HEADER_KEYS if partition.judges_sequence_headers() else NOTHING
         try:
-            records = validate_batch(header, view)
+            records = validate_batch(header, view, watch=watch)
         except FalseMaxTimestamp as exc:
             header, view = _with_max_timestamp(view, exc.records_max)
-            records = validate_batch(header, view)
+            records = validate_batch(header, view, watch=watch)
         if settings.compacted and (keyless := _keyless_records(view)):
             # Kafka's rule for compacted topics (kop keeps them whole rather than compact): every record has a key.
             log.info("rejected batch for %s from %s (%s): %d records without a key on a compacted topic",
