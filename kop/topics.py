@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from dedup import DedupConfig
 from kop.config import BrokerConfig
 from kop.ledger import FileLedgerConfig, FileManagedLedger
+from kop.ledger.file_pool import FilePool, capacity_for_open_files_limit
 from kop.ledger.framed_file import fsync_dir, makedirs_durable, replace_atomically
 from kop.partition import PartitionLog
 from kop.policies import PolicyBook
@@ -146,6 +147,7 @@ class TopicManager:
         self._ledger_config = FileLedgerConfig(max_ledger_bytes=config.ledger_max_bytes,
                                                max_entry_bytes=max(config.socket_request_max_bytes, 1 << 20),
                                                fsync=config.fsync)
+        self._files = FilePool(capacity_for_open_files_limit())  # every partition's ledger files share it
         # fsyncs run here; enough threads that one slow partition does not hold up the others
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fsync")
         self.topics: dict[str, Topic] = {}
@@ -196,11 +198,32 @@ class TopicManager:
         directory = self._partition_dir(topic, partition)
         if new:
             shutil.rmtree(directory, ignore_errors=True)
-        ledger = FileManagedLedger.open(name, directory, self._ledger_config, self._executor)
+        ledger = FileManagedLedger.open(name, directory, self._ledger_config, self._executor, files=self._files)
         log_ = PartitionLog(topic, partition, ledger, self._dedup_config,
                             system_topic=topic.startswith(INTERNAL_PREFIX))
-        await log_.apply_dedup_policy(self.policies.resolve(topic).deduplication_enabled)
+        try:
+            await log_.apply_dedup_policy(self.policies.resolve(topic).deduplication_enabled)
+        except BaseException:
+            await log_.close()
+            raise
         return log_
+
+    async def _open_new_partitions(self, topic: str, first: int, end: int) -> list[PartitionLog]:
+        """Partitions first..end-1 of a topic being created or grown, all or none: when one cannot be opened (out of
+        file descriptors, disk full) those opened are closed and removed and the request fails with an error code."""
+        opened: list[PartitionLog] = []
+        try:
+            for p in range(first, end):
+                opened.append(await self._open_partition(topic, p, new=True))
+        except OSError as exc:
+            for partition in opened:
+                await partition.close()
+            for p in range(first, end):
+                shutil.rmtree(self._partition_dir(topic, p), ignore_errors=True)
+            log.error("topic %s: partitions %d-%d not created: %s", topic, first, end - 1, exc)
+            raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"partitions of {topic!r} could not be created: {exc.strerror or exc}") from exc
+        return opened
 
     async def apply_policies(self, topic: str | None = None) -> None:
         """Bring partitions in line with the current policies (after an admin change)."""
@@ -276,8 +299,7 @@ class TopicManager:
         async with self._lock:
             partitions = self.check_create(name, partitions, configs)
             topic = Topic(name, uuid.uuid4().bytes, dict(configs), self._settings(configs))
-            for p in range(partitions):
-                topic.partitions.append(await self._open_partition(name, p, new=True))
+            topic.partitions.extend(await self._open_new_partitions(name, 0, partitions))
             self._write_meta(topic)
             self._apply_configs(topic)
             self.topics[name] = topic
@@ -314,8 +336,7 @@ class TopicManager:
                                  f"topic {name!r} has {len(topic.partitions)} partitions; {count} is not more")
             if count > self.config.max_partitions_per_topic:
                 raise TopicError(ErrorCode.INVALID_PARTITIONS, f"at most {self.config.max_partitions_per_topic}")
-            for p in range(len(topic.partitions), count):
-                topic.partitions.append(await self._open_partition(name, p, new=True))
+            topic.partitions.extend(await self._open_new_partitions(name, len(topic.partitions), count))
             self._write_meta(topic)
             self._apply_configs(topic)
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 
 from kop.ledger.cursor_log import CursorLog, ManagedCursor
 from kop.ledger.errors import LedgerClosedError, LedgerWriteError
+from kop.ledger.file_pool import FilePool
 from kop.ledger.framed_file import makedirs_durable, replace_atomically
 from kop.ledger.group_commit import GroupCommit
 from kop.ledger.interface import CursorStats, Entry, LedgerInternalStats, LedgerStats, ManagedLedger, TrimResult
@@ -55,14 +56,17 @@ class _PendingAdd:
     ledger: LedgerFile
     entry_id: int
     end_index: int
+    pinned: bool = False  # written: its ledger's descriptor stays open until the fsync covering it is done
 
 
 class FileManagedLedger(ManagedLedger):
-    def __init__(self, name: str, directory: str, config: FileLedgerConfig, executor: Executor | None) -> None:
+    def __init__(self, name: str, directory: str, config: FileLedgerConfig, executor: Executor | None,
+                 files: FilePool | None = None) -> None:
         self.name = name
         self.directory = directory
         self.config = config
         self._executor = executor
+        self._files = files if files is not None else FilePool()
         self._ledgers: list[LedgerFile] = []
         self._closed_times: dict[int, int] = {}
         self._current: LedgerFile | None = None
@@ -86,13 +90,22 @@ class FileManagedLedger(ManagedLedger):
 
     @classmethod
     def open(cls, name: str, directory: str, config: FileLedgerConfig, executor: Executor | None,
-             initial_index: int = 0) -> "FileManagedLedger":
-        """Open (or create) the managed ledger in directory, recovering after a crash, and start a new ledger."""
+             initial_index: int = 0, files: FilePool | None = None) -> "FileManagedLedger":
+        """Open (or create) the managed ledger in directory, recovering after a crash, and start a new ledger.
+        Ledger files are opened through `files`, the broker's shared pool (a pool of its own when none is given)."""
         makedirs_durable(directory, durable=config.fsync)
-        ml = cls(name, directory, config, executor)
-        ml._recover(initial_index)
-        ml._cursors.open()
+        ml = cls(name, directory, config, executor, files)
+        try:
+            ml._recover(initial_index)
+            ml._cursors.open()
+        except BaseException:
+            ml._release_files()
+            raise
         return ml
+
+    def _release_files(self) -> None:
+        for ledger in self._ledgers:
+            ledger.close()
 
     def _info_path(self) -> str:
         return os.path.join(self.directory, "ledgers.info")
@@ -114,7 +127,8 @@ class FileManagedLedger(ManagedLedger):
             if not os.path.exists(os.path.join(self.directory, f"{li.ledgerId}.log")):
                 log.warning("%s: ledger %d listed but missing", self.name, li.ledgerId)
                 continue
-            ledger = LedgerFile.open_existing(self.directory, li.ledgerId, self.config.max_entry_bytes)
+            ledger = LedgerFile.open_existing(self._files, self.directory, li.ledgerId, self.config.max_entry_bytes)
+            self._ledgers.append(ledger)
             if i < len(listed) - 1 and li.HasField("entries") and ledger.entries > li.entries:
                 # Closed with li.entries entries; more on disk are failed writes whose truncation a power loss undid.
                 # Their batches were retried into a later ledger: serving them too would duplicate them.
@@ -127,9 +141,8 @@ class FileManagedLedger(ManagedLedger):
                 ledger.recorded_max_timestamp = li.max_timestamp
             self._closed_times[ledger.ledger_id] = li.timestamp or int(time.time() * 1000)
             if ledger.entries == 0:
+                self._ledgers.pop()
                 ledger.delete_files()
-                continue
-            self._ledgers.append(ledger)
         if self._ledgers:
             first = self._ledgers[0]
             self._start_index = first.first_indexes[0]
@@ -174,7 +187,7 @@ class FileManagedLedger(ManagedLedger):
             if self._current.entries == 0:
                 self._ledgers.remove(self._current)
                 self._current.delete_files()
-        ledger = LedgerFile.create(self.directory, next_id)
+        ledger = LedgerFile.create(self._files, self.directory, next_id)
         self._last_ledger_id = next_id
         self._ledgers.append(ledger)
         self._current = ledger
@@ -269,10 +282,12 @@ class FileManagedLedger(ManagedLedger):
             return future
         self._first_append_ms = self._first_append_ms or now_ms
         self._last_append_ms = now_ms
-        self._group.add(ledger.fd, add)
+        add.pinned = True
+        self._group.add(ledger.log.pin(), add)
         return future
 
     def _on_durable(self, adds: list[_PendingAdd]) -> None:
+        _unpin(adds)
         for add in adds:
             add.ledger.write_index(add.entry_id + 1)
             self._lac = Position(add.ledger.ledger_id, add.entry_id)
@@ -286,6 +301,7 @@ class FileManagedLedger(ManagedLedger):
     def _on_write_failed(self, exc: OSError, adds: list[_PendingAdd]) -> None:
         """Entries of the failed flush and all later ones are not durable: drop them and roll to a new ledger."""
         log.error("%s: write failed (%s); failing %d pending entries and rolling the ledger", self.name, exc, len(adds))
+        _unpin(adds)
         for add in adds:
             if add.ledger.entries > add.entry_id:
                 add.ledger.truncate(add.entry_id)
@@ -501,12 +517,18 @@ class FileManagedLedger(ManagedLedger):
         self._closed = True
         await self._group.wait_idle()
         await self._cursors.close()
-        for ledger in self._ledgers:
-            ledger.close()
+        self._release_files()
 
     async def delete(self) -> None:
         await self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _unpin(adds: list[_PendingAdd]) -> None:
+    for add in adds:
+        if add.pinned:
+            add.pinned = False
+            add.ledger.log.unpin()
 
 
 def _entry(ledger: LedgerFile, raw: RawEntry) -> Entry:

@@ -7,6 +7,7 @@ The index file `{id}.idx` holds `[i64 first_index][i64 file position]` per entry
 describes are durable and is not itself fsynced: on open it is checked against the log and the log's tail is scanned,
 so a short or stale index is repaired, never trusted blindly.
 Each ledger also keeps its batches' max timestamps in memory (see time_index) for ListOffsets by time.
+Both files are opened through the broker's file pool (see file_pool), so an idle ledger holds no descriptor.
 """
 import os
 import struct
@@ -15,6 +16,7 @@ from array import array
 from bisect import bisect_right
 from dataclasses import dataclass
 
+from kop.ledger.file_pool import FilePool, PooledFile
 from kop.ledger.framed_file import HEADER_SIZE, RECORD_HEADER, frame, read_record, scan_records, write_all_at
 from kop.ledger.time_index import TIMESTAMP_END, TimeIndex, batch_max_timestamp
 
@@ -43,12 +45,12 @@ def decode_entry(entry_id: int, payload: bytes | memoryview) -> RawEntry:
 
 
 class LedgerFile:
-    def __init__(self, directory: str, ledger_id: int, fd: int, idx_fd: int) -> None:
+    def __init__(self, ledger_id: int, log: PooledFile, idx: PooledFile) -> None:
         self.ledger_id = ledger_id
-        self.log_path = os.path.join(directory, f"{ledger_id}.log")
-        self.idx_path = os.path.join(directory, f"{ledger_id}.idx")
-        self.fd = fd
-        self.idx_fd = idx_fd
+        self.log = log
+        self.idx = idx
+        self.log_path = log.path
+        self.idx_path = idx.path
         self.first_indexes = array("q")
         self.file_positions = array("q")
         self.size = 0  # bytes written to the log (durable or not)
@@ -60,26 +62,44 @@ class LedgerFile:
         self.recorded_max_timestamp: int | None = None
 
     @classmethod
-    def create(cls, directory: str, ledger_id: int) -> "LedgerFile":
-        flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC
-        fd = os.open(os.path.join(directory, f"{ledger_id}.log"), flags, 0o644)
-        idx_fd = os.open(os.path.join(directory, f"{ledger_id}.idx"), flags, 0o644)
-        ledger = cls(directory, ledger_id, fd, idx_fd)
+    def create(cls, pool: FilePool, directory: str, ledger_id: int) -> "LedgerFile":
+        log = pool.create(os.path.join(directory, f"{ledger_id}.log"))
+        try:
+            idx = pool.create(os.path.join(directory, f"{ledger_id}.idx"))
+        except OSError:
+            log.close()
+            raise
+        ledger = cls(ledger_id, log, idx)
         ledger.times = TimeIndex()
         return ledger
 
     @classmethod
-    def open_existing(cls, directory: str, ledger_id: int, max_entry_bytes: int) -> "LedgerFile":
+    def open_existing(cls, pool: FilePool, directory: str, ledger_id: int, max_entry_bytes: int) -> "LedgerFile":
         """Open a ledger written before, repair its index, and truncate a torn tail."""
-        fd = os.open(os.path.join(directory, f"{ledger_id}.log"), os.O_RDWR)
-        idx_fd = os.open(os.path.join(directory, f"{ledger_id}.idx"), os.O_RDWR | os.O_CREAT, 0o644)
-        ledger = cls(directory, ledger_id, fd, idx_fd)
-        ledger._recover(max_entry_bytes)
+        log = pool.file(os.path.join(directory, f"{ledger_id}.log"))
+        idx = pool.file(os.path.join(directory, f"{ledger_id}.idx"), os.O_RDWR | os.O_CREAT)
+        ledger = cls(ledger_id, log, idx)
+        try:
+            ledger._recover(max_entry_bytes)
+        except OSError:
+            ledger.close()
+            raise
         return ledger
 
     def _recover(self, max_entry_bytes: int) -> None:
-        log_size = os.fstat(self.fd).st_size
-        raw = os.pread(self.idx_fd, os.fstat(self.idx_fd).st_size, 0)
+        fd = self.log.pin()  # both in use at once: neither may be closed to make room for the other
+        try:
+            idx_fd = self.idx.pin()
+            try:
+                self._recover_with(fd, idx_fd, max_entry_bytes)
+            finally:
+                self.idx.unpin()
+        finally:
+            self.log.unpin()
+
+    def _recover_with(self, fd: int, idx_fd: int, max_entry_bytes: int) -> None:
+        log_size = os.fstat(fd).st_size
+        raw = os.pread(idx_fd, os.fstat(idx_fd).st_size, 0)
         count = len(raw) // INDEX_RECORD.size
         pairs = array("q")
         pairs.frombytes(raw[: count * INDEX_RECORD.size])
@@ -88,7 +108,7 @@ class LedgerFile:
         # Trust the index up to the last record that points at a valid entry with the same first index.
         while count > 0:
             first, pos = pairs[2 * count - 2], pairs[2 * count - 1]
-            payload = read_record(self.fd, pos, log_size, max_entry_bytes)
+            payload = read_record(fd, pos, log_size, max_entry_bytes)
             if payload is not None and ENTRY_HEADER.unpack_from(payload, 0)[0] == first:
                 break
             count -= 1
@@ -96,18 +116,18 @@ class LedgerFile:
         self.file_positions = pairs[1 : 2 * count : 2]
         resume = 0
         if count:
-            last = read_record(self.fd, self.file_positions[-1], log_size, max_entry_bytes)
+            last = read_record(fd, self.file_positions[-1], log_size, max_entry_bytes)
             resume = self.file_positions[-1] + HEADER_SIZE + len(last)
         end = resume
-        for pos, payload in scan_records(self.fd, resume, log_size, max_entry_bytes):
+        for pos, payload in scan_records(fd, resume, log_size, max_entry_bytes):
             self.first_indexes.append(ENTRY_HEADER.unpack_from(payload, 0)[0])
             self.file_positions.append(pos)
             end = pos + HEADER_SIZE + len(payload)
         if end < log_size:
-            os.ftruncate(self.fd, end)  # the torn tail of a crash: never acknowledged
+            os.ftruncate(fd, end)  # the torn tail of a crash: never acknowledged
         self.size = end
         # Keep the index records that were right; drop stale ones and add those the scan found.
-        os.ftruncate(self.idx_fd, count * INDEX_RECORD.size)
+        os.ftruncate(idx_fd, count * INDEX_RECORD.size)
         self.indexed = count
         self.write_index(len(self.first_indexes))
 
@@ -116,10 +136,11 @@ class LedgerFile:
         return len(self.first_indexes)
 
     def append(self, first_index: int, span: int, metadata: bytes, data: bytes | memoryview) -> int:
-        """Write one entry to the page cache; returns its entry id. Durability is the caller's fsync."""
+        """Write one entry to the page cache; returns its entry id. Durability is the caller's fsync, through a
+        descriptor it pins right after (`log.pin()`), before anything else can use the pool."""
         record = encode_entry(first_index, span, metadata, data)
         pos = self.size
-        write_all_at(self.fd, record, pos)
+        write_all_at(self.log.fd(), record, pos)
         self.size += len(record)
         self.first_indexes.append(first_index)
         self.file_positions.append(pos)
@@ -134,7 +155,7 @@ class LedgerFile:
         chunk = b"".join(
             INDEX_RECORD.pack(self.first_indexes[i], self.file_positions[i]) for i in range(self.indexed, upto)
         )
-        os.pwrite(self.idx_fd, chunk, self.indexed * INDEX_RECORD.size)
+        os.pwrite(self.idx.fd(), chunk, self.indexed * INDEX_RECORD.size)
         self.indexed = upto
 
     def truncate(self, entries: int) -> None:
@@ -142,17 +163,17 @@ class LedgerFile:
         if entries >= len(self.first_indexes):
             return
         self.size = self.file_positions[entries]
-        os.ftruncate(self.fd, self.size)
+        os.ftruncate(self.log.fd(), self.size)
         del self.first_indexes[entries:]
         del self.file_positions[entries:]
         if self.times is not None:
             self.times.truncate(entries)
         if self.indexed > entries:
-            os.ftruncate(self.idx_fd, entries * INDEX_RECORD.size)
+            os.ftruncate(self.idx.fd(), entries * INDEX_RECORD.size)
             self.indexed = entries
 
     def sync(self) -> None:
-        os.fsync(self.fd)
+        os.fsync(self.log.fd())
 
     def find(self, index: int) -> int:
         """Entry id of the entry holding Kafka offset `index` (the last entry whose first index is <= it), or -1."""
@@ -192,7 +213,7 @@ class LedgerFile:
         last = first_entry
         while last < last_entry and end_of(last + 1) - start <= max_bytes:
             last += 1
-        buf = memoryview(os.pread(self.fd, end_of(last) - start, start))
+        buf = memoryview(os.pread(self.log.fd(), end_of(last) - start, start))
         out = []
         offset = 0
         for entry_id in range(first_entry, last + 1):
@@ -203,11 +224,8 @@ class LedgerFile:
         return out
 
     def close(self) -> None:
-        for fd in (self.fd, self.idx_fd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self.log.close()
+        self.idx.close()
 
     def delete_files(self) -> None:
         self.close()

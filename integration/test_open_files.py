@@ -1,0 +1,101 @@
+"""File descriptors are not a partition limit: a broker whose ledger files far outnumber its open-files limit loads,
+serves and survives kill -9; running out anyway fails one request with an error code and leaves no half topic."""
+import os
+import shutil
+import sys
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from integration.broker_process import BrokerProcess
+from integration.clients import ck_consume_all, ck_produce, sample_records
+from protocol.errors import ErrorCode
+
+OPEN_FILES = 400  # the broker's hard and soft limit: it cannot raise it, and keeps a quarter for ledger files
+TOPICS, PARTITIONS = 30, 5
+
+pytestmark = pytest.mark.skipif(shutil.which("prlimit") is None or not os.path.exists("/proc/self/fd"),
+                                reason="needs util-linux's prlimit and /proc")
+
+
+@pytest.fixture
+def limited_broker(tmp_path):
+    broker = BrokerProcess(str(tmp_path / "data"),
+                           program=("prlimit", f"--nofile={OPEN_FILES}:{OPEN_FILES}", sys.executable, "-m", "kop.cli"))
+    yield broker.start()
+    broker.stop()
+
+
+def topic_names():
+    return [f"t{i:02d}" for i in range(TOPICS)]
+
+
+def create_topics(bootstrap, names, partitions):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(n, partitions, 1) for n in names], request_timeout=60)
+    return {name: future.exception(60) for name, future in futures.items()}
+
+
+def produce_one_per_partition(bootstrap, round_):
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    errors = []
+    for name in topic_names():
+        for p in range(PARTITIONS):
+            producer.produce(name, b"%s-%d-r%d" % (name.encode(), p, round_), partition=p,
+                             on_delivery=lambda err, _msg: err and errors.append(err))
+    assert producer.flush(60) == 0
+    assert errors == []
+
+
+def read_everything(bootstrap, expected):
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(n, p, 0) for n in topic_names() for p in range(PARTITIONS)])
+    values = []
+    try:
+        for _ in range(600):  # bounded: 0.1 s polls, about a minute at most
+            for msg in consumer.consume(500, 0.1):
+                if msg.error() is None:
+                    values.append(msg.value())
+            if len(values) >= expected:
+                break
+    finally:
+        consumer.close()
+    return values
+
+
+def ledger_files(data_dir):
+    return sum(name.endswith((".log", ".idx")) and name != "cursors.log"
+               for _, _, files in os.walk(data_dir) for name in files)
+
+
+def test_more_ledger_files_than_descriptors_load_serve_and_survive_kill_9(limited_broker):
+    b = limited_broker
+    assert all(error is None for error in create_topics(b.bootstrap, topic_names(), PARTITIONS).values())
+    for round_ in range(3):
+        produce_one_per_partition(b.bootstrap, round_)
+        b.restart(hard=True)  # every restart reopens every ledger of every partition
+    # Control: the broker holds more ledger files than its whole descriptor limit, so it cannot keep them open.
+    assert ledger_files(b.data_dir) > OPEN_FILES
+    assert len(os.listdir(f"/proc/{b.proc.pid}/fd")) < OPEN_FILES
+    values = read_everything(b.bootstrap, 3 * TOPICS * PARTITIONS)
+    assert sorted(values) == sorted(b"%s-%d-r%d" % (n.encode(), p, r)
+                                    for n in topic_names() for p in range(PARTITIONS) for r in range(3))
+
+
+def test_running_out_of_descriptors_fails_the_request_and_leaves_no_half_topic(limited_broker):
+    b = limited_broker
+    ck_produce(b.bootstrap, "before", sample_records(5))
+    # Each partition keeps its cursor log open, so this many cannot all be opened under the limit.
+    errors = create_topics(b.bootstrap, ["huge"], OPEN_FILES + 100)
+    assert isinstance(errors["huge"], KafkaException)
+    assert errors["huge"].args[0].code() == ErrorCode.KAFKA_STORAGE_ERROR
+    assert "huge" not in AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=10).topics
+    assert not [d for d in os.listdir(os.path.join(b.data_dir, "ledgers", "public", "default"))
+                if d.startswith("huge-")]
+    # Everything was given back: the broker creates, stores and serves as before.
+    assert create_topics(b.bootstrap, ["after"], 3) == {"after": None}
+    assert all(err is None for err, *_ in ck_produce(b.bootstrap, "after", sample_records(5)))
+    assert len(ck_consume_all(b.bootstrap, "before", 5)) == 5
+    b.restart(hard=True)
+    assert len(ck_consume_all(b.bootstrap, "after", 5)) == 5
