@@ -1,10 +1,11 @@
-"""The reference parts of docs/operations.md, rendered from the code so they cannot drift from it: the options
-of `kop standalone`, every configuration key (from BrokerConfig's declarations and the Kafka keys of
-kop/config_file.py) and every `kop admin` command (from their argparse parsers).
+"""The reference parts of docs/, rendered from the code so they cannot drift from it: in docs/operations.md the
+options of `kop standalone`, every configuration key (from BrokerConfig's declarations and the Kafka keys of
+kop/config_file.py) and every `kop admin` command (from their argparse parsers); in docs/compatibility.md the Kafka
+APIs and versions served (from the handlers' routes, as ApiVersions answers them).
 
     python -m kop.reference            # print the generated sections
-    python -m kop.reference --write    # rewrite them in docs/operations.md, between their marker comments
-    python -m kop.reference --check    # exit 1 if docs/operations.md is stale (tests/test_docs.py does the same)
+    python -m kop.reference --write    # rewrite them in docs/, between their marker comments
+    python -m kop.reference --check    # exit 1 if a generated section in docs/ is stale (tests/test_docs.py too)
 """
 import argparse
 import re
@@ -13,11 +14,13 @@ from collections.abc import Callable
 from dataclasses import Field, fields
 from pathlib import Path
 
+from kafka.protocol.api_key import ApiKey
+
 from kop.config import BrokerConfig, setting_key
 from kop.config_checks import INT32_MAX, INT64_MAX, HostName, Matches, Range
 from kop.config_file import KAFKA_KEYS
 
-OPERATIONS_MD = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
+DOCS = Path(__file__).resolve().parent.parent / "docs"
 USAGE_WIDTH = 1000  # one line per usage, whatever the terminal
 
 
@@ -111,10 +114,24 @@ def admin_reference() -> str:
     return "\n".join(lines)
 
 
-# ---- the generated sections of docs/operations.md
+# ---- Kafka APIs
 
-SECTIONS: dict[str, Callable[[], str]] = {"standalone": standalone_reference, "config": config_reference,
-                                          "admin": admin_reference}
+def api_reference() -> str:
+    from kop.handlers import build_api_router  # here: the handlers import most of the broker
+    rows = ["| API | key | versions |", "|---|---:|---|"]
+    for key, (low, high) in sorted(build_api_router().versions.items()):
+        rows.append(f"| {ApiKey(key).name} | {key} | {low}-{high} |")
+    return "\n".join(rows)
+
+
+# ---- the generated sections of docs/
+
+SECTIONS: dict[str, tuple[str, Callable[[], str]]] = {
+    "standalone": ("operations.md", standalone_reference),
+    "config": ("operations.md", config_reference),
+    "admin": ("operations.md", admin_reference),
+    "apis": ("compatibility.md", api_reference),
+}
 
 
 def _markers(name: str) -> tuple[str, str]:
@@ -122,9 +139,12 @@ def _markers(name: str) -> tuple[str, str]:
             f"<!-- end of generated {name} -->")
 
 
-def render(text: str) -> str:
-    """`text` with every generated section between its markers rendered afresh; ValueError if a marker is missing."""
-    for name, generate in SECTIONS.items():
+def render(document: str, text: str) -> str:
+    """`text` of docs/`document` with each of its generated sections rendered afresh between its markers;
+    ValueError if a marker is missing."""
+    for name, (where, generate) in SECTIONS.items():
+        if where != document:
+            continue
         begin, end = _markers(name)
         pattern = re.compile(re.escape(begin) + r"\n.*?" + re.escape(end), re.DOTALL)
         if not pattern.search(text):
@@ -137,19 +157,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kop.reference", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help=f"rewrite the sections in {OPERATIONS_MD.name}")
-    mode.add_argument("--check", action="store_true", help=f"exit 1 if {OPERATIONS_MD.name} is stale")
+    mode.add_argument("--write", action="store_true", help="rewrite the generated sections in docs/")
+    mode.add_argument("--check", action="store_true", help="exit 1 if a generated section in docs/ is stale")
     args = parser.parse_args(argv)
     if not (args.write or args.check):
-        print("\n\n".join(generate() for generate in SECTIONS.values()))
+        print("\n\n".join(generate() for _document, generate in SECTIONS.values()))
         return 0
-    current = OPERATIONS_MD.read_text(encoding="utf-8")
-    fresh = render(current)
-    if args.write:
-        OPERATIONS_MD.write_text(fresh, encoding="utf-8")
-        return 0
-    if fresh != current:
-        print(f"{OPERATIONS_MD} is stale: run python -m kop.reference --write", file=sys.stderr)
+    stale = []
+    for document in dict.fromkeys(where for where, _generate in SECTIONS.values()):
+        path = DOCS / document
+        current = path.read_text(encoding="utf-8")
+        fresh = render(document, current)
+        if args.write and fresh != current:
+            path.write_text(fresh, encoding="utf-8")
+        elif fresh != current:
+            stale.append(str(path))
+    if stale:
+        print(f"stale: {', '.join(stale)}; run python -m kop.reference --write", file=sys.stderr)
         return 1
     return 0
 
