@@ -2,8 +2,8 @@
 
 The answer table is in docs/architecture.md#the-kafka-rules-the-answer-table (rules 1-12). Per producer id this
 keeps the current epoch, the last five persisted batches of that epoch (Kafka's window, so a retry gets its original
-offset) and the batches still being written. The PIP-6 core holds the sequence ids, under the name `"{prefix}-{producerId}-{epoch}"`, unwrapped to int64
-(`dedup.sequences`).
+offset) and the batches still being written. The PIP-6 core holds the sequence ids, under the name
+`"{prefix}-{producerId}-{epoch}"`, unwrapped to int64 (`dedup.sequences`).
 
 The caller, one partition at a time and with no `await` between a decision and what it does with it:
 
