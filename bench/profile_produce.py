@@ -31,6 +31,7 @@ WORKLOADS = {
     "large": ProduceSpec(20_000, 10_000, partitions=4, idempotence=True),
 }
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::\d+)?\)$")
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # paths in the tree are shown from here
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +48,7 @@ class Profile:
 
 
 def _short(path: str) -> str:
-    for marker in ("site-packages/", "/lib/python3.11/", "/work/main/"):
+    for marker in ("site-packages/", "/lib/python3.11/", f"{REPO_ROOT}/"):
         if marker in path:
             return path.split(marker, 1)[1]
     return os.path.basename(path)

@@ -134,3 +134,12 @@ def test_dedup_instructions_counts_more_work_per_batch_with_dedup_on():
     off = dedup_instructions.partition_path_instructions(False, 300)
     on = dedup_instructions.partition_path_instructions(True, 300)
     assert on - off > 1_000  # dedup's own work is thousands of instructions per batch; runs of nothing show none
+
+
+def test_summary_chart_draws_every_panel_of_the_figures_file(tmp_path):
+    from bench import summary_chart
+    panels = summary_chart.read_panels(summary_chart.FIGURES)
+    assert len(panels) == 4 and all(len(bars) >= 2 for bars in panels.values())
+    output = tmp_path / "chart.png"
+    summary_chart.draw(panels, output)
+    assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,9 +1,9 @@
 """Kafka's idempotent-producer rules for one partition, on top of the PIP-6 core.
 
-The answer table is `reference/idempotence.md` §4.1. Per producer id this keeps the current epoch, the last five
-persisted batches of that epoch (Kafka's window, so a retry gets its original offset) and the batches still being
-written. The PIP-6 core holds the sequence ids, under the name `"{prefix}-{producerId}-{epoch}"`, unwrapped to int64
-(`dedup.sequences`).
+The answer table is in docs/architecture.md#the-kafka-rules-the-answer-table (rules 1-12). Per producer id this
+keeps the current epoch, the last five persisted batches of that epoch (Kafka's window, so a retry gets its original
+offset) and the batches still being written. The PIP-6 core holds the sequence ids, under the name
+`"{prefix}-{producerId}-{epoch}"`, unwrapped to int64 (`dedup.sequences`).
 
 The caller, one partition at a time and with no `await` between a decision and what it does with it:
 
@@ -264,7 +264,7 @@ class KafkaProducers:
     # -- decide ----------------------------------------------------------------------------------------------------
 
     def check(self, producer_id: int, producer_epoch: int, base_sequence: int, last_offset_delta: int) -> Decision:
-        """Decide one idempotent batch (producer_id >= 0, not a control batch), following §4.1 in order.
+        """Decide one idempotent batch (producer_id >= 0, not a control batch), in the answer table's order (docs/architecture.md).
 
         Call it on the event loop: WaitFor and DecideAgain carry futures. Changes nothing; `on_pushed` does.
         """

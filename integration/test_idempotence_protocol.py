@@ -1,5 +1,6 @@
 """Idempotent Produce at the protocol level: hand-made batches whose producer id, epoch and sequences the test
-picks, sent over a raw socket to a real broker process (answer table: reference/idempotence.md §4.1)."""
+picks, sent over a raw socket to a real broker process (answer table:
+docs/architecture.md#the-kafka-rules-the-answer-table)."""
 import json
 import urllib.request
 

@@ -19,74 +19,119 @@ MILLIS = Range(1, INT64_MAX)
 NAME = Matches(r"[\w.-]+", "letters, digits, '.', '_' or '-'")
 
 
-def setting(default: Any, check: Check | None = None, *keys: str) -> Any:
-    """A field with its check (None: any value of its type) and the file keys that set it besides its own name."""
-    return field(default=default, metadata={"check": check, "keys": keys})
+def setting(default: Any, check: Check | None = None, *keys: str, doc: str) -> Any:
+    """A field with its check (None: any value of its type), the file keys that set it besides its own name, and
+    what it does (rendered into docs/operations.md by kop/reference.py)."""
+    return field(default=default, metadata={"check": check, "keys": keys, "doc": doc})
 
 
 @dataclass(frozen=True)
 class BrokerConfig:
-    host: str = setting("127.0.0.1", HostName())  # and Kafka's `listeners` (kop/config_file.py)
-    port: int = setting(9092, PORT)  # 0: any free port
-    advertised_host: str = setting("", HostName(empty_ok=True, wildcard_ok=False))  # "": the host we listen on
-    advertised_port: int = setting(0, PORT)  # 0: the port we listen on (a proxy in front of the broker sets its own)
-    node_id: int = setting(1, Range(0), "node.id", "broker.id")
-    cluster_id: str = setting("kop-standalone", NAME)
-    cluster_name: str = setting("standalone", NAME, "clusterName")
-    data_dir: str = setting("./data", Matches(r".+", "a directory"))  # and Kafka's `log.dirs`
-    namespace: str = setting("public/default", Matches(r"[-=:.\w]+/[-=:.\w]+", "tenant/namespace"))
-    admin_port: int = setting(0, Range(-1, 65535), "webServicePort")  # 0: no admin HTTP server; -1: any free port
-    # test-only fault injection routes on the admin API
-    admin_failpoints_enabled: bool = setting(False, None, "adminFailpointsEnabled")
+    # listener and identity
+    host: str = setting("127.0.0.1", HostName(), doc="Interface Kafka clients connect to (also set by `listeners`).")
+    port: int = setting(9092, PORT, doc="Kafka port (also set by `listeners`); 0 picks any free port.")
+    advertised_host: str = setting("", HostName(empty_ok=True, wildcard_ok=False),
+                                   doc="Host clients are told to connect to (also set by `advertised.listeners`); "
+                                       "empty: the host listened on.")
+    advertised_port: int = setting(0, PORT, doc="Port clients are told to connect to, e.g. a proxy's; 0: the port "
+                                                "listened on.")
+    node_id: int = setting(1, Range(0), "node.id", "broker.id", doc="The broker id clients see in Metadata.")
+    cluster_id: str = setting("kop-standalone", NAME, doc="The cluster id answered in Metadata and DescribeCluster.")
+    cluster_name: str = setting("standalone", NAME, "clusterName",
+                                doc="Pulsar's cluster name; accepted and checked, not used yet.")
+    data_dir: str = setting("./data", Matches(r".+", "a directory"),
+                            doc="Where everything is stored (also set by `log.dirs` or `log.dir`, one directory); "
+                                "its parent must exist.")
+    namespace: str = setting("public/default", Matches(r"[-=:.\w]+/[-=:.\w]+", "tenant/namespace"),
+                             doc="The Pulsar namespace Kafka topics live in.")
+    admin_port: int = setting(0, Range(-1, 65535), "webServicePort",
+                              doc="Admin REST API port; 0: no admin API, -1: any free port. `kop standalone` "
+                                  "uses 8080 when it is not set.")
+    admin_failpoints_enabled: bool = setting(False, None, "adminFailpointsEnabled",
+                                             doc="Serve the fault-injection routes of the admin API (tests only).")
     # topics
-    auto_create_topics: bool = setting(True, None, "auto.create.topics.enable")
-    num_partitions: int = setting(1, SIZE)
-    max_partitions_per_topic: int = setting(10000, SIZE)
+    auto_create_topics: bool = setting(True, None, "auto.create.topics.enable",
+                                       doc="Create a topic when a client first asks for it.")
+    num_partitions: int = setting(1, SIZE, doc="Partitions of an auto-created topic.")
+    max_partitions_per_topic: int = setting(10000, SIZE, doc="The most partitions a topic may have.")
     # limits
-    socket_request_max_bytes: int = setting(100 * 1024 * 1024, SIZE)
-    message_max_bytes: int = setting(1048588, SIZE)
-    max_in_flight_requests_per_connection: int = setting(5, SIZE)
-    # Backpressure by bytes: a connection is not read while its requests not yet answered hold this many bytes
-    # (one request may overshoot it, so any frame socket.request.max.bytes admits gets through).
-    max_in_flight_bytes_per_connection: int = setting(10 * 1024 * 1024, Range(1, INT64_MAX))
-    # The same bound over all connections (Kafka's key). Unbounded by default, as in Kafka: while it is reached no
-    # connection is read, so one client holding a half-sent large frame would stall all others until the read timeout.
-    queued_max_request_bytes: int = setting(-1, Range(1, INT64_MAX, unbounded=-1))
-    connections_max_idle_ms: int = setting(600_000, MILLIS)  # between requests (Kafka's key and default)
-    # How long a request body may take to arrive once its size is read; Kafka clients give up on a request after
-    # request.timeout.ms (30 s by default), so a body slower than that only holds a buffer.
-    socket_request_read_timeout_ms: int = setting(30_000, MILLIS)
-    max_connections: int = setting(10000, SIZE)
+    socket_request_max_bytes: int = setting(100 * 1024 * 1024, SIZE, doc="The largest request accepted.")
+    message_max_bytes: int = setting(1048588, SIZE, doc="The largest record batch accepted (topic config "
+                                                        "`max.message.bytes` overrides it).")
+    max_in_flight_requests_per_connection: int = setting(
+        5, SIZE, doc="A connection is not read while this many of its requests are unanswered.")
+    # One request may overshoot it, so any frame socket.request.max.bytes admits gets through.
+    max_in_flight_bytes_per_connection: int = setting(
+        10 * 1024 * 1024, Range(1, INT64_MAX),
+        doc="A connection is not read while its unanswered requests hold this many bytes.")
+    # Unbounded by default, as in Kafka: while it is reached no connection is read, so one client holding a half-sent
+    # large frame would stall all others until the read timeout.
+    queued_max_request_bytes: int = setting(-1, Range(1, INT64_MAX, unbounded=-1),
+                                            doc="No connection is read while all unanswered requests together hold "
+                                                "this many bytes.")
+    connections_max_idle_ms: int = setting(600_000, MILLIS, doc="Close a connection idle this long between "
+                                                                "requests.")
+    # Kafka clients give up on a request after request.timeout.ms (30 s by default), so a body slower than that only
+    # holds a buffer.
+    socket_request_read_timeout_ms: int = setting(30_000, MILLIS,
+                                                  doc="Close a connection whose request body, once its size is read, "
+                                                      "does not arrive in this time.")
+    max_connections: int = setting(10000, SIZE, doc="Connections beyond this many are closed at once.")
     # storage
-    fsync: bool = setting(True)
-    ledger_max_bytes: int = setting(256 * 1024 * 1024, Range(14), "log.segment.bytes")  # Kafka's lower bound
-    # Kafka's log.roll.ms (log.roll.hours=168)
-    ledger_max_age_ms: int = setting(7 * 24 * 3600 * 1000, MILLIS, "log.roll.ms")
-    retention_ms: int = setting(7 * 24 * 3600 * 1000, Range(0, INT64_MAX, unbounded=-1), "log.retention.ms")
-    retention_bytes: int = setting(-1, Range(0, INT64_MAX, unbounded=-1), "log.retention.bytes")
-    retention_check_interval_ms: int = setting(5 * 60 * 1000, MILLIS, "log.retention.check.interval.ms")
+    fsync: bool = setting(True, doc="Acknowledge a write only after an fsync covers it (group commit). Off: faster, "
+                                    "and a machine crash can lose acknowledged records.")
+    ledger_max_bytes: int = setting(256 * 1024 * 1024, Range(14), "log.segment.bytes",  # Kafka's lower bound
+                                    doc="Start a new ledger once the current one is this large (topic config "
+                                        "`segment.bytes`).")
+    ledger_max_age_ms: int = setting(7 * 24 * 3600 * 1000, MILLIS, "log.roll.ms",
+                                     doc="Start a new ledger once the current one's first entry is this old (also "
+                                         "`log.roll.hours`; topic config `segment.ms`).")
+    retention_ms: int = setting(7 * 24 * 3600 * 1000, Range(0, INT64_MAX, unbounded=-1), "log.retention.ms",
+                                doc="Delete a closed ledger once its newest record is this old (also "
+                                    "`log.retention.minutes`, `log.retention.hours`; topic config `retention.ms`).")
+    retention_bytes: int = setting(-1, Range(0, INT64_MAX, unbounded=-1), "log.retention.bytes",
+                                   doc="Delete the oldest ledgers while a partition holds more than this (topic "
+                                       "config `retention.bytes`).")
+    retention_check_interval_ms: int = setting(5 * 60 * 1000, MILLIS, "log.retention.check.interval.ms",
+                                               doc="How often retention runs.")
     # PIP-6 deduplication
-    broker_deduplication_enabled: bool = setting(True, None, "brokerDeduplicationEnabled")
-    broker_deduplication_entries_interval: int = setting(1000, SIZE, "brokerDeduplicationEntriesInterval")
-    broker_deduplication_snapshot_interval_seconds: int = setting(  # 0: no time-based snapshots
-        120, Range(0), "brokerDeduplicationSnapshotIntervalSeconds")
-    broker_deduplication_snapshot_frequency_seconds: int = setting(  # 0: no time-based snapshot task
-        120, Range(0), "brokerDeduplicationSnapshotFrequencyInSeconds")
+    broker_deduplication_enabled: bool = setting(True, None, "brokerDeduplicationEnabled",
+                                                 doc="Deduplicate idempotent producers and sequence-id records "
+                                                     "(the broker level of the deduplication policy).")
+    broker_deduplication_entries_interval: int = setting(
+        1000, SIZE, "brokerDeduplicationEntriesInterval",
+        doc="Snapshot a partition's dedup state after this many entries (or after as many entries as the snapshot "
+            "holds names, if more).")
+    broker_deduplication_snapshot_interval_seconds: int = setting(
+        120, Range(0), "brokerDeduplicationSnapshotIntervalSeconds",
+        doc="Snapshot a partition whose last snapshot is this old and has new entries (the broker level of the "
+            "snapshot-interval policy); 0: no time-based snapshots.")
+    broker_deduplication_snapshot_frequency_seconds: int = setting(
+        120, Range(0), "brokerDeduplicationSnapshotFrequencyInSeconds",
+        doc="How often the time-based snapshot check runs; 0: never.")
     # Pulsar's default is 10,000; Kafka gives every producer start a new id and application-chosen names are per
     # file or task, so a busy partition passes that within the inactivity timeout (BENCHMARKS.md: 100,000 names).
-    broker_deduplication_max_number_of_producers: int = setting(100_000, SIZE,
-                                                                "brokerDeduplicationMaxNumberOfProducers")
+    broker_deduplication_max_number_of_producers: int = setting(
+        100_000, SIZE, "brokerDeduplicationMaxNumberOfProducers",
+        doc="The most producer names a snapshot keeps (the most recently written).")
     broker_deduplication_producer_inactivity_timeout_minutes: int = setting(
-        360, SIZE, "brokerDeduplicationProducerInactivityTimeoutMinutes")
-    # Test knob, not Pulsar's: when > 0, the inactivity timeout in seconds (Pulsar's minutes are at least 1).
-    test_dedup_inactivity_timeout_seconds: int = setting(0, Range(0), "testDedupProducerInactivityTimeoutSeconds")
+        360, SIZE, "brokerDeduplicationProducerInactivityTimeoutMinutes",
+        doc="Forget a producer name not written for this long.")
+    test_dedup_inactivity_timeout_seconds: int = setting(
+        0, Range(0), "testDedupProducerInactivityTimeoutSeconds",
+        doc="Tests only: when above 0, the inactivity timeout in seconds.")
     # groups
-    group_min_session_timeout_ms: int = setting(6000, SIZE)
-    group_max_session_timeout_ms: int = setting(1800000, SIZE)
-    group_initial_rebalance_delay_ms: int = setting(0, Range(0))
-    group_max_size: int = setting(INT32_MAX, SIZE)
-    offset_metadata_max_bytes: int = setting(4096, Range(0))
-    offsets_retention_check_interval_ms: int = setting(600_000, MILLIS)
+    group_min_session_timeout_ms: int = setting(6000, SIZE, doc="The shortest session timeout a member may ask for.")
+    group_max_session_timeout_ms: int = setting(1800000, SIZE, doc="The longest session timeout a member may ask "
+                                                                   "for.")
+    group_initial_rebalance_delay_ms: int = setting(0, Range(0), doc="Wait this long for more members before the "
+                                                                     "first rebalance of an empty group (Kafka: "
+                                                                     "3000).")
+    group_max_size: int = setting(INT32_MAX, SIZE, doc="The most members a group may have.")
+    offset_metadata_max_bytes: int = setting(4096, Range(0), doc="The longest metadata string an offset commit may "
+                                                                 "carry.")
+    offsets_retention_check_interval_ms: int = setting(600_000, MILLIS,
+                                                       doc="How often empty groups without offsets are forgotten.")
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -25,6 +25,7 @@ SUGGESTION_MAX_LENGTH_DIFFERENCE = 2
 class Key:
     parse: Callable[[str], dict[str, Any]]  # the written value -> the checked values of the fields it sets
     rank: int = 0  # Kafka's precedence among keys that set the same field: the higher one wins
+    doc: str = ""  # what it sets, for docs/operations.md (the keys of KAFKA_KEYS)
 
 
 def _field(name: str) -> Key:
@@ -37,37 +38,44 @@ def _checked(values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def _in_units(name: str, millis_per_unit: int, rank: int) -> Key:
+def _in_units(name: str, millis_per_unit: int, rank: int, doc: str) -> Key:
     def parse(raw: str) -> dict[str, Any]:
         count = parse_integer(raw)
         return _checked({name: count * millis_per_unit if count >= 0 else count})  # -1 stays "no limit"
-    return Key(parse, rank)
+    return Key(parse, rank, doc)
 
 
-def _listener(host_field: str, port_field: str, empty_host: str) -> Key:
+def _listener(host_field: str, port_field: str, empty_host: str, doc: str) -> Key:
     def parse(raw: str) -> dict[str, Any]:
         listener = parse_listener(raw)
         return _checked({host_field: listener.host or empty_host, port_field: listener.port})
-    return Key(parse)
+    return Key(parse, doc=doc)
 
 
-def _log_dirs(rank: int) -> Key:
+def _log_dirs(rank: int, doc: str) -> Key:
     def parse(raw: str) -> dict[str, Any]:
         dirs = [d.strip() for d in raw.split(",") if d.strip()]
         if len(dirs) != 1:
             raise ValueError(f"kop keeps its data in one directory, got {len(dirs)}")
         return _checked({"data_dir": dirs[0]})
-    return Key(parse, rank)
+    return Key(parse, rank, doc)
 
 
 KAFKA_KEYS = {
-    "listeners": _listener("host", "port", EVERY_INTERFACE),  # Kafka binds every interface for an empty host
-    "advertised.listeners": _listener("advertised_host", "advertised_port", ""),  # "": the host listened on
-    "log.dirs": _log_dirs(rank=0),
-    "log.dir": _log_dirs(rank=-1),
-    "log.retention.minutes": _in_units("retention_ms", 60_000, rank=-1),
-    "log.retention.hours": _in_units("retention_ms", 3_600_000, rank=-2),
-    "log.roll.hours": _in_units("ledger_max_age_ms", 3_600_000, rank=-2),
+    # Kafka binds every interface for an empty host
+    "listeners": _listener("host", "port", EVERY_INTERFACE,
+                           "`PLAINTEXT://HOST:PORT`, one listener: sets `host` and `port` (an empty host is every "
+                           "interface, as in Kafka)"),
+    "advertised.listeners": _listener("advertised_host", "advertised_port", "",
+                                      "`PLAINTEXT://HOST:PORT`, one listener: sets `advertised.host` and "
+                                      "`advertised.port`"),
+    "log.dirs": _log_dirs(0, "one directory: sets `data.dir` (wins over `log.dir`)"),
+    "log.dir": _log_dirs(-1, "one directory: sets `data.dir`"),
+    "log.retention.minutes": _in_units("retention_ms", 60_000, -1,
+                                       "sets `log.retention.ms` (which wins over it); -1: no limit"),
+    "log.retention.hours": _in_units("retention_ms", 3_600_000, -2,
+                                     "sets `log.retention.ms` (`.ms` and `.minutes` win over it); -1: no limit"),
+    "log.roll.hours": _in_units("ledger_max_age_ms", 3_600_000, -2, "sets `log.roll.ms` (which wins over it)"),
 }
 
 KEYS: dict[str, Key] = {

@@ -1,6 +1,7 @@
 """dedup/ is the PIP-6 core and Kafka's producer rules with no I/O: it imports the standard library, itself and the
-generated protos (with the protobuf runtime they run on), never `kop` (DESIGN.md: kop -> dedup -> proto). Read from the source, so an import inside a function
-or behind TYPE_CHECKING counts too."""
+generated protos (with the protobuf runtime they run on), never `kop`
+(docs/architecture.md#layers: kop -> dedup -> proto). Read from the source, so an import inside a function or
+behind TYPE_CHECKING counts too."""
 
 import ast
 import pathlib

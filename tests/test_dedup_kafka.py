@@ -1,4 +1,5 @@
-"""Kafka's idempotent-producer rules on top of PIP-6: every row of the answer table (idempotence.md §4.1)."""
+"""Kafka's idempotent-producer rules on top of PIP-6: every row of the answer table
+(docs/architecture.md#the-kafka-rules-the-answer-table)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""PIP-6 core: Pulsar's MessageDuplicationTest scenarios and the parity checklist (pulsar.md §7), as statements."""
+"""PIP-6 core: Pulsar's MessageDuplicationTest scenarios and the behaviours kop keeps from Pulsar, as statements."""
 
 from __future__ import annotations
 

@@ -20,8 +20,8 @@ from kop.admin.client import (DEFAULT_ADMIN_URL, AdminClient, AdminError, namesp
 
 def _enable_arguments(parser: argparse.ArgumentParser) -> None:
     choice = parser.add_mutually_exclusive_group(required=True)
-    choice.add_argument("--enable", "-e", dest="enable", action="store_true", default=None)
-    choice.add_argument("--disable", "-d", dest="enable", action="store_false")
+    choice.add_argument("--enable", "-e", dest="enable", action="store_true", default=None, help="turn it on")
+    choice.add_argument("--disable", "-d", dest="enable", action="store_false", help="turn it off")
 
 
 def _interval_arguments(parser: argparse.ArgumentParser) -> None:
