@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 LISTEN ?= 127.0.0.1:9092
 DATA ?= ./data
 
-.PHONY: run test test-fast bench proto compat compat-quick java kcat clean pipeline-demo
+.PHONY: run test test-slow test-fast bench proto compat compat-quick java kcat clean pipeline-demo
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,11 @@ kcat:
 	  echo "kcat not installed: its test will be skipped"
 
 test: $(VENV)/.test-installed java kcat
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not slow"
+
+# The scenarios of minutes (Spark in local mode), kept out of `make test` so it stays quick; CI runs both.
+test-slow: $(VENV)/.test-installed java
+	$(PY) -m pytest -q -m slow
 
 test-fast: $(VENV)/.test-installed
 	$(PY) -m pytest -q tests

@@ -11,6 +11,8 @@ from kop.spark.drills import end_offsets
 from kop.spark.sequencing import kafka_partition
 from kop.spark.topics import ensure_topic
 
+pytestmark = pytest.mark.slow  # Spark in local mode: minutes; make test-slow runs it
+
 ROWS = 120
 
 

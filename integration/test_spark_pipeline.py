@@ -21,6 +21,8 @@ from kop.spark.report import write_chart, write_json
 from kop.spark.sequencing import PRODUCER_NAME, SEQUENCE_ID
 from kop.spark.transform import TransformJob, expected_outputs, run_transform
 
+pytestmark = pytest.mark.slow  # Spark in local mode: minutes; make test-slow runs it
+
 ORDERS_PER_FILE = 150
 FAIL_AFTER_ROWS = 50  # each task's first attempt dies after handing this many rows to the sink
 ROW_DELAY_MS = 15.0  # slows a job to seconds, so a driver or broker can be killed while it runs
