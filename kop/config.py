@@ -80,6 +80,8 @@ class BrokerConfig:
         360, SIZE, "brokerDeduplicationProducerInactivityTimeoutMinutes")
     # Test knob, not Pulsar's: when > 0, the inactivity timeout in seconds (Pulsar's minutes are at least 1).
     test_dedup_inactivity_timeout_seconds: int = setting(0, Range(0), "testDedupProducerInactivityTimeoutSeconds")
+    # Test knob: each partition's load at start-up waits this long first, as on a slow disk (readiness tests).
+    test_partition_load_delay_ms: int = setting(0, Range(0), "testPartitionLoadDelayMs")
     # groups
     group_min_session_timeout_ms: int = setting(6000, SIZE)
     group_max_session_timeout_ms: int = setting(1800000, SIZE)
