@@ -83,6 +83,13 @@ class Snapshot(NamedTuple):
     strings: dict[str, str]
 
 
+class Recovery(NamedTuple):
+    """The last recovery of a partition's state: how long it took and how many entries it replayed."""
+
+    seconds: float
+    replayed: int
+
+
 class DedupExtension(Protocol):
     """State kept beside the two maps that must be snapshotted and rebuilt with them (Kafka's producer state).
 
@@ -166,6 +173,8 @@ class MessageDeduplication:
         self._transition_target = False
         self._wanted = False  # the policy, as the last status check asked for it
         self._failed_at = clock()
+        self.snapshots_stored = 0  # snapshots stored since the partition was opened (a metric)
+        self.last_recovery: Recovery | None = None
 
     def attach(self, extension: DedupExtension) -> None:
         if self._extension is not None:
@@ -308,6 +317,7 @@ class MessageDeduplication:
     async def _recover(self, cursor: DedupCursor) -> None:
         """Snapshot, then every entry after it; the maps end as they were after the last durable entry."""
         self._clear_state(recovering=True)
+        started = time.monotonic()
         now = self._clock()
         owned: dict[str, int] = {}
         for name, value in cursor.properties.items():  # stored in the order of their last writes: keep it
@@ -327,7 +337,9 @@ class MessageDeduplication:
             self._replay_entry(entry, now)
         self._last_recorded_position = last
         self._recorded = replayed
-        log.info("%s: dedup replayed %d entries after %s", self._log_name, replayed, start)
+        self.last_recovery = Recovery(time.monotonic() - started, replayed)
+        log.info("%s: dedup replayed %d entries after %s in %.3fs", self._log_name, replayed, start,
+                 self.last_recovery.seconds)
         if replayed >= max(self._config.entries_interval, len(self._persisted)):
             # A long replay is paid once: snapshot now so the next recovery starts here (Pulsar PR #22479).
             if await self._mark_delete(cursor, last, self._take_snapshot()):
@@ -507,6 +519,7 @@ class MessageDeduplication:
             log.warning("%s: dedup snapshot at %s failed: %r", self._log_name, position, exc)
             return False
         self._last_snapshot_time = self._clock()
+        self.snapshots_stored += 1
         return True
 
     def _take_snapshot(self) -> Callable[[], Snapshot]:

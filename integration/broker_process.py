@@ -26,6 +26,7 @@ class BrokerProcess:
     log_path: str = ""
     admin_port: int | None = None  # None: no admin API; 0: on a free port picked at the first start (then kept)
     program: tuple[str, ...] = (sys.executable, "-m", "kop.cli")  # or the `kop` console script
+    options: tuple[str, ...] = ()  # more `kop standalone` options, e.g. ("--log-format", "json")
 
     @property
     def bootstrap(self) -> str:
@@ -37,14 +38,15 @@ class BrokerProcess:
             raise RuntimeError("this broker was started without the admin API (admin_port=None)")
         return f"http://127.0.0.1:{self.admin_port}"
 
-    def start(self, timeout: float = 30.0) -> "BrokerProcess":
+    def start(self, timeout: float = 30.0, wait: bool = True) -> "BrokerProcess":
+        """Start the broker and wait until it serves Kafka clients (wait=False: return once the process runs)."""
         if not self.port:
             self.port = free_port()
         os.makedirs(self.data_dir, exist_ok=True)
         if self.admin_port == 0:
             self.admin_port = free_port()
         args = [*self.program, "standalone", "--listen", f"127.0.0.1:{self.port}",
-                "--data-dir", self.data_dir, "--admin-port", str(self.admin_port or 0)]
+                "--data-dir", self.data_dir, "--admin-port", str(self.admin_port or 0), *self.options]
         if self.config:
             path = os.path.join(self.data_dir, "..", f"kop-{self.port}.properties")
             with open(path, "w") as f:
@@ -54,6 +56,8 @@ class BrokerProcess:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         log.close()
+        if not wait:
+            return self
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -35,6 +35,13 @@ def admin_json(broker: BrokerProcess, *args: str):
     return json.loads(done.stdout) if done.stdout.strip() else None
 
 
+def admin_change(broker: BrokerProcess, *args: str) -> str:
+    """Run a set-/remove- command that must succeed; the change it printed."""
+    done = kop_admin(broker, *args)
+    assert done.returncode == 0, f"kop admin {' '.join(args)} failed: {done.stderr}"
+    return done.stdout.strip()
+
+
 def admin_fails(broker: BrokerProcess, *args: str, status: int) -> str:
     done = kop_admin(broker, *args)
     assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
@@ -65,18 +72,24 @@ def test_namespace_policies_round_trip_and_remove_falls_back_to_the_broker(admin
     ns = "public/default"
     assert admin_json(admin_broker, "namespaces", "get-deduplication", ns) is None
     assert admin_json(admin_broker, "namespaces", "get-deduplication", ns, "--applied") is True  # broker default
-    assert admin_json(admin_broker, "namespaces", "set-deduplication", ns, "--disable") is None
+    assert admin_change(admin_broker, "namespaces", "set-deduplication", ns, "--disable") == \
+        "deduplication of namespace public/default: null -> false"
     assert admin_json(admin_broker, "namespaces", "get-deduplication", ns) is False
     assert admin_json(admin_broker, "namespaces", "get-deduplication", ns, "--applied") is False
-    admin_json(admin_broker, "namespaces", "set-deduplication", ns, "-e")
+    assert admin_change(admin_broker, "namespaces", "set-deduplication", ns, "-e") == \
+        "deduplication of namespace public/default: false -> true"
     assert admin_json(admin_broker, "namespaces", "get-deduplication", ns) is True
-    admin_json(admin_broker, "namespaces", "remove-deduplication", ns)
+    assert admin_change(admin_broker, "namespaces", "remove-deduplication", ns) == \
+        "deduplication of namespace public/default: true -> null"
     assert admin_json(admin_broker, "namespaces", "get-deduplication", ns) is None
+    changes = [line.split("changed: ")[1] for line in open(admin_broker.log_path).read().splitlines()
+               if "admin: namespace public/default policy deduplication_enabled changed" in line]
+    assert changes == ["null -> false", "false -> true", "true -> null"]  # the broker logs each change
 
     assert admin_json(admin_broker, "namespaces", "get-deduplication-snapshot-interval", ns) is None
-    admin_json(admin_broker, "namespaces", "set-deduplication-snapshot-interval", ns, "-i", "60")
+    admin_change(admin_broker, "namespaces", "set-deduplication-snapshot-interval", ns, "-i", "60")
     assert admin_json(admin_broker, "namespaces", "get-deduplication-snapshot-interval", ns) == 60
-    admin_json(admin_broker, "namespaces", "remove-deduplication-snapshot-interval", ns)
+    admin_change(admin_broker, "namespaces", "remove-deduplication-snapshot-interval", ns)
     assert admin_json(admin_broker, "namespaces", "get-deduplication-snapshot-interval", ns) is None
     assert admin_json(admin_broker, "namespaces", "get-deduplication-snapshot-interval", ns,
                       "--applied") == BROKER_INTERVAL
@@ -91,46 +104,46 @@ def test_topic_policies_resolve_topic_over_namespace_over_broker(admin_broker):
         return admin_json(admin_broker, "topics", f"get-{what}", topic, "--applied")
 
     assert applied("orders") is True and dedup_status(admin_broker, "orders") == "Enabled"
-    admin_json(admin_broker, "namespaces", "set-deduplication", ns, "--disable")
+    admin_change(admin_broker, "namespaces", "set-deduplication", ns, "--disable")
     assert admin_json(admin_broker, "topics", "get-deduplication", "orders") is None
     assert applied("orders") is False
     assert dedup_status(admin_broker, "orders") == "Disabled"
     assert dedup_status(admin_broker, "other") == "Disabled"
 
-    admin_json(admin_broker, "topics", "set-deduplication", "persistent://public/default/orders", "--enable")
+    admin_change(admin_broker, "topics", "set-deduplication", "persistent://public/default/orders", "--enable")
     assert admin_json(admin_broker, "topics", "get-deduplication", "orders") is True
     assert applied("orders") is True and applied("other") is False
     stats = admin_json(admin_broker, "topics", "stats", "orders")
     assert [p["deduplicationStatus"] for p in stats["partitions"].values()] == ["Enabled", "Enabled"]
     assert dedup_status(admin_broker, "other") == "Disabled"
 
-    admin_json(admin_broker, "topics", "remove-deduplication", "public/default/orders")
+    admin_change(admin_broker, "topics", "remove-deduplication", "public/default/orders")
     assert admin_json(admin_broker, "topics", "get-deduplication", "orders") is None
     assert applied("orders") is False and dedup_status(admin_broker, "orders") == "Disabled"
-    admin_json(admin_broker, "namespaces", "remove-deduplication", ns)
+    admin_change(admin_broker, "namespaces", "remove-deduplication", ns)
     assert applied("orders") is True and dedup_status(admin_broker, "orders") == "Enabled"
 
     what = "deduplication-snapshot-interval"
     assert applied("orders", what) == BROKER_INTERVAL
-    admin_json(admin_broker, "namespaces", f"set-{what}", ns, "-i", "30")
+    admin_change(admin_broker, "namespaces", f"set-{what}", ns, "-i", "30")
     assert applied("orders", what) == 30
-    admin_json(admin_broker, "topics", f"set-{what}", "orders", "-i", "5")
+    admin_change(admin_broker, "topics", f"set-{what}", "orders", "-i", "5")
     assert admin_json(admin_broker, "topics", f"get-{what}", "orders") == 5
     assert applied("orders", what) == 5 and applied("other", what) == 30
-    admin_json(admin_broker, "topics", f"remove-{what}", "orders")
+    admin_change(admin_broker, "topics", f"remove-{what}", "orders")
     assert admin_json(admin_broker, "topics", f"get-{what}", "orders") is None
     assert applied("orders", what) == 30
-    admin_json(admin_broker, "namespaces", f"remove-{what}", ns)
+    admin_change(admin_broker, "namespaces", f"remove-{what}", ns)
     assert applied("orders", what) == BROKER_INTERVAL
 
 
 def test_policies_survive_a_restart(admin_broker):
     create_topic(admin_broker, "kept")
     create_topic(admin_broker, "plain")
-    admin_json(admin_broker, "namespaces", "set-deduplication", "public/default", "--disable")
-    admin_json(admin_broker, "namespaces", "set-deduplication-snapshot-interval", "public/default", "-i", "45")
-    admin_json(admin_broker, "topics", "set-deduplication", "kept", "--enable")
-    admin_json(admin_broker, "topics", "set-deduplication-snapshot-interval", "kept", "-i", "9")
+    admin_change(admin_broker, "namespaces", "set-deduplication", "public/default", "--disable")
+    admin_change(admin_broker, "namespaces", "set-deduplication-snapshot-interval", "public/default", "-i", "45")
+    admin_change(admin_broker, "topics", "set-deduplication", "kept", "--enable")
+    admin_change(admin_broker, "topics", "set-deduplication-snapshot-interval", "kept", "-i", "9")
 
     admin_broker.restart()
 

@@ -85,6 +85,7 @@ FAILURES = {  # what the operator got wrong -> (arguments, properties file or No
     "listen-port-out-of-range": (["--listen", "127.0.0.1:99999"], None, ["--listen", "at most 65535"]),
     "listen-without-port": (["--listen", "127.0.0.1"], None, ["--listen", "expected HOST:PORT"]),
     "bad-log-level": (["--log-level", "LOUD"], None, ["--log-level", "LOUD"]),
+    "bad-log-format": (["--log-format", "xml"], None, ["--log-format", "xml"]),
     "negative-admin-port": (["--admin-port", "-7"], None, ["--admin-port", "at least -1"]),
     "wildcard-without-advertised-host": (["--listen", "0.0.0.0:0"], None, ["advertised host"]),
     "unassignable-host": (["--listen", "192.0.2.1:0"], None, ["192.0.2.1:0", "Cannot assign requested address"]),

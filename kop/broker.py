@@ -9,6 +9,7 @@ import time
 from collections.abc import Awaitable
 
 from kop import handlers
+from kop.admin.metrics import BrokerCollector, BrokerMetrics
 from kop.admin.server import AdminServer
 from kop.byte_budget import ByteBudget
 from kop.config import BrokerConfig
@@ -22,6 +23,8 @@ from kop.topics import TopicManager, deletes_by_retention
 
 log = logging.getLogger(__name__)
 
+MAX_NAMED = 10  # partitions a readiness answer names
+
 
 class Broker:
     def __init__(self, config: BrokerConfig, *, admin_port_may_be_taken: bool = False) -> None:
@@ -31,7 +34,8 @@ class Broker:
         self._admin_port_may_be_taken = admin_port_may_be_taken
         self._lock: DataDirLock | None = None
         self.policies = PolicyBook(config)
-        self.topics = TopicManager(config, self.policies)
+        self.metrics = BrokerMetrics()
+        self.topics = TopicManager(config, self.policies, self.metrics.observe_flush)
         self.groups = GroupCoordinator(config, self.topics)
         self.api_router = handlers.build_api_router()
         self.producer_ids: ProducerIdAllocator | None = None
@@ -43,7 +47,29 @@ class Broker:
         self.port = config.port
         self._admin: AdminServer | None = None
         self.admin_port = 0  # the admin HTTP port bound, 0 when the admin API is off
+        self.loaded = False  # topics and groups loaded: the admin API serves more than its probes
+        self.serving = False  # Kafka clients are served
+        self.metrics.registry.register(BrokerCollector(self))
 
+    @property
+    def open_connections(self) -> int:
+        return len(self._connections)
+
+    def not_ready(self) -> list[str]:
+        """What keeps the broker from serving everything it holds (empty when ready): the ports not yet serving,
+        partitions still loading, partitions whose deduplication state is not recovered."""
+        reasons = []
+        if not self.serving:
+            reasons.append("the Kafka port is not serving yet")
+        loaded, total = self.topics.load_progress
+        if loaded < total:
+            reasons.append(f"loading partitions: {loaded} of {total} loaded")
+        recovering = [p.name for p in self.topics.all_partitions() if p.dedup.awaiting_recovery]
+        if recovering:
+            shown = ", ".join(recovering[:MAX_NAMED])
+            more = f" and {len(recovering) - MAX_NAMED} more" if len(recovering) > MAX_NAMED else ""
+            reasons.append(f"deduplication state not recovered: {shown}{more}")
+        return reasons
     @property
     def advertised_port(self) -> int:
         return self.config.advertised_port or self.port
@@ -86,11 +112,13 @@ class Broker:
         self.producer_ids = ProducerIdAllocator(os.path.join(self.config.data_dir, "producer-ids"),
                                                 durable=self.config.fsync)
         self.policies.load()
+        if self._admin is not None:  # its probes answer while the topics load; the rest waits for them
+            await _listen(self._admin.start(), self.config.host, self.admin_port, "the admin API")
         await self.topics.load_all()
         self.groups.start()  # needs the topics: groups are found from their partitions' cursors
-        if self._admin is not None:
-            await _listen(self._admin.start(), self.config.host, self.admin_port, "the admin API")
+        self.loaded = True
         await _listen(self._server.start_serving(), self.config.host, self.port, "Kafka clients")
+        self.serving = True
         self._background.append(asyncio.create_task(self._retention_loop()))
         self._background.append(asyncio.create_task(self._dedup_snapshot_loop()))
         self._background.append(asyncio.create_task(self._dedup_purge_loop()))

@@ -16,6 +16,7 @@ from kop.admin.cli import add_admin_parser, run_admin
 from kop.config import BrokerConfig, parse_setting
 from kop.config_file import read_properties, unknown_key_warnings
 from kop.listeners import split_host_port
+from kop.logs import LOG_FORMATS, configure_logging
 from kop.perf.options import add_perf_parser
 from kop.spark.cli import add_pipeline_parser, run_pipeline
 from kop.startup import StartupError
@@ -183,6 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     standalone.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO",
                             help="the least severe log lines written to stderr: DEBUG, INFO (default), WARNING or "
                                  "ERROR")
+    standalone.add_argument("--log-format", type=str.lower, choices=LOG_FORMATS, default="text",
+                            help="text (default): one line per event; json: one JSON object per line (time, level, "
+                                 "logger, message and the event's fields, such as client_id and addr)")
     add_admin_parser(sub)
     add_perf_parser(sub)
     add_pipeline_parser(sub)
@@ -211,8 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         standalone = build_config(args)
     except ValueError as exc:
         return fail(str(exc))
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    configure_logging(args.log_level, args.log_format)
     try:
         import uvloop
         uvloop.install()

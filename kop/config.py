@@ -120,6 +120,9 @@ class BrokerConfig:
     test_dedup_inactivity_timeout_seconds: int = setting(
         0, Range(0), "testDedupProducerInactivityTimeoutSeconds",
         doc="Tests only: when above 0, the inactivity timeout in seconds.")
+    test_partition_load_delay_ms: int = setting(
+        0, Range(0), "testPartitionLoadDelayMs",
+        doc="Tests only: each partition's load at start-up waits this long first, as on a slow disk.")
     # groups
     group_min_session_timeout_ms: int = setting(6000, SIZE, doc="The shortest session timeout a member may ask for.")
     group_max_session_timeout_ms: int = setting(1800000, SIZE, doc="The longest session timeout a member may ask "

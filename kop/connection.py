@@ -16,8 +16,10 @@ import functools
 import inspect
 import itertools
 import logging
+import time
 from typing import TYPE_CHECKING
 
+from kop.admin.metrics import RequestSeries
 from kop.byte_budget import ByteBudget
 from kop.handlers.context import BrokerServices, RequestContext
 from protocol.api import (ProtocolError, UnsupportedVersion, decode_body, encode_response, parse_header,
@@ -53,6 +55,8 @@ class Connection:
         self._idle_timeout = config.connections_max_idle_ms / 1000
         self._read_timeout = config.socket_request_read_timeout_ms / 1000
         self._paused_by: set[str] = set()  # the limits that have paused this connection, each logged once
+        self._client_id: str | None = None  # of the last request, and the log fields naming it: kept, not rebuilt
+        self.log_fields: dict[str, str] = {"client_id": "", "addr": self.peer}
 
     async def run(self) -> None:
         writer_task = asyncio.create_task(self._write_responses())
@@ -61,9 +65,10 @@ class Connection:
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.TimeoutError):
             pass
         except (ProtocolError, SlowRequest) as exc:
-            log.warning("closing connection %s from %s: %s", self.id, self.peer, exc)
+            log.warning("closing connection %s from %s: %s", self.id, self.peer, exc, extra=self.log_fields)
         except Exception:
-            log.exception("closing connection %s from %s after an internal error", self.id, self.peer)
+            log.exception("closing connection %s from %s after an internal error", self.id, self.peer,
+                          extra=self.log_fields)
         finally:
             self._responses.put_nowait(None)
             try:
@@ -129,7 +134,7 @@ class Connection:
         if key not in self._paused_by:
             self._paused_by.add(key)
             log.info("connection %s from %s: reading paused while %d bytes of requests are unanswered (%s=%d)",
-                     self.id, self.peer, budget.in_use, key, budget.limit)
+                     self.id, self.peer, budget.in_use, key, budget.limit, extra=self.log_fields)
         await budget.reserve(size)
 
     def _unreserve(self, size: int) -> None:
@@ -141,6 +146,7 @@ class Connection:
 
     async def _dispatch(self, frame: bytes):
         """Run a request's ordered phase; returns an awaitable of the response frame, or None for no response."""
+        started = time.perf_counter()
         router = self.broker.api_router
         try:
             header, body_offset = parse_header(frame, router.versions)
@@ -149,17 +155,24 @@ class Connection:
                 return _done(self._api_versions_fallback(exc.correlation_id))
             raise ProtocolError(str(exc)) from None
         request = decode_body(header, frame, body_offset)
-        ctx = RequestContext(self._services, header, self.peer, self.id)
+        if header.client_id != self._client_id:
+            self._client_id = header.client_id
+            self.log_fields = {"client_id": header.client_id or "", "addr": self.peer}
+        ctx = RequestContext(self._services, header, self.peer, self.id, self.log_fields)
+        series = self.broker.metrics.request_series(header.api_key)
         result = await router.routes[header.api_key].handler(ctx, request)
         if result is None:
+            series.answered(started, None)
             return None
         if inspect.isawaitable(result):
-            return asyncio.ensure_future(self._encode_later(result, header.correlation_id))
+            return asyncio.ensure_future(self._encode_later(result, header.correlation_id, series, started))
+        series.answered(started, result)
         return _done(encode_response(result, header.correlation_id))
 
     @staticmethod
-    async def _encode_later(awaitable, correlation_id: int) -> bytes | None:
+    async def _encode_later(awaitable, correlation_id: int, series: RequestSeries, started: float) -> bytes | None:
         response = await awaitable
+        series.answered(started, response)
         return None if response is None else encode_response(response, correlation_id)
 
     def _api_versions_fallback(self, correlation_id: int) -> bytes:
@@ -177,7 +190,8 @@ class Connection:
             try:
                 data = await pending
             except Exception:
-                log.exception("request on connection %s from %s failed; closing", self.id, self.peer)
+                log.exception("request on connection %s from %s failed; closing", self.id, self.peer,
+                              extra=self.log_fields)
                 self.writer.close()
                 return
             finally:

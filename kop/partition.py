@@ -9,6 +9,7 @@ after a write (dedup's persisted map, snapshots) runs in callbacks, whether or n
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dedup import (DEDUP_CURSOR_NAME, Accept, DecideAgain, DedupConfig, Duplicate, KafkaProducers,
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 
 # A failed write is retriable: the client resends with the same sequence numbers.
 WRITE_FAILED = ErrorCode.NOT_LEADER_OR_FOLLOWER
+NO_CLIENT: Mapping[str, str] = {}  # log fields of a batch that came from no client request (tests, tools)
 
 
 class DedupRecovering(Exception):
@@ -39,6 +41,15 @@ class AppendResult:
     log_append_time: int = -1
     message: str | None = None
     record_errors: tuple[tuple[int, str], ...] = ()  # (index in the batch, reason) of the records that failed it
+
+
+@dataclass(slots=True)
+class DedupDecisions:
+    """How the PIP-6 core judged this partition's idempotent batches (read by the metrics at scrape time)."""
+
+    stored: int = 0  # NotDup: written
+    duplicate: int = 0  # Dup: answered with the original's offset or DUPLICATE_SEQUENCE_NUMBER, not written
+    unknown: int = 0  # a retry of a write still in flight, or refused while the state is being recovered
 
 
 def _kafka_metadata(header: BatchHeader, accept: Accept) -> MessageMetadata:
@@ -65,6 +76,10 @@ class PartitionLog:
         self.producers = KafkaProducers(self.dedup)
         self.sequences = SequenceFilter(self.dedup, self.name)
         self.log_append_time = False  # topic config message.timestamp.type=LogAppendTime
+        # Plain counts on the hot path; the metrics read them at scrape time.
+        self.bytes_in = 0  # bytes of batches stored (durable)
+        self.bytes_out = 0  # bytes of batches served to fetches
+        self.dedup_decisions = DedupDecisions()
         self._waiters: list[asyncio.Future] = []
         ledger.add_confirm_listener(self._wake_waiters)
         ledger.add_failure_listener(self._on_ledger_failure)
@@ -87,52 +102,63 @@ class PartitionLog:
     # ---- writing
 
     def publish_normal(self, header: BatchHeader, view: memoryview, timeout_ms: int = 30000,
-                       records: WalkedRecords | None = None) -> asyncio.Future:
+                       records: WalkedRecords | None = None, client: Mapping[str, str] = NO_CLIENT) -> asyncio.Future:
         """Append a client data batch; resolves to an AppendResult once durable, deduplicated or rejected.
         `records`: the batch's records as validation walked them, watching for application-chosen sequence ids
-        (`judges_sequence_headers`), so records that carry them are judged one by one."""
+        (`judges_sequence_headers`), so records that carry them are judged one by one. `client`: the log fields
+        naming the sender (RequestContext.log_fields)."""
         named = records is not None and records.scanned is not None and self.judges_sequence_headers()
         if header.producer_id < 0:
             if named:
-                return self._publish_named(header, view, records, None)
+                return self._publish_named(header, view, records, None, client)
             return self._append(header, view, MessageMetadata(), None)
         decision = self.producers.check(header.producer_id, header.producer_epoch, header.base_sequence,
                                         header.last_offset_delta)
+        decisions = self.dedup_decisions
         if isinstance(decision, Accept):
             if named:
-                return self._publish_named(header, view, records, decision)
+                return self._publish_named(header, view, records, decision, client)
+            decisions.stored += 1
             return self._append(header, view, _kafka_metadata(header, decision), decision)
         if isinstance(decision, Duplicate):
+            decisions.duplicate += 1
             return _resolved(AppendResult(ErrorCode.NONE, decision.base_offset, self._append_time(decision)))
         if isinstance(decision, Reject):
             if self.dedup.awaiting_recovery:  # the client retries; a failed recovery is retried meanwhile
+                decisions.unknown += 1
                 self.dedup.retry_recovery()
             log.info("%s: producer %d epoch %d seq %d rejected (%d): %s", self.name, header.producer_id,
-                     header.producer_epoch, header.base_sequence, decision.error_code, decision.message)
+                     header.producer_epoch, header.base_sequence, decision.error_code, decision.message, extra=client)
             return _resolved(AppendResult(ErrorCode(decision.error_code), message=decision.message))
         if isinstance(decision, WaitFor):
+            decisions.unknown += 1
             return asyncio.ensure_future(self._await_original(decision, timeout_ms))
         assert isinstance(decision, DecideAgain)
-        return asyncio.ensure_future(self._decide_again(decision, header, view, timeout_ms, records))
+        return asyncio.ensure_future(self._decide_again(decision, header, view, timeout_ms, records, client))
 
     def judges_sequence_headers(self) -> bool:
         """Whether records with application-chosen sequence ids are deduplicated here (dedup on, or recovering)."""
         return self.dedup.is_enabled or self.dedup.awaiting_recovery
 
     def _publish_named(self, header: BatchHeader, view: memoryview, records: WalkedRecords,
-                       accept: Accept | None) -> asyncio.Future:
+                       accept: Accept | None, client: Mapping[str, str]) -> asyncio.Future:
         """A batch whose records may carry application-chosen sequence ids: each is judged on its own."""
         if not self.dedup.is_enabled:  # wanted, but the state to judge them by is being recovered
             self.dedup.retry_recovery()
             step = Answer(ErrorCode.REQUEST_TIMED_OUT, "the partition's deduplication state is being recovered, "
                                                        "retry", owed=True)
         else:
-            step = self.sequences.filter(header, view, records, idempotent=accept is not None)
+            step = self.sequences.filter(header, view, records, idempotent=accept is not None, client=client)
+        if accept is not None:  # an idempotent batch: its PIP-6 decision, once its records are judged
+            if not isinstance(step, Answer):
+                self.dedup_decisions.stored += 1
+            elif step.owed:
+                self.dedup_decisions.unknown += 1
         if isinstance(step, Answer):
             if step.owed and accept is not None:
                 self.producers.refuse(accept, step.error)
             if step.error:
-                log.info("%s: batch refused (%d): %s", self.name, step.error, step.message)
+                log.info("%s: batch refused (%d): %s", self.name, step.error, step.message, extra=client)
             return _resolved(AppendResult(step.error, message=step.message))
         metadata = _kafka_metadata(step.header, accept) if accept is not None else MessageMetadata()
         for name, sequence_id in step.decision.highest.items():
@@ -149,12 +175,13 @@ class PartitionLog:
             return AppendResult(ErrorCode(exc.error_code), message="the original write failed, retry")
         return AppendResult(ErrorCode.NONE, original.base_offset, self._append_time(original))
 
-    async def _decide_again(self, decision: DecideAgain, header, view, timeout_ms: int, records) -> AppendResult:
+    async def _decide_again(self, decision: DecideAgain, header, view, timeout_ms: int, records,
+                            client: Mapping[str, str]) -> AppendResult:
         try:
             await asyncio.wait_for(decision.future, max(timeout_ms, 1) / 1000)
         except asyncio.TimeoutError:
             return AppendResult(ErrorCode.REQUEST_TIMED_OUT, message="earlier writes of this producer in progress")
-        return await self.publish_normal(header, view, timeout_ms, records)
+        return await self.publish_normal(header, view, timeout_ms, records, client)
 
     def _append_time(self, duplicate: Duplicate) -> int:
         """The original log-append time of a deduplicated batch (-1 for CreateTime topics, as Kafka answers)."""
@@ -186,13 +213,15 @@ class PartitionLog:
             named_sequences.commit(self.dedup, named)
         result = asyncio.get_running_loop().create_future()
         append_time = now if self.log_append_time else -1
-        written.add_done_callback(lambda f: self._on_written(f, base, append_time, pending, named, result))
+        size = len(batch)
+        written.add_done_callback(lambda f: self._on_written(f, base, size, append_time, pending, named, result))
         return result
 
-    def _on_written(self, written: asyncio.Future, base: int, append_time: int, pending: PendingBatch | None,
-                    named: RecordsDecision | None, result: asyncio.Future) -> None:
+    def _on_written(self, written: asyncio.Future, base: int, size: int, append_time: int,
+                    pending: PendingBatch | None, named: RecordsDecision | None, result: asyncio.Future) -> None:
         exc = written.exception()
         if exc is None:
+            self.bytes_in += size
             if named is not None:  # first: the entry's count (on_persisted) may snapshot, with them
                 self.dedup.record_persisted_names(named.highest.items())
             self.producers.on_persisted(pending, written.result())

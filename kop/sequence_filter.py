@@ -12,6 +12,7 @@
   once that write has landed or failed.
 """
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dedup import MessageDeduplication
@@ -58,8 +59,9 @@ class SequenceFilter:
         self._warned: set[str] = set()
 
     def filter(self, header: BatchHeader, view: memoryview, records: WalkedRecords,
-               idempotent: bool) -> Store | Answer:
-        """`records`: as validation walked them, watching for the sequence-id headers."""
+               idempotent: bool, client: Mapping[str, str] | None = None) -> Store | Answer:
+        """`records`: as validation walked them, watching for the sequence-id headers; `client`: the log fields
+        naming the sender."""
         data, scanned = records.data, records.scanned
         try:
             sequenced = sequenced_records(data, scanned)
@@ -71,7 +73,7 @@ class SequenceFilter:
                                                        f"kop.sequence.id is still in progress, retry", owed=True)
         if not decision.dropped:
             return Store(header, view, decision)
-        self._count(decision, sequenced, idempotent)
+        self._count(decision, sequenced, idempotent, client)
         if not decision.keep and not idempotent:
             return Answer(ErrorCode.NONE)
         kept = [scanned[i] for i in decision.keep]  # (start, end, timestamp delta, headers)
@@ -80,7 +82,7 @@ class SequenceFilter:
         [(new_header, new_view)] = split_batches(rewritten)
         return Store(new_header, new_view, decision)
 
-    def _count(self, decision: RecordsDecision, sequenced, idempotent: bool) -> None:
+    def _count(self, decision: RecordsDecision, sequenced, idempotent: bool, client: Mapping[str, str] | None) -> None:
         self.dropped += len(decision.dropped)
         if idempotent:
             return
@@ -93,4 +95,4 @@ class SequenceFilter:
             log.warning("%s: kop.sequence.id %d of producer name %r is not above the highest stored: dropped as a "
                         "duplicate. A producer without idempotence that retries with more than one request in "
                         "flight can reorder records and lose them this way; enable idempotence (logged once per "
-                        "name)", self._log_name, sequence_id, name)
+                        "name)", self._log_name, sequence_id, name, extra=client)

@@ -15,6 +15,7 @@ import re
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -134,7 +135,9 @@ def validate_topic_name(name: str | None) -> None:
 
 
 class TopicManager:
-    def __init__(self, config: BrokerConfig, policies: PolicyBook) -> None:
+    def __init__(self, config: BrokerConfig, policies: PolicyBook,
+                 flush_observer: Callable[[float, int], None] | None = None) -> None:
+        """flush_observer(seconds, entries): told of every ledger's group-commit fsync (the metrics)."""
         self.config = config
         self.policies = policies
         self._dedup_config = DedupConfig(
@@ -146,13 +149,14 @@ class TopicManager:
         self._ledger_dir = os.path.join(config.data_dir, "ledgers", ns)
         self._ledger_config = FileLedgerConfig(max_ledger_bytes=config.ledger_max_bytes,
                                                max_entry_bytes=max(config.socket_request_max_bytes, 1 << 20),
-                                               fsync=config.fsync)
+                                               fsync=config.fsync, flush_observer=flush_observer)
         self._files = FilePool(capacity_for_open_files_limit())  # every partition's ledger files share it
         # fsyncs run here; enough threads that one slow partition does not hold up the others
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fsync")
         self.topics: dict[str, Topic] = {}
         self._names_by_id: dict[bytes, str] = {}
         self._lock = asyncio.Lock()
+        self.load_progress = (0, 0)  # (partitions loaded, partitions to load) by load_all
 
     # ---- loading
 
@@ -168,11 +172,17 @@ class TopicManager:
                 meta.ParseFromString(f.read())
             metas.append(meta)
         self._remove_orphan_ledgers({meta.name: meta.partitions for meta in metas})
+        loaded, total = 0, sum(meta.partitions for meta in metas)
+        self.load_progress = (loaded, total)
         for meta in metas:
             configs = {kv.key: kv.value for kv in meta.configs}
             topic = Topic(meta.name, meta.topic_id or uuid.uuid4().bytes, configs, self._settings(configs))
             for p in range(meta.partitions):
+                if self.config.test_partition_load_delay_ms:  # a slow disk, for tests of readiness
+                    await asyncio.sleep(self.config.test_partition_load_delay_ms / 1000)
                 topic.partitions.append(await self._open_partition(meta.name, p))
+                loaded += 1
+                self.load_progress = (loaded, total)
             self._apply_configs(topic)
             self.topics[meta.name] = topic
             self._names_by_id[topic.topic_id] = meta.name

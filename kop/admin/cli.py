@@ -5,7 +5,8 @@ examples:
   kop admin --admin-url http://127.0.0.1:8081 topics get-deduplication my-topic --applied
   kop admin topics stats-internal my-topic
 
-Answers are printed as JSON; set and remove print nothing, as pulsar-admin does. Errors go to stderr with exit 1.
+Answers are printed as JSON; set and remove print what they changed (this level's value before and after, null
+where it is not set). Errors go to stderr with exit 1.
 """
 import argparse
 import json
@@ -111,12 +112,11 @@ def _add_policy_commands(group: argparse.ArgumentParser, level: str) -> argparse
             return client.get(resource(args), **({"applied": True} if args.applied else {}))
 
         def set_(client: AdminClient, args: argparse.Namespace, resource=resource, policy=policy) -> object:
-            client.post(resource(args), policy.value(args))
-            return QUIET
+            return _changed(client, resource(args), f"{policy.suffix} of {level} {args.target}",
+                            lambda path: client.post(path, policy.value(args)))
 
-        def remove(client: AdminClient, args: argparse.Namespace, resource=resource) -> object:
-            client.delete(resource(args))
-            return QUIET
+        def remove(client: AdminClient, args: argparse.Namespace, resource=resource, policy=policy) -> object:
+            return _changed(client, resource(args), f"{policy.suffix} of {level} {args.target}", client.delete)
 
         name = policy.suffix.replace("-", " ")
         getter = _command(commands, f"get-{policy.suffix}", get, metavar, f"show the {level}'s {name} policy",
@@ -131,6 +131,15 @@ def _add_policy_commands(group: argparse.ArgumentParser, level: str) -> argparse
                  f"remove the {level}'s {name} policy (fall back to the next level)",
                  _examples(*examples, f"remove-{policy.suffix} {{target}}"))
     return commands
+
+
+def _changed(client: AdminClient, path: str, what: str, change: Callable[[str], object]) -> object:
+    """Make a change and print what it changed, as this level's value before and after (null: not set here)."""
+    before = client.get(path)
+    change(path)
+    after = client.get(path)
+    print(f"{what}: {json.dumps(before)} -> {json.dumps(after)}")
+    return QUIET
 
 
 def _add_topic_commands(commands: argparse._SubParsersAction) -> None:

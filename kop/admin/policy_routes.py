@@ -4,6 +4,8 @@ GET answers the value set at that level (`null` when unset) or, with `?applied=t
 (topic -> namespace -> broker). POST sets it, DELETE removes it (falling back to the next level); both answer 204
 once the partitions follow the new policy, so a status read right after sees it.
 """
+import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -18,6 +20,8 @@ if TYPE_CHECKING:
 NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
 TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
 NO_CONTENT = Response(204)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,12 +68,12 @@ class PolicyRoutes:
 
         async def post(request: Request, tenant: str, namespace: str) -> Response:
             ns = check_namespace(self.broker, tenant, namespace)
-            policies.set("namespace", ns, spec.field, spec.parse(request))
+            self._change("namespace", ns, spec, spec.parse(request))
             return await self._applied(spec, None)
 
         async def delete(request: Request, tenant: str, namespace: str) -> Response:
             ns = check_namespace(self.broker, tenant, namespace)
-            policies.set("namespace", ns, spec.field, None)
+            self._change("namespace", ns, spec, None)
             return await self._applied(spec, None)
 
         router.add("GET", path, get)
@@ -90,12 +94,12 @@ class PolicyRoutes:
 
         async def post(request: Request, tenant: str, namespace: str, topic: str) -> Response:
             ref = find_topic(self.broker, tenant, namespace, topic)
-            policies.set("topic", policies.topic_key(ref.topic), spec.field, spec.parse(request))
+            self._change("topic", policies.topic_key(ref.topic), spec, spec.parse(request))
             return await self._applied(spec, ref.topic)
 
         async def delete(request: Request, tenant: str, namespace: str, topic: str) -> Response:
             ref = find_topic(self.broker, tenant, namespace, topic)
-            policies.set("topic", policies.topic_key(ref.topic), spec.field, None)
+            self._change("topic", policies.topic_key(ref.topic), spec, None)
             return await self._applied(spec, ref.topic)
 
         router.add("GET", path, get)
@@ -103,6 +107,14 @@ class PolicyRoutes:
         router.add("DELETE", path, delete)
 
     # ---- helpers
+
+    def _change(self, level: str, key: str, spec: PolicyField, value: object) -> None:
+        """Set (None: remove) the policy at one level, and log what changed: an operator's change is an event."""
+        policies = self.broker.policies
+        old = _field_value(policies.get(level, key), spec.field)
+        policies.set(level, key, spec.field, value)
+        log.info("admin: %s %s policy %s changed: %s -> %s", level, key, spec.field, json.dumps(old),
+                 json.dumps(value))
 
     def _broker_default(self, spec: PolicyField) -> object:
         config = self.broker.config

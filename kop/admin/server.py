@@ -1,10 +1,12 @@
-"""The admin HTTP server of one broker: Pulsar's admin REST paths for deduplication policies and topic stats."""
+"""The admin HTTP server of one broker: Pulsar's admin REST paths for deduplication policies and topic stats, and the
+health, readiness and metrics probes."""
 import logging
 from typing import TYPE_CHECKING
 
 from kop.admin.failpoint_routes import FailpointRoutes
-from kop.admin.http import HttpServer
+from kop.admin.http import HttpError, HttpServer, Request, Response
 from kop.admin.policy_routes import PolicyRoutes
+from kop.admin.probe_routes import PROBE_PATHS, ProbeRoutes
 from kop.admin.router import AdminRouter
 from kop.admin.topic_routes import TopicRoutes
 
@@ -16,7 +18,7 @@ log = logging.getLogger(__name__)
 
 def build_admin_router(broker: "Broker") -> AdminRouter:
     router = AdminRouter()
-    for routes in (PolicyRoutes(broker), TopicRoutes(broker), FailpointRoutes(broker)):
+    for routes in (ProbeRoutes(broker), PolicyRoutes(broker), TopicRoutes(broker), FailpointRoutes(broker)):
         routes.register(router)
     return router
 
@@ -26,8 +28,15 @@ class AdminServer:
 
     def __init__(self, broker: "Broker") -> None:
         config = broker.config
+        self._broker = broker
         self.router = build_admin_router(broker)
-        self._http = HttpServer(self.router, config.host, max(config.admin_port, 0))
+        self._http = HttpServer(self._handle, config.host, max(config.admin_port, 0))
+
+    async def _handle(self, request: Request) -> Response:
+        """Until the topics are loaded only the probes answer: anything else would see half the broker."""
+        if not self._broker.loaded and request.path not in PROBE_PATHS:
+            raise HttpError(503, "the broker is loading its topics; retry")
+        return await self.router(request)
 
     @property
     def port(self) -> int:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from dedup.named_sequences import application_name
 from dedup.sequences import to_wire
+from kop.groups.offsets import committed_offsets
 from kop.partition import PartitionLog
 
 
@@ -69,9 +70,19 @@ def partition_stats(partition: PartitionLog) -> dict:
         "logStartOffset": partition.log_start_offset,
         "highWatermark": partition.high_watermark,
         "namedSequences": named_sequences(partition),
-        "subscriptions": {},
+        "subscriptions": subscriptions(partition),
         "replication": {},
     }
+
+
+def subscriptions(partition: PartitionLog) -> dict:
+    """The consumer groups with a committed offset on this partition (a cursor named after the group), as Pulsar
+    lists a topic's subscriptions: the offset and the backlog behind the partition's end (offsets, so records
+    dropped as duplicates still count)."""
+    end = partition.high_watermark
+    return {group: {"type": "KafkaConsumerGroup", "committedOffset": committed.offset,
+                    "msgBacklog": max(0, end - committed.offset), "lastCommitTimestamp": committed.commit_timestamp}
+            for group, committed in sorted(committed_offsets(partition.ledger).items())}
 
 
 def named_sequences(partition: PartitionLog) -> dict:
@@ -92,6 +103,13 @@ def topic_stats(namespace: str, topic: str, partitions: Sequence[PartitionLog]) 
             entry = by_producer.setdefault(publisher["producerName"], {
                 k: publisher[k] for k in ("producerId", "producerEpoch", "producerName") if k in publisher})
             entry["partitions"] = entry.get("partitions", 0) + 1
+    groups: dict[str, dict] = {}
+    for partition in partitions:
+        for group, stats in subscriptions(partition).items():
+            entry = groups.setdefault(group, {"type": stats["type"], "msgBacklog": 0, "partitions": {}})
+            entry["msgBacklog"] += stats["msgBacklog"]
+            entry["partitions"][str(partition.partition)] = {k: stats[k] for k in
+                                                            ("committedOffset", "msgBacklog", "lastCommitTimestamp")}
     return {
         "metadata": {"partitions": len(partitions)},
         # One status when the partitions agree; they differ only for a moment while a policy change is applied.
@@ -99,7 +117,7 @@ def topic_stats(namespace: str, topic: str, partitions: Sequence[PartitionLog]) 
         "publishers": [by_producer[name] for name in sorted(by_producer)],
         "storageSize": sum(s["storageSize"] for s in per_partition.values()),
         "numberOfEntries": sum(s["numberOfEntries"] for s in per_partition.values()),
-        "subscriptions": {},
+        "subscriptions": groups,
         "replication": {},
         "partitions": per_partition,
     }
@@ -137,5 +155,5 @@ def topic_internal_stats(namespace: str, topic: str, partitions: Sequence[Partit
     }
 
 
-__all__ = ["partition_internal_stats", "partition_stats", "partition_topic_name", "publishers",
+__all__ = ["partition_internal_stats", "partition_stats", "partition_topic_name", "publishers", "subscriptions",
            "topic_internal_stats", "topic_name", "topic_stats"]

@@ -123,6 +123,7 @@ class Group:
     initial_join_pending: bool = False  # PreparingRebalance from Empty: wait out the initial delay
     subscribed_topics: frozenset[str] | None = None  # None: unknown (treated as every topic)
     storing_generation: int | None = None  # the generation the leader's SyncGroup is making durable
+    rebalances: int = 0  # generations begun since the group was loaded (a metric)
 
     # ---- state
 
@@ -234,6 +235,7 @@ class Group:
 
     def init_next_generation(self) -> None:
         self.generation_id += 1
+        self.rebalances += 1
         if self.members:
             self.protocol_name = self.select_protocol()
             self.subscribed_topics = self._compute_subscribed_topics()

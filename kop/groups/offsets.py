@@ -62,6 +62,15 @@ def _committed(cursor) -> CommittedOffset | None:
                            cursor.string_properties.get(METADATA_KEY, ""), props.get(COMMIT_TS_KEY, -1))
 
 
+def committed_offsets(ledger: ManagedLedger) -> dict[str, CommittedOffset]:
+    """The durable committed offset of every group with a cursor on this partition's ledger."""
+    out = {}
+    for name, cursor in ledger.cursors.items():
+        if not name.startswith(SYSTEM_CURSOR_PREFIX) and (committed := _committed(cursor)) is not None:
+            out[name] = committed
+    return out
+
+
 def _done(value) -> asyncio.Future:
     future = asyncio.get_running_loop().create_future()
     future.set_result(value)
@@ -88,10 +97,10 @@ class OffsetStore:
         found: dict[str, str | None] = {}
         for topic in self._topics.topics.values():
             for partition in topic.partitions:
-                for name, cursor in partition.ledger.cursors.items():
-                    if not name.startswith(SYSTEM_CURSOR_PREFIX) and _committed(cursor) is not None:
-                        self._index.setdefault(name, set()).add((topic.name, partition.partition))
-                        found[name] = found.get(name) or cursor.string_properties.get(PROTOCOL_TYPE_KEY)
+                cursors = partition.ledger.cursors
+                for name in committed_offsets(partition.ledger):
+                    self._index.setdefault(name, set()).add((topic.name, partition.partition))
+                    found[name] = found.get(name) or cursors[name].string_properties.get(PROTOCOL_TYPE_KEY)
         return found
 
     # ---- reading

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from protocol.api import RequestHeader
 
 if TYPE_CHECKING:
+    from kop.admin.metrics import BrokerMetrics
     from kop.broker import Broker
     from kop.config import BrokerConfig
     from kop.groups import GroupCoordinator
@@ -34,13 +35,14 @@ class BrokerServices:
     groups: "GroupCoordinator"
     producer_ids: "ProducerIdAllocator"
     api_versions: Mapping[int, tuple[int, int]]  # api key -> (min, max) version served
+    metrics: "BrokerMetrics"
 
     @classmethod
     def of(cls, broker: "Broker") -> "BrokerServices":
         config = broker.config
         assert broker.producer_ids is not None, "the broker serves requests only once started"
         return cls(config, Endpoint(config.node_id, config.advertised, broker.advertised_port), broker.topics,
-                   broker.groups, broker.producer_ids, broker.api_router.versions)
+                   broker.groups, broker.producer_ids, broker.api_router.versions, broker.metrics)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,8 @@ class RequestContext:
     header: RequestHeader
     peer: str
     connection_id: int
+    # `extra=` for a log line about this request: who sent it (the client id and the client's address)
+    log_fields: Mapping[str, str]
 
     @property
     def version(self) -> int:
@@ -81,3 +85,7 @@ class RequestContext:
     @property
     def api_versions(self) -> Mapping[int, tuple[int, int]]:
         return self.services.api_versions
+
+    @property
+    def metrics(self) -> "BrokerMetrics":
+        return self.services.metrics

@@ -16,6 +16,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from kop.handlers.context import RequestContext
 from kop.ledger import Entry
+from kop.partition import PartitionLog
 from protocol.errors import ErrorCode
 
 MIN_WAIT_SLICE = 0.001
@@ -25,13 +26,18 @@ def _topic_name(ctx: RequestContext, ftopic: Any) -> str | None:
     return ctx.topics.name_of(ftopic.topic_id.bytes) if ctx.version >= 13 else ftopic.topic
 
 
-def _collect(ctx: RequestContext, request: FetchRequest) -> tuple[list[Any], int]:
-    """Read what is available now; returns (per-topic partition results, total bytes)."""
+# What a response serves: each partition read and the bytes of batches it gives, counted once the response goes.
+Served = list[tuple[PartitionLog, int]]
+
+
+def _collect(ctx: RequestContext, request: FetchRequest) -> tuple[list[Any], int, Served]:
+    """Read what is available now; returns (per-topic partition results, total bytes, what each partition serves)."""
     cls = FetchResponse[ctx.version]
     topics = ctx.topics
     budget = request.max_bytes if ctx.version >= 3 else 0x7FFFFFFF
     total = 0
     out = []
+    served: Served = []
     for ftopic in request.topics:
         parts = []
         name = _topic_name(ctx, ftopic)
@@ -67,12 +73,13 @@ def _collect(ctx: RequestContext, request: FetchRequest) -> tuple[list[Any], int
                     records = b"".join(e.data for e in entries)
                     data.records = records
                     total += len(records)
+                    served.append((partition, len(records)))
             parts.append(data)
         if ctx.version >= 13:
             out.append(cls.FetchableTopicResponse(topic_id=ftopic.topic_id, partitions=parts))
         else:
             out.append(cls.FetchableTopicResponse(topic=ftopic.topic, partitions=parts))
-    return out, total
+    return out, total, served
 
 
 def _fitting(entries: list[Entry], limit: int) -> list[Entry]:
@@ -88,7 +95,9 @@ def _ready(request: FetchRequest, topics: Sequence[Any], total: int) -> bool:
     return total >= request.min_bytes or any(p.error_code for t in topics for p in t.partitions)
 
 
-def _response(ctx: RequestContext, topics: list[Any]) -> FetchResponse:
+def _response(ctx: RequestContext, topics: list[Any], served: Served) -> FetchResponse:
+    for partition, size in served:
+        partition.bytes_out += size
     cls = FetchResponse[ctx.version]
     return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics)
 
@@ -97,13 +106,14 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | 
     if ctx.version >= 7 and request.session_id != 0:
         cls = FetchResponse[ctx.version]
         return cls(throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
-    topics, total = _collect(ctx, request)
+    topics, total, served = _collect(ctx, request)
     if request.max_wait_ms <= 0 or _ready(request, topics, total):
-        return _response(ctx, topics)
-    return _long_poll(ctx, request, topics, total)
+        return _response(ctx, topics, served)
+    return _long_poll(ctx, request, topics, total, served)
 
 
-async def _long_poll(ctx: RequestContext, request: FetchRequest, topics: list[Any], total: int) -> FetchResponse:
+async def _long_poll(ctx: RequestContext, request: FetchRequest, topics: list[Any], total: int,
+                     served: Served) -> FetchResponse:
     deadline = time.monotonic() + request.max_wait_ms / 1000
     partitions = [p for t in request.topics if (name := _topic_name(ctx, t)) is not None for fp in t.partitions
                   if (p := ctx.topics.partition(name, fp.partition)) is not None]
@@ -122,8 +132,8 @@ async def _long_poll(ctx: RequestContext, request: FetchRequest, topics: list[An
         finally:
             for p in partitions:
                 p.unwatch(woken)
-        topics, total = _collect(ctx, request)
-    return _response(ctx, topics)
+        topics, total, served = _collect(ctx, request)
+    return _response(ctx, topics, served)
 
 
 ROUTES = [(FetchRequest.API_KEY, 4, 17, handle)]

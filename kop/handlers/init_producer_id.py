@@ -40,12 +40,12 @@ async def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitPro
     if pid >= 0 and epoch >= 0 and not _higher_epoch_in_use(ctx.topics, pid, epoch):
         bumped = allocator.bump(pid, epoch)
         if bumped is not None:
-            log.info("producer %d: epoch %d bumped to %d (KIP-360)", pid, epoch, bumped)
+            log.info("producer %d: epoch %d bumped to %d (KIP-360)", pid, epoch, bumped, extra=ctx.log_fields)
             return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=pid, producer_epoch=bumped)
     fresh = allocator.allocate()
     if pid >= 0:
         log.info("producer %d epoch %d is not the current epoch kop issued for it: new producer id %d", pid, epoch,
-                 fresh)
+                 fresh, extra=ctx.log_fields)
     return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=fresh, producer_epoch=0)
 
 

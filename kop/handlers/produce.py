@@ -69,14 +69,15 @@ def _publish_one(ctx: RequestContext, partition: PartitionLog, settings: TopicSe
             records = validate_batch(header, view, watch=watch)
         if settings.compacted and (keyless := _keyless_records(view)):
             # Kafka's rule for compacted topics (kop keeps them whole rather than compact): every record has a key.
-            log.info("rejected batch for %s from %s (%s): %d records without a key on a compacted topic",
-                     partition.name, ctx.client_id, ctx.peer, len(keyless))
+            log.warning("rejected batch for %s: %d records without a key on a compacted topic", partition.name,
+                        len(keyless), extra=ctx.log_fields)
             return _rejected(ErrorCode.INVALID_RECORD, "compacted topic cannot accept records without a key",
                              keyless)
     except RecordBatchError as exc:
-        log.info("rejected batch for %s from %s (%s): %s", partition.name, ctx.client_id, ctx.peer, exc)
+        log.warning("rejected batch for %s: %s", partition.name, exc, extra=ctx.log_fields)
         return _rejected(exc.error_code, str(exc))
-    return partition.publish_normal(header, view, timeout_ms, records)
+    ctx.metrics.observe_batch(header.size, header.records_count)
+    return partition.publish_normal(header, view, timeout_ms, records, ctx.log_fields)
 
 
 # Per topic, each partition's index, PartitionLog (None if there is no such partition) and future AppendResult.

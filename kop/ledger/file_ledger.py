@@ -48,6 +48,8 @@ class FileLedgerConfig:
     max_ledger_age_ms: int = WEEK_MS  # from the current ledger's first entry
     max_entry_bytes: int = 64 * 1024 * 1024
     fsync: bool = True
+    # told of each group commit's fsync: (seconds, entries made durable); the broker's metrics
+    flush_observer: Callable[[float, int], None] | None = None
 
 
 @dataclass(slots=True)
@@ -80,7 +82,8 @@ class FileManagedLedger(ManagedLedger):
         self._last_ledger_id = -1
         self._listeners: list[Callable[[], None]] = []
         self._failure_listeners: list[Callable[[Exception], None]] = []
-        self._group = GroupCommit(executor, config.fsync, self._on_durable, self._on_write_failed)
+        self._group = GroupCommit(executor, config.fsync, self._on_durable, self._on_write_failed,
+                                  config.flush_observer)
         self._cursors = CursorLog(os.path.join(directory, "cursors.log"), executor, config.fsync,
                                   lambda: self._lac)
         self._closed = False

@@ -1,0 +1,218 @@
+"""Prometheus metrics of one broker, served at `/metrics` on the admin port (docs/metrics.md lists them all).
+
+Each broker has its own CollectorRegistry, so several brokers in one process (tests) count apart. Two kinds:
+
+* Observed on the way (prometheus-client counters and histograms): requests, their errors and latency per API,
+  produce batch sizes, and the ledgers' fsyncs. Label children are looked up once per API and kept, so a request
+  pays for a dict lookup and the observations.
+* Read at scrape time (`BrokerCollector`): what the broker already counts or can read cheaply (bytes in and out and
+  dedup decisions per partition, sequence-id drops, dedup snapshots and recovery, connections, partitions,
+  rebalances, and each group's committed offset and lag), so the hot path keeps plain integer counts.
+"""
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.data_container import DataContainer
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from kop.groups.offsets import committed_offsets
+from protocol.api import REQUEST_CLASSES
+from protocol.errors import ErrorCode
+from protocol.produce_response import ProduceResponse
+
+if TYPE_CHECKING:
+    from kop.broker import Broker
+
+# The `_created` series (when each counter began) double a scrape for nothing a dashboard uses; a library-wide setting.
+disable_created_metrics()
+
+LATENCY_BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30)
+FSYNC_BUCKETS = (.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5)
+BYTES_BUCKETS = tuple(float(4 ** n) for n in range(3, 12))  # 64 B .. 4 MiB
+COUNT_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
+
+
+def api_name(api_key: int) -> str:
+    cls = REQUEST_CLASSES.get(api_key)
+    return cls.__name__.removesuffix("Request") if cls is not None else str(api_key)
+
+
+def error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
+
+
+def response_errors(response: object) -> Iterator[int]:
+    """The error codes other than NONE in a response, one per occurrence (Kafka's ErrorsPerSec counts them so)."""
+    if isinstance(response, ProduceResponse):
+        for _, partitions in response.responses:
+            for partition in partitions:
+                if partition.error_code:
+                    yield partition.error_code
+    elif isinstance(response, ApiMessage):
+        yield from _message_errors(response)
+
+
+def _message_errors(message: DataContainer) -> Iterator[int]:
+    for name in message.fields:
+        value = getattr(message, name, None)
+        if name == "error_code":
+            if value:
+                yield value
+        elif isinstance(value, list):
+            for item in value:
+                if isinstance(item, DataContainer):  # a struct, not a plain value
+                    yield from _message_errors(item)
+        elif isinstance(value, DataContainer):
+            yield from _message_errors(value)
+
+
+class RequestSeries:
+    """One API's request counter and latency histogram, with its error counters made on first use."""
+
+    __slots__ = ("api", "_count", "_latency", "_errors", "_error_children")
+
+    def __init__(self, metrics: "BrokerMetrics", api_key: int) -> None:
+        self.api = api_name(api_key)
+        self._count = metrics.requests.labels(self.api)
+        self._latency = metrics.request_latency.labels(self.api)
+        self._errors = metrics.request_errors
+        self._error_children: dict[int, Counter] = {}
+
+    def answered(self, started: float, response: object) -> None:
+        """A request that began at `started` (perf_counter) is answered with `response` (None: no response)."""
+        self._latency.observe(time.perf_counter() - started)
+        self._count.inc()
+        for code in response_errors(response):
+            child = self._error_children.get(code)
+            if child is None:
+                child = self._error_children[code] = self._errors.labels(self.api, error_name(code))
+            child.inc()
+
+
+class BrokerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        registry = self.registry
+        self.requests = Counter("kop_requests", "Kafka requests answered, per API", ["api"], registry=registry)
+        self.request_errors = Counter("kop_request_errors", "Error codes other than NONE in Kafka responses, one "
+                                      "per occurrence (a partition's or the request's)", ["api", "error"],
+                                      registry=registry)
+        self.request_latency = Histogram("kop_request_latency_seconds", "From a request read to its response "
+                                         "ready, per API", ["api"], buckets=LATENCY_BUCKETS, registry=registry)
+        self.batch_bytes = Histogram("kop_produce_batch_size_bytes", "Size of each record batch produced (as "
+                                     "sent, before deduplication)", buckets=BYTES_BUCKETS, registry=registry)
+        self.batch_records = Histogram("kop_produce_batch_size_records", "Records in each record batch produced",
+                                       buckets=COUNT_BUCKETS, registry=registry)
+        self.fsync_latency = Histogram("kop_ledger_fsync_latency_seconds", "Duration of each group commit's fsync "
+                                       "of a partition's ledger", buckets=FSYNC_BUCKETS, registry=registry)
+        self.fsync_entries = Histogram("kop_ledger_fsync_entries", "Entries made durable by each group commit's "
+                                       "fsync (the group-commit size)", buckets=COUNT_BUCKETS, registry=registry)
+        self._series: dict[int, RequestSeries] = {}
+
+    def request_series(self, api_key: int) -> RequestSeries:
+        series = self._series.get(api_key)
+        if series is None:
+            series = self._series[api_key] = RequestSeries(self, api_key)
+        return series
+
+    def observe_batch(self, size_bytes: int, records: int) -> None:
+        self.batch_bytes.observe(size_bytes)
+        self.batch_records.observe(records)
+
+    def observe_flush(self, seconds: float, entries: int) -> None:
+        """A ledger's group commit made `entries` durable with one fsync taking `seconds`."""
+        self.fsync_latency.observe(seconds)
+        self.fsync_entries.observe(entries)
+
+    def exposition(self) -> bytes:
+        """The Prometheus text format of every metric, as a scrape gets it."""
+        return generate_latest(self.registry)
+
+
+class BrokerCollector(Collector):
+    """The metrics read from the broker's own state at each scrape."""
+
+    def __init__(self, broker: "Broker") -> None:
+        self._broker = broker
+
+    def collect(self) -> Iterator[Metric]:
+        broker = self._broker
+        topics = sorted(broker.topics.topics.values(), key=lambda t: t.name)
+        yield _gauge("kop_partitions_loaded", "Partitions loaded and serving",
+                     sum(len(t.partitions) for t in topics))
+        yield _gauge("kop_connections_open", "Kafka client connections open", broker.open_connections)
+        yield from _topic_families(topics)
+        yield from _dedup_partition_families(topics)
+        yield from _group_families(broker, topics)
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+def _topic_families(topics: list) -> Iterator[Metric]:
+    bytes_in = CounterMetricFamily("kop_topic_bytes_in", "Bytes of record batches stored (durable), per topic",
+                                   labels=["topic"])
+    bytes_out = CounterMetricFamily("kop_topic_bytes_out", "Bytes of record batches served to fetches, per topic",
+                                    labels=["topic"])
+    decisions = CounterMetricFamily("kop_dedup_decisions", "PIP-6 decisions on idempotent producers' batches, per "
+                                    "topic: stored (NotDup), duplicate (Dup), unknown (a retry of a write in "
+                                    "flight, or refused while the state is recovered)", labels=["topic", "decision"])
+    dropped = CounterMetricFamily("kop_sequence_id_records_dropped", "Records with kop.sequence.id headers dropped "
+                                  "as duplicates, per topic", labels=["topic"])
+    dropped_plain = CounterMetricFamily("kop_sequence_id_records_dropped_without_idempotence", "... of them sent "
+                                        "by producers without idempotence (which may have reordered them)",
+                                        labels=["topic"])
+    snapshots = CounterMetricFamily("kop_dedup_snapshots", "Dedup snapshots stored on the pulsar.dedup cursor, per "
+                                    "topic", labels=["topic"])
+    for topic in topics:
+        parts = topic.partitions
+        bytes_in.add_metric([topic.name], sum(p.bytes_in for p in parts))
+        bytes_out.add_metric([topic.name], sum(p.bytes_out for p in parts))
+        for decision in ("stored", "duplicate", "unknown"):
+            decisions.add_metric([topic.name, decision], sum(getattr(p.dedup_decisions, decision) for p in parts))
+        dropped.add_metric([topic.name], sum(p.sequences.dropped for p in parts))
+        dropped_plain.add_metric([topic.name], sum(p.sequences.dropped_without_idempotence for p in parts))
+        snapshots.add_metric([topic.name], sum(p.dedup.snapshots_stored for p in parts))
+    yield from (bytes_in, bytes_out, decisions, dropped, dropped_plain, snapshots)
+
+
+def _dedup_partition_families(topics: list) -> Iterator[Metric]:
+    seconds = GaugeMetricFamily("kop_dedup_recovery_seconds", "Duration of the partition's last dedup recovery "
+                                "(snapshot read and replay)", labels=["topic", "partition"])
+    replayed = GaugeMetricFamily("kop_dedup_recovery_replayed_entries", "Entries replayed by the partition's last "
+                                 "dedup recovery", labels=["topic", "partition"])
+    for topic in topics:
+        for p in topic.partitions:
+            recovery = p.dedup.last_recovery
+            if recovery is not None:
+                labels = [topic.name, str(p.partition)]
+                seconds.add_metric(labels, recovery.seconds)
+                replayed.add_metric(labels, recovery.replayed)
+    yield from (seconds, replayed)
+
+
+def _group_families(broker: "Broker", topics: list) -> Iterator[Metric]:
+    rebalances = CounterMetricFamily("kop_consumer_group_rebalances", "Rebalances completed (generations begun) "
+                                     "since the group was loaded", labels=["group"])
+    for group in sorted(broker.groups.groups.values(), key=lambda g: g.group_id):
+        rebalances.add_metric([group.group_id], group.rebalances)
+    committed = GaugeMetricFamily("kop_consumer_group_committed_offset", "The group's committed offset",
+                                  labels=["group", "topic", "partition"])
+    lag = GaugeMetricFamily("kop_consumer_group_lag", "Offsets between the group's committed offset and the "
+                            "partition's end (high watermark)", labels=["group", "topic", "partition"])
+    for topic in topics:
+        for p in topic.partitions:
+            end = p.high_watermark
+            for group, offset in sorted(committed_offsets(p.ledger).items()):
+                labels = [group, topic.name, str(p.partition)]
+                committed.add_metric(labels, offset.offset)
+                lag.add_metric(labels, max(0, end - offset.offset))
+    yield from (rebalances, committed, lag)
