@@ -10,6 +10,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from integration.broker_process import BrokerProcess
 from integration.clients import ck_consume_all, ck_produce, sample_records
+from integration.test_metrics import sample, scrape
 from protocol.errors import ErrorCode
 
 OPEN_FILES = 400  # the broker's hard and soft limit: it cannot raise it, and keeps a quarter for ledger files
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.skipif(shutil.which("prlimit") is None or not os.path.e
 
 @pytest.fixture
 def limited_broker(tmp_path):
-    broker = BrokerProcess(str(tmp_path / "data"),
+    broker = BrokerProcess(str(tmp_path / "data"), admin_port=0,
                            program=("prlimit", f"--nofile={OPEN_FILES}:{OPEN_FILES}", sys.executable, "-m", "kop.cli"))
     yield broker.start()
     broker.stop()
@@ -81,6 +82,10 @@ def test_more_ledger_files_than_descriptors_load_serve_and_survive_kill_9(limite
     values = read_everything(b.bootstrap, 3 * TOPICS * PARTITIONS)
     assert sorted(values) == sorted(b"%s-%d-r%d" % (n.encode(), p, r)
                                     for n in topic_names() for p in range(PARTITIONS) for r in range(3))
+    metrics = scrape(b)
+    assert sample(metrics, "kop_ledger_files_open_max") == OPEN_FILES // 4
+    assert sample(metrics, "kop_ledger_files_open") <= OPEN_FILES // 4
+    assert sample(metrics, "kop_ledger_file_opens_total") > OPEN_FILES // 4  # files were closed and opened again
 
 
 def test_running_out_of_descriptors_fails_the_request_and_leaves_no_half_topic(limited_broker):

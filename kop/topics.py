@@ -266,6 +266,10 @@ class TopicManager:
         replace_atomically(os.path.join(self._meta_dir, topic.name), meta.SerializeToString(),
                            durable=self.config.fsync)
 
+    @property
+    def file_pool(self) -> FilePool:
+        return self._files
+
     # ---- lookups
 
     def name_of(self, topic_id: bytes) -> str | None:

@@ -148,6 +148,12 @@ class BrokerCollector(Collector):
         yield _gauge("kop_partitions_loaded", "Partitions loaded and serving",
                      sum(len(t.partitions) for t in topics))
         yield _gauge("kop_connections_open", "Kafka client connections open", broker.open_connections)
+        files = broker.topics.file_pool
+        yield _gauge("kop_ledger_files_open", "Ledger files (.log, .idx) holding a descriptor now", files.open_count)
+        yield _gauge("kop_ledger_files_open_max", "Descriptors the ledger file pool keeps at most (pinned ones aside)",
+                     files.capacity)
+        yield CounterMetricFamily("kop_ledger_file_opens", "Ledger files opened, again after the pool closed them too",
+                                  value=files.opens)
         yield from _topic_families(topics)
         yield from _dedup_partition_families(topics)
         yield from _group_families(broker, topics)
