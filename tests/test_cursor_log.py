@@ -16,6 +16,7 @@ import kop.ledger.cursor_log as cursor_log
 from kop.dedup_storage import LedgerDedupStorage
 from kop.ledger import BEFORE_FIRST, FileLedgerConfig, FileManagedLedger, Position
 from kop.ledger.cursor_scan import MARKER_NAME, recover
+from kop.ledger.file_pool import FilePool
 from proto.kop_pb2 import ManagedCursorInfo, MessageMetadata
 
 DEDUP = "pulsar.dedup"
@@ -467,3 +468,30 @@ async def test_recovery_floor_of_a_new_cursor_is_its_position(tmp_path):
     cursor = ml.open_cursor("g", Position(0, 1))
     assert cursor.recovery_floor == Position(0, 1)
     await ml.close()
+
+
+async def test_compaction_through_a_descriptor_pool_that_keeps_closing_the_log(tmp_path, monkeypatch):
+    """Two managed ledgers share a pool of one descriptor, so every commit of one closes the other's cursor log:
+    commits and compactions still land in order on the live file, and a reopen finds the last of each."""
+    monkeypatch.setattr(cursor_log, "COMPACT_MIN_BYTES", 2000)
+    pool = FilePool(capacity=1)
+    config = FileLedgerConfig(fsync=True)
+    a = FileManagedLedger.open("a", str(tmp_path / "a"), config, None, files=pool)
+    b = FileManagedLedger.open("b", str(tmp_path / "b"), config, None, files=pool)
+    pa, pb = (await append(a, 1))[0], (await append(b, 1))[0]
+    ga, gb = a.open_cursor("g", BEFORE_FIRST), b.open_cursor("g", BEFORE_FIRST)
+    inode = (tmp_path / "a" / "cursors.log").stat().st_ino
+    opens_before = pool.opens
+    for i in range(200):
+        await ga.mark_delete(pa, {"o": i})
+        await gb.mark_delete(pb, {"o": -i})
+    assert pool.opens - opens_before >= 200, "the pool did not close and reopen the logs"
+    assert (tmp_path / "a" / "cursors.log").stat().st_ino != inode, "no compaction"
+    await a.close()
+    await b.close()
+    assert pool.open_count == 0
+    a, b = open_ml(tmp_path / "a"), open_ml(tmp_path / "b")
+    assert state(a, "g") == (pa, {"o": 199})
+    assert state(b, "g") == (pb, {"o": -199})
+    await a.close()
+    await b.close()

@@ -49,8 +49,9 @@ def test_reopening_never_empties_a_file(tmp_path):
 
 
 async def test_many_managed_ledgers_share_a_small_pool_across_restarts(tmp_path):
-    """Forty partitions, three ledgers each (one per open), on a pool of eight descriptors: every entry is written,
-    made durable and read back, and the pool stays bounded (plus the files a pending fsync pins)."""
+    """Forty partitions, three ledgers each (one per open) and a cursor log, on a pool of eight descriptors: every
+    entry and cursor move is made durable and read back, and the pool stays bounded (plus the files a pending fsync
+    pins)."""
     config = FileLedgerConfig(fsync=True)
     pool = FilePool(capacity=8)
     names = [f"p{i}" for i in range(40)]
@@ -65,6 +66,11 @@ async def test_many_managed_ledgers_share_a_small_pool_across_restarts(tmp_path)
         for ml, n in zip(ledgers, names):
             assert [bytes(e.data) for e in ml.read_from_index(0, 1 << 20)] == \
                 [b"r%d-%s" % (r, n.encode()) for r in range(round_ + 1)]
+            cursor = ml.open_cursor("group")
+            if round_:
+                assert cursor.properties == {"round": round_ - 1}  # the cursor log came back through the pool too
+            await cursor.mark_delete(ml.last_confirmed, {"round": round_})
+        assert pool.open_count <= 8
         for ml in ledgers:
             await ml.close()
         assert pool.open_count == 0

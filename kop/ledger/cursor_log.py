@@ -27,6 +27,7 @@ from concurrent.futures import Executor
 
 from kop.ledger.cursor_scan import KeptRecord, marker_record, position_of, recover
 from kop.ledger.errors import CursorNotFoundError, InvalidMarkDeleteError, LedgerClosedError
+from kop.ledger.file_pool import FilePool, PooledFile
 from kop.ledger.framed_file import frame, fsync_dir, write_all_at, write_synced
 from kop.ledger.group_commit import GroupCommit
 from kop.ledger.position import BEFORE_FIRST, Position
@@ -96,13 +97,14 @@ class ManagedCursor:
 
 class CursorLog:
     def __init__(self, path: str, executor: Executor | None, durable: bool,
-                 last_confirmed: Callable[[], Position]) -> None:
+                 last_confirmed: Callable[[], Position], files: FilePool | None = None) -> None:
         self.path = path
         self.last_confirmed = last_confirmed
         self.cursors: dict[str, ManagedCursor] = {}
         self._executor = executor
         self._durable = durable
-        self._fd = -1
+        self._files = files if files is not None else FilePool()
+        self._file: PooledFile | None = None  # the live log, through the broker's descriptor pool
         self._size = 0
         self._closed = False
         self._kept: dict[str, tuple[KeptRecord, ...]] = {}  # the last two durable records of each live cursor
@@ -121,6 +123,13 @@ class CursorLog:
     def open(self) -> None:
         created = not os.path.exists(self.path)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self._open_from(fd, created)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _open_from(self, fd: int, created: bool) -> None:
         if created and self._durable:
             fsync_dir(os.path.dirname(self.path) or ".")  # else a power loss can drop the file and every cursor
         size = os.fstat(fd).st_size
@@ -139,7 +148,7 @@ class CursorLog:
         if state.damaged:
             log.warning("cursor log %s: records were lost; recovered cursors %s, each at its latest intact record",
                         self.path, sorted(state.kept))
-        self._fd, self._size = fd, size
+        self._file, self._size = self._files.adopt(self.path, fd), size
         self._damaged, self._known_deleted = state.damaged, state.known_deleted
         for name, kept in state.kept.items():
             self._keep(name, kept)
@@ -220,16 +229,19 @@ class CursorLog:
         return future
 
     def _append(self, record: KeptRecord, future: asyncio.Future) -> None:
+        live = self._file
         try:
-            _pwrite_all(self._fd, record.raw, self._size)
+            _pwrite_all(live.fd(), record.raw, self._size)
         except OSError as exc:
             future.set_exception(exc)
             return
         self._size += len(record.raw)
-        self._group.add(self._fd, (future, record))
+        # Pinned until its fsync is done: that fsync goes through the descriptor the write did, and sees its errors.
+        self._group.add(live.pin(), (future, record, live))
 
     def _on_durable(self, items: list) -> None:
-        for future, record in items:
+        for future, record, written_to in items:
+            written_to.unpin()
             info = record.info
             if info.deleted:
                 self._keep(info.name, ())
@@ -252,7 +264,8 @@ class CursorLog:
             self._kept.pop(name, None)
 
     def _on_failure(self, exc: OSError, items: list) -> None:
-        for future, _record in items:
+        for future, _record, written_to in items:
+            written_to.unpin()
             if not future.done():
                 future.set_exception(exc)
 
@@ -314,8 +327,8 @@ class CursorLog:
                       self.path, exc)
             self._fail_held(exc)
             return
-        os.close(self._fd)
-        self._fd, self._size, self._stale = fd, size, False
+        self._file.close()
+        self._file, self._size, self._stale = self._files.adopt(self.path, fd), size, False
         self._release_held()
 
     def _release_held(self) -> None:
@@ -334,9 +347,9 @@ class CursorLog:
         if self._task is not None:
             await asyncio.shield(self._task)
         await self._group.wait_idle()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 def _state_record(name: str, position: Position, props: dict[str, int], strings: dict[str, str]) -> KeptRecord:

@@ -85,7 +85,7 @@ class FileManagedLedger(ManagedLedger):
         self._group = GroupCommit(executor, config.fsync, self._on_durable, self._on_write_failed,
                                   config.flush_observer)
         self._cursors = CursorLog(os.path.join(directory, "cursors.log"), executor, config.fsync,
-                                  lambda: self._lac)
+                                  lambda: self._lac, self._files)
         self._closed = False
         self._replay_read_failures = 0  # test hook (admin failpoints)
 

@@ -73,9 +73,19 @@ class FilePool:
 
     def create(self, path: str) -> PooledFile:
         """Create (or empty) a file for reading and writing and pool it, open."""
-        pooled = self.file(path)
         self._make_room()
-        pooled._fd = self._open_fd(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+        return self._register(path, self._open_fd(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC))
+
+    def adopt(self, path: str, fd: int) -> PooledFile:
+        """Pool a descriptor of `path` opened elsewhere (in a worker thread, or to recover the file first); the pool
+        reopens the path for reading and writing once it has closed it."""
+        self._make_room()
+        self.opens += 1
+        return self._register(path, fd)
+
+    def _register(self, path: str, fd: int) -> PooledFile:
+        pooled = self.file(path)
+        pooled._fd = fd
         self._open[pooled] = None
         return pooled
 
