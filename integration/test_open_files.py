@@ -8,10 +8,12 @@ import sys
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.consumer.fetch import FetchResponse
 
 from integration.broker_process import BrokerProcess
 from integration.clients import ck_consume_all, ck_produce, sample_records
-from integration.idem_raw import RawKafka
+from integration.fetch_requests import FETCH_VERSION, fetch_request
+from integration.idem_raw import RawKafka, plain_batch
 from integration.test_metrics import sample, scrape
 from integration.waiting import wait_until
 from protocol.errors import ErrorCode
@@ -127,3 +129,25 @@ def test_running_out_of_descriptors_fails_the_request_and_leaves_no_half_topic(l
     assert len(ck_consume_all(b.bootstrap, "before", 5)) == 5
     b.restart(hard=True)
     assert len(ck_consume_all(b.bootstrap, "after", 5)) == 5
+
+
+def test_a_ledger_file_that_cannot_be_opened_again_fails_that_partition_only(limited_broker):
+    """The pool closed an idle partition's ledger file, and the file is gone when a fetch needs it again (a disk
+    problem): that partition answers KAFKA_STORAGE_ERROR, the same request serves the others, the connection stays."""
+    b = limited_broker
+    with RawKafka(b.port) as raw:
+        for name in ("victim", "healthy"):
+            assert raw.create_topic(name, 1) == ErrorCode.NONE
+            assert raw.produce(name, 0, plain_batch([b"a", b"b"])).error_code == ErrorCode.NONE
+        assert raw.fetch_once("victim", 0, 0)[0] == ErrorCode.NONE  # control: served while its file is there
+        for i in range(OPEN_FILES // 4):  # each new topic opens three files: the victim's are closed for room
+            assert raw.create_topic(f"filler-{i}", 1) == ErrorCode.NONE
+        victim_dir = os.path.join(b.data_dir, "ledgers", "public", "default", "victim-partition-0")
+        for name in os.listdir(victim_dir):
+            if name.endswith(".log") and name != "cursors.log":
+                os.unlink(os.path.join(victim_dir, name))
+        response = raw.call(fetch_request([("victim", 0, 0), ("healthy", 0, 0)]), FetchResponse, FETCH_VERSION)
+        answers = {t.topic: (p.error_code, p.high_watermark) for t in response.responses for p in t.partitions}
+        assert answers["victim"][0] == ErrorCode.KAFKA_STORAGE_ERROR
+        assert answers["healthy"][0] == ErrorCode.NONE and answers["healthy"][1] == 2
+        assert raw.create_topic("still-serving", 1) == ErrorCode.NONE

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from dedup import DedupConfig
 from kop.config import BrokerConfig
 from kop.ledger import FileLedgerConfig, FileManagedLedger
-from kop.ledger.file_pool import FilePool, capacity_for_open_files_limit
+from kop.ledger.file_pool import OUT_OF_DESCRIPTORS, FilePool, capacity_for_open_files_limit
 from kop.ledger.framed_file import fsync_dir, makedirs_durable, replace_atomically
 from kop.partition import PartitionLog
 from kop.policies import PolicyBook
@@ -220,19 +220,31 @@ class TopicManager:
 
     async def _open_new_partitions(self, topic: str, first: int, end: int) -> list[PartitionLog]:
         """Partitions first..end-1 of a topic being created or grown, all or none: when one cannot be opened (out of
-        file descriptors, disk full) those opened are closed and removed and the request fails with an error code."""
+        file descriptors, disk full) those opened are closed and removed and the request fails with an error code.
+        Out of descriptors, the pool's idle files are closed and it is tried once more first."""
+        try:
+            try:
+                return await self._open_all_or_none(topic, first, end)
+            except OSError as exc:
+                if exc.errno not in OUT_OF_DESCRIPTORS or not self._files.shed():
+                    raise
+            return await self._open_all_or_none(topic, first, end)
+        except OSError as exc:
+            log.error("topic %s: partitions %d-%d not created: %s", topic, first, end - 1, exc)
+            raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"partitions of {topic!r} could not be created: {exc.strerror or exc}") from exc
+
+    async def _open_all_or_none(self, topic: str, first: int, end: int) -> list[PartitionLog]:
         opened: list[PartitionLog] = []
         try:
             for p in range(first, end):
                 opened.append(await self._open_partition(topic, p, new=True))
-        except OSError as exc:
+        except OSError:
             for partition in opened:
                 await partition.close()
             for p in range(first, end):
                 shutil.rmtree(self._partition_dir(topic, p), ignore_errors=True)
-            log.error("topic %s: partitions %d-%d not created: %s", topic, first, end - 1, exc)
-            raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR,
-                             f"partitions of {topic!r} could not be created: {exc.strerror or exc}") from exc
+            raise
         return opened
 
     async def apply_policies(self, topic: str | None = None) -> None:

@@ -8,6 +8,7 @@ Long poll: answer at once when min_bytes are available, max_wait_ms is 0, or any
 (UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE, ...: as Kafka does, so the client learns of it without waiting);
 otherwise wait until new entries become durable on any requested partition or max_wait_ms passes."""
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Sequence
 from typing import Any
@@ -28,6 +29,8 @@ def _topic_name(ctx: RequestContext, ftopic: Any) -> str | None:
 
 # What a response serves: each partition read and the bytes of batches it gives, counted once the response goes.
 Served = list[tuple[PartitionLog, int]]
+
+log = logging.getLogger(__name__)
 
 
 def _collect(ctx: RequestContext, request: FetchRequest) -> tuple[list[Any], int, Served]:
@@ -64,7 +67,13 @@ def _collect(ctx: RequestContext, request: FetchRequest) -> tuple[list[Any], int
                 continue
             limit = min(fpart.partition_max_bytes, budget - total)
             if offset < hw and (limit > 0 or total == 0):
-                entries = partition.read(offset, max(limit, 1))
+                try:
+                    entries = partition.read(offset, max(limit, 1))
+                except OSError as exc:  # a read error, or out of descriptors: this partition fails, not the request
+                    log.warning("fetch from %s at %d failed: %s", partition.name, offset, exc, extra=ctx.log_fields)
+                    data.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                    parts.append(data)
+                    continue
                 if total > 0:
                     # Only the response's first batch may exceed the limits (KIP-74), so a consumer stuck on a
                     # large batch progresses; later partitions get whole batches that fit, or nothing.

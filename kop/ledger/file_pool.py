@@ -106,12 +106,16 @@ class FilePool:
             _close_quietly(pooled._fd)
         pooled._fd = -1
 
+    def shed(self) -> int:
+        """Close every file not pinned (the process ran out of descriptors elsewhere); returns how many."""
+        return self._evict(len(self._open))
+
     def _open_fd(self, path: str, flags: int) -> int:
         try:
             fd = os.open(path, flags, 0o644)
         except OSError as exc:
             # The process ran out of descriptors elsewhere (connections): give back what the pool may, try once more.
-            if exc.errno not in OUT_OF_DESCRIPTORS or not self._evict(len(self._open)):
+            if exc.errno not in OUT_OF_DESCRIPTORS or not self.shed():
                 raise
             fd = os.open(path, flags, 0o644)
         self.opens += 1
@@ -153,4 +157,4 @@ def _close_quietly(fd: int) -> None:
         pass
 
 
-__all__ = ["DEFAULT_CAPACITY", "FilePool", "PooledFile", "capacity_for_open_files_limit"]
+__all__ = ["DEFAULT_CAPACITY", "OUT_OF_DESCRIPTORS", "FilePool", "PooledFile", "capacity_for_open_files_limit"]
