@@ -13,10 +13,6 @@ from dedup.interfaces import (
     ReplayEntry,
 )
 from dedup.kafka_producers import (
-    DUPLICATE_SEQUENCE_NUMBER,
-    INVALID_PRODUCER_EPOCH,
-    OUT_OF_ORDER_SEQUENCE_NUMBER,
-    REQUEST_TIMED_OUT,
     Accept,
     BatchMetadata,
     DecideAgain,
@@ -33,7 +29,6 @@ from dedup.message_deduplication import DedupConfig, DupStatus, MessageDeduplica
 
 __all__ = [
     "BEFORE_FIRST", "DEDUP_CURSOR_NAME", "DedupCursor", "DedupLedger", "EntrySource", "Position", "ReplayEntry",
-    "DUPLICATE_SEQUENCE_NUMBER", "INVALID_PRODUCER_EPOCH", "OUT_OF_ORDER_SEQUENCE_NUMBER", "REQUEST_TIMED_OUT",
     "Accept", "BatchMetadata", "DecideAgain", "Decision", "Duplicate", "KafkaProducers", "PendingBatch",
     "ProducerSnapshot", "Reject", "WaitFor", "WriteFailed",
     "DedupConfig", "DupStatus", "MessageDeduplication", "Status",

@@ -37,14 +37,9 @@ from dedup import kafka_snapshot
 from dedup.interfaces import Position, ReplayEntry
 from dedup.message_deduplication import DupStatus, MessageDeduplication
 from dedup.sequences import MAX_SEQUENCE, SEQUENCE_MODULUS, to_wire, unwrap
+from protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
-
-# Kafka error codes this module answers with.
-REQUEST_TIMED_OUT = 7
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-DUPLICATE_SEQUENCE_NUMBER = 46
-INVALID_PRODUCER_EPOCH = 47
 
 DEFAULT_NAME_PREFIX = "KOP-PID"
 RECENT_BATCHES = 5  # Kafka's NUM_BATCHES_TO_RETAIN, and every client's in-flight cap
@@ -275,8 +270,9 @@ class KafkaProducers:
         if not self._dedup.is_enabled:
             if self._dedup.awaiting_recovery:  # wanted, but the state to judge it by is not rebuilt yet
                 self._owe(producer_id, producer_epoch, base_sequence, base_sequence + last_offset_delta,
-                          REQUEST_TIMED_OUT)
-                return Reject(REQUEST_TIMED_OUT, "the partition's deduplication state is being recovered, retry")
+                          ErrorCode.REQUEST_TIMED_OUT)
+                return Reject(ErrorCode.REQUEST_TIMED_OUT,
+                              "the partition's deduplication state is being recovered, retry")
             return Accept(producer_id, producer_epoch, self.producer_name(producer_id, producer_epoch), base_sequence,
                           base_sequence + last_offset_delta)
 
@@ -286,16 +282,18 @@ class KafkaProducers:
         else:
             name = self.producer_name(producer_id, producer_epoch)
         if producer is not None and producer_epoch < producer.epoch:
-            return Reject(INVALID_PRODUCER_EPOCH, f"producer {producer_id}: epoch {producer_epoch} is older than "
-                                                  f"the current epoch {producer.epoch}")
+            return Reject(ErrorCode.INVALID_PRODUCER_EPOCH,
+                          f"producer {producer_id}: epoch {producer_epoch} is older than the current epoch "
+                          f"{producer.epoch}")
         if self._owed:
             early = self._ahead_of_owed_resend(producer_id, producer_epoch, base_sequence, name)
             if early is not None:
                 return early
         if producer is not None and producer_epoch > producer.epoch:
             if base_sequence != 0:
-                return Reject(OUT_OF_ORDER_SEQUENCE_NUMBER, f"producer {producer_id}: new epoch {producer_epoch} "
-                                                            f"must start at sequence 0, got {base_sequence}")
+                return Reject(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                              f"producer {producer_id}: new epoch {producer_epoch} must start at sequence 0, got "
+                              f"{base_sequence}")
             return Accept(producer_id, producer_epoch, name, 0, last_offset_delta)
 
         last_pushed = self._pushed_sequence_id(name)
@@ -313,18 +311,19 @@ class KafkaProducers:
         if isinstance(cached, PendingBatch):
             return WaitFor(cached.waiter())
         if first > last_pushed + 1:
-            return Reject(OUT_OF_ORDER_SEQUENCE_NUMBER, f"producer {producer_id}: out of order sequence, expected "
-                                                        f"{to_wire(last_pushed + 1)}, got {base_sequence}")
+            return Reject(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                          f"producer {producer_id}: out of order sequence, expected {to_wire(last_pushed + 1)}, got "
+                          f"{base_sequence}")
         last_persisted = self._dedup.persisted_sequence_id(name)
         if last_persisted is not None and first <= last_persisted:
             if last <= last_persisted:  # stored, but older than the cached window: success with no offset
-                return Reject(DUPLICATE_SEQUENCE_NUMBER, f"producer {producer_id}: sequence {base_sequence} is "
-                                                         f"already stored")
-            return Reject(OUT_OF_ORDER_SEQUENCE_NUMBER, f"producer {producer_id}: batch {base_sequence}.."
-                                                        f"{to_wire(last)} overlaps stored sequences")
+                return Reject(ErrorCode.DUPLICATE_SEQUENCE_NUMBER,
+                              f"producer {producer_id}: sequence {base_sequence} is already stored")
+            return Reject(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                          f"producer {producer_id}: batch {base_sequence}..{to_wire(last)} overlaps stored sequences")
         if producer is None or not producer.pending:
-            return Reject(OUT_OF_ORDER_SEQUENCE_NUMBER, f"producer {producer_id}: sequence {base_sequence} was "
-                                                        f"already used")
+            return Reject(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                          f"producer {producer_id}: sequence {base_sequence} was already used")
         # PIP-6 Unknown and not an exact retry: decide once the writes in flight have landed or failed.
         return DecideAgain(producer.wait_idle())
 
@@ -493,7 +492,7 @@ class KafkaProducers:
         in_flight = []
         for producer in self._producers.values():
             for pending in producer.pending:
-                pending.fail(REQUEST_TIMED_OUT)
+                pending.fail(ErrorCode.REQUEST_TIMED_OUT)
                 pending.tracked = False  # still being written, now as a write the state does not follow
                 in_flight.append(pending)
             producer.notify_idle()

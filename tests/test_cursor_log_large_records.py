@@ -19,7 +19,7 @@ async def one_entry(ml):
     return await ml.add_entry(ml.written_end_index, 1, MessageMetadata(producer_name="p").SerializeToString(), b"x")
 
 
-def test_a_large_record_is_encoded_off_the_event_loop(tmp_path, monkeypatch):
+async def test_a_large_record_is_encoded_off_the_event_loop(tmp_path, monkeypatch):
     threads: list[str] = []
     original = cursor_log._state_record
 
@@ -42,11 +42,11 @@ def test_a_large_record_is_encoded_off_the_event_loop(tmp_path, monkeypatch):
             await reopened.close()
             return properties
 
-    assert asyncio.run(scenario()) == LARGE
+    assert await scenario() == LARGE
     assert threads[0] == threading.main_thread().name and threads[1].startswith("fsync"), threads
 
 
-def test_a_cursors_records_reach_the_log_in_the_order_it_wrote_them(tmp_path):
+async def test_a_cursors_records_reach_the_log_in_the_order_it_wrote_them(tmp_path):
     """A deletion written while the cursor's large record is still being encoded lands after it: the cursor stays
     deleted after a restart. Another cursor's small record does not wait for it."""
     async def scenario():
@@ -66,4 +66,4 @@ def test_a_cursors_records_reach_the_log_in_the_order_it_wrote_them(tmp_path):
             await reopened.close()
             return cursors
 
-    assert asyncio.run(scenario()) == {"other": {"o": 7}}
+    assert await scenario() == {"other": {"o": 7}}

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 from dataclasses import dataclass
 
 import pytest
@@ -12,10 +11,6 @@ import pytest
 from dedup import kafka_snapshot
 from dedup.interfaces import DEDUP_CURSOR_NAME, Position
 from dedup.kafka_producers import (
-    DUPLICATE_SEQUENCE_NUMBER,
-    INVALID_PRODUCER_EPOCH,
-    OUT_OF_ORDER_SEQUENCE_NUMBER,
-    REQUEST_TIMED_OUT,
     Accept,
     DecideAgain,
     Decision,
@@ -30,17 +25,10 @@ from dedup.memory import InMemoryCursor, InMemoryDedupLedger
 from dedup.message_deduplication import DedupConfig, MessageDeduplication, Status
 from dedup.sequences import MAX_SEQUENCE, unwrap
 from proto.kop_pb2 import MessageMetadata
+from protocol.errors import ErrorCode
 
-NOT_LEADER_OR_FOLLOWER = 6
 PID = 1000
 
-
-def async_test(test):
-    @functools.wraps(test)
-    def run(*args, **kwargs):
-        asyncio.run(asyncio.wait_for(test(*args, **kwargs), timeout=10))
-
-    return run
 
 
 @dataclass
@@ -92,7 +80,7 @@ class Partition:
         while self.in_flight:
             self.persist_next()
 
-    def fail_writes(self, error_code: int = NOT_LEADER_OR_FOLLOWER) -> None:
+    def fail_writes(self, error_code: int = ErrorCode.NOT_LEADER_OR_FOLLOWER) -> None:
         self.in_flight.clear()
         self.next_offset = self._durable_end()
         self.producers.on_write_failed(error_code)
@@ -133,7 +121,6 @@ def test_unwrap_picks_the_value_closest_to_the_last_one_and_never_negative():
 # -- rule 1: bypass ------------------------------------------------------------------------------------------------
 
 
-@async_test
 async def test_rule1_batches_without_producer_id_never_reach_check_but_count_for_snapshots():
     partition = await started(entries_interval=2)
     with pytest.raises(ValueError):
@@ -149,7 +136,6 @@ async def test_rule1_batches_without_producer_id_never_reach_check_but_count_for
 # -- rules 2, 3, 4: duplicates -------------------------------------------------------------------------------------
 
 
-@async_test
 async def test_rule2_retry_of_each_of_the_last_five_persisted_batches_gets_its_original_offsets():
     partition = await started()
     for i in range(7):
@@ -160,7 +146,6 @@ async def test_rule2_retry_of_each_of_the_last_five_persisted_batches_gets_its_o
     assert len(partition.ledger.entries) == 7  # nothing written twice
 
 
-@async_test
 async def test_rule3_retry_of_a_pending_batch_waits_for_it_and_gets_its_result():
     partition = await started()
     accepted(partition, PID, 0, 0, count=3)
@@ -171,31 +156,28 @@ async def test_rule3_retry_of_a_pending_batch_waits_for_it_and_gets_its_result()
     assert len(partition.ledger.entries) == 1
 
 
-@async_test
 async def test_rule3_retry_of_a_pending_batch_whose_write_fails_gets_the_same_retriable_error():
     partition = await started()
     accepted(partition, PID, 0, 0)
     retry = partition.send(PID, 0, 0)
     impatient = partition.send(PID, 0, 0)
     impatient.future.cancel()  # one waiter's timeout does not disturb another
-    partition.fail_writes(NOT_LEADER_OR_FOLLOWER)
+    partition.fail_writes(ErrorCode.NOT_LEADER_OR_FOLLOWER)
     with pytest.raises(WriteFailed) as failed:
         await retry.future
-    assert failed.value.error_code == NOT_LEADER_OR_FOLLOWER
+    assert failed.value.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     accepted(partition, PID, 0, 0)  # the client's next retry is written
 
 
-@async_test
 async def test_rule4_stored_batch_older_than_the_window_is_duplicate_sequence_number():
     partition = await started()
     for i in range(6):
         accepted(partition, PID, 0, i)
     partition.persist_all()
-    assert rejected(partition.send(PID, 0, 0), DUPLICATE_SEQUENCE_NUMBER)
+    assert rejected(partition.send(PID, 0, 0), ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
     assert isinstance(partition.send(PID, 0, 1), Duplicate)
 
 
-@async_test
 async def test_unknown_that_is_no_exact_retry_is_decided_again_once_the_writes_in_flight_end():
     partition = await started()
     accepted(partition, PID, 0, 0, count=5)
@@ -206,10 +188,9 @@ async def test_unknown_that_is_no_exact_retry_is_decided_again_once_the_writes_i
     assert not again.future.done()  # one more write in flight
     partition.persist_next()
     assert again.future.done()
-    assert rejected(partition.send(PID, 0, 5, count=3), DUPLICATE_SEQUENCE_NUMBER)
+    assert rejected(partition.send(PID, 0, 5, count=3), ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
 
 
-@async_test
 async def test_unknown_decided_again_after_a_failed_write_is_accepted():
     partition = await started()
     accepted(partition, PID, 0, 0)
@@ -225,33 +206,30 @@ async def test_unknown_decided_again_after_a_failed_write_is_accepted():
 # -- rules 5, 6, 7: epochs and unknown producers -------------------------------------------------------------------
 
 
-@async_test
 async def test_rule5_older_epoch_is_invalid_producer_epoch_even_for_its_own_duplicate():
     partition = await started()
     accepted(partition, PID, 3, 0)
     partition.persist_all()
     accepted(partition, PID, 4, 0)
-    assert rejected(partition.send(PID, 3, 1), INVALID_PRODUCER_EPOCH)
+    assert rejected(partition.send(PID, 3, 1), ErrorCode.INVALID_PRODUCER_EPOCH)
     partition.persist_all()
-    assert rejected(partition.send(PID, 3, 0), INVALID_PRODUCER_EPOCH)
-    assert rejected(partition.send(PID, 2, 0), INVALID_PRODUCER_EPOCH)
+    assert rejected(partition.send(PID, 3, 0), ErrorCode.INVALID_PRODUCER_EPOCH)
+    assert rejected(partition.send(PID, 2, 0), ErrorCode.INVALID_PRODUCER_EPOCH)
 
 
-@async_test
 async def test_rule6_new_epoch_must_start_at_zero_and_clears_the_cache():
     partition = await started()
     accepted(partition, PID, 0, 0, count=3)
     partition.persist_all()
-    assert rejected(partition.send(PID, 1, 3), OUT_OF_ORDER_SEQUENCE_NUMBER)
+    assert rejected(partition.send(PID, 1, 3), ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
     assert partition.producers.epoch(PID) == 0
     accepted(partition, PID, 1, 0)
     partition.persist_all()
-    assert rejected(partition.send(PID, 0, 0, count=3), INVALID_PRODUCER_EPOCH)
+    assert rejected(partition.send(PID, 0, 0, count=3), ErrorCode.INVALID_PRODUCER_EPOCH)
     assert isinstance(partition.send(PID, 1, 0), Duplicate)
     accepted(partition, PID, 1, 1)
 
 
-@async_test
 async def test_epoch_bump_drops_the_old_name_from_the_pip6_maps():
     partition = await started()
     for epoch in range(4):
@@ -263,7 +241,6 @@ async def test_epoch_bump_drops_the_old_name_from_the_pip6_maps():
     assert dict(partition.dedup.pushed) == {name: 0}
 
 
-@async_test
 async def test_each_accepted_batch_is_named_by_its_own_epoch():
     # The name is reused from one batch of an epoch to the next rather than formatted per batch: a bump, the rollback
     # after a failed bump, a bump in flight and a restart must still name every batch (and its PIP-6 entry) by its
@@ -284,7 +261,6 @@ async def test_each_accepted_batch_is_named_by_its_own_epoch():
     assert dict(restarted.dedup.persisted) == {f"KOP-PID-{PID}-1": 1}
 
 
-@async_test
 async def test_rule7_unknown_producer_starts_at_any_sequence():
     partition = await started()
     accepted(partition, PID, 5, 12345)
@@ -295,7 +271,6 @@ async def test_rule7_unknown_producer_starts_at_any_sequence():
 # -- rules 8, 9: continuity ----------------------------------------------------------------------------------------
 
 
-@async_test
 async def test_rule8_next_sequence_is_accepted_while_earlier_writes_are_in_flight():
     partition = await started()
     for i in range(5):  # five requests in flight, as Java and librdkafka pipeline them
@@ -306,24 +281,23 @@ async def test_rule8_next_sequence_is_accepted_while_earlier_writes_are_in_fligh
     assert partition.stored(PID) == [(0, 1), (2, 3), (4, 5), (6, 7), (8, 9)]
 
 
-@async_test
 async def test_rule9_gap_partial_overlap_and_rewind_are_out_of_order():
     partition = await started()
     for i in range(7):
         accepted(partition, PID, 0, 3 * i, count=3)  # batches 0-2, 3-5, ..., 18-20
     partition.persist_all()
-    assert rejected(partition.send(PID, 0, 22), OUT_OF_ORDER_SEQUENCE_NUMBER)  # gap
-    assert rejected(partition.send(PID, 0, 19, count=4), OUT_OF_ORDER_SEQUENCE_NUMBER)  # overlaps the end
-    assert rejected(partition.send(PID, 0, 16, count=3), DUPLICATE_SEQUENCE_NUMBER)  # stored, not a cached batch
+    assert rejected(partition.send(PID, 0, 22), ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)  # gap
+    assert rejected(partition.send(PID, 0, 19, count=4), ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)  # overlaps the end
+    # stored, but not a cached batch
+    assert rejected(partition.send(PID, 0, 16, count=3), ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
     accepted(partition, PID, 0, 21)
-    assert rejected(partition.send(PID, 0, 23), OUT_OF_ORDER_SEQUENCE_NUMBER)  # skips 22, with 21 in flight
+    assert rejected(partition.send(PID, 0, 23), ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)  # skips 22, with 21 in flight
     accepted(partition, PID, 0, 22)
 
 
 # -- rule 10: failed writes ----------------------------------------------------------------------------------------
 
 
-@async_test
 async def test_rule10_failed_write_fails_every_pending_batch_and_retries_are_accepted_in_order():
     partition = await started()
     accepted(partition, PID, 0, 0)
@@ -332,20 +306,20 @@ async def test_rule10_failed_write_fails_every_pending_batch_and_retries_are_acc
         accepted(partition, PID, 0, seq)
     partition.fail_writes()
     # A follower that arrives before the retry is early, not out of order: the retriable error again.
-    assert rejected(partition.send(PID, 0, 2), NOT_LEADER_OR_FOLLOWER)
-    assert rejected(partition.send(PID, 0, 4), NOT_LEADER_OR_FOLLOWER)  # the next batch the client would send
-    assert rejected(partition.send(PID, 0, 9), NOT_LEADER_OR_FOLLOWER)  # sent before the client saw the failure
+    assert rejected(partition.send(PID, 0, 2), ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    assert rejected(partition.send(PID, 0, 4), ErrorCode.NOT_LEADER_OR_FOLLOWER)  # the next batch the client would send
+    assert rejected(partition.send(PID, 0, 9), ErrorCode.NOT_LEADER_OR_FOLLOWER)  # sent before the client saw the failure
     assert isinstance(partition.send(PID, 0, 0), Duplicate)
     accepted(partition, PID, 0, 1)
-    assert rejected(partition.send(PID, 0, 3), NOT_LEADER_OR_FOLLOWER)  # 2 is still to be resent
+    assert rejected(partition.send(PID, 0, 3), ErrorCode.NOT_LEADER_OR_FOLLOWER)  # 2 is still to be resent
     for seq in (2, 3):
         accepted(partition, PID, 0, seq)
-    assert rejected(partition.send(PID, 0, 5), OUT_OF_ORDER_SEQUENCE_NUMBER)  # resent in full: usual rules again
+    # resent in full: the usual rules again
+    assert rejected(partition.send(PID, 0, 5), ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
     partition.persist_all()
     assert partition.stored(PID) == [(0, 0), (1, 1), (2, 2), (3, 3)]
 
 
-@async_test
 async def test_rule10_a_write_failing_again_while_resending_keeps_the_whole_failed_range():
     partition = await started()
     for seq in (0, 1, 2, 3):
@@ -353,14 +327,13 @@ async def test_rule10_a_write_failing_again_while_resending_keeps_the_whole_fail
     partition.fail_writes()
     accepted(partition, PID, 0, 0)
     partition.fail_writes()  # the resend fails too: 1..3 are still owed
-    assert rejected(partition.send(PID, 0, 3), NOT_LEADER_OR_FOLLOWER)
+    assert rejected(partition.send(PID, 0, 3), ErrorCode.NOT_LEADER_OR_FOLLOWER)
     for seq in (0, 1, 2, 3):
         accepted(partition, PID, 0, seq)
     partition.persist_all()
     assert partition.stored(PID) == [(0, 0), (1, 1), (2, 2), (3, 3)]
 
 
-@async_test
 async def test_failed_first_write_of_a_new_epoch_goes_back_to_the_persisted_epoch():
     partition = await started()
     accepted(partition, PID, 0, 0)
@@ -372,7 +345,6 @@ async def test_failed_first_write_of_a_new_epoch_goes_back_to_the_persisted_epoc
     accepted(partition, PID, 1, 0)
 
 
-@async_test
 async def test_failed_first_write_of_a_producer_forgets_it():
     partition = await started()
     accepted(partition, PID, 0, 7)
@@ -380,12 +352,11 @@ async def test_failed_first_write_of_a_producer_forgets_it():
     partition.fail_writes()
     assert partition.producers.epoch(PID) is None
     # Nothing is stored for it, yet its pipelined follower must not be stored ahead of the first batch.
-    assert rejected(partition.send(PID, 0, 8), NOT_LEADER_OR_FOLLOWER)
+    assert rejected(partition.send(PID, 0, 8), ErrorCode.NOT_LEADER_OR_FOLLOWER)
     accepted(partition, PID, 0, 7)
     accepted(partition, PID, 0, 8)
 
 
-@async_test
 async def test_writes_before_a_failed_one_land_first_and_the_retries_then_follow_the_rules():
     """The storage reports in log order: writes already on their way to disk land, then the failed one and those
     after it fail. The client was acknowledged 0 and 1; their retries are duplicates, 2 is accepted again."""
@@ -396,7 +367,7 @@ async def test_writes_before_a_failed_one_land_first_and_the_retries_then_follow
     partition.persist_next()
     partition.fail_writes()
     assert dict(partition.dedup.pushed) == dict(partition.dedup.persisted) == {f"KOP-PID-{PID}-0": 1}
-    assert rejected(partition.send(PID, 0, 3), NOT_LEADER_OR_FOLLOWER)  # 2 is owed first
+    assert rejected(partition.send(PID, 0, 3), ErrorCode.NOT_LEADER_OR_FOLLOWER)  # 2 is owed first
     assert isinstance(partition.send(PID, 0, 1), Duplicate)
     accepted(partition, PID, 0, 2)
     accepted(partition, PID, 0, 3)
@@ -404,7 +375,6 @@ async def test_writes_before_a_failed_one_land_first_and_the_retries_then_follow
     assert partition.stored(PID) == [(0, 0), (1, 1), (2, 2), (3, 3)]
 
 
-@async_test
 async def test_writes_reported_durable_after_a_later_one_failed_still_count():
     """Against the contract (the storage reports in log order), the writes before a failed one are reported after
     the failure: they are stored, so they count as stored, and only the rest is owed."""
@@ -419,13 +389,12 @@ async def test_writes_reported_durable_after_a_later_one_failed_still_count():
     partition.next_offset = partition.ledger.entries[-1].last_offset + 1
     assert dict(partition.dedup.pushed) == dict(partition.dedup.persisted) == {f"KOP-PID-{PID}-0": 1}
     assert partition.send(PID, 0, 1) == Duplicate(1, 1, 10_001)
-    assert rejected(partition.send(PID, 0, 3), NOT_LEADER_OR_FOLLOWER)  # 2 is still owed
+    assert rejected(partition.send(PID, 0, 3), ErrorCode.NOT_LEADER_OR_FOLLOWER)  # 2 is still owed
     accepted(partition, PID, 0, 2)
     partition.persist_all()
     assert partition.stored(PID) == [(0, 0), (1, 1), (2, 2)]
 
 
-@async_test
 async def test_a_purged_producer_is_no_longer_owed_its_failed_writes():
     partition = await started()
     accepted(partition, PID, 0, 0)
@@ -438,7 +407,6 @@ async def test_a_purged_producer_is_no_longer_owed_its_failed_writes():
 
 
 @pytest.mark.parametrize("bump_before_the_first_lands", [True, False])
-@async_test
 async def test_purge_spares_a_producer_with_an_epoch_bump_in_flight(bump_before_the_first_lands):
     """Its persisted epoch's name goes when the bump lands; a purge meanwhile would forget the producer while it
     writes. Once the bump has failed it is idle again, from then on."""
@@ -474,7 +442,6 @@ class FailingReplayLedger(InMemoryDedupLedger):
             yield entry
 
 
-@async_test
 async def test_while_recovery_failed_a_stored_batch_is_retried_not_stored_again():
     partition = await started(entries_interval=100)
     for seq in (0, 5):
@@ -485,16 +452,15 @@ async def test_while_recovery_failed_a_stored_batch_is_retried_not_stored_again(
     ledger.cursors[DEDUP_CURSOR_NAME] = InMemoryCursor(ledger, (-1, -1))
     restarted = await Partition(ledger, recovery_retry_seconds=0).start()
     assert restarted.dedup.status is Status.FAILED
-    assert rejected(restarted.send(PID, 0, 5, count=5), REQUEST_TIMED_OUT)  # retriable: comes again
-    assert rejected(restarted.send(PID, 0, 10), REQUEST_TIMED_OUT)
+    assert rejected(restarted.send(PID, 0, 5, count=5), ErrorCode.REQUEST_TIMED_OUT)  # retriable: comes again
+    assert rejected(restarted.send(PID, 0, 10), ErrorCode.REQUEST_TIMED_OUT)
     assert restarted.dedup.retry_recovery()
-    assert rejected(restarted.send(PID, 0, 5, count=5), REQUEST_TIMED_OUT)  # still recovering
+    assert rejected(restarted.send(PID, 0, 5, count=5), ErrorCode.REQUEST_TIMED_OUT)  # still recovering
     assert await restarted.dedup.check_status(True) is Status.ENABLED
     assert restarted.send(PID, 0, 5, count=5) == Duplicate(5, 9, 10_005)
     accepted(restarted, PID, 0, 10)
 
 
-@async_test
 async def test_a_batch_accepted_before_a_runtime_enable_that_lands_after_it_is_recorded_with_its_sequence():
     """Pulsar records from the publish context once enabled: a snapshot covering the entry holds its sequence, so a
     retry after a crash is a duplicate, not stored again."""
@@ -533,7 +499,6 @@ async def recovering(partition: Partition) -> asyncio.Future:
     return enabling
 
 
-@async_test
 async def test_a_batch_answered_while_recovering_is_not_overtaken_by_its_pipelined_follower():
     """Enabled at run time, dedup knows nothing of the producer: were its follower taken first (rule 7), the resend
     of the batch answered while recovering would be at or below the stored sequence, a duplicate: lost."""
@@ -543,17 +508,16 @@ async def test_a_batch_answered_while_recovering_is_not_overtaken_by_its_pipelin
         accepted(partition, PID, 0, seq)
     partition.persist_all()
     enabling = await recovering(partition)
-    assert rejected(partition.send(PID, 0, 10), REQUEST_TIMED_OUT)
+    assert rejected(partition.send(PID, 0, 10), ErrorCode.REQUEST_TIMED_OUT)
     ledger.release.set()
     assert await enabling is Status.ENABLED
-    assert rejected(partition.send(PID, 0, 11), REQUEST_TIMED_OUT)  # pipelined behind 10: the same answer
+    assert rejected(partition.send(PID, 0, 11), ErrorCode.REQUEST_TIMED_OUT)  # pipelined behind 10: the same answer
     accepted(partition, PID, 0, 10)  # the client resends from 10
     accepted(partition, PID, 0, 11)
     partition.persist_all()
     assert partition.stored(PID)[10:] == [(10, 10), (11, 11)]
 
 
-@async_test
 async def test_a_known_producers_follower_gets_the_retriable_answer_not_out_of_order():
     partition = await started(entries_interval=100)
     for seq in range(10):
@@ -564,29 +528,27 @@ async def test_a_known_producers_follower_gets_the_retriable_answer_not_out_of_o
     ledger.cursors[DEDUP_CURSOR_NAME] = InMemoryCursor(ledger, (-1, -1))
     restarted = await Partition(ledger, recovery_retry_seconds=0).start()
     assert restarted.dedup.status is Status.FAILED
-    assert rejected(restarted.send(PID, 0, 10), REQUEST_TIMED_OUT)
+    assert rejected(restarted.send(PID, 0, 10), ErrorCode.REQUEST_TIMED_OUT)
     assert restarted.dedup.retry_recovery()  # from clean state: what 10 was answered survives it
     assert await restarted.dedup.check_status(True) is Status.ENABLED
-    assert rejected(restarted.send(PID, 0, 11), REQUEST_TIMED_OUT)  # not 45: the client resends 10 first
+    assert rejected(restarted.send(PID, 0, 11), ErrorCode.REQUEST_TIMED_OUT)  # not 45: the client resends 10 first
     accepted(restarted, PID, 0, 10)
     accepted(restarted, PID, 0, 11)
 
 
-@async_test
 async def test_after_a_failed_recovery_a_new_producer_resends_its_first_batch_before_its_follower():
     partition = await Partition(FailingReplayLedger(failures=1), recovery_retry_seconds=0).start()
     assert partition.dedup.status is Status.FAILED
-    assert rejected(partition.send(PID, 0, 0), REQUEST_TIMED_OUT)
+    assert rejected(partition.send(PID, 0, 0), ErrorCode.REQUEST_TIMED_OUT)
     assert partition.dedup.retry_recovery()
     assert await partition.dedup.check_status(True) is Status.ENABLED
-    assert rejected(partition.send(PID, 0, 1), REQUEST_TIMED_OUT)
+    assert rejected(partition.send(PID, 0, 1), ErrorCode.REQUEST_TIMED_OUT)
     accepted(partition, PID, 0, 0)
     accepted(partition, PID, 0, 1)
     partition.persist_all()
     assert partition.stored(PID) == [(0, 0), (1, 1)]
 
 
-@async_test
 async def test_a_write_accepted_before_the_enable_that_fails_while_recovering_is_owed_too():
     ledger = HeldReplayLedger()
     partition = await Partition(ledger).start(enabled=False)
@@ -594,20 +556,19 @@ async def test_a_write_accepted_before_the_enable_that_fails_while_recovering_is
     partition.persist_all()
     accepted(partition, PID, 0, 1)  # dedup is off: untracked, still being written
     enabling = await recovering(partition)
-    partition.fail_writes()  # the client hears NOT_LEADER_OR_FOLLOWER for 1 and will resend it
+    partition.fail_writes()  # the client hears ErrorCode.NOT_LEADER_OR_FOLLOWER for 1 and will resend it
     ledger.release.set()
     assert await enabling is Status.ENABLED
-    assert rejected(partition.send(PID, 0, 2), NOT_LEADER_OR_FOLLOWER)  # sent before it heard: comes again
+    assert rejected(partition.send(PID, 0, 2), ErrorCode.NOT_LEADER_OR_FOLLOWER)  # sent before it heard: comes again
     accepted(partition, PID, 0, 1)
     accepted(partition, PID, 0, 2)
 
 
-@async_test
 async def test_a_resend_owed_by_a_producer_that_never_comes_back_expires_with_the_purge():
     partition = await started()
     accepted(partition, PID, 0, 0)  # its first write
     partition.fail_writes()  # unknown producer, nothing stored: no name for the purge to find
-    assert rejected(partition.send(PID, 0, 1), NOT_LEADER_OR_FOLLOWER)
+    assert rejected(partition.send(PID, 0, 1), ErrorCode.NOT_LEADER_OR_FOLLOWER)
     partition.dedup.purge_inactive(60, now=10.0**9)
     accepted(partition, PID, 0, 1)  # long gone: starts afresh, as a purged producer does
 
@@ -615,7 +576,6 @@ async def test_a_resend_owed_by_a_producer_that_never_comes_back_expires_with_th
 # -- replay over an era without dedup ------------------------------------------------------------------------------
 
 
-@async_test
 async def test_a_full_replay_over_an_era_without_dedup_never_moves_a_producer_backwards():
     partition = await Partition().start(enabled=False)
     for seq in range(10):
@@ -633,7 +593,6 @@ async def test_a_full_replay_over_an_era_without_dedup_never_moves_a_producer_ba
 # -- the snapshot cap ----------------------------------------------------------------------------------------------
 
 
-@async_test
 async def test_the_snapshot_cap_keeps_the_most_recently_written_producers_across_restarts():
     """Kafka gives each producer start a new id, so a busy partition passes the cap; the producers left out lose
     their state at a crash, so they must be the ones written longest ago, not the newest."""
@@ -661,7 +620,6 @@ async def test_the_snapshot_cap_keeps_the_most_recently_written_producers_across
 # -- sequence wrap-around ------------------------------------------------------------------------------------------
 
 
-@async_test
 async def test_sequences_continue_across_the_int32_wrap():
     partition = await started()
     accepted(partition, PID, 0, MAX_SEQUENCE - 4, count=3)  # ..-4 .. -2
@@ -672,12 +630,11 @@ async def test_sequences_continue_across_the_int32_wrap():
     partition.persist_all()
     assert isinstance(partition.send(PID, 0, MAX_SEQUENCE - 1, count=3), Duplicate)
     assert isinstance(partition.send(PID, 0, 1, count=2), Duplicate)
-    assert rejected(partition.send(PID, 0, 0), DUPLICATE_SEQUENCE_NUMBER)  # stored, inside a batch
-    assert rejected(partition.send(PID, 0, 5), OUT_OF_ORDER_SEQUENCE_NUMBER)
+    assert rejected(partition.send(PID, 0, 0), ErrorCode.DUPLICATE_SEQUENCE_NUMBER)  # stored, inside a batch
+    assert rejected(partition.send(PID, 0, 5), ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
     accepted(partition, PID, 0, 3)
 
 
-@async_test
 async def test_wrapped_sequences_survive_a_restart():
     partition = await started()
     accepted(partition, PID, 0, MAX_SEQUENCE, count=2)
@@ -690,7 +647,6 @@ async def test_wrapped_sequences_survive_a_restart():
 # -- snapshot and recovery -----------------------------------------------------------------------------------------
 
 
-@async_test
 async def test_snapshot_holds_the_five_recent_batches_and_epoch_and_recovery_restores_them():
     partition = await started(entries_interval=9)
     accepted(partition, PID, 2, 0)
@@ -714,12 +670,11 @@ async def test_snapshot_holds_the_five_recent_batches_and_epoch_and_recovery_res
     assert restarted.producers.persisted_state() == before
     for seq in range(2, 7):
         assert restarted.send(PID, 3, seq) == Duplicate(seq + 1, seq + 1, 10_000 + seq + 1)
-    assert rejected(restarted.send(PID, 3, 1), DUPLICATE_SEQUENCE_NUMBER)
-    assert rejected(restarted.send(PID, 2, 1), INVALID_PRODUCER_EPOCH)
+    assert rejected(restarted.send(PID, 3, 1), ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
+    assert rejected(restarted.send(PID, 2, 1), ErrorCode.INVALID_PRODUCER_EPOCH)
     accepted(restarted, PID, 3, 7)
 
 
-@async_test
 async def test_a_snapshot_in_the_older_format_with_one_property_per_batch_is_still_restored():
     ledger = InMemoryDedupLedger()
     for seq in range(3):
@@ -733,7 +688,6 @@ async def test_a_snapshot_in_the_older_format_with_one_property_per_batch_is_sti
     accepted(restarted, PID, 0, 3)
 
 
-@async_test
 async def test_replay_rebuilds_the_batches_written_after_the_snapshot():
     partition = await started(entries_interval=4)
     for seq in range(5):
@@ -746,10 +700,9 @@ async def test_replay_rebuilds_the_batches_written_after_the_snapshot():
     assert restarted.producers.persisted_state() == partition.producers.persisted_state()
     assert dict(restarted.dedup.persisted) == {f"KOP-PID-{PID}-1": 0}
     assert isinstance(restarted.send(PID, 1, 0), Duplicate)
-    assert rejected(restarted.send(PID, 0, 5), INVALID_PRODUCER_EPOCH)
+    assert rejected(restarted.send(PID, 0, 5), ErrorCode.INVALID_PRODUCER_EPOCH)
 
 
-@async_test
 async def test_purge_after_an_epoch_bump_resnapshots_at_the_last_entry_so_a_restart_keeps_it_purged():
     """The purge's snapshot is taken at the last recorded entry, with the state of that moment: after a restart the
     purged producer does not come back by replay, and the newest epoch of the other one is kept."""
@@ -768,7 +721,6 @@ async def test_purge_after_an_epoch_bump_resnapshots_at_the_last_entry_so_a_rest
     assert isinstance(restarted.send(PID, 1, 0), Duplicate)
 
 
-@async_test
 async def test_purged_producer_starts_afresh():
     partition = await started()
     accepted(partition, PID, 0, 0)
@@ -780,7 +732,6 @@ async def test_purged_producer_starts_afresh():
     accepted(partition, PID, 0, 9)
 
 
-@async_test
 async def test_dedup_disabled_accepts_everything_and_tracks_nothing():
     partition = await Partition().start(enabled=False)
     accepted(partition, PID, 0, 0)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 
 from dedup.interfaces import DEDUP_CURSOR_NAME, Position
 from dedup.memory import InMemoryCursor, InMemoryDedupLedger
@@ -12,13 +11,6 @@ from proto.kop_pb2 import MessageMetadata
 
 NOT_DUP, DUP, UNKNOWN = DupStatus.NOT_DUP, DupStatus.DUP, DupStatus.UNKNOWN
 
-
-def async_test(test):
-    @functools.wraps(test)
-    def run(*args, **kwargs):
-        asyncio.run(asyncio.wait_for(test(*args, **kwargs), timeout=10))
-
-    return run
 
 
 class Clock:
@@ -59,7 +51,6 @@ def cursor(ledger: InMemoryDedupLedger) -> InMemoryCursor:
 # -- isDuplicate ---------------------------------------------------------------------------------------------------
 
 
-@async_test
 async def test_higher_ids_are_accepted_with_gaps_and_lower_ones_are_rejected():
     dedup = await enabled()
     assert dedup.is_duplicate("p1", 0, 0) is NOT_DUP
@@ -71,7 +62,6 @@ async def test_higher_ids_are_accepted_with_gaps_and_lower_ones_are_rejected():
     assert dedup.pushed == {"p1": 5}  # rejections change nothing
 
 
-@async_test
 async def test_id_at_or_below_persisted_is_dup_and_between_persisted_and_pushed_is_unknown():
     dedup = await enabled()
     for seq in range(6):
@@ -84,7 +74,6 @@ async def test_id_at_or_below_persisted_is_dup_and_between_persisted_and_pushed_
     assert dedup.is_duplicate("p2", 0, 0) is NOT_DUP  # producers are independent
 
 
-@async_test
 async def test_batch_is_judged_by_its_lowest_id_and_advances_pushed_to_its_highest():
     dedup = await enabled()
     assert dedup.is_duplicate("p1", 0, 0) is NOT_DUP
@@ -98,7 +87,6 @@ async def test_batch_is_judged_by_its_lowest_id_and_advances_pushed_to_its_highe
     assert dedup.pushed["p1"] == 9
 
 
-@async_test
 async def test_failed_write_resets_pushed_to_persisted_so_the_retry_is_accepted():
     dedup = await enabled()
     for seq in range(7):
@@ -113,7 +101,6 @@ async def test_failed_write_resets_pushed_to_persisted_so_the_retry_is_accepted(
     assert dedup.is_duplicate("p1", 8, 8) is NOT_DUP
 
 
-@async_test
 async def test_last_sequence_id_is_pushed_or_minus_one():
     dedup = await enabled()
     assert dedup.last_sequence_id("p1") == -1
@@ -121,7 +108,6 @@ async def test_last_sequence_id_is_pushed_or_minus_one():
     assert dedup.last_sequence_id("p1") == 9  # pushed, so a write in flight counts
 
 
-@async_test
 async def test_status_not_enabled_means_never_duplicate_and_nothing_recorded():
     dedup = MessageDeduplication(InMemoryDedupLedger())
     assert dedup.status is Status.INITIALIZED
@@ -131,7 +117,6 @@ async def test_status_not_enabled_means_never_duplicate_and_nothing_recorded():
     assert dedup.persisted == {} and dedup.pushed == {}
 
 
-@async_test
 async def test_system_topic_is_never_deduplicated_whatever_the_policy():
     ledger = InMemoryDedupLedger()
     dedup = await enabled(ledger, system_topic=True)
@@ -144,7 +129,6 @@ async def test_system_topic_is_never_deduplicated_whatever_the_policy():
 # -- status transitions --------------------------------------------------------------------------------------------
 
 
-@async_test
 async def test_initialized_and_disabled_policy_removes_a_leftover_cursor():
     ledger = InMemoryDedupLedger()
     await ledger.open_cursor(DEDUP_CURSOR_NAME)
@@ -153,7 +137,6 @@ async def test_initialized_and_disabled_policy_removes_a_leftover_cursor():
     assert DEDUP_CURSOR_NAME not in ledger.cursors
 
 
-@async_test
 async def test_runtime_disable_deletes_the_cursor_and_clears_the_maps():
     ledger = InMemoryDedupLedger()
     dedup = await enabled(ledger)
@@ -164,7 +147,6 @@ async def test_runtime_disable_deletes_the_cursor_and_clears_the_maps():
     assert dedup.last_sequence_id("p1") == -1
 
 
-@async_test
 async def test_runtime_enable_starts_at_the_end_of_the_log_so_history_is_not_deduplicated():
     ledger = InMemoryDedupLedger()
     ledger.append(metadata("p1", 4), 0, 0)
@@ -197,7 +179,6 @@ class SlowLedger(InMemoryDedupLedger):
             yield entry
 
 
-@async_test
 async def test_concurrent_enables_share_one_recovery():
     ledger = SlowLedger()
     await ledger.open_cursor(DEDUP_CURSOR_NAME)  # an existing cursor at the start, with entries after it
@@ -215,7 +196,6 @@ async def test_concurrent_enables_share_one_recovery():
     assert dedup.persisted == {"p1": 4}
 
 
-@async_test
 async def test_disable_requested_during_recovery_runs_after_it():
     ledger = SlowLedger()
     dedup = MessageDeduplication(ledger)
@@ -233,7 +213,6 @@ class SlowDeleteLedger(InMemoryDedupLedger):
         await super().delete_cursor(name)
 
 
-@async_test
 async def test_enable_requested_during_removal_runs_after_it():
     ledger = SlowDeleteLedger()
     dedup = await enabled(ledger)
@@ -248,7 +227,6 @@ async def test_enable_requested_during_removal_runs_after_it():
     assert dedup.last_sequence_id("p1") == -1
 
 
-@async_test
 async def test_failed_recovery_is_retried_from_clean_state_by_the_next_check():
     ledger = SlowLedger(failing_opens=1)
     ledger.append(metadata("p1", 3), 0, 0)
@@ -276,7 +254,6 @@ class FailingReplayLedger(InMemoryDedupLedger):
                 raise OSError("read error during replay")
 
 
-@async_test
 async def test_while_recovery_failed_and_the_policy_wants_dedup_it_is_awaiting_recovery_and_retried_later():
     ledger, clock = FailingReplayLedger(failures=2), Clock()
     for seq in range(3):
@@ -297,7 +274,6 @@ async def test_while_recovery_failed_and_the_policy_wants_dedup_it_is_awaiting_r
     assert not dedup.retry_recovery()
 
 
-@async_test
 async def test_a_failed_recovery_is_not_awaiting_recovery_once_the_policy_no_longer_wants_dedup():
     ledger = FailingReplayLedger(failures=1)
     ledger.append(metadata("p1", 0), 0, 0)
@@ -310,7 +286,6 @@ async def test_a_failed_recovery_is_not_awaiting_recovery_once_the_policy_no_lon
 # -- snapshots -----------------------------------------------------------------------------------------------------
 
 
-@async_test
 async def test_snapshot_every_entries_interval_persisted_entries_counting_nameless_ones():
     ledger = InMemoryDedupLedger()
     dedup = await enabled(ledger, entries_interval=3)
@@ -331,7 +306,6 @@ async def test_snapshot_every_entries_interval_persisted_entries_counting_namele
     assert cursor(ledger).properties == {"p1": 3, "p2": 7}
 
 
-@async_test
 async def test_with_more_names_than_the_entries_interval_a_count_snapshot_waits_for_as_many_entries():
     """A snapshot's cost grows with its names: taken every `entries_interval` entries, many names would cost more per
     entry than the entries themselves."""
@@ -347,7 +321,6 @@ async def test_with_more_names_than_the_entries_interval_a_count_snapshot_waits_
     assert cursor(ledger).mark_delete_position == ledger.entries[7].position
 
 
-@async_test
 async def test_time_snapshot_at_the_last_recorded_position_once_the_interval_passed():
     ledger, clock = InMemoryDedupLedger(), Clock()
     dedup = await enabled(ledger, clock, snapshot_interval_seconds=10)
@@ -365,7 +338,6 @@ async def test_time_snapshot_at_the_last_recorded_position_once_the_interval_pas
     assert dedup.snapshot_if_due(clock.now + 5, interval_seconds=3)  # the policy can shorten it
 
 
-@async_test
 async def test_time_snapshot_interval_zero_or_negative_disables_it():
     ledger, clock = InMemoryDedupLedger(), Clock()
     dedup = await enabled(ledger, clock, snapshot_interval_seconds=0)
@@ -375,7 +347,6 @@ async def test_time_snapshot_interval_zero_or_negative_disables_it():
     assert cursor(ledger).mark_delete_position == (-1, -1)
 
 
-@async_test
 async def test_snapshot_is_never_ahead_of_recorded_persists():
     """Pulsar's hazard: a time snapshot at the ledger's LAC, taken before that entry's persist is recorded, claims
     an entry its properties lack; the replay after a crash would then skip it."""
@@ -406,7 +377,6 @@ class CountingCursor(InMemoryCursor):
             self.in_flight -= 1
 
 
-@async_test
 async def test_only_one_snapshot_in_flight():
     ledger, clock = InMemoryDedupLedger(), Clock()
     ledger.cursors[DEDUP_CURSOR_NAME] = CountingCursor(ledger, ledger.last_position)
@@ -419,7 +389,6 @@ async def test_only_one_snapshot_in_flight():
     assert cursor(ledger).mark_delete_position == second
 
 
-@async_test
 async def test_a_count_snapshot_that_found_another_in_flight_is_taken_once_that_one_is_stored():
     ledger = InMemoryDedupLedger()
     dedup = await enabled(ledger, entries_interval=2)
@@ -434,7 +403,6 @@ async def test_a_count_snapshot_that_found_another_in_flight_is_taken_once_that_
     assert first < third
 
 
-@async_test
 async def test_replay_stays_within_the_entries_interval_when_a_count_snapshot_fails():
     ledger = InMemoryDedupLedger()
     ledger.cursors[DEDUP_CURSOR_NAME] = FailingCursor(ledger, ledger.last_position)
@@ -458,7 +426,6 @@ class FailingCursor(InMemoryCursor):
         await super().mark_delete(position, properties, string_properties)
 
 
-@async_test
 async def test_failed_snapshot_is_only_logged_and_the_next_trigger_retries():
     ledger = InMemoryDedupLedger()
     ledger.cursors[DEDUP_CURSOR_NAME] = FailingCursor(ledger, ledger.last_position)
@@ -472,7 +439,6 @@ async def test_failed_snapshot_is_only_logged_and_the_next_trigger_retries():
     assert (cursor(ledger).mark_delete_position, cursor(ledger).properties) == (second, {"p1": 2})
 
 
-@async_test
 async def test_snapshot_keeps_at_most_max_producers_names_those_written_last():
     ledger = InMemoryDedupLedger()
     dedup = await enabled(ledger, entries_interval=6, max_producers=3)
@@ -487,7 +453,6 @@ async def test_snapshot_keeps_at_most_max_producers_names_those_written_last():
 # -- recovery ------------------------------------------------------------------------------------------------------
 
 
-@async_test
 async def test_recovery_loads_the_snapshot_into_both_maps_then_replays_the_entries_after_it():
     ledger = InMemoryDedupLedger()
     dedup = await enabled(ledger, entries_interval=3)
@@ -509,7 +474,6 @@ async def test_recovery_loads_the_snapshot_into_both_maps_then_replays_the_entri
     assert recovered.is_duplicate("p2", 15, 15) is NOT_DUP
 
 
-@async_test
 async def test_long_replay_is_snapshotted_at_once():
     ledger = InMemoryDedupLedger()
     dedup = await enabled(ledger)
@@ -521,7 +485,6 @@ async def test_long_replay_is_snapshotted_at_once():
     assert recovered.status is Status.ENABLED
 
 
-@async_test
 async def test_entries_replayed_count_towards_the_next_snapshot():
     """Pulsar's testSnapshotCounterAfterUnload: 999 entries, reload, 1 more entry: snapshot."""
     ledger = InMemoryDedupLedger()
@@ -538,7 +501,6 @@ async def test_entries_replayed_count_towards_the_next_snapshot():
 # -- inactivity purge ----------------------------------------------------------------------------------------------
 
 
-@async_test
 async def test_inactive_producers_are_purged_and_the_snapshot_rewritten_at_the_same_position():
     ledger, clock = InMemoryDedupLedger(), Clock()
     dedup = await enabled(ledger, clock, entries_interval=2)
@@ -558,7 +520,6 @@ async def test_inactive_producers_are_purged_and_the_snapshot_rewritten_at_the_s
     assert dedup.is_duplicate("p1", 0, 0) is NOT_DUP  # a returning producer starts afresh
 
 
-@async_test
 async def test_purge_during_a_snapshot_in_flight_resnapshots_after_it():
     ledger, clock = InMemoryDedupLedger(), Clock()
     dedup = await enabled(ledger, clock, entries_interval=2)
@@ -573,7 +534,6 @@ async def test_purge_during_a_snapshot_in_flight_resnapshots_after_it():
     assert recovered.persisted == {"p2": 2}  # p1 does not come back after a restart
 
 
-@async_test
 async def test_purge_keeps_a_producer_with_a_write_in_flight():
     ledger, clock = InMemoryDedupLedger(), Clock()
     dedup = await enabled(ledger, clock)
@@ -585,7 +545,6 @@ async def test_purge_keeps_a_producer_with_a_write_in_flight():
     assert dedup.purge_inactive(60, now=clock.now + 61) == ["p1"]
 
 
-@async_test
 async def test_recovered_producers_count_as_inactive_and_disabled_dedup_tracks_none():
     ledger, clock = InMemoryDedupLedger(), Clock()
     dedup = await enabled(ledger, clock)

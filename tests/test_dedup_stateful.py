@@ -28,10 +28,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from dedup.interfaces import BEFORE_FIRST, DEDUP_CURSOR_NAME
 from dedup.kafka_producers import (
-    DUPLICATE_SEQUENCE_NUMBER,
-    INVALID_PRODUCER_EPOCH,
-    OUT_OF_ORDER_SEQUENCE_NUMBER,
-    REQUEST_TIMED_OUT,
     Accept,
     BatchMetadata,
     DecideAgain,
@@ -47,6 +43,7 @@ from dedup.memory import InMemoryCursor, InMemoryDedupLedger
 from dedup.message_deduplication import DedupConfig, MessageDeduplication, Status
 from dedup.sequences import MAX_SEQUENCE, SEQUENCE_MODULUS
 from proto.kop_pb2 import MessageMetadata
+from protocol.errors import ErrorCode
 
 PIDS = (1, 2)
 NOT_LEADER_OR_FOLLOWER = 6
@@ -127,14 +124,14 @@ class Model:
         """`first` is the sequence as the client means it (int64); the broker sees it wrapped."""
         wire = first % SEQUENCE_MODULUS
         if self.recovering:  # not judged (nor unwrapped: nothing is known): its followers wait for its resend
-            self.owe(pid, epoch, wire, wire + count - 1, REQUEST_TIMED_OUT)
-            return ("reject", REQUEST_TIMED_OUT)
+            self.owe(pid, epoch, wire, wire + count - 1, ErrorCode.REQUEST_TIMED_OUT)
+            return ("reject", ErrorCode.REQUEST_TIMED_OUT)
         if not self.enabled:  # dedup off: PIP-6 says NotDup, Kafka's rules are not applied either
             return ("accept", wire, wire + count - 1)
         mine = self.of(pid)
         current = max((b.epoch for b in mine), default=None)
         if mine and epoch < current:
-            return ("reject", INVALID_PRODUCER_EPOCH)
+            return ("reject", ErrorCode.INVALID_PRODUCER_EPOCH)
         if pid in self.owed and self.owed[pid][0] == epoch:
             # Sent behind batches answered a retriable error, before they were resent: it comes again after them.
             _, owed_first, owed_last, error = self.owed[pid]
@@ -149,7 +146,7 @@ class Model:
         if not mine:
             return ("accept", wire, wire + count - 1)
         if epoch > current:
-            return ("accept", 0, count - 1) if wire == 0 else ("reject", OUT_OF_ORDER_SEQUENCE_NUMBER)
+            return ("accept", 0, count - 1) if wire == 0 else ("reject", ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
         same = [b for b in mine if b.epoch == epoch]
         pushed = max(b.last for b in same)  # batches taken with dedup off and replayed need not rise
         first = near(wire, pushed)
@@ -164,10 +161,11 @@ class Model:
         if first == pushed + 1:
             return ("accept", first, last)
         if first > pushed + 1:
-            return ("reject", OUT_OF_ORDER_SEQUENCE_NUMBER)
+            return ("reject", ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
         persisted = max((b.last for b in done), default=None)
         if persisted is not None and first <= persisted:
-            return ("reject", DUPLICATE_SEQUENCE_NUMBER if last <= persisted else OUT_OF_ORDER_SEQUENCE_NUMBER)
+            stored = last <= persisted
+            return ("reject", ErrorCode.DUPLICATE_SEQUENCE_NUMBER if stored else ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
         return ("again",)
 
     @staticmethod
@@ -571,7 +569,7 @@ class DedupMachine(RuleBasedStateMachine):
             if batch is None:
                 assert future.done()
             else:
-                assert future.exception().error_code == REQUEST_TIMED_OUT
+                assert future.exception().error_code == ErrorCode.REQUEST_TIMED_OUT
         self.waiters.clear()
         self.model.enabled = False
         self.model.owed.clear()

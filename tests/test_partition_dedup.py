@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import functools
 import time
 
 from dedup import DedupConfig, Status
@@ -22,13 +21,6 @@ from protocol.records import Record, build_batch, iter_records, split_batches
 PID = 7
 NAME = f"KOP-PID-{PID}-0"
 
-
-def async_test(test):
-    @functools.wraps(test)
-    def run(*args, **kwargs):
-        asyncio.run(asyncio.wait_for(test(*args, **kwargs), timeout=30))
-
-    return run
 
 
 def batch(seq: int, *values: bytes, pid: int = PID):
@@ -76,7 +68,6 @@ async def answers(*futures) -> list[tuple[ErrorCode, int]]:
     return [(r.error, r.base_offset) for r in await asyncio.gather(*futures)]
 
 
-@async_test
 async def test_a_write_failing_before_the_disk_fails_after_the_writes_in_flight_land(tmp_path, monkeypatch):
     partition = await open_partition(tmp_path / "p")
     partition.ledger.hold_flushes(True)
@@ -100,7 +91,6 @@ async def test_a_write_failing_before_the_disk_fails_after_the_writes_in_flight_
     await partition.close()
 
 
-@async_test
 async def test_a_failed_dedup_recovery_answers_retriable_errors_until_a_retry_recovers(tmp_path, monkeypatch):
     partition = await open_partition(tmp_path / "p")
     assert await answers(partition.publish_normal(*batch(0, b"a", b"b")),
@@ -135,7 +125,6 @@ async def test_a_failed_dedup_recovery_answers_retriable_errors_until_a_retry_re
     await partition.close()
 
 
-@async_test
 async def test_enabling_dedup_at_run_time_covers_the_writes_in_flight(tmp_path):
     partition = await open_partition(tmp_path / "p", enabled=False)
     partition.ledger.hold_flushes(True)
@@ -154,7 +143,6 @@ async def test_enabling_dedup_at_run_time_covers_the_writes_in_flight(tmp_path):
     await partition.close()
 
 
-@async_test
 async def test_batches_without_a_producer_id_are_taken_while_the_dedup_state_is_recovered(tmp_path, monkeypatch):
     monkeypatch.setattr(FileManagedLedger, "read_after", unreadable)
     partition = await open_partition(tmp_path / "p", recovery_retry_seconds=3600)
@@ -164,7 +152,6 @@ async def test_batches_without_a_producer_id_are_taken_while_the_dedup_state_is_
     await partition.close()
 
 
-@async_test
 async def test_a_dedup_cursor_whose_first_record_failed_is_written_by_the_retried_recovery(tmp_path, monkeypatch):
     """The retried recovery must not take the cursor left in memory for a stored one: after a crash before any
     snapshot it would not exist, come back at the end of the log, and skip the replay of what was taken meanwhile."""
