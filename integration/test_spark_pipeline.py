@@ -115,6 +115,28 @@ def test_ingest_positions_of_csv_and_parquet_inputs(spark, spark_broker, tmp_pat
     assert len(stored) == 50
 
 
+def test_ingest_a_table_directory_and_a_glob_names_each_file(spark, spark_broker, tmp_path):
+    """A Parquet directory of three part files and a glob of two JSON-lines files: positions start again in every
+    file, so each file is a name of its own and every row is stored, none dropped as another file's duplicate."""
+    table = str(tmp_path / "people.parquet")
+    spark.range(90).select("id", F.concat(F.lit("p-"), "id").alias("name")).repartition(3).write.parquet(table)
+    parts = sorted(f for f in os.listdir(table) if f.endswith(".parquet"))
+    assert len(parts) == 3  # control: row indexes 0.. repeat in each part file
+    for day in (1, 2):
+        with open(tmp_path / f"day-{day}.jsonl", "w") as f:
+            f.writelines(json.dumps({"id": f"d{day}-{i}"}) + "\n" for i in range(10))
+    job = IngestJob(name="tables", inputs=[table, str(tmp_path / "day-*.jsonl")], topic="ingest-tables",
+                    bootstrap=spark_broker.bootstrap, key_field="id", partitions=2)
+    assert run_ingest(spark, job).written == 110
+    stored = read_topic(spark, job.bootstrap, job.topic).collect()
+    assert sorted(row.key for row in stored) == sorted([str(i) for i in range(90)] +
+                                                       [f"d{d}-{i}" for d in (1, 2) for i in range(10)])
+    assert {row[PRODUCER_NAME] for row in stored} == {f"tables/people.parquet/{part}" for part in parts} | {
+        "tables/day-1.jsonl", "tables/day-2.jsonl"}
+    report = audit_ingest(spark, job)
+    assert (report.expected, report.stored, report.duplicates, report.missing) == (110, 110, 0, 0)
+
+
 @pytest.mark.parametrize("sequence_ids", [True, False], ids=ids)
 def test_ingest_task_retries(spark, spark_broker, orders, sequence_ids):
     """Needs per-record deduplication (with sequence ids). Every task's first attempt fails after handing rows to

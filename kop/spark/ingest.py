@@ -2,8 +2,11 @@
 
 A record's producer name is the job's name and its file's name; its sequence id is its position in the file (the
 byte offset of its line for JSON lines and CSV, its row index for Parquet), which no re-run and no Spark partitioning
-changes. With `resume`, the job first asks kop for each name's last stored id and skips what is stored."""
+changes. An input may be a directory (as Spark writes a table: part files) or a glob pattern: each file in it is an
+input of its own, with a name of its own, since positions start again in every file. With `resume`, the job first
+asks kop for each name's last stored id and skips what is stored."""
 import csv
+import glob
 import os
 from dataclasses import dataclass, field
 
@@ -43,15 +46,41 @@ class IngestResult:
 
 
 def producer_name(job: str, path: str) -> str:
-    return f"{job}/{os.path.basename(path)}"
+    """`job/file`, or `job/directory/file` for a file found in an input directory (its path below that directory's
+    parent): the same file gets the same name in every run."""
+    return f"{job}/{path}"
+
+
+def input_files(inputs: list[str]) -> list[tuple[str, str]]:
+    """(path, name part) of every file the inputs stand for: a file itself, each data file of a directory (files
+    whose names start with '_' or '.' are Spark's and Hadoop's markers and checksums, not data), each match of a glob
+    pattern."""
+    files = []
+    for given in inputs:
+        if os.path.isdir(given):
+            top = os.path.dirname(os.path.normpath(given))
+            found = sorted(os.path.join(root, name) for root, _dirs, names in os.walk(given) for name in names
+                           if not name.startswith(("_", ".")))
+            if not found:
+                raise OptionError(f"{given}: a directory with no data files")
+            files += [(path, os.path.relpath(path, top)) for path in found]
+        elif not os.path.exists(given) and glob.has_magic(given):
+            matches = sorted(path for path in glob.glob(given) if os.path.isfile(path))
+            if not matches:
+                raise OptionError(f"{given}: no file matches")
+            files += [(path, os.path.basename(path)) for path in matches]
+        else:
+            files.append((given, os.path.basename(given)))
+    return files
 
 
 def source_records(spark: SparkSession, job: IngestJob) -> DataFrame:
     """Every input record as (producer_name, sequence_id, key, value)."""
-    names = [producer_name(job.name, path) for path in job.inputs]
+    files = input_files(job.inputs)
+    names = [producer_name(job.name, part) for _, part in files]
     if len(set(names)) != len(names):
         raise OptionError("two inputs have the same file name, so they would share a producer name: rename one")
-    frames = [_read_file(spark, path, name, job.key_field) for path, name in zip(job.inputs, names)]
+    frames = [_read_file(spark, path, name, job.key_field) for (path, _), name in zip(files, names)]
     records = frames[0]
     for frame in frames[1:]:
         records = records.unionByName(frame)
