@@ -9,10 +9,11 @@ import argparse
 import socket
 import struct
 import sys
+import time
 from dataclasses import dataclass
 
 from bench.brokers import running_broker
-from bench.partitions import rss_bytes
+from bench.partitions import open_descriptors, rss_bytes
 from bench.report import Table
 from integration.idem_raw import RawKafka, idempotent_batch
 from protocol.api import REQUEST_CLASSES, RESPONSE_CLASSES
@@ -87,6 +88,13 @@ def commit_for_groups(port: int, count: int, round_: int) -> None:
                 raise RuntimeError(f"offset commit answered {code}")
 
 
+def wait_for_closes(pid: int, descriptors: int, timeout_s: float = 120.0) -> None:
+    """Until the broker has seen every closed connection go (its descriptors back to `descriptors` or fewer)."""
+    deadline = time.monotonic() + timeout_s
+    while open_descriptors(pid) > descriptors and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 def run(spec: Spec) -> Table:
     table = Table("per connection, producer and group on one broker (RSS growth)",
                   ["round", "per connection", "per idempotent producer", "per group", "RSS after closing all"])
@@ -94,7 +102,7 @@ def run(spec: Spec) -> Table:
         pid = broker.proc.pid
         with RawKafka(broker.port) as raw:
             raw.create_topic(TOPIC, 1)
-        base = rss_bytes(pid)
+        base, base_descriptors = rss_bytes(pid), open_descriptors(pid)
         for round_ in range(spec.rounds):
             log(f"round {round_ + 1}: {spec.connections:,} connections ...")
             before = rss_bytes(pid)
@@ -102,6 +110,7 @@ def run(spec: Spec) -> Table:
             per_connection = (rss_bytes(pid) - before) / spec.connections
             for sock in socks:
                 sock.close()
+            wait_for_closes(pid, base_descriptors + 16)
             log(f"round {round_ + 1}: {spec.producers:,} producers, {spec.groups:,} groups ...")
             before = rss_bytes(pid)
             register_producers(broker.port, spec.producers)
