@@ -10,6 +10,7 @@ import pytest
 
 from integration.idem_raw import BASE_TIMESTAMP, RawKafka, read_topic
 from integration.test_dedup_policies import admin, partition_stats
+from integration.test_metrics import sample, scrape
 from integration.waiting import wait_until
 from kop.admin.client import AdminError, topic_resource
 from kop.client.sequences import last_sequence_ids
@@ -69,6 +70,38 @@ def test_a_record_not_above_the_highest_id_stored_for_its_name_is_dropped_and_le
     assert kafka.end_offsets(topic, [0]) == {0: 9}
     assert partition_stats(broker, topic)["namedSequences"] == {
         "names": 1, "duplicatesDropped": 2, "droppedWithoutIdempotence": 2}
+
+
+def test_the_ordering_hazard_without_idempotence_and_how_idempotence_closes_it(broker, kafka):
+    """A producer without idempotence whose retry reorders two batches of a name loses the earlier one: its ids are
+    below the highest stored. kop logs it once per name and counts it (stats and metrics). An idempotent producer
+    cannot reorder: the later batch is refused OUT_OF_ORDER_SEQUENCE_NUMBER until the earlier one is stored."""
+    topic = "hazard"
+    assert kafka.create_topic(topic) == 0
+    early, late = [record("loader", i, b"e%d" % i) for i in range(3)], [record("loader", i, b"l%d" % i) for i in (3, 4)]
+    assert answer(kafka.produce(topic, 0, batch(late))) == (ErrorCode.NONE, 0)  # the retry overtook the first batch
+    assert answer(kafka.produce(topic, 0, batch(early))) == (ErrorCode.NONE, -1)  # all dropped: lost
+    kafka.produce(topic, 0, batch([record("loader", 2, b"again")]))  # the same name again: no second log line
+    kafka.produce(topic, 0, batch([record("other", 9, b"o9")]))
+    kafka.produce(topic, 0, batch([record("other", 1, b"o1")]))
+    assert [value for _, value in stored(broker, topic)] == [b"l3", b"l4", b"o9"]
+    assert partition_stats(broker, topic)["namedSequences"]["droppedWithoutIdempotence"] == 5
+    metrics = scrape(broker)
+    assert sample(metrics, "kop_sequence_id_records_dropped_without_idempotence_total", topic=topic) == 5
+    with open(broker.log_path) as f:
+        warned = [line for line in f if "is not above the highest stored" in line]
+    assert [("'loader'" in line, "'other'" in line) for line in warned] == [(True, False), (False, True)]
+
+    # With idempotence the same reordering is refused, not lost: the late batch comes back once the early one is in.
+    idem = "hazard-idempotent"
+    assert kafka.create_topic(idem) == 0
+    pid = kafka.init_producer_id().producer_id
+    assert answer(kafka.produce(idem, 0, batch(early[:1], producer_id=pid, base_sequence=0))) == (ErrorCode.NONE, 0)
+    refused = kafka.produce(idem, 0, batch(late, producer_id=pid, base_sequence=3))
+    assert refused.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert answer(kafka.produce(idem, 0, batch(early[1:], producer_id=pid, base_sequence=1))) == (ErrorCode.NONE, 1)
+    assert answer(kafka.produce(idem, 0, batch(late, producer_id=pid, base_sequence=3))) == (ErrorCode.NONE, 3)
+    assert [value for _, value in stored(broker, idem)] == [b"e0", b"e1", b"e2", b"l3", b"l4"]
 
 
 def test_ids_may_have_gaps_and_any_id_at_or_below_the_highest_is_a_duplicate(broker, kafka):
