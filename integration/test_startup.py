@@ -241,3 +241,72 @@ def test_kafka_listener_and_log_dir_keys_configure_a_real_broker(kop_script, tmp
         assert wait_for(lambda: os.path.isdir(log_dir / "ledgers"), "the ledgers in log.dirs", timeout=10)
     assert "unknown key num.network.threads is ignored" in run.log  # foreign, and said so
     assert not (tmp_path / "data").exists()  # nothing in the default ./data
+
+
+NOT_PROTOBUF = b"\x0a\xff\xff\xff\xff\x0f"  # a length-delimited field running far past the end: no protobuf parses it
+DAMAGED_FILES = {
+    "topic-metadata": "topics/public/default/kept",
+    "ledger-list": "ledgers/public/default/kept-partition-0/ledgers.info",
+    "policies": "policies",
+    "producer-ids": "producer-ids",
+}
+
+
+@pytest.mark.parametrize("damaged", DAMAGED_FILES)
+def test_a_damaged_data_file_stops_the_start_with_one_line_naming_it(kop_script, tmp_path, damaged):
+    data = str(tmp_path / "data")
+    broker = BrokerProcess(data, program=(kop_script,)).start()
+    kp_produce(broker.bootstrap, "kept", [(None, b"v", [], TS)])
+    broker.stop()
+    path = os.path.join(data, DAMAGED_FILES[damaged])
+    with open(path, "wb") as f:
+        f.write(NOT_PROTOBUF)
+    refused = run_kop(kop_script, "--listen", "127.0.0.1:0", "--admin-port", "0", "--data-dir", data,
+                      cwd=str(tmp_path))
+    # Refused once loading began (after the start-up's log lines): exit 2, no traceback, the error the last line.
+    assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+    assert "Traceback" not in refused.stderr
+    last = refused.stderr.splitlines()[-1]
+    assert last.startswith("kop standalone: error: cannot load") and path in last and "not a valid" in last, last
+
+
+def test_sigterm_while_partitions_load_stops_the_broker_cleanly(kop_script, tmp_path):
+    """An orchestrator giving up on a slow start: SIGTERM during the load ends it with a clean stop (exit 0), and
+    the next start serves every record."""
+    data = str(tmp_path / "data")
+    broker = BrokerProcess(data, program=(kop_script,)).start()
+    kp_produce(broker.bootstrap, "kept", [(None, b"v", [], TS)])
+    broker.stop()
+    admin_port = free_port()
+    (tmp_path / "slow.properties").write_text("testPartitionLoadDelayMs=5000\n")
+    proc = subprocess.Popen([kop_script, "standalone", "--listen", "127.0.0.1:0", "--admin-port", str(admin_port),
+                             "--data-dir", data, "--config", "slow.properties", "--log-level", "INFO"],
+                            cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: _ready_status(admin_port) == 503, "the broker loading its partitions", timeout=20)
+        proc.send_signal(signal.SIGTERM)
+        out, log = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 0, log
+    assert "stopped while starting" in log and "Traceback" not in log
+    assert out == ""  # never announced itself ready
+    broker.start()
+    try:
+        assert [r.value for r in kp_consume_all(broker.bootstrap, "kept", 1)] == [b"v"]
+    finally:
+        broker.stop()
+
+
+def _ready_status(admin_port: int) -> int | None:
+    import urllib.error
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/ready", timeout=2) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return None

@@ -18,7 +18,7 @@ from kop.data_dir import DataDirLock
 from kop.groups import GroupCoordinator
 from kop.policies import PolicyBook
 from kop.producer_ids import ProducerIdAllocator
-from kop.startup import bind_failure
+from kop.startup import bind_failure, reading
 from kop.topics import TopicManager, deletes_by_retention
 
 log = logging.getLogger(__name__)
@@ -109,9 +109,11 @@ class Broker:
     async def start(self) -> None:
         if self._lock is None:
             await self.bind()
-        self.producer_ids = ProducerIdAllocator(os.path.join(self.config.data_dir, "producer-ids"),
-                                                durable=self.config.fsync)
-        self.policies.load()
+        producer_ids = os.path.join(self.config.data_dir, "producer-ids")
+        with reading(producer_ids):
+            self.producer_ids = ProducerIdAllocator(producer_ids, durable=self.config.fsync)
+        with reading(self.policies.path):
+            self.policies.load()
         if self._admin is not None:  # its probes answer while the topics load; the rest waits for them
             await _listen(self._admin.start(), self.config.host, self.admin_port, "the admin API")
         await self.topics.load_all()

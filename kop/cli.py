@@ -3,6 +3,7 @@ its admin REST API on port 8080; `kop admin ...` talks to that API (like `pulsar
 measures any Kafka-compatible broker (like kafka-producer-perf-test and pulsar-perf); `kop pipeline ...` runs the
 PySpark pipeline."""
 import argparse
+import contextlib
 import asyncio
 import logging
 import signal
@@ -110,14 +111,25 @@ async def run_standalone(standalone: Standalone) -> None:
     for warning in standalone.warnings:
         log.warning("%s", warning)
     raise_open_files_limit()  # before loading: every ledger file open at load is a file descriptor too
-    await broker.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    admin = f" admin=http://{config.host}:{broker.admin_port}" if broker.admin_port else ""
-    print(f"kop standalone ready on {config.host}:{broker.port} data={config.data_dir}{admin}", flush=True)
-    await stop.wait()
+    # A stop asked for while the partitions load (an orchestrator giving up on a slow start) ends the load and stops
+    # the broker cleanly, as one asked for later does.
+    starting = asyncio.create_task(broker.start())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if starting.done():
+        starting.result()  # a StartupError goes to main
+        admin = f" admin=http://{config.host}:{broker.admin_port}" if broker.admin_port else ""
+        print(f"kop standalone ready on {config.host}:{broker.port} data={config.data_dir}{admin}", flush=True)
+        await stopping
+    else:
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        log.info("stopped while starting")
     log.info("shutting down")
     await broker.stop()
 
@@ -157,8 +169,8 @@ parent directory must exist. The Kafka and admin ports are bound before any data
 port {STANDALONE_ADMIN_PORT} is in use the broker runs without the admin API; a port asked for must be free.
 
 Every start-up failure (a bad argument or value, an unreadable config file, a port in use or not of this machine, a
-data directory that is missing its parent, not a directory, not writable or in use) is one line on stderr and exit
-status 2. SIGTERM or SIGINT stops the broker cleanly.
+data directory that is missing its parent, not a directory, not writable or in use, a data file that cannot be read
+or parsed) is one line on stderr and exit status 2. SIGTERM or SIGINT stops the broker cleanly, also while it loads.
 """
 
 

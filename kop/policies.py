@@ -19,15 +19,15 @@ class ResolvedPolicies:
 class PolicyBook:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self._path = os.path.join(config.data_dir, "policies")
+        self.path = os.path.join(config.data_dir, "policies")
         self.namespaces: dict[str, Policies] = {}
         self.topics: dict[str, Policies] = {}
 
     def load(self) -> None:
-        if not os.path.exists(self._path):
+        if not os.path.exists(self.path):
             return
         store = PolicyStore()
-        with open(self._path, "rb") as f:
+        with open(self.path, "rb") as f:
             store.ParseFromString(f.read())
         self.namespaces = {e.name: e.policies for e in store.namespaces}
         self.topics = {e.name: e.policies for e in store.topics}
@@ -36,7 +36,7 @@ class PolicyBook:
         store = PolicyStore(
             namespaces=[PolicyStore.Entry(name=k, policies=v) for k, v in sorted(self.namespaces.items())],
             topics=[PolicyStore.Entry(name=k, policies=v) for k, v in sorted(self.topics.items())])
-        replace_atomically(self._path, store.SerializeToString(), durable=self.config.fsync)
+        replace_atomically(self.path, store.SerializeToString(), durable=self.config.fsync)
 
     def topic_key(self, topic: str) -> str:
         return f"{self.config.namespace.strip('/')}/{topic}"

@@ -26,6 +26,7 @@ from kop.ledger.file_pool import OUT_OF_DESCRIPTORS, FilePool, capacity_for_open
 from kop.ledger.framed_file import fsync_dir, makedirs_durable, replace_atomically
 from kop.partition import PartitionLog
 from kop.policies import PolicyBook
+from kop.startup import reading
 from protocol.errors import ErrorCode
 from proto.kop_pb2 import KeyValue, TopicMetadata
 
@@ -168,7 +169,8 @@ class TopicManager:
             if name.endswith(".tmp"):
                 continue
             meta = TopicMetadata()
-            with open(os.path.join(self._meta_dir, name), "rb") as f:
+            path = os.path.join(self._meta_dir, name)
+            with reading(path), open(path, "rb") as f:
                 meta.ParseFromString(f.read())
             metas.append(meta)
         self._remove_orphan_ledgers({meta.name: meta.partitions for meta in metas})
@@ -180,7 +182,8 @@ class TopicManager:
             for p in range(meta.partitions):
                 if self.config.test_partition_load_delay_ms:  # a slow disk, for tests of readiness
                     await asyncio.sleep(self.config.test_partition_load_delay_ms / 1000)
-                topic.partitions.append(await self._open_partition(meta.name, p))
+                with reading(self._partition_dir(meta.name, p)):
+                    topic.partitions.append(await self._open_partition(meta.name, p))
                 loaded += 1
                 self.load_progress = (loaded, total)
             self._apply_configs(topic)

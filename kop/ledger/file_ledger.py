@@ -30,6 +30,8 @@ from kop.ledger.interface import CursorStats, Entry, LedgerInternalStats, Ledger
 from kop.ledger.ledger_file import LedgerFile, RawEntry
 from kop.ledger.position import BEFORE_FIRST, Position
 from kop.ledger.time_index import NO_TIMESTAMP
+from google.protobuf.message import DecodeError
+
 from proto.kop_pb2 import KeyValue, ManagedLedgerInfo
 
 log = logging.getLogger(__name__)
@@ -117,7 +119,10 @@ class FileManagedLedger(ManagedLedger):
         info = ManagedLedgerInfo()
         if os.path.exists(self._info_path()):
             with open(self._info_path(), "rb") as f:
-                info.ParseFromString(f.read())
+                try:
+                    info.ParseFromString(f.read())
+                except DecodeError as exc:
+                    raise ValueError(f"{self._info_path()} is not a valid ledger list ({exc})") from exc
         self._start_index = self._written_end = initial_index
         properties = {p.key: p.value for p in info.properties}
         self._deleted_before = int(properties.get(DELETED_BEFORE_KEY, 0))
