@@ -31,7 +31,7 @@ def values() -> list[bytes]:
     return [b"%s-%d-" % (TOPIC.encode(), i) + PAD for i in range(COUNT)]
 
 
-def produce(bootstrap: str, sent: list[bytes], out: list[Report]) -> None:
+def produce(bootstrap: str, sent: list[bytes], out: list[Report], topic: str = TOPIC) -> None:
     from confluent_kafka import Producer
     reports: dict[bytes, Report] = {}
 
@@ -45,7 +45,7 @@ def produce(bootstrap: str, sent: list[bytes], out: list[Report]) -> None:
     for i, value in enumerate(sent):
         for _ in range(100_000):  # BufferError: the local queue is full; serve callbacks and try again
             try:
-                producer.produce(TOPIC, key=b"k%d" % i, value=value, on_delivery=on_delivery)
+                producer.produce(topic, key=b"k%d" % i, value=value, on_delivery=on_delivery)
                 break
             except BufferError:
                 producer.poll(0.01)
@@ -54,12 +54,13 @@ def produce(bootstrap: str, sent: list[bytes], out: list[Report]) -> None:
     out.extend(reports.get(v) or Report(v, None, None, "NoReport") for v in sent)
 
 
-def commit(bootstrap: str, offsets: dict[int, int]) -> bool:
+def commit(bootstrap: str, offsets: dict[int, int], metadata: str = "") -> bool:
     """Commit offsets for GROUP; whether the broker took them."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "enable.auto.commit": False})
     try:
-        consumer.commit(offsets=[TopicPartition(TOPIC, p, o) for p, o in offsets.items()], asynchronous=False)
+        consumer.commit(offsets=[TopicPartition(TOPIC, p, o, metadata=metadata) for p, o in offsets.items()],
+                        asynchronous=False)
         return True
     except KafkaException:
         return False
@@ -128,15 +129,27 @@ def test_a_full_disk_refuses_writes_retriably_loses_nothing_and_they_resume_once
                 assert order == sorted(order), "records out of order during the fault"
             assert all(r.value in index for r in during), "a record that was never sent is visible"
             ends = {p: sum(1 for r in during if r.partition == p) for p in range(PARTITIONS)}
-            took = commit(broker.bootstrap, ends)  # a commit on a full disk may be refused, never torn
-            last_commit = ends if took else {0: 0, 1: 0}
+            filler.fill()  # not a page left: the cursor log takes commits only while its last page has room
+            last_commit = {0: 0, 1: 0}
+            for attempt in range(1, 6):  # each commit's record is ~3 KB, so a page runs out within two
+                offsets = {p: min(end, attempt) for p, end in ends.items()}
+                if not commit(broker.bootstrap, offsets, metadata="m" * 3000):
+                    break
+                last_commit = offsets
+            else:
+                pytest.fail("every commit was taken on a disk without a free page")
+            with RawKafka(broker.port) as kafka:  # nor can a topic be created; nothing of it may stay behind
+                assert kafka.create_topic("born-full", 1) == ErrorCode.KAFKA_STORAGE_ERROR
+                assert kafka.create_topic(TOPIC, 1) == ErrorCode.TOPIC_ALREADY_EXISTS
 
             filler.remove()
+            with RawKafka(broker.port) as kafka:  # the refused creation left nothing behind
+                assert kafka.create_topic("born-full", 1) == ErrorCode.NONE
             thread.join(DELIVERY_TIMEOUT_S + 30)
             assert not thread.is_alive(), "the producer did not finish once space was freed"
             check = check_stream(sent, reports, read_topic(broker.port, TOPIC, range(PARTITIONS)))
-            print(f"\n[disk full] errors seen={errors} stored during the fault={len(during)} commit during "
-                  f"fault taken={took} {check.summary()}")
+            print(f"\n[disk full] errors seen={errors} stored during the fault={len(during)} commits taken on the "
+                  f"full disk={last_commit} {check.summary()}")
             assert check.lost == 0 and check.duplicated == 0 and check.foreign == 0, check.summary()
             assert check.out_of_order == 0 and check.holes == 0 and check.offset_mismatches == 0, check.summary()
             assert check.failed == 0 and check.stored == COUNT, check.summary()
@@ -155,3 +168,30 @@ def test_a_full_disk_refuses_writes_retriably_loses_nothing_and_they_resume_once
         finally:
             broker.stop()
             filler.remove()
+
+
+def test_injected_write_errors_are_retried_by_an_idempotent_producer_exactly_once(tmp_path):
+    """EIO from the ledger's flushes (the write_failures failpoint), several times on each partition mid-stream."""
+    topic = "eio"
+    with FaultProxy() as proxy:
+        broker = BrokerProcess(str(tmp_path / "data"), admin_port=0,
+                               config={"advertised.port": str(proxy.port), "adminFailpointsEnabled": "true"})
+        try:
+            broker.start()
+            proxy.upstream_port = broker.port
+            with RawKafka(broker.port) as kafka:
+                assert kafka.create_topic(topic, PARTITIONS) == ErrorCode.NONE
+            admin = AdminClient(broker.admin_url)
+            for p in range(PARTITIONS):
+                admin.post(f"/admin/v2/kop/failpoints/{topic}/{p}", {"write_failures": 3})
+            sent, reports = [b"eio-%d" % i for i in range(2000)], []
+            produce(proxy.bootstrap, sent, reports, topic)
+            errors = refusals(proxy, at_least=2)
+            assert errors and set(errors) <= RETRIABLE, f"the injected errors were not seen as retriable: {errors}"
+            check = check_stream(sent, reports, read_topic(broker.port, topic, range(PARTITIONS)))
+            print(f"\n[EIO] errors seen={errors} {check.summary()}")
+            assert check.lost == 0 and check.duplicated == 0 and check.out_of_order == 0, check.summary()
+            assert check.failed == 0 and check.stored == len(sent) and check.offset_mismatches == 0, check.summary()
+            assert log_text(broker).count("injected write failure") >= PARTITIONS  # the control: they fired
+        finally:
+            broker.stop()
