@@ -11,7 +11,7 @@ import pytest
 from integration.broker_process import BrokerProcess
 from integration.fault_proxy import FaultProxy
 from integration.idem_raw import RawKafka, read_topic
-from integration.idem_stream import Report, check_stream
+from integration.idem_stream import DELIVERY_TIMEOUT_S, Report, check_stream, confluent_stream
 from integration.small_disk import Filler, small_disk
 from integration.waiting import wait_for
 from kop.admin.client import AdminClient, topic_resource
@@ -24,34 +24,15 @@ PAD = b"x" * 1000  # ~6 MB in all: the first MB fits the margin, the rest waits 
 MARGIN = 1024 * 1024
 GROUP = "full-readers"
 RETRIABLE = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.REQUEST_TIMED_OUT}
-DELIVERY_TIMEOUT_S = 180
 
 
-def values() -> list[bytes]:
-    return [b"%s-%d-" % (TOPIC.encode(), i) + PAD for i in range(COUNT)]
+def values(topic: str = TOPIC, count: int = COUNT) -> list[bytes]:
+    """Numbered last, so the client's key (k + number) spreads them over the partitions."""
+    return [b"%s-%s-%d" % (PAD, topic.encode(), i) for i in range(count)]
 
 
 def produce(bootstrap: str, sent: list[bytes], out: list[Report], topic: str = TOPIC) -> None:
-    from confluent_kafka import Producer
-    reports: dict[bytes, Report] = {}
-
-    def on_delivery(err, msg) -> None:
-        offset = msg.offset()
-        reports[msg.value()] = Report(msg.value(), msg.partition(), offset if offset is not None and offset >= 0
-                                      else None, None if err is None else err.name())
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                         "linger.ms": 5, "batch.num.messages": 50, "message.timeout.ms": DELIVERY_TIMEOUT_S * 1000,
-                         "retry.backoff.ms": 50, "retry.backoff.max.ms": 500})
-    for i, value in enumerate(sent):
-        for _ in range(100_000):  # BufferError: the local queue is full; serve callbacks and try again
-            try:
-                producer.produce(topic, key=b"k%d" % i, value=value, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.01)
-        producer.poll(0)
-    producer.flush(DELIVERY_TIMEOUT_S + 10)
-    out.extend(reports.get(v) or Report(v, None, None, "NoReport") for v in sent)
+    out.extend(confluent_stream(bootstrap, topic, sent, idempotent=True, compression="none"))
 
 
 def commit(bootstrap: str, offsets: dict[int, int], metadata: str = "") -> bool:
@@ -184,7 +165,7 @@ def test_injected_write_errors_are_retried_by_an_idempotent_producer_exactly_onc
             admin = AdminClient(broker.admin_url)
             for p in range(PARTITIONS):
                 admin.post(f"/admin/v2/kop/failpoints/{topic}/{p}", {"write_failures": 3})
-            sent, reports = [b"eio-%d" % i for i in range(2000)], []
+            sent, reports = values(topic, 2000), []
             produce(proxy.bootstrap, sent, reports, topic)
             errors = refusals(proxy, at_least=2)
             assert errors and set(errors) <= RETRIABLE, f"the injected errors were not seen as retriable: {errors}"
