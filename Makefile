@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 LISTEN ?= 127.0.0.1:9092
 DATA ?= ./data
 
-.PHONY: run test test-slow test-fast bench proto compat compat-quick java kcat clean pipeline-demo
+.PHONY: run test test-slow test-fast soak bench proto compat compat-quick java kcat clean pipeline-demo
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,13 @@ test-slow: $(VENV)/.test-installed java
 
 test-fast: $(VENV)/.test-installed
 	$(PY) -m pytest -q tests
+
+# The nemesis soak: idempotent producers and a consumer group through a seeded schedule of random faults (cuts,
+# kill -9, SIGSTOP, a full disk when a tmpfs can be mounted, policy flips). SOAK_SECONDS=600 by default; a failure
+# prints the seed, and SOAK_ARGS="--seed N" replays it.
+SOAK_SECONDS ?= 600
+soak: $(VENV)/.test-installed
+	SOAK_SECONDS=$(SOAK_SECONDS) $(PY) -m integration.soak $(SOAK_ARGS)
 
 # The PySpark pipeline on generated data with injected failures, and its controls; reports in build/pipeline-demo.
 pipeline-demo: $(VENV)/.test-installed java

@@ -89,10 +89,18 @@ def commit_for_groups(port: int, count: int, round_: int) -> None:
 
 
 def wait_for_closes(pid: int, descriptors: int, timeout_s: float = 120.0) -> None:
-    """Until the broker has seen every closed connection go (its descriptors back to `descriptors` or fewer)."""
+    """Until the broker has seen every closed connection go (its descriptors back to `descriptors` or fewer) and
+    its memory has settled (less than 1 MiB of change over two seconds), so the next figure is not this release."""
     deadline = time.monotonic() + timeout_s
     while open_descriptors(pid) > descriptors and time.monotonic() < deadline:
         time.sleep(0.2)
+    previous = rss_bytes(pid)
+    while time.monotonic() < deadline:
+        time.sleep(2)
+        now = rss_bytes(pid)
+        if abs(now - previous) < 2**20:
+            return
+        previous = now
 
 
 def run(spec: Spec) -> Table:

@@ -28,7 +28,7 @@ from concurrent.futures import Executor
 from kop.ledger.cursor_scan import KeptRecord, marker_record, position_of, recover
 from kop.ledger.errors import CursorNotFoundError, InvalidMarkDeleteError, LedgerClosedError
 from kop.ledger.file_pool import FilePool, PooledFile
-from kop.ledger.framed_file import frame, fsync_dir, write_all_at, write_synced
+from kop.ledger.framed_file import append_at, frame, fsync_dir, write_synced
 from kop.ledger.group_commit import GroupCommit
 from kop.ledger.position import BEFORE_FIRST, Position
 from proto.kop_pb2 import LongProperty, ManagedCursorInfo, PositionInfo, StringProperty
@@ -367,7 +367,7 @@ def _deletion_record(name: str) -> KeptRecord:
 
 def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
     """Every write into the live cursor log goes through here (tests make it fail as a full disk would)."""
-    write_all_at(fd, data, offset)
+    append_at(fd, data, offset)
 
 
 def _write_new_file(tmp: str, parts: list[bytes], durable: bool) -> None:

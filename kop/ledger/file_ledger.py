@@ -89,6 +89,7 @@ class FileManagedLedger(ManagedLedger):
         self._cursors = CursorLog(os.path.join(directory, "cursors.log"), executor, config.fsync,
                                   lambda: self._lac, self._files)
         self._closed = False
+        self._roll_pending = False  # a write failed: the next write starts a new ledger first, or is refused
         self._replay_read_failures = 0  # test hook (admin failpoints)
 
     # ---- opening and recovery
@@ -184,35 +185,51 @@ class FileManagedLedger(ManagedLedger):
         return entry.first_index + entry.span
 
     def _start_new_ledger(self) -> None:
-        """Close the current ledger and start a new one, recording the ledger list atomically."""
+        """Close the current ledger and start a new one, recording the ledger list atomically. When that fails (a
+        full disk), nothing changes: the new ledger's files go, the current ledger stays as it was, and the error
+        is raised."""
         next_id = max((l.ledger_id for l in self._ledgers), default=-1) + 1
         next_id = max(next_id, self._last_ledger_id + 1)
-        if self._current is not None:
-            next_id = max(next_id, self._current.ledger_id + 1)
-            self._current.closed = True
+        previous = self._current
+        ledgers, closed_times = list(self._ledgers), dict(self._closed_times)
+        if previous is not None:
+            next_id = max(next_id, previous.ledger_id + 1)
             # Retention counts from the ledger's newest record, not from when it happened to be closed.
-            self._closed_times[self._current.ledger_id] = self._last_append_ms or int(time.time() * 1000)
-            if self._current.entries == 0:
-                self._ledgers.remove(self._current)
-                self._current.delete_files()
+            closed_times[previous.ledger_id] = self._last_append_ms or int(time.time() * 1000)
+            if previous.entries == 0:
+                ledgers.remove(previous)
+        self._last_ledger_id = next_id  # ids never go back, even for a ledger whose start failed
         ledger = LedgerFile.create(self._files, self.directory, next_id)
-        self._last_ledger_id = next_id
-        self._ledgers.append(ledger)
-        self._current = ledger
+        ledgers.append(ledger)
+        try:
+            # Lists the new ledger and fsyncs the directory, which makes the new files' entries durable too.
+            self._write_info(ledgers, closed_times, ledger)
+        except OSError:
+            ledger.delete_files()
+            raise
+        if previous is not None:
+            previous.closed = True
+            if previous.entries == 0:
+                previous.delete_files()
+        self._ledgers, self._closed_times, self._current = ledgers, closed_times, ledger
         self._first_append_ms = self._last_append_ms = 0
-        # Lists the new ledger and fsyncs the directory, which makes the new files' entries durable too.
-        self._write_info()
+        self._roll_pending = False
 
-    def _write_info(self) -> None:
+    def _write_info(self, ledgers: list[LedgerFile] | None = None, closed_times: dict[int, int] | None = None,
+                    current: LedgerFile | None = None) -> None:
+        """Replace ledgers.info with the given ledger list (the live one by default); every ledger but `current`
+        is closed."""
+        if ledgers is None:
+            ledgers, closed_times, current = self._ledgers, self._closed_times, self._current
         info = ManagedLedgerInfo()
-        for ledger in self._ledgers:
+        for ledger in ledgers:
             li = info.ledgerInfo.add()
             li.ledgerId = ledger.ledger_id
             li.entries = ledger.entries
             li.size = ledger.size
-            li.timestamp = self._closed_times.get(ledger.ledger_id, 0)
+            li.timestamp = closed_times.get(ledger.ledger_id, 0)
             li.first_index = ledger.first_indexes[0] if ledger.entries else -1
-            max_timestamp = ledger.max_timestamp() if ledger.closed else None  # the current one still grows
+            max_timestamp = ledger.max_timestamp() if ledger is not current else None  # the current one still grows
             if max_timestamp is not None:
                 li.max_timestamp = max_timestamp
         info.properties.append(KeyValue(key=END_FLOOR_KEY, value=str(self._confirmed_end)))
@@ -271,8 +288,13 @@ class FileManagedLedger(ManagedLedger):
             raise ValueError(f"{self.name}: entry starts at {first_index}, expected {self._written_end}")
         now_ms = int(time.time() * 1000)
         failing = self._group.failing  # an earlier write failed: nothing more goes into this ledger
-        if not failing and self._roll_due(now_ms):
-            self._start_new_ledger()
+        if not failing and (self._roll_pending or self._roll_due(now_ms)):
+            try:
+                self._start_new_ledger()
+            except OSError as exc:
+                if self._roll_pending:  # the current ledger saw a failed write: refuse until a new one starts
+                    raise LedgerWriteError(f"{self.name}: cannot start a new ledger: {exc}") from exc
+                log.warning("%s: cannot roll the ledger (%s); appending to the current one", self.name, exc)
         ledger = self._current
         self._written_end = first_index + span
         future = asyncio.get_running_loop().create_future()
@@ -315,7 +337,11 @@ class FileManagedLedger(ManagedLedger):
                 add.ledger.truncate(add.entry_id)
         self._written_end = self._confirmed_end
         if not self._closed:
-            self._start_new_ledger()
+            self._roll_pending = True
+            try:
+                self._start_new_ledger()
+            except OSError as roll_error:  # the next write tries again; until a roll succeeds, writes are refused
+                log.error("%s: cannot start a new ledger after the failed write: %s", self.name, roll_error)
         error = LedgerWriteError(f"{self.name}: {exc}")
         for listener in self._failure_listeners:
             listener(error)
@@ -496,7 +522,10 @@ class FileManagedLedger(ManagedLedger):
         expired = retention_ms >= 0 and now_ms - self._last_append_ms > retention_ms
         due = self._roll_due(now_ms) or (self._current.entries and expired)
         if due and not self._closed and not self._group.failing:  # a failing ledger rolls once its writes failed
-            self._start_new_ledger()  # an idle current ledger: due to roll, or every record in it past retention
+            try:
+                self._start_new_ledger()  # an idle current ledger: due to roll, or every record in it past retention
+            except OSError as exc:
+                log.warning("%s: cannot roll the idle ledger for retention (%s); trying again later", self.name, exc)
         total = sum(l.size for l in self._ledgers)
         deleted = 0
         while len(self._ledgers) > 1:

@@ -3,6 +3,7 @@
 A record is `[u32 length][u32 crc32c(payload)][payload]`. A crash can leave a torn tail (a partial record); readers
 find it by length and CRC and the owner truncates it, so a record is either wholly present or absent.
 """
+import contextlib
 import os
 import struct
 from collections.abc import Iterator
@@ -54,6 +55,17 @@ def write_all_at(fd: int, data: bytes | memoryview, pos: int) -> None:
     while view:
         written = os.pwrite(fd, view, pos)
         view, pos = view[written:], pos + written
+
+
+def append_at(fd: int, data: bytes | memoryview, pos: int) -> None:
+    """Write all of data at pos, the end of the file's valid records; when that fails (a full disk can take part
+    of it), cut the file back to pos, so no half-written record is left behind the valid ones."""
+    try:
+        write_all_at(fd, data, pos)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, pos)
+        raise
 
 
 def write_synced(path: str, data: bytes, flags: int, durable: bool) -> None:

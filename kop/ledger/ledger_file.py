@@ -17,7 +17,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from kop.ledger.file_pool import FilePool, PooledFile
-from kop.ledger.framed_file import HEADER_SIZE, RECORD_HEADER, frame, read_record, scan_records, write_all_at
+from kop.ledger.framed_file import HEADER_SIZE, RECORD_HEADER, append_at, frame, read_record, scan_records
 from kop.ledger.time_index import TIMESTAMP_END, TimeIndex, batch_max_timestamp
 
 ENTRY_HEADER = struct.Struct(">qiH")
@@ -140,7 +140,7 @@ class LedgerFile:
         descriptor it pins right after (`log.pin()`), before anything else can use the pool."""
         record = encode_entry(first_index, span, metadata, data)
         pos = self.size
-        write_all_at(self.log.fd(), record, pos)
+        append_at(self.log.fd(), record, pos)
         self.size += len(record)
         self.first_indexes.append(first_index)
         self.file_positions.append(pos)

@@ -1,0 +1,28 @@
+"""`python -m integration.soak [--seconds N] [--seed S]`: the nemesis soak; exit status 1 when a check fails."""
+import argparse
+import os
+import random
+import sys
+import tempfile
+
+from integration.soak.producers import PRODUCERS
+from integration.soak.run import run_soak
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m integration.soak", description=__doc__)
+    parser.add_argument("--seconds", type=float, default=float(os.environ.get("SOAK_SECONDS", 600)),
+                        help="how long the faults run (default: $SOAK_SECONDS or 600)")
+    parser.add_argument("--seed", type=int, default=None, help="replay the schedule of an earlier run")
+    parser.add_argument("--clients", nargs="+", choices=sorted(PRODUCERS), default=sorted(PRODUCERS))
+    parser.add_argument("--work-dir", default=None, help="where the broker's data and log go (default: a temp dir)")
+    args = parser.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.randrange(1 << 32)
+    work_dir = args.work_dir or tempfile.mkdtemp(prefix="kop-soak-")
+    result = run_soak(work_dir, args.seconds, seed, args.clients)
+    print(result.report())
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""One function per fault kind: each starts the fault, holds it for its duration, and ends it."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from integration.broker_process import BrokerProcess
+from integration.fault_proxy import CutPolicy, FaultProxy
+from integration.small_disk import Filler
+from kop.admin.client import AdminClient, topic_resource
+
+
+@dataclass
+class Target:
+    """What the faults act on."""
+
+    broker: BrokerProcess
+    proxy: FaultProxy
+    topics: list[str]
+    filler: Filler | None  # None: the data directory is not on a disk of its own, so no disk-full episodes
+
+
+def cut(target: Target, duration: float) -> None:
+    """Cut every third Produce response's connection for a while: the batches are stored, the clients retry."""
+    target.proxy.set_policy(CutPolicy(every=3, max_cuts=1000))
+    time.sleep(duration)
+    target.proxy.set_policy(None)
+
+
+def kill(target: Target, duration: float) -> None:
+    """kill -9, stay down for the duration, start again on the same port and data."""
+    target.broker.kill()
+    time.sleep(duration)
+    target.broker.start(timeout=120)
+
+
+def pause(target: Target, duration: float) -> None:
+    os.kill(target.broker.proc.pid, signal.SIGSTOP)
+    try:
+        time.sleep(duration)
+    finally:
+        os.kill(target.broker.proc.pid, signal.SIGCONT)
+
+
+def disk_full(target: Target, duration: float) -> None:
+    assert target.filler is not None
+    try:
+        target.filler.fill()
+        time.sleep(duration)
+    finally:
+        target.filler.remove()
+
+
+def dedup_flip(target: Target, duration: float) -> None:
+    """Change a topic's dedup snapshot interval and back: the policy path runs under load."""
+    admin = AdminClient(target.broker.admin_url)
+    for topic in target.topics:
+        admin.post(topic_resource(topic, "deduplicationSnapshotInterval"), 1)
+    time.sleep(duration)
+    for topic in target.topics:
+        admin.delete(topic_resource(topic, "deduplicationSnapshotInterval"))
+
+
+FAULTS: dict[str, Callable[[Target, float], None]] = {
+    "cut": cut, "kill": kill, "pause": pause, "disk_full": disk_full, "dedup_flip": dedup_flip}

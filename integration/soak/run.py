@@ -1,0 +1,124 @@
+"""Wire the soak together: a broker behind a fault proxy (its data on a tmpfs of its own when one can be mounted),
+one idempotent producer per client, a two-member consumer group over all their topics, the seeded schedule of
+faults, then the checker's verdict per client."""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from integration.broker_process import BrokerProcess
+from integration.fault_proxy import FaultProxy
+from integration.idem_raw import RawKafka, read_topic
+from integration.small_disk import Filler, mount_refused_reason, unmount
+from integration.soak.checker import ClientVerdict, judge
+from integration.soak.consumers import CommitWatcher, GroupMember
+from integration.soak.faults import FAULTS, Target
+from integration.soak.producers import DELIVERY_TIMEOUT_S, PRODUCERS
+from integration.soak.schedule import Step, plan
+from integration.waiting import wait_until
+from protocol.errors import ErrorCode
+
+PARTITIONS = 3
+MEMBERS = 2
+GROUP = "soak-readers"
+DISK_MB = 256
+CATCH_UP_S = 120  # after the last fault, for the group to commit the end of every partition
+
+
+@dataclass(frozen=True)
+class SoakResult:
+    seed: int
+    steps: list[Step]
+    verdicts: list[ClientVerdict]
+    skipped: list[str]  # fault kinds left out, with the reason
+    # Controls, that the faults happened: assignments beyond each member's first (the group noticed), Produce
+    # responses the proxy cut, the broker's ENOSPC log lines.
+    rebalances: int
+    cuts: int
+    enospc: int
+
+    @property
+    def ok(self) -> bool:
+        return all(v.ok for v in self.verdicts)
+
+    def report(self) -> str:
+        lines = [v.summary() for v in self.verdicts]
+        lines.append(f"faults={len(self.steps)} rebalances={self.rebalances} cuts={self.cuts} "
+                     f"enospc={self.enospc} skipped={self.skipped}")
+        lines.append(f"{'PASSED' if self.ok else 'FAILED'}: replay with --seed {self.seed}")
+        return "\n".join(lines)
+
+
+def run_soak(work_dir: str, seconds: float, seed: int, clients: list[str] | None = None,
+             say: Callable[[str], None] = print) -> SoakResult:
+    clients = clients or list(PRODUCERS)
+    data = os.path.join(work_dir, "data")
+    no_disk = mount_refused_reason(data, DISK_MB)
+    kinds = [k for k in FAULTS if k != "disk_full" or no_disk is None]
+    skipped = [] if no_disk is None else [f"disk_full: {no_disk}"]
+    steps = plan(seed, seconds, kinds)
+    say(f"soak seed={seed} seconds={seconds} clients={clients} work dir={work_dir}")
+    say("\n".join(map(str, steps)) or "(no faults fit)")
+    broker = None
+    try:
+        with FaultProxy() as proxy:
+            broker = BrokerProcess(data, admin_port=0, config={"advertised.port": str(proxy.port)})
+            broker.start()
+            proxy.upstream_port = broker.port
+            topics = {client: f"soak-{client}" for client in clients}
+            with RawKafka(broker.port) as kafka:
+                for topic in topics.values():
+                    assert kafka.create_topic(topic, PARTITIONS) == ErrorCode.NONE
+            target = Target(broker, proxy, list(topics.values()), Filler(data) if no_disk is None else None)
+            verdicts, rebalances = _drive(target, topics, steps, seconds, say)
+            cuts = proxy.stats().cuts
+        with open(broker.log_path, encoding="utf-8", errors="replace") as log:
+            enospc = sum(1 for line in log if "No space left on device" in line)
+        return SoakResult(seed, steps, verdicts, skipped, rebalances, cuts, enospc)
+    finally:
+        if broker is not None:
+            broker.stop()
+        if no_disk is None:
+            unmount(data)
+
+
+def _drive(target: Target, topics: dict[str, str], steps: list[Step], seconds: float,
+           say: Callable[[str], None]) -> tuple[list[ClientVerdict], int]:
+    bootstrap = target.proxy.bootstrap
+    producers = [PRODUCERS[client](bootstrap, topic) for client, topic in topics.items()]
+    members = [GroupMember(bootstrap, GROUP, topics.values(), f"m{i}") for i in range(MEMBERS)]
+    watcher = CommitWatcher(bootstrap, GROUP, [(t, p) for t in topics.values() for p in range(PARTITIONS)])
+    threads = [*producers, *members, watcher]
+    for thread in threads:
+        thread.start()
+    try:
+        started = time.monotonic()
+        for step in steps:
+            time.sleep(max(0.0, started + step.at - time.monotonic()))
+            say(f"fault {step}")
+            FAULTS[step.kind](target, step.duration)
+        time.sleep(max(0.0, started + seconds - time.monotonic()))
+        for producer in producers:
+            producer.stop()
+        for producer in producers:
+            producer.join(DELIVERY_TIMEOUT_S + 30)
+        with RawKafka(target.broker.port) as kafka:
+            ends = {t: kafka.end_offsets(t, range(PARTITIONS)) for t in topics.values()}
+        wait_until(lambda: all(watcher.latest.get((t, p), -1) >= end for t, e in ends.items()
+                               for p, end in e.items()), timeout=CATCH_UP_S, interval=0.5)
+    finally:
+        for thread in threads:
+            thread.stop()
+        for thread in threads:
+            thread.join(30)
+    received = set().union(*(m.received for m in members))
+    verdicts = []
+    for producer in producers:
+        topic = producer.topic
+        stored = read_topic(target.broker.port, topic, range(PARTITIONS))
+        committed = {p: o for (t, p), o in watcher.latest.items() if t == topic}
+        backwards = [(p, a, b) for t, p, a, b in watcher.backwards if t == topic]
+        verdicts.append(judge(producer, stored, received, committed, ends[topic], backwards))
+    return verdicts, sum(m.assignments - 1 for m in members)

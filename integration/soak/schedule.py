@@ -1,0 +1,34 @@
+"""The seeded fault schedule: which fault, when, for how long. The same seed and length give the same plan."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+# (shortest, longest) seconds each kind lasts; pauses reach past the clients' session and request timeouts.
+DURATIONS = {"cut": (1.0, 6.0), "kill": (0.0, 2.0), "pause": (2.0, 12.0), "disk_full": (2.0, 8.0),
+             "dedup_flip": (0.5, 3.0)}
+GAP = (1.0, 6.0)  # quiet seconds between faults, so clients make progress between them
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    at: float  # seconds from the start
+    kind: str
+    duration: float
+
+    def __str__(self) -> str:
+        return f"{self.at:7.1f}s {self.kind:<10} {self.duration:4.1f}s"
+
+
+def plan(seed: int, seconds: float, kinds: list[str]) -> list[Step]:
+    """Faults one after another, never overlapping, all ending before `seconds` (the last part is left quiet so
+    the clients can finish what the faults held up)."""
+    rng = random.Random(seed)
+    steps, at, end = [], rng.uniform(*GAP), seconds * 0.85
+    while True:
+        kind = rng.choice(kinds)
+        duration = round(rng.uniform(*DURATIONS[kind]), 1)
+        if at + duration > end:
+            return steps
+        steps.append(Step(round(at, 1), kind, duration))
+        at += duration + rng.uniform(*GAP)

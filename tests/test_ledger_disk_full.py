@@ -1,0 +1,93 @@
+"""A full disk under the file managed ledger and its cursor log: a write that takes only part of a record leaves
+nothing of it behind, and a failed write whose roll to a new ledger fails too (ledgers.info cannot be rewritten)
+refuses writes with a retriable error until the roll succeeds, without losing or hiding what was acknowledged."""
+import asyncio
+import errno
+import os
+
+import pytest
+
+from kop.ledger import FileLedgerConfig, FileManagedLedger, LedgerWriteError, Position
+from kop.ledger import file_ledger, framed_file
+
+CONFIG = FileLedgerConfig(max_ledger_bytes=1 << 20)
+REAL_PWRITE = os.pwrite
+
+
+def enospc(*_args, **_kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def half_then_enospc():
+    """An os.pwrite for a disk with room for half of the next write: it writes that half, then fails."""
+    room = []
+
+    def pwrite(fd: int, data, pos: int) -> int:
+        if room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        room.append(len(data) // 2)
+        return REAL_PWRITE(fd, memoryview(data)[: room[0]], pos)
+    return pwrite
+
+
+async def append(ml: FileManagedLedger, payload: bytes = b"x" * 100) -> asyncio.Future:
+    return ml.add_entry(ml.written_end_index, 1, b"meta", payload)
+
+
+async def test_an_entry_the_disk_took_half_of_leaves_nothing_behind(tmp_path, monkeypatch):
+    ml = FileManagedLedger.open("t", str(tmp_path), CONFIG, None)
+    assert await (await append(ml)) == Position(0, 0)
+    ledger_id = ml.last_confirmed.ledger_id
+    good = os.path.getsize(tmp_path / f"{ledger_id}.log")
+    with monkeypatch.context() as patch:
+        patch.setattr(framed_file.os, "pwrite", half_then_enospc())
+        patch.setattr(file_ledger, "replace_atomically", enospc)  # and the roll cannot list a new ledger
+        failed = await append(ml, b"y" * 4000)
+        with pytest.raises(LedgerWriteError):
+            await failed
+    assert os.path.getsize(tmp_path / f"{ledger_id}.log") == good  # no half entry after the acknowledged one
+    await ml.close()
+    reopened = FileManagedLedger.open("t", str(tmp_path), CONFIG, None)
+    assert [e.first_index for e in reopened.read_from_index(0, 1 << 20)] == [0]
+    await reopened.close()
+
+
+async def test_writes_are_refused_until_the_roll_after_a_failed_write_succeeds(tmp_path, monkeypatch):
+    ml = FileManagedLedger.open("t", str(tmp_path), CONFIG, None)
+    assert await (await append(ml)) == Position(0, 0)
+    with monkeypatch.context() as patch:
+        patch.setattr(framed_file.os, "pwrite", half_then_enospc())
+        patch.setattr(file_ledger, "replace_atomically", enospc)
+        with pytest.raises(LedgerWriteError):
+            await (await append(ml))
+        # Still full: ledgers.info cannot name a new ledger, so nothing may go into the one that failed.
+        with pytest.raises(LedgerWriteError, match="cannot start a new ledger"):
+            await append(ml)
+        assert ml.confirmed_end_index == ml.written_end_index == 1
+    assert sorted(os.listdir(tmp_path)) == ["0.idx", "0.log", "cursors.log", "ledgers.info"]  # no stray ledger
+    resumed = await (await append(ml))  # space is back: a new ledger, without a restart
+    assert resumed.ledger_id > 0 and ml.confirmed_end_index == 2
+    await ml.close()
+    reopened = FileManagedLedger.open("t", str(tmp_path), CONFIG, None)
+    assert [e.first_index for e in reopened.read_from_index(0, 1 << 20)] == [0, 1]
+    await reopened.close()
+
+
+async def test_a_cursor_record_the_disk_took_half_of_does_not_read_as_damage_after_a_restart(tmp_path, monkeypatch,
+                                                                                             caplog):
+    ml = FileManagedLedger.open("t", str(tmp_path), CONFIG, None)
+    await (await append(ml))
+    cursor = ml.open_cursor("group")
+    await cursor.mark_delete(Position(0, 0), {"offset": 1})
+    with monkeypatch.context() as patch:
+        patch.setattr(framed_file.os, "pwrite", half_then_enospc())
+        with pytest.raises(OSError):
+            await cursor.mark_delete(Position(0, 0), {f"p{i}": i for i in range(200)})  # a big record
+    await ml.close()
+    reopened = FileManagedLedger.open("t", str(tmp_path), CONFIG, None)
+    assert "damaged" not in caplog.text
+    assert reopened.cursors["group"].properties == {"offset": 1}
+    # Not taken for damage: a new cursor starts where it is asked to, not before the first entry.
+    assert reopened.open_cursor("another", Position(0, 0)).mark_delete_position == Position(0, 0)
+    await reopened.close()
+
