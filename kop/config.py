@@ -87,6 +87,10 @@ class BrokerConfig:
     group_max_size: int = setting(INT32_MAX, SIZE)
     offset_metadata_max_bytes: int = setting(4096, Range(0))
     offsets_retention_check_interval_ms: int = setting(600_000, MILLIS)
+    # transactions (Kafka's keys and defaults)
+    transaction_max_timeout_ms: int = setting(900_000, Range(1, INT32_MAX))
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = setting(10_000, Range(1, INT32_MAX))
+    transactional_id_expiration_ms: int = setting(7 * 24 * 3600 * 1000, Range(1, INT32_MAX))
 
     def __post_init__(self) -> None:
         for f in fields(self):

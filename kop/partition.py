@@ -18,9 +18,11 @@ from dedup.named_sequences import RecordsDecision
 from kop.dedup_storage import LedgerDedupStorage
 from kop.sequence_filter import Answer, SequenceFilter
 from kop.ledger import Entry, LedgerClosedError, LedgerWriteError, ManagedLedger, ManagedLedgerError, Position
+from kop.transactions.partition_index import PartitionTransactions
 from protocol.errors import ErrorCode
-from protocol.records import BatchHeader, WalkedRecords, assign_offsets, set_log_append_time
-from proto.kop_pb2 import MessageMetadata
+from protocol.records import (BatchHeader, WalkedRecords, assign_offsets, build_control_batch, set_log_append_time,
+                              split_batches)
+from proto.kop_pb2 import MarkerType, MessageMetadata
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,7 @@ class PartitionLog:
         self.producers = KafkaProducers(self.dedup)
         self.sequences = SequenceFilter(self.dedup, self.name)
         self.log_append_time = False  # topic config message.timestamp.type=LogAppendTime
+        self.transactions = PartitionTransactions()
         self._waiters: list[asyncio.Future] = []
         ledger.add_confirm_listener(self._wake_waiters)
         ledger.add_failure_listener(self._on_ledger_failure)
@@ -83,6 +86,15 @@ class PartitionLog:
     @property
     def log_start_offset(self) -> int:
         return self.ledger.start_index
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Where read_committed consumers stop: the first offset of the oldest open transaction, else the HW."""
+        return self.transactions.last_stable_offset(self.high_watermark)
+
+    def load_transactions(self) -> int:
+        """Rebuild the open transactions and the aborted index from the stored batches (before any write)."""
+        return self.transactions.rebuild(self.ledger)
 
     # ---- writing
 
@@ -114,6 +126,24 @@ class PartitionLog:
             return asyncio.ensure_future(self._await_original(decision, timeout_ms))
         assert isinstance(decision, DecideAgain)
         return asyncio.ensure_future(self._decide_again(decision, header, view, timeout_ms, records))
+
+    def publish_control(self, producer_id: int, producer_epoch: int, commit: bool,
+                        coordinator_epoch: int = 0) -> asyncio.Future:
+        """Append a transaction's COMMIT or ABORT marker: a control batch, checked against the producer's epoch
+        here but not deduplicated (it carries no sequence). Resolves to an AppendResult once durable."""
+        current = self.producers.epoch(producer_id)
+        if current is not None and current > producer_epoch:
+            return _resolved(AppendResult(ErrorCode.INVALID_PRODUCER_EPOCH,
+                                          message=f"marker epoch {producer_epoch} is older than {current}"))
+        base = self.ledger.written_end_index
+        batch = build_control_batch(base_offset=base, producer_id=producer_id, producer_epoch=producer_epoch,
+                                    commit=commit, coordinator_epoch=coordinator_epoch,
+                                    timestamp_ms=int(time.time() * 1000))
+        header, view = split_batches(batch)[0]
+        metadata = MessageMetadata(producer_id=producer_id, producer_epoch=producer_epoch, is_control=True,
+                                   is_transactional=True,
+                                   marker_type=MarkerType.TXN_COMMIT if commit else MarkerType.TXN_ABORT)
+        return self._append(header, view, metadata, None)
 
     def judges_sequence_headers(self) -> bool:
         """Whether records with application-chosen sequence ids are deduplicated here (dedup on, or recovering)."""
@@ -181,6 +211,8 @@ class PartitionLog:
         except ManagedLedgerError as exc:
             return _resolved(AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc)))
         # After add_entry, so a write refused above leaves no dedup state behind; nothing runs in between.
+        if header.is_transactional:
+            self._track_transaction(header, base, metadata)
         pending = self.producers.on_pushed(accept, base, last, now) if accept is not None else None
         if named is not None:
             named_sequences.commit(self.dedup, named)
@@ -188,6 +220,13 @@ class PartitionLog:
         append_time = now if self.log_append_time else -1
         written.add_done_callback(lambda f: self._on_written(f, base, append_time, pending, named, result))
         return result
+
+    def _track_transaction(self, header: BatchHeader, base: int, metadata: MessageMetadata) -> None:
+        if header.is_control:
+            self.transactions.on_marker(header.producer_id, base, metadata.marker_type == MarkerType.TXN_COMMIT,
+                                        self.high_watermark)
+        else:
+            self.transactions.on_data(header.producer_id, base)
 
     def _on_written(self, written: asyncio.Future, base: int, append_time: int, pending: PendingBatch | None,
                     named: RecordsDecision | None, result: asyncio.Future) -> None:
@@ -246,6 +285,7 @@ class PartitionLog:
         ledger that is due (a quiet topic: no new snapshot moves them), snapshot again at the last entry so the
         next pass can delete it. Pulsar's time-based snapshot does not move a cursor already at the last entry."""
         result = await self.ledger.trim(now_ms, retention_ms, retention_bytes, self.retention_floor())
+        self.transactions.forget_before(self.log_start_offset)
         if result.held_back and self.dedup.snapshot_now():
             log.info("%s: dedup snapshot taken so retention can delete the ledgers behind it", self.name)
         return result.deleted
