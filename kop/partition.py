@@ -143,7 +143,15 @@ class PartitionLog:
         metadata = MessageMetadata(producer_id=producer_id, producer_epoch=producer_epoch, is_control=True,
                                    is_transactional=True,
                                    marker_type=MarkerType.TXN_COMMIT if commit else MarkerType.TXN_ABORT)
-        return self._append(header, view, metadata, None)
+        result = self._append(header, view, metadata, None)
+        # Closed once the marker is durable: a marker whose write fails leaves the transaction open until the
+        # coordinator writes it again (or replays it after a crash).
+        result.add_done_callback(lambda done: self._on_marker_written(producer_id, commit, done.result()))
+        return result
+
+    def _on_marker_written(self, producer_id: int, commit: bool, result: AppendResult) -> None:
+        if result.error == ErrorCode.NONE:
+            self.transactions.on_marker(producer_id, result.base_offset, commit, self.high_watermark)
 
     def judges_sequence_headers(self) -> bool:
         """Whether records with application-chosen sequence ids are deduplicated here (dedup on, or recovering)."""
@@ -211,8 +219,8 @@ class PartitionLog:
         except ManagedLedgerError as exc:
             return _resolved(AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc)))
         # After add_entry, so a write refused above leaves no dedup state behind; nothing runs in between.
-        if header.is_transactional:
-            self._track_transaction(header, base, metadata)
+        if header.is_transactional and not header.is_control:  # opens early: the LSO may only err low
+            self.transactions.on_data(header.producer_id, base)
         pending = self.producers.on_pushed(accept, base, last, now) if accept is not None else None
         if named is not None:
             named_sequences.commit(self.dedup, named)
@@ -220,13 +228,6 @@ class PartitionLog:
         append_time = now if self.log_append_time else -1
         written.add_done_callback(lambda f: self._on_written(f, base, append_time, pending, named, result))
         return result
-
-    def _track_transaction(self, header: BatchHeader, base: int, metadata: MessageMetadata) -> None:
-        if header.is_control:
-            self.transactions.on_marker(header.producer_id, base, metadata.marker_type == MarkerType.TXN_COMMIT,
-                                        self.high_watermark)
-        else:
-            self.transactions.on_data(header.producer_id, base)
 
     def _on_written(self, written: asyncio.Future, base: int, append_time: int, pending: PendingBatch | None,
                     named: RecordsDecision | None, result: asyncio.Future) -> None:
