@@ -6,8 +6,8 @@ FETCH_VERSION = 11
 
 
 def fetch_request(partitions, *, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, partition_max_bytes=1 << 20,
-                  forgotten=()):
-    """A Fetch v11 for [(topic, partition, offset), ...]. `forgotten` lists topic names for the forgotten-topics
+                  forgotten=(), isolation_level=0):
+    """A Fetch v11 for [(topic, partition, offset), ...] (isolation_level 1: read_committed). `forgotten` lists topic names for the forgotten-topics
     list, which a broker without fetch sessions ignores: a way to make a request large without making it costly."""
     request_cls = REQUEST_CLASSES[1][FETCH_VERSION]
     by_topic = {}
@@ -16,7 +16,7 @@ def fetch_request(partitions, *, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, 
             partition=partition, current_leader_epoch=-1, fetch_offset=offset, log_start_offset=-1,
             partition_max_bytes=partition_max_bytes))
     return request_cls(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
-                       isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
+                       isolation_level=isolation_level, session_id=0, session_epoch=-1, rack_id="",
                        forgotten_topics_data=[request_cls.ForgottenTopic(topic=t, partitions=[0]) for t in forgotten],
                        topics=[request_cls.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()])
 

@@ -8,6 +8,7 @@ import pytest
 
 from integration.broker_process import REPO, free_port
 from integration.clients import ck_consume_all
+from integration.txn_clients import ck_read_to_end
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -143,11 +144,11 @@ def test_bad_client_setting_is_one_line(broker):
     assert_one_line_error(done, "no.such.setting")
 
 
-def test_transactional_id_is_refused_by_kop_in_one_line(broker):
-    """kop does not serve transactions yet: the client's InitProducerId is refused and the tool says so."""
-    done = kop_perf("produce", "--bootstrap-server", broker.bootstrap, "--topic", "t", "--partitions", "1",
-                    "--transactional-id", "perf-tx", "--num-records", "1")
-    assert_one_line_error(done, "'perf-tx'", "needs a broker that serves transactions")
+def test_transactional_produce_commits_what_it_sends(broker):
+    done = kop_perf("produce", "--bootstrap-server", broker.bootstrap, "--topic", "perf-tx", "--partitions", "1",
+                    "--transactional-id", "perf-tx", "--num-records", "50", "--transaction-duration-ms", "100")
+    assert done.returncode == 0, done.stderr
+    assert len(ck_read_to_end(broker.bootstrap, "perf-tx")) == 50  # read_committed: all committed
 
 
 def test_help_shows_examples():

@@ -20,6 +20,7 @@ from kop.policies import PolicyBook
 from kop.producer_ids import ProducerIdAllocator
 from kop.startup import bind_failure, reading
 from kop.topics import TopicManager, deletes_by_retention
+from kop.transactions.coordinator import TransactionCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class Broker:
         self.groups = GroupCoordinator(config, self.topics)
         self.api_router = handlers.build_api_router()
         self.producer_ids: ProducerIdAllocator | None = None
+        self.transactions: TransactionCoordinator | None = None
         self.started_ms = int(time.time() * 1000)
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task] = set()
@@ -118,6 +120,8 @@ class Broker:
             await _listen(self._admin.start(), self.config.host, self.admin_port, "the admin API")
         await self.topics.load_all()
         self.groups.start()  # needs the topics: groups are found from their partitions' cursors
+        self.transactions = TransactionCoordinator(self.config, self.topics, self.groups, self.producer_ids)
+        self.transactions.start()  # needs both: prepared transactions write markers and offsets
         self.loaded = True
         await _listen(self._server.start_serving(), self.config.host, self.port, "Kafka clients")
         self.serving = True
@@ -192,6 +196,8 @@ class Broker:
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
+        if self.transactions is not None:
+            await self.transactions.stop()
         await self.groups.stop()
         await self.topics.close()
         self._release_data_dir()

@@ -135,6 +135,13 @@ class BrokerConfig:
                                                                  "carry.")
     offsets_retention_check_interval_ms: int = setting(600_000, MILLIS,
                                                        doc="How often empty groups without offsets are forgotten.")
+    # transactions (Kafka's keys and defaults)
+    transaction_max_timeout_ms: int = setting(900_000, Range(1, INT32_MAX),
+                                              doc="The longest transaction timeout a producer may ask for.")
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = setting(
+        10_000, Range(1, INT32_MAX), doc="How often transactions open past their timeout are aborted.")
+    transactional_id_expiration_ms: int = setting(7 * 24 * 3600 * 1000, Range(1, INT32_MAX),
+                                                  doc="Forget a transactional id not used for this long.")
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -19,11 +19,15 @@ from dedup.named_sequences import RecordsDecision
 from kop.dedup_storage import LedgerDedupStorage
 from kop.sequence_filter import Answer, SequenceFilter
 from kop.ledger import Entry, LedgerClosedError, LedgerWriteError, ManagedLedger, ManagedLedgerError, Position
+from kop.transactions.partition_index import PartitionTransactions
 from protocol.errors import ErrorCode
-from protocol.records import BatchHeader, WalkedRecords, assign_offsets, set_log_append_time
-from proto.kop_pb2 import MessageMetadata
+from protocol.records import (BatchHeader, WalkedRecords, assign_offsets, build_control_batch, set_log_append_time,
+                              split_batches)
+from proto.kop_pb2 import MarkerType, MessageMetadata
 
 log = logging.getLogger(__name__)
+
+TRANSACTIONS_CURSOR = "pulsar.transactions"  # exists once a transaction added the partition (system prefix: no group)
 
 # A failed write is retriable: the client resends with the same sequence numbers.
 WRITE_FAILED = ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -80,6 +84,7 @@ class PartitionLog:
         self.bytes_in = 0  # bytes of batches stored (durable)
         self.bytes_out = 0  # bytes of batches served to fetches
         self.dedup_decisions = DedupDecisions()
+        self.transactions = PartitionTransactions()
         self._waiters: list[asyncio.Future] = []
         ledger.add_confirm_listener(self._wake_waiters)
         ledger.add_failure_listener(self._on_ledger_failure)
@@ -98,6 +103,30 @@ class PartitionLog:
     @property
     def log_start_offset(self) -> int:
         return self.ledger.start_index
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Where read_committed consumers stop: the first offset of the oldest open transaction, else the HW."""
+        return self.transactions.last_stable_offset(self.high_watermark)
+
+    @property
+    def may_hold_transactions(self) -> bool:
+        """Whether a transaction ever added this partition (so it may hold transactional batches and markers)."""
+        cursor = self.ledger.cursors.get(TRANSACTIONS_CURSOR)
+        return cursor is not None and cursor.is_durable
+
+    async def expect_transactions(self) -> None:
+        """Record, durably and before a transaction's first batch can be written here, that this partition may hold
+        transactional batches: only such partitions read their stored batches at load to rebuild their open
+        transactions and aborted index (a cursor of its own, which holds nothing back)."""
+        if not self.may_hold_transactions:
+            cursor = self.ledger.open_cursor(TRANSACTIONS_CURSOR)
+            await cursor.mark_delete(cursor.mark_delete_position)
+
+    def load_transactions(self) -> int:
+        """Rebuild the open transactions and the aborted index from the stored batches (before any write), for a
+        partition a transaction ever added; returns how many entries were read."""
+        return self.transactions.rebuild(self.ledger) if self.may_hold_transactions else 0
 
     # ---- writing
 
@@ -135,6 +164,32 @@ class PartitionLog:
             return asyncio.ensure_future(self._await_original(decision, timeout_ms))
         assert isinstance(decision, DecideAgain)
         return asyncio.ensure_future(self._decide_again(decision, header, view, timeout_ms, records, client))
+
+    def publish_control(self, producer_id: int, producer_epoch: int, commit: bool,
+                        coordinator_epoch: int = 0) -> asyncio.Future:
+        """Append a transaction's COMMIT or ABORT marker: a control batch, checked against the producer's epoch
+        here but not deduplicated (it carries no sequence). Resolves to an AppendResult once durable."""
+        current = self.producers.epoch(producer_id)
+        if current is not None and current > producer_epoch:
+            return _resolved(AppendResult(ErrorCode.INVALID_PRODUCER_EPOCH,
+                                          message=f"marker epoch {producer_epoch} is older than {current}"))
+        base = self.ledger.written_end_index
+        batch = build_control_batch(base_offset=base, producer_id=producer_id, producer_epoch=producer_epoch,
+                                    commit=commit, coordinator_epoch=coordinator_epoch,
+                                    timestamp_ms=int(time.time() * 1000))
+        header, view = split_batches(batch)[0]
+        metadata = MessageMetadata(producer_id=producer_id, producer_epoch=producer_epoch, is_control=True,
+                                   is_transactional=True,
+                                   marker_type=MarkerType.TXN_COMMIT if commit else MarkerType.TXN_ABORT)
+        result = self._append(header, view, metadata, None)
+        # Closed once the marker is durable: a marker whose write fails leaves the transaction open until the
+        # coordinator writes it again (or replays it after a crash).
+        result.add_done_callback(lambda done: self._on_marker_written(producer_id, commit, done.result()))
+        return result
+
+    def _on_marker_written(self, producer_id: int, commit: bool, result: AppendResult) -> None:
+        if result.error == ErrorCode.NONE:
+            self.transactions.on_marker(producer_id, result.base_offset, commit, self.high_watermark)
 
     def judges_sequence_headers(self) -> bool:
         """Whether records with application-chosen sequence ids are deduplicated here (dedup on, or recovering)."""
@@ -208,6 +263,8 @@ class PartitionLog:
         except ManagedLedgerError as exc:
             return _resolved(AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc)))
         # After add_entry, so a write refused above leaves no dedup state behind; nothing runs in between.
+        if header.is_transactional and not header.is_control:  # opens early: the LSO may only err low
+            self.transactions.on_data(header.producer_id, base)
         pending = self.producers.on_pushed(accept, base, last, now) if accept is not None else None
         if named is not None:
             named_sequences.commit(self.dedup, named)
@@ -275,6 +332,7 @@ class PartitionLog:
         ledger that is due (a quiet topic: no new snapshot moves them), snapshot again at the last entry so the
         next pass can delete it. Pulsar's time-based snapshot does not move a cursor already at the last entry."""
         result = await self.ledger.trim(now_ms, retention_ms, retention_bytes, self.retention_floor())
+        self.transactions.forget_before(self.log_start_offset)
         if result.held_back and self.dedup.snapshot_now():
             log.info("%s: dedup snapshot taken so retention can delete the ledgers behind it", self.name)
         return result.deleted

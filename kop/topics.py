@@ -215,6 +215,12 @@ class TopicManager:
         log_ = PartitionLog(topic, partition, ledger, self._dedup_config,
                             system_topic=topic.startswith(INTERNAL_PREFIX))
         try:
+            if not new:
+                started = time.monotonic()
+                read = log_.load_transactions()
+                if read >= 10_000:
+                    log.info("%s: transactions rebuilt from %d entries in %.2f s", name, read,
+                             time.monotonic() - started)
             await log_.apply_dedup_policy(self.policies.resolve(topic).deduplication_enabled)
         except BaseException:
             await log_.close()

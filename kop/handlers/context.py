@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from kop.groups import GroupCoordinator
     from kop.producer_ids import ProducerIdAllocator
     from kop.topics import TopicManager
+    from kop.transactions.coordinator import TransactionCoordinator
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,15 +35,18 @@ class BrokerServices:
     topics: "TopicManager"
     groups: "GroupCoordinator"
     producer_ids: "ProducerIdAllocator"
+    transactions: "TransactionCoordinator"
     api_versions: Mapping[int, tuple[int, int]]  # api key -> (min, max) version served
     metrics: "BrokerMetrics"
 
     @classmethod
     def of(cls, broker: "Broker") -> "BrokerServices":
         config = broker.config
-        assert broker.producer_ids is not None, "the broker serves requests only once started"
+        assert broker.producer_ids is not None and broker.transactions is not None, \
+            "the broker serves requests only once started"
         return cls(config, Endpoint(config.node_id, config.advertised, broker.advertised_port), broker.topics,
-                   broker.groups, broker.producer_ids, broker.api_router.versions, broker.metrics)
+                   broker.groups, broker.producer_ids, broker.transactions, broker.api_router.versions,
+                   broker.metrics)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +85,10 @@ class RequestContext:
     @property
     def producer_ids(self) -> "ProducerIdAllocator":
         return self.services.producer_ids
+
+    @property
+    def transactions(self) -> "TransactionCoordinator":
+        return self.services.transactions
 
     @property
     def api_versions(self) -> Mapping[int, tuple[int, int]]:

@@ -21,6 +21,7 @@ from kop.partition import PartitionLog
 from protocol.errors import ErrorCode
 
 MIN_WAIT_SLICE = 0.001
+READ_COMMITTED = 1
 
 
 def _topic_name(ctx: RequestContext, ftopic: Any) -> str | None:
@@ -34,8 +35,12 @@ log = logging.getLogger(__name__)
 
 
 def _collect(ctx: RequestContext, request: FetchRequest) -> tuple[list[Any], int, Served]:
-    """Read what is available now; returns (per-topic partition results, total bytes, what each partition serves)."""
+    """Read what is available now; returns (per-topic partition results, total bytes, what each partition serves).
+    read_committed reads stop at the last stable offset and list the aborted transactions among the batches
+    returned (the consumer drops their batches); control batches go to every consumer, which skips them, as from
+    Kafka."""
     cls = FetchResponse[ctx.version]
+    AbortedTransaction = cls.FetchableTopicResponse.PartitionData.AbortedTransaction
     topics = ctx.topics
     budget = request.max_bytes if ctx.version >= 3 else 0x7FFFFFFF
     total = 0
@@ -55,18 +60,19 @@ def _collect(ctx: RequestContext, request: FetchRequest) -> tuple[list[Any], int
                 parts.append(data)
                 continue
             hw = partition.high_watermark
+            lso = partition.last_stable_offset
+            read_committed = request.isolation_level == READ_COMMITTED
             data.high_watermark = hw
-            data.last_stable_offset = hw
+            data.last_stable_offset = lso
             data.log_start_offset = partition.log_start_offset
-            if request.isolation_level == 1:
-                data.aborted_transactions = []
             offset = fpart.fetch_offset
             if offset < partition.log_start_offset or offset > hw:
                 data.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                 parts.append(data)
                 continue
+            end = lso if read_committed else hw
             limit = min(fpart.partition_max_bytes, budget - total)
-            if offset < hw and (limit > 0 or total == 0):
+            if offset < end and (limit > 0 or total == 0):
                 try:
                     entries = partition.read(offset, max(limit, 1))
                 except OSError as exc:  # a read error, or out of descriptors: this partition fails, not the request
@@ -78,11 +84,20 @@ def _collect(ctx: RequestContext, request: FetchRequest) -> tuple[list[Any], int
                     # Only the response's first batch may exceed the limits (KIP-74), so a consumer stuck on a
                     # large batch progresses; later partitions get whole batches that fit, or nothing.
                     entries = _fitting(entries, limit)
+                if read_committed:
+                    entries = [e for e in entries if e.first_index < end]
                 if entries:
                     records = b"".join(e.data for e in entries)
                     data.records = records
                     total += len(records)
                     served.append((partition, len(records)))
+                    if read_committed:
+                        upper = entries[-1].first_index + entries[-1].span
+                        data.aborted_transactions = [
+                            AbortedTransaction(producer_id=txn.producer_id, first_offset=txn.first_offset)
+                            for txn in partition.transactions.aborted_between(offset, upper)]
+            if read_committed and data.aborted_transactions is None:
+                data.aborted_transactions = []
             parts.append(data)
         if ctx.version >= 13:
             out.append(cls.FetchableTopicResponse(topic_id=ftopic.topic_id, partitions=parts))

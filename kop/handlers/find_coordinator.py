@@ -3,9 +3,8 @@ flexible; v4+ a batch of coordinator keys with one answer each (KIP-699); v6 all
 which we refuse with INVALID_REQUEST.
 
 One broker coordinates every group, so the answer is always this broker, or COORDINATOR_NOT_AVAILABLE until the
-group coordinator has loaded. Transaction keys get this broker too: it is where the transaction coordinator will
-live, and until transactions are served InitProducerId refuses a transactional id with a clear, non-retriable
-error, which beats COORDINATOR_NOT_AVAILABLE making clients retry until they time out.
+group coordinator has loaded. Transaction keys get this broker too: its transaction coordinator serves every
+transactional id.
 """
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 

@@ -8,16 +8,22 @@ id (`ProducerIdAllocator.bump`), and no partition has seen that id with a higher
 locally, so a higher epoch may be live without kop having issued it). Then the answer is the same id, epoch + 1, and
 the dedup core requires the new epoch to start at sequence 0 and drops the old epoch's state. A stale pair (a retry
 after a lost response, a zombie) or an unknown one (never issued, forgotten after a restart) gets a new id, never
-the next epoch of a producer that may be alive. Clients adopt whatever comes back."""
+the next epoch of a producer that may be alive. Clients adopt whatever comes back.
+
+Transactional producers: the transaction coordinator answers (kop/transactions/coordinator.py): the id's producer id
+with its epoch bumped, fencing the previous holder; PRODUCER_FENCED reaches versions before v4 as
+INVALID_PRODUCER_EPOCH."""
 import logging
 
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
 from kop.handlers.context import RequestContext
+from kop.handlers.transactions import fencing_for_version
 from kop.topics import TopicManager
 from protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
+FIRST_FENCED_VERSION = 4  # InitProducerId may answer PRODUCER_FENCED from v4 on
 
 
 def _higher_epoch_in_use(topics: TopicManager, producer_id: int, epoch: int) -> bool:
@@ -30,13 +36,14 @@ def _higher_epoch_in_use(topics: TopicManager, producer_id: int, epoch: int) -> 
 
 async def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
     cls = InitProducerIdResponse[ctx.version]
-    if request.transactional_id is not None:
-        # Transactions are not served yet: refuse instead of handing out an id that could not be fenced.
-        return cls(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                   producer_id=-1, producer_epoch=-1)
-    allocator = ctx.producer_ids
     pid = request.producer_id if ctx.version >= 3 else -1
     epoch = request.producer_epoch if ctx.version >= 3 else -1
+    if request.transactional_id is not None:
+        error, pid, epoch = await ctx.transactions.init_producer_id(
+            request.transactional_id, request.transaction_timeout_ms, pid, epoch)
+        return cls(throttle_time_ms=0, error_code=fencing_for_version(error, ctx.version, FIRST_FENCED_VERSION),
+                   producer_id=pid, producer_epoch=epoch)
+    allocator = ctx.producer_ids
     if pid >= 0 and epoch >= 0 and not _higher_epoch_in_use(ctx.topics, pid, epoch):
         bumped = allocator.bump(pid, epoch)
         if bumped is not None:

@@ -1,6 +1,6 @@
 """ListOffsets (key 2). Version notes: served v1-v7 (v0 returns old-style offset arrays); v2+ isolation level; v4+
-leader epoch. Timestamp -2 = earliest, -1 = latest (the high watermark, = last offset + 1), -3 = max timestamp
-(v7+, the first record holding the greatest timestamp); otherwise the first offset whose record timestamp is >= the
+leader epoch. Timestamp -2 = earliest, -1 = latest (the high watermark, = last offset + 1; read_committed: the last
+stable offset), -3 = max timestamp (v7+, the first record holding the greatest timestamp); otherwise the first offset whose record timestamp is >= the
 given one: per-ledger and per-batch max timestamps (kop/ledger/time_index.py) find the batch without reading older data,
 its records the offset (as Kafka's time index and LogSegment.findOffsetByTimestamp do)."""
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
@@ -11,6 +11,7 @@ from protocol.errors import ErrorCode
 from protocol.records import iter_records
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+READ_COMMITTED = 1
 
 
 async def _by_timestamp(partition: PartitionLog, timestamp: int) -> tuple[int, int]:
@@ -49,7 +50,8 @@ async def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffset
             elif p.timestamp == EARLIEST:
                 result.offset = partition.log_start_offset
             elif p.timestamp == LATEST:
-                result.offset = partition.high_watermark
+                committed = ctx.version >= 2 and request.isolation_level == READ_COMMITTED
+                result.offset = partition.last_stable_offset if committed else partition.high_watermark
             elif p.timestamp == MAX_TIMESTAMP:
                 result.timestamp, result.offset = await _max_timestamp(partition)
             elif p.timestamp < 0:

@@ -61,6 +61,14 @@ def _publish_one(ctx: RequestContext, partition: PartitionLog, settings: TopicSe
                                    f"batch of {header.size} bytes exceeds max.message.bytes {limit}")
         if header.is_control:
             raise RecordBatchError(ErrorCode.INVALID_RECORD, "clients may not produce control batches")
+        if header.is_transactional:
+            refused = ctx.transactions.check_produce(header.producer_id, header.producer_epoch, partition.topic,
+                                                     partition.partition)
+            if refused is not None:
+                log.info("refused transactional batch for %s from %s (%s): producer %d epoch %d (%s)",
+                         partition.name, ctx.client_id, ctx.peer, header.producer_id, header.producer_epoch,
+                         refused.name)
+                return _rejected(refused, "the partition is not in an open transaction of this producer and epoch")
         watch = SEQUENCE_HEADER_KEYS if partition.judges_sequence_headers() else NOTHING
         try:
             records = validate_batch(header, view, watch=watch)

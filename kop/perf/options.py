@@ -123,7 +123,7 @@ examples:
   # any librdkafka producer setting, as kafka-producer-perf-test's --producer-props
   kop perf produce --topic perf --num-records 100000 --producer-property linger.ms=20 --producer-property acks=1
 
---transactional-id needs a broker that serves Kafka transactions; kop does not serve them yet and refuses it.
+--transactional-id sends inside transactions, committed every --transaction-duration-ms.
 """
 
 CONSUME_EXAMPLES = """\
@@ -194,8 +194,7 @@ def _add_produce(tools: argparse._SubParsersAction) -> None:
     p.add_argument("--replication-factor", type=_positive_int, metavar="N",
                    help="replication factor of a topic --partitions creates (default: the broker's)")
     p.add_argument("--transactional-id", type=_non_empty, metavar="ID",
-                   help="send inside transactions committed every --transaction-duration-ms (needs a broker that "
-                        "serves transactions)")
+                   help="send inside transactions committed every --transaction-duration-ms")
     p.add_argument("--transaction-duration-ms", type=_positive_int, default=3000, metavar="MS",
                    help="commit a transaction this often (default 3000)")
     p.add_argument("--sequence-headers", type=_non_empty, metavar="NAME",

@@ -87,8 +87,7 @@ def _start_producer(options: ProduceOptions, outcomes: _Outcomes) -> Producer:
             producer.init_transactions(CONNECT_TIMEOUT_S)
             producer.begin_transaction()
         except KafkaException as exc:
-            raise PerfError(f"transactional id {options.transactional_id!r}: {reason(exc)} "
-                            "(--transactional-id needs a broker that serves transactions)") from None
+            raise PerfError(f"transactional id {options.transactional_id!r}: {reason(exc)}") from None
     # Metadata and the connections to the partition leaders before the clock starts.
     producer.list_topics(options.topic, timeout=CONNECT_TIMEOUT_S)
     return producer

@@ -1,0 +1,259 @@
+"""Kafka transactions with confluent-kafka (librdkafka) against a real broker: commit, abort, read_committed against
+read_uncommitted, several partitions and topics, offsets sent to a transaction, a zombie fenced, a transaction timed
+out, timeouts over the broker's maximum, and the protocol answers around them."""
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from kafka.protocol.consumer import FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+from integration.fetch_requests import FETCH_VERSION, fetch_request
+from integration.idem_raw import RawKafka, idempotent_batch
+from integration.txn_clients import (READ_COMMITTED, READ_UNCOMMITTED, RawTxnProducer, ck_read_to_end, values)
+from protocol.errors import ErrorCode
+from protocol.records import build_batch, Record
+
+
+def txn_producer(bootstrap: str, transactional_id: str, **config) -> Producer:
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, **config})
+    producer.init_transactions(15)
+    return producer
+
+
+def send(producer: Producer, topic: str, prefix: str, count: int, partition: int = 0) -> None:
+    for i in range(count):
+        producer.produce(topic, f"{prefix}{i}".encode(), partition=partition)
+    assert producer.flush(15) == 0  # on the broker before the transaction ends (librdkafka purges unsent ones)
+
+
+def test_committed_records_are_read_and_aborted_ones_only_read_uncommitted(broker):
+    producer = txn_producer(broker.bootstrap, "commit-abort")
+    producer.begin_transaction()
+    send(producer, "ca", "c", 3)
+    producer.commit_transaction(15)
+    producer.begin_transaction()
+    send(producer, "ca", "a", 4)
+    producer.abort_transaction(15)
+    producer.begin_transaction()
+    send(producer, "ca", "d", 2)
+    producer.commit_transaction(15)
+
+    committed = ck_read_to_end(broker.bootstrap, "ca", isolation=READ_COMMITTED)
+    assert values(committed) == [b"c0", b"c1", b"c2", b"d0", b"d1"]
+    everything = ck_read_to_end(broker.bootstrap, "ca", isolation=READ_UNCOMMITTED)
+    assert values(everything) == [b"c0", b"c1", b"c2", b"a0", b"a1", b"a2", b"a3", b"d0", b"d1"]
+    # 9 records and 3 markers: the markers take offsets but no client sees them as records
+    assert [offset for _, offset, _ in everything] == [0, 1, 2, 4, 5, 6, 7, 9, 10]
+
+
+def test_read_committed_stops_at_the_open_transaction_until_it_commits(broker):
+    producer = txn_producer(broker.bootstrap, "open")
+    producer.begin_transaction()
+    send(producer, "open", "x", 3)
+    with RawKafka(broker.port) as kafka:
+        assert _latest(kafka, "open", READ_COMMITTED) == 0
+        assert _latest(kafka, "open", READ_UNCOMMITTED) == 3
+        response = kafka.call(fetch_request([("open", 0, 0)], isolation_level=1), *_fetch_types())
+        data = response.responses[0].partitions[0]
+        assert (data.high_watermark, data.last_stable_offset, bytes(data.records or b"")) == (3, 0, b"")
+    assert ck_read_to_end(broker.bootstrap, "open", isolation=READ_COMMITTED) == []
+    assert len(ck_read_to_end(broker.bootstrap, "open", isolation=READ_UNCOMMITTED)) == 3
+    producer.commit_transaction(15)
+    assert values(ck_read_to_end(broker.bootstrap, "open")) == [b"x0", b"x1", b"x2"]
+    with RawKafka(broker.port) as kafka:
+        assert _latest(kafka, "open", READ_COMMITTED) == _latest(kafka, "open", READ_UNCOMMITTED) == 4
+
+
+def test_fetch_lists_the_aborted_transactions_of_the_range_it_returns(broker):
+    producer = txn_producer(broker.bootstrap, "listed")
+    producer.begin_transaction()
+    send(producer, "listed", "a", 2)
+    producer.abort_transaction(15)
+    producer.begin_transaction()
+    send(producer, "listed", "c", 2)
+    producer.commit_transaction(15)
+    wait_lso(broker, "listed", 6)
+    with RawKafka(broker.port) as kafka:
+        data = kafka.call(fetch_request([("listed", 0, 0)], isolation_level=1), *_fetch_types()) \
+            .responses[0].partitions[0]
+        aborted = [(t.producer_id, t.first_offset) for t in data.aborted_transactions]
+        assert len(aborted) == 1 and aborted[0][1] == 0
+        past = kafka.call(fetch_request([("listed", 0, 3)], isolation_level=1), *_fetch_types()) \
+            .responses[0].partitions[0]
+        assert past.aborted_transactions == []  # the abort ended before offset 3
+
+
+def test_a_transaction_spans_partitions_and_topics(broker):
+    with RawKafka(broker.port) as kafka:
+        kafka.create_topic("multi-a", partitions=3)
+        kafka.create_topic("multi-b", partitions=2)
+    producer = txn_producer(broker.bootstrap, "multi")
+    producer.begin_transaction()
+    for p in range(3):
+        send(producer, "multi-a", f"a{p}-", 2, partition=p)
+    for p in range(2):
+        send(producer, "multi-b", f"b{p}-", 2, partition=p)
+    producer.abort_transaction(15)
+    producer.begin_transaction()
+    for p in range(3):
+        send(producer, "multi-a", f"A{p}-", 1, partition=p)
+    for p in range(2):
+        send(producer, "multi-b", f"B{p}-", 1, partition=p)
+    producer.commit_transaction(15)
+    assert sorted(values(ck_read_to_end(broker.bootstrap, "multi-a", (0, 1, 2)))) == [b"A0-0", b"A1-0", b"A2-0"]
+    assert sorted(values(ck_read_to_end(broker.bootstrap, "multi-b", (0, 1)))) == [b"B0-0", b"B1-0"]
+    assert len(ck_read_to_end(broker.bootstrap, "multi-a", (0, 1, 2), isolation=READ_UNCOMMITTED)) == 9
+
+
+def _group_consumer(bootstrap: str, group: str, topic: str) -> Consumer:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", "isolation.level": READ_COMMITTED})
+    consumer.assign([TopicPartition(topic, 0)])
+    return consumer
+
+
+def _committed(bootstrap: str, group: str, topic: str) -> int:
+    consumer = _group_consumer(bootstrap, group, topic)
+    try:
+        return consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
+    finally:
+        consumer.close()
+
+
+def test_offsets_sent_to_a_transaction_are_committed_with_it_and_vanish_with_an_abort(broker):
+    seed = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10):
+        seed.produce("offsets-in", f"in{i}".encode(), partition=0)
+    assert seed.flush(15) == 0
+    consumer = _group_consumer(broker.bootstrap, "eos-group", "offsets-in")
+    metadata = consumer.consumer_group_metadata()
+    producer = txn_producer(broker.bootstrap, "offsets")
+
+    producer.begin_transaction()
+    send(producer, "offsets-out", "o", 1)
+    producer.send_offsets_to_transaction([TopicPartition("offsets-in", 0, 4)], metadata, 15)
+    producer.abort_transaction(15)
+    assert _committed(broker.bootstrap, "eos-group", "offsets-in") < 0  # nothing committed
+
+    producer.begin_transaction()
+    send(producer, "offsets-out", "p", 1)
+    producer.send_offsets_to_transaction([TopicPartition("offsets-in", 0, 7)], metadata, 15)
+    producer.commit_transaction(15)
+    deadline = time.monotonic() + 10
+    while _committed(broker.bootstrap, "eos-group", "offsets-in") != 7:  # offsets land just after the markers
+        assert time.monotonic() < deadline, "the transaction's offset was not committed"
+        time.sleep(0.1)
+    consumer.close()
+    assert values(ck_read_to_end(broker.bootstrap, "offsets-out")) == [b"p0"]
+
+
+def test_a_second_producer_with_the_same_transactional_id_fences_the_first(broker):
+    zombie = txn_producer(broker.bootstrap, "fenced")
+    zombie.begin_transaction()
+    send(zombie, "fenced", "z", 2)
+    successor = txn_producer(broker.bootstrap, "fenced")  # aborts the zombie's open transaction
+    with pytest.raises(KafkaException) as raised:
+        zombie.commit_transaction(15)
+    assert raised.value.args[0].fatal() or raised.value.args[0].code() in (
+        KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+    successor.begin_transaction()
+    send(successor, "fenced", "s", 1)
+    successor.commit_transaction(15)
+    assert values(ck_read_to_end(broker.bootstrap, "fenced")) == [b"s0"]
+    assert values(ck_read_to_end(broker.bootstrap, "fenced", isolation=READ_UNCOMMITTED)) == [b"z0", b"z1", b"s0"]
+
+
+def test_the_coordinator_aborts_a_transaction_open_past_its_timeout(broker_factory):
+    broker = broker_factory({"transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"})
+    producer = txn_producer(broker.bootstrap, "slow", **{"transaction.timeout.ms": 1000})
+    producer.begin_transaction()
+    send(producer, "slow", "late", 2)
+    wait_lso(broker, "slow", 3)  # aborted by the coordinator: the marker moved the LSO past the records
+    with pytest.raises(KafkaException):
+        producer.commit_transaction(15)
+    assert ck_read_to_end(broker.bootstrap, "slow") == []
+    assert len(ck_read_to_end(broker.bootstrap, "slow", isolation=READ_UNCOMMITTED)) == 2
+
+
+def test_a_timeout_over_the_brokers_maximum_is_refused(broker_factory):
+    broker = broker_factory({"transaction.max.timeout.ms": "5000"})
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "too-long",
+                         "transaction.timeout.ms": 60000})
+    with pytest.raises(KafkaException) as raised:
+        producer.init_transactions(15)
+    assert raised.value.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT
+
+
+def test_a_batch_arriving_after_its_transaction_ended_is_refused(broker):
+    """KIP-890's hanging transaction: a delayed transactional batch must not open a transaction no one ends."""
+    with RawKafka(broker.port) as kafka:
+        kafka.create_topic("late", partitions=2)
+        txn = RawTxnProducer(kafka, "late")
+        assert txn.add_partitions("late", [0]) == {0: ErrorCode.NONE}
+        first = _txn_batch([b"in-time"], txn, 0)
+        assert kafka.produce("late", 0, first).error_code == ErrorCode.NONE
+        not_added = kafka.produce("late", 1, _txn_batch([b"never added"], txn, 0))
+        assert not_added.error_code == ErrorCode.INVALID_TXN_STATE
+        assert txn.end(commit=True) == ErrorCode.NONE
+        delayed = kafka.produce("late", 0, _txn_batch([b"delayed"], txn, 1))
+        assert delayed.error_code == ErrorCode.INVALID_TXN_STATE
+        wait_lso(broker, "late", 2)
+        assert _latest(kafka, "late", READ_UNCOMMITTED) == 2  # the record and the marker; nothing after them
+    assert values(ck_read_to_end(broker.bootstrap, "late")) == [b"in-time"]
+
+
+def test_fencing_answers_by_request_version(broker):
+    with RawKafka(broker.port) as kafka:
+        kafka.create_topic("versions")
+        old = RawTxnProducer(kafka, "versions")
+        RawTxnProducer(kafka, "versions")  # bumps the epoch
+        assert old.end(commit=True, version=1) == ErrorCode.INVALID_PRODUCER_EPOCH
+        assert old.end(commit=True, version=2) == ErrorCode.PRODUCER_FENCED
+        assert old.add_partitions("versions", [0], version=1) == {0: ErrorCode.INVALID_PRODUCER_EPOCH}
+        assert old.add_partitions("versions", [0], version=3) == {0: ErrorCode.PRODUCER_FENCED}
+        # a transactional batch of the old epoch is refused as Kafka refuses a stale epoch on Produce
+        answer = kafka.produce("versions", 0, _txn_batch([b"zombie"], old, 0))
+        assert answer.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+        # a plain idempotent batch is not judged by the coordinator
+        idem = kafka.init_producer_id()
+        plain = idempotent_batch([b"idem"], producer_id=idem.producer_id, epoch=idem.producer_epoch, base_sequence=0)
+        assert kafka.produce("versions", 0, plain).error_code == ErrorCode.NONE
+
+
+def test_api_versions_advertise_the_transaction_apis(broker):
+    with RawKafka(broker.port) as kafka:
+        versions = {k.api_key: (k.min_version, k.max_version)
+                    for k in kafka.call(ApiVersionsRequest[3](client_software_name="t", client_software_version="1"),
+                                        ApiVersionsResponse, 3).api_keys}
+    assert versions[24] == (0, 3) and versions[25] == (0, 3) and versions[26] == (0, 3) and versions[28] == (0, 3)
+
+
+# ---- helpers
+
+def _txn_batch(values_: list[bytes], txn: RawTxnProducer, base_sequence: int) -> bytes:
+    records = [Record(offset=i, timestamp=1_700_000_000_000 + i, key=None, value=v) for i, v in enumerate(values_)]
+    return build_batch(records, producer_id=txn.producer_id, producer_epoch=txn.epoch, base_sequence=base_sequence,
+                       transactional=True)
+
+
+def _fetch_types():
+    return FetchResponse, FETCH_VERSION
+
+
+def _latest(kafka: RawKafka, topic: str, isolation: str) -> int:
+    request = ListOffsetsRequest[5](replica_id=-1, isolation_level=1 if isolation == READ_COMMITTED else 0,
+                                    topics=[ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
+                                        ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                                            partition_index=0, current_leader_epoch=-1, timestamp=-1)])])
+    answer = kafka.call(request, ListOffsetsResponse, 5).topics[0].partitions[0]
+    assert answer.error_code == ErrorCode.NONE
+    return answer.offset
+
+
+def wait_lso(broker, topic: str, expected: int, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    with RawKafka(broker.port) as kafka:
+        while (lso := _latest(kafka, topic, READ_COMMITTED)) != expected:
+            assert time.monotonic() < deadline, f"{topic}: last stable offset {lso}, expected {expected}"
+            time.sleep(0.05)

@@ -1,0 +1,367 @@
+"""The transaction coordinator: every transactional id this broker serves (all of them: one broker), their producer
+ids and epochs, their transactions' partitions, groups and offsets, and the markers that end them.
+
+Each transition is written to the state log (kop/transactions/state_log.py) before it is answered and installed, so
+a crash loses nothing that was acknowledged; while it is being written the id answers CONCURRENT_TRANSACTIONS. EndTxn
+is answered once PrepareCommit/PrepareAbort is durable, as Kafka answers it: the decision is then final, and the
+markers (one COMMIT or ABORT control batch per partition) and the transaction's offsets follow in the background,
+retried until they are stored; a transaction caught in Prepare* by a crash completes when the broker starts again.
+
+Fencing: InitProducerId bumps the epoch (a new producer id once the epoch is exhausted), so the previous holder of the
+transactional id is refused from then on: PRODUCER_FENCED by the coordinator (handlers answer it as
+INVALID_PRODUCER_EPOCH to versions that predate it), INVALID_PRODUCER_EPOCH on Produce. A transaction left open past
+its timeout is aborted with a bumped epoch, which fences its producer the same way.
+"""
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Iterable
+
+from kop.config import BrokerConfig
+from kop.groups import GroupCoordinator
+from kop.groups.offsets import java_length
+from kop.ledger import ManagedLedgerError
+from kop.producer_ids import MAX_EPOCH, ProducerIdAllocator
+from kop.topics import TopicManager
+from kop.transactions.state import PendingOffset, TopicPartition, TxnMetadata, TxnState
+from kop.transactions.state_log import TxnStateLog
+from protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+MARKER_RETRY_S = 0.1  # between attempts to store a marker or an offset of a completing transaction
+Identity = tuple[ErrorCode, int, int]  # (error, producer id, epoch) answered to InitProducerId
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _copy(meta: TxnMetadata, **changes) -> TxnMetadata:
+    fields = dict(partitions=set(meta.partitions), groups=set(meta.groups),
+                  pending_offsets=dict(meta.pending_offsets), pending=False)
+    fields.update(changes)
+    return dataclasses.replace(meta, **fields)
+
+
+class TransactionCoordinator:
+    def __init__(self, config: BrokerConfig, topics: TopicManager, groups: GroupCoordinator,
+                 producer_ids: ProducerIdAllocator) -> None:
+        self.config = config
+        self.topics = topics
+        self.groups = groups
+        self.producer_ids = producer_ids
+        self.states: dict[str, TxnMetadata] = {}
+        self._by_producer: dict[int, str] = {}  # producer id -> transactional id
+        self._log: TxnStateLog | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._closing = False
+
+    # ---- lifecycle
+
+    def start(self) -> None:
+        """Load the state log (topics must be loaded) and finish the transactions a crash left in Prepare*."""
+        self._log = TxnStateLog(self.config.data_dir, self.config.fsync)
+        self.states = self._log.load()
+        self._by_producer = {meta.producer_id: txn_id for txn_id, meta in self.states.items()}
+        for meta in self.states.values():
+            if meta.state.preparing:
+                log.info("transaction %s (producer %d epoch %d) resumes in %s", meta.transactional_id,
+                         meta.producer_id, meta.producer_epoch, meta.state.name)
+                self._spawn(self._complete(meta))
+        self._spawn(self._expiry_loop())
+        log.info("transaction coordinator loaded %d transactional ids", len(self.states))
+
+    async def stop(self) -> None:
+        self._closing = True
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._log is not None:
+            await self._log.close()
+
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ---- storing transitions
+
+    async def _transition(self, current: TxnMetadata | None, new: TxnMetadata) -> ErrorCode:
+        """Write `new` to the state log, then install it; `current` answers CONCURRENT_TRANSACTIONS meanwhile."""
+        if current is not None:
+            current.pending = True
+        new.update_ms = _now_ms()
+        try:
+            await self._log.append(new.to_record())
+        except (ManagedLedgerError, OSError) as exc:
+            log.error("transaction %s: state log write failed: %s", new.transactional_id, exc)
+            return ErrorCode.NOT_COORDINATOR  # the client looks the coordinator up again and retries
+        finally:
+            if current is not None:
+                current.pending = False
+        if current is not None and current.producer_id != new.producer_id:
+            self._by_producer.pop(current.producer_id, None)
+        self.states[new.transactional_id] = new
+        self._by_producer[new.producer_id] = new.transactional_id
+        return ErrorCode.NONE
+
+    def _next_identity(self, meta: TxnMetadata) -> dict:
+        """The fields of a bumped epoch: the same id with epoch + 1, or a new id when the epoch is exhausted."""
+        if meta.producer_epoch + 1 >= MAX_EPOCH:
+            return dict(producer_id=self.producer_ids.allocate(), producer_epoch=0,
+                        last_producer_id=meta.producer_id, last_producer_epoch=meta.producer_epoch)
+        return dict(producer_epoch=meta.producer_epoch + 1, last_producer_id=meta.producer_id,
+                    last_producer_epoch=meta.producer_epoch)
+
+    # ---- InitProducerId
+
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int, producer_id: int,
+                               producer_epoch: int) -> Identity:
+        if not 0 < timeout_ms <= self.config.transaction_max_timeout_ms:
+            return ErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1
+        meta = self.states.get(transactional_id)
+        if meta is None:
+            new = TxnMetadata(transactional_id, self.producer_ids.allocate(), 0, timeout_ms)
+            error = await self._transition(None, new)
+            return (error, new.producer_id, new.producer_epoch) if error == ErrorCode.NONE else (error, -1, -1)
+        if meta.pending or meta.state.preparing:
+            return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
+        if producer_id >= 0 and (producer_id, producer_epoch) != (meta.producer_id, meta.producer_epoch):
+            if (producer_id, producer_epoch) == (meta.last_producer_id, meta.last_producer_epoch) \
+                    and meta.state.complete:
+                # A retry whose answer was lost, or the producer whose transaction the coordinator aborted: it
+                # gets the current epoch, which no other producer holds.
+                return ErrorCode.NONE, meta.producer_id, meta.producer_epoch
+            return ErrorCode.PRODUCER_FENCED, -1, -1
+        if meta.state is TxnState.ONGOING:
+            # The previous producer's transaction is aborted under a new epoch; the client retries meanwhile.
+            log.info("transaction %s: InitProducerId aborts the open transaction of producer %d epoch %d",
+                     transactional_id, meta.producer_id, meta.producer_epoch)
+            await self._abort_fenced(meta)
+            return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
+        new = _copy(meta, **self._next_identity(meta), timeout_ms=timeout_ms, state=TxnState.EMPTY,
+                    partitions=set(), groups=set(), pending_offsets={}, start_ms=-1)
+        error = await self._transition(meta, new)
+        if error != ErrorCode.NONE:
+            return error, -1, -1
+        log.info("transaction %s: producer %d epoch %d (was %d epoch %d)", transactional_id, new.producer_id,
+                 new.producer_epoch, meta.producer_id, meta.producer_epoch)
+        return ErrorCode.NONE, new.producer_id, new.producer_epoch
+
+    # ---- adding partitions and groups
+
+    def _check_producer(self, meta: TxnMetadata | None, producer_id: int, producer_epoch: int) -> ErrorCode | None:
+        """Kafka's order: the id must map to this producer, its epoch be current, no transition be in flight."""
+        if meta is None or meta.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if meta.producer_epoch != producer_epoch:
+            return ErrorCode.PRODUCER_FENCED
+        if meta.pending or meta.state.preparing:
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        return None
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        wanted = set(partitions)
+        meta = self.states.get(transactional_id)
+        error = self._check_producer(meta, producer_id, producer_epoch)
+        if error is None:
+            unknown = {tp for tp in wanted if self.topics.partition(*tp) is None}
+            if unknown:
+                return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
+                        else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in wanted}
+            if meta.state is TxnState.ONGOING and wanted <= meta.partitions:
+                error = ErrorCode.NONE
+            else:
+                try:
+                    for tp in wanted:  # a no-op for a partition marked before
+                        await self.topics.partition(*tp).expect_transactions()
+                except (ManagedLedgerError, OSError) as exc:
+                    log.warning("transactional id %s: partitions not added: %s", transactional_id, exc)
+                    return {tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in wanted}  # retriable
+                error = await self._transition(meta, self._ongoing(meta, partitions=meta.partitions | wanted))
+        return {tp: error for tp in wanted}
+
+    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          group_id: str) -> ErrorCode:
+        meta = self.states.get(transactional_id)
+        error = self._check_producer(meta, producer_id, producer_epoch)
+        if error is not None:
+            return error
+        if meta.state is TxnState.ONGOING and group_id in meta.groups:
+            return ErrorCode.NONE
+        return await self._transition(meta, self._ongoing(meta, groups=meta.groups | {group_id}))
+
+    @staticmethod
+    def _ongoing(meta: TxnMetadata, **changes) -> TxnMetadata:
+        if meta.state is not TxnState.ONGOING:  # a new transaction starts
+            changes.update(state=TxnState.ONGOING, start_ms=_now_ms())
+        return _copy(meta, **changes)
+
+    async def txn_offset_commit(self, transactional_id: str, group_id: str, producer_id: int, producer_epoch: int,
+                                offsets: dict[TopicPartition, PendingOffset]) -> dict[TopicPartition, ErrorCode]:
+        """Offsets a transaction commits for a group it added: the group's committed offsets once it commits."""
+        meta = self.states.get(transactional_id)
+        error = None
+        if meta is None or meta.producer_id != producer_id:
+            error = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        elif meta.producer_epoch != producer_epoch:
+            error = ErrorCode.INVALID_PRODUCER_EPOCH
+        elif meta.pending:
+            error = ErrorCode.CONCURRENT_TRANSACTIONS
+        elif meta.state is not TxnState.ONGOING or group_id not in meta.groups:
+            error = ErrorCode.INVALID_TXN_STATE
+        if error is not None:
+            return {tp: error for tp in offsets}
+        results: dict[TopicPartition, ErrorCode] = {}
+        stored = dict(meta.pending_offsets)
+        for tp, pending in offsets.items():
+            if self.topics.partition(*tp) is None:
+                results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif java_length(pending.metadata) > self.config.offset_metadata_max_bytes:
+                results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                stored[(group_id, *tp)] = pending
+                results[tp] = ErrorCode.NONE
+        if stored != meta.pending_offsets:
+            error = await self._transition(meta, _copy(meta, pending_offsets=stored))
+            if error != ErrorCode.NONE:
+                return {tp: error for tp in offsets}
+        return results
+
+    def has_pending_offset(self, group_id: str, topic: str, partition: int) -> bool:
+        """An open transaction holds an offset for this group partition (OffsetFetch require_stable waits)."""
+        key = (group_id, topic, partition)
+        return any(key in meta.pending_offsets for meta in self.states.values())
+
+    # ---- ending
+
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                      commit: bool) -> ErrorCode:
+        meta = self.states.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if meta.producer_epoch != producer_epoch:
+            return ErrorCode.PRODUCER_FENCED
+        if meta.pending:
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        wanted = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        if meta.state is TxnState.ONGOING:
+            return await self._prepare(meta, commit)
+        if meta.state.preparing:
+            preparing = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+            return ErrorCode.CONCURRENT_TRANSACTIONS if meta.state is preparing else ErrorCode.INVALID_TXN_STATE
+        return ErrorCode.NONE if meta.state is wanted else ErrorCode.INVALID_TXN_STATE
+
+    async def _prepare(self, meta: TxnMetadata, commit: bool, **changes) -> ErrorCode:
+        prepared = _copy(meta, state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, **changes)
+        if not commit:
+            prepared.pending_offsets = {}
+        error = await self._transition(meta, prepared)
+        if error == ErrorCode.NONE:
+            self._spawn(self._complete(prepared))
+        return error
+
+    async def _abort_fenced(self, meta: TxnMetadata) -> ErrorCode:
+        """Abort an open transaction under a bumped epoch, so its producer is fenced. The id stays (its markers
+        close what it wrote); the epoch may reach MAX_EPOCH here, and the next InitProducerId then rotates the id."""
+        return await self._prepare(meta, False, producer_epoch=meta.producer_epoch + 1,
+                                   last_producer_id=meta.producer_id, last_producer_epoch=meta.producer_epoch)
+
+    async def _complete(self, meta: TxnMetadata) -> None:
+        """Write the markers and (on commit) the offsets of a prepared transaction, then record it complete."""
+        commit = meta.state is TxnState.PREPARE_COMMIT
+        await asyncio.gather(*(self._write_marker(meta, tp, commit) for tp in sorted(meta.partitions)))
+        for (group_id, topic, partition), pending in sorted(meta.pending_offsets.items()):
+            await self._commit_offset(meta, group_id, topic, partition, pending)
+        done = _copy(meta, state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT, partitions=set(),
+                     groups=set(), pending_offsets={}, start_ms=-1)
+        while await self._transition(meta, done) != ErrorCode.NONE:
+            await asyncio.sleep(MARKER_RETRY_S)
+        log.info("transaction %s of producer %d epoch %d %s (%d partitions)", meta.transactional_id,
+                 meta.producer_id, meta.producer_epoch, "committed" if commit else "aborted", len(meta.partitions))
+        if not any(m.pending for m in self.states.values()):  # compaction must not drop a record in flight
+            await self._log.compact_if_due(self.states)
+
+    async def _write_marker(self, meta: TxnMetadata, tp: TopicPartition, commit: bool) -> None:
+        while not self._closing:
+            partition = self.topics.partition(*tp)
+            if partition is None:
+                return  # the topic was deleted: nothing left to mark
+            result = await partition.publish_control(meta.producer_id, meta.producer_epoch, commit)
+            if result.error == ErrorCode.NONE:
+                return
+            log.warning("transaction %s: %s marker on %s-%d failed (%s), retrying", meta.transactional_id,
+                        "COMMIT" if commit else "ABORT", *tp, result.message or result.error.name)
+            await asyncio.sleep(MARKER_RETRY_S)
+
+    async def _commit_offset(self, meta: TxnMetadata, group_id: str, topic: str, partition: int,
+                             pending: PendingOffset) -> None:
+        while not self._closing:
+            error = await self.groups.commit(group_id, topic, partition, pending.offset, pending.leader_epoch,
+                                             pending.metadata)
+            if error in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+                return
+            log.warning("transaction %s: offset of %s on %s-%d failed (%s), retrying", meta.transactional_id,
+                        group_id, topic, partition, error.name)
+            await asyncio.sleep(MARKER_RETRY_S)
+
+    # ---- the produce path
+
+    def check_produce(self, producer_id: int, producer_epoch: int, topic: str, partition: int) -> ErrorCode | None:
+        """May a transactional batch of this producer go to this partition? Only while its transaction is open and
+        holds the partition: a batch that comes late, after its transaction ended (or for a partition never added)
+        would otherwise open a transaction no one will end (KIP-890's hanging transaction)."""
+        meta = self.states.get(self._by_producer.get(producer_id, ""))
+        if meta is None or meta.producer_id != producer_id:
+            return ErrorCode.INVALID_TXN_STATE
+        if producer_epoch < meta.producer_epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if meta.state is not TxnState.ONGOING or producer_epoch != meta.producer_epoch \
+                or (topic, partition) not in meta.partitions:
+            return ErrorCode.INVALID_TXN_STATE
+        return None
+
+    # ---- timeouts and expiry
+
+    async def _expiry_loop(self) -> None:
+        interval = self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.expire()
+            except Exception:
+                log.exception("transaction timeout check failed")
+
+    async def expire(self) -> None:
+        """Abort transactions open past their timeout (fencing their producers); forget ids idle past
+        transactional.id.expiration.ms."""
+        now = _now_ms()
+        for meta in list(self.states.values()):
+            if meta.pending:
+                continue
+            if meta.state is TxnState.ONGOING and now - meta.start_ms > meta.timeout_ms:
+                log.info("transaction %s of producer %d epoch %d timed out after %d ms: aborting",
+                         meta.transactional_id, meta.producer_id, meta.producer_epoch, meta.timeout_ms)
+                await self._abort_fenced(meta)
+            elif meta.state.complete and now - meta.update_ms > self.config.transactional_id_expiration_ms:
+                await self._forget(meta)
+
+    async def _forget(self, meta: TxnMetadata) -> None:
+        dead = _copy(meta, state=TxnState.DEAD)
+        record = dead.to_record()
+        record.deleted = True
+        meta.pending = True
+        try:
+            await self._log.append(record)
+        except (ManagedLedgerError, OSError) as exc:
+            log.error("transaction %s: could not expire: %s", meta.transactional_id, exc)
+            return
+        finally:
+            meta.pending = False
+        if self.states.get(meta.transactional_id) is meta:
+            del self.states[meta.transactional_id]
+            self._by_producer.pop(meta.producer_id, None)
+            log.info("transactional id %s expired", meta.transactional_id)
