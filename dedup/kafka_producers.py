@@ -37,6 +37,7 @@ from dedup import kafka_snapshot
 from dedup.interfaces import Position, ReplayEntry
 from dedup.message_deduplication import DupStatus, MessageDeduplication
 from dedup.sequences import MAX_SEQUENCE, SEQUENCE_MODULUS, to_wire, unwrap
+from proto.kop_pb2 import MessageMetadata
 from protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -215,9 +216,6 @@ class _OwedResend:
 
 
 _NOT_DUP = DupStatus.NOT_DUP  # an enum member lookup costs more than a dict lookup, on every batch
-
-MAX_OWED_PRODUCERS = 10_000  # bounds the memory of producers that never come back to resend
-
 
 def _near(sequence: int, reference: int) -> int:
     """`sequence` as the int64 value closest to `reference` (a wire value and an unwrapped one compare right)."""
@@ -467,9 +465,9 @@ class KafkaProducers:
         earlier = self._owed.pop(producer_id, None)
         if earlier is not None and earlier.epoch == epoch:  # owed again while resending: cover both
             first, last = min(first, _near(earlier.first_seq, first)), max(last, _near(earlier.last_seq, last))
+        # One record per producer id, kept until its producer resends or is purged for inactivity (`expire`):
+        # never dropped to bound memory, as a dropped record would let the batches behind the owed one through.
         self._owed[producer_id] = _OwedResend(epoch, first, last, error_code, self._dedup.now())
-        if len(self._owed) > MAX_OWED_PRODUCERS:
-            del self._owed[next(iter(self._owed))]
 
     def _apply_persisted(self, producer_id: int, producer: _Producer, batch: BatchMetadata) -> None:
         if producer.persisted_epoch is None or batch.epoch > producer.persisted_epoch:
@@ -532,9 +530,18 @@ class KafkaProducers:
             self._dedup.forget(metadata.producer_name)
             return
         producer.epoch = epoch
-        batch = BatchMetadata(epoch, metadata.sequence_id, metadata.highest_sequence_id,
-                              entry.first_offset, entry.last_offset, metadata.publish_time)
+        first, last = metadata.sequence_id, metadata.highest_sequence_id
+        if producer.persisted and producer.persisted_epoch == epoch:
+            reference = producer.persisted[-1].last_seq  # an entry from a dedup-off era holds wire sequences
+            first = _near(first, reference)
+            last = _near(last, first)
+        batch = BatchMetadata(epoch, first, last, entry.first_offset, entry.last_offset, metadata.publish_time)
         self._apply_persisted(producer_id, producer, batch)
+
+    def replayed_highest(self, metadata: MessageMetadata, known: int) -> int:
+        if not metadata.producer_name.startswith(self._prefix + "-"):
+            return max(metadata.sequence_id, metadata.highest_sequence_id)
+        return _near(metadata.highest_sequence_id, known)  # unwrapped values are their own nearest
 
     def forget(self, names: Collection[str]) -> None:
         for producer_id, producer in list(self._producers.items()):

@@ -40,6 +40,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
 from dedup.interfaces import DEDUP_CURSOR_NAME, DedupCursor, DedupLedger, Position, ReplayEntry
+from proto.kop_pb2 import MessageMetadata
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,12 @@ class DedupExtension(Protocol):
 
     def replay(self, entry: ReplayEntry) -> None:
         """Apply one replayed entry that carries a producer name, after the maps were updated for it."""
+
+    def replayed_highest(self, metadata: MessageMetadata, known: int) -> int:
+        """The highest sequence id a replayed entry records for its producer name, read near `known`, the value
+        the state holds for that name (an entry written while deduplication was off may record Kafka's wrapping
+        int32 sequences where the state holds them unwrapped)."""
+        ...
 
     def capture(self) -> Callable[[Collection[str]], dict[str, str]]:
         """Copy the state as it is now, for a snapshot at this moment; the function returned, which may run in
@@ -353,7 +360,11 @@ class MessageDeduplication:
             self._replay_name(named.name, named.sequence_id, now)
         if not metadata.producer_name:
             return
-        self._replay_name(metadata.producer_name, max(metadata.sequence_id, metadata.highest_sequence_id), now)
+        highest = max(metadata.sequence_id, metadata.highest_sequence_id)
+        known = self._persisted.get(metadata.producer_name)
+        if known is not None and self._extension is not None:
+            highest = self._extension.replayed_highest(metadata, known)
+        self._replay_name(metadata.producer_name, highest, now)
         if self._extension is not None:
             self._extension.replay(entry)
 

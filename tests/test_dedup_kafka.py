@@ -739,3 +739,44 @@ async def test_dedup_disabled_accepts_everything_and_tracks_nothing():
     accepted(partition, PID, 0, 0)
     assert not partition.in_flight[0].pending.tracked
     assert partition.producers.epoch(PID) is None
+
+
+async def test_a_full_replay_over_a_dedup_off_era_that_crossed_the_sequence_wrap_keeps_the_producer_ahead():
+    """With dedup off, entries record Kafka's wire sequences (int32, wrapping); the state holds them unwrapped. A
+    full replay (a lost cursor) over a producer that crossed the wrap must end after the wrap, not before it: else
+    the retries of the last stored batches are accepted and stored again."""
+    partition = await Partition().start(enabled=False)
+    for seq in (MAX_SEQUENCE - 1, MAX_SEQUENCE, 0, 1):
+        accepted(partition, PID, 0, seq)
+    partition.persist_all()
+    ledger = partition.ledger
+    ledger.cursors[DEDUP_CURSOR_NAME] = InMemoryCursor(ledger, (-1, -1))  # the cursor lost: replay everything
+    replayed = await Partition(ledger).start()
+    name = replayed.producers.producer_name(PID, 0)
+    assert replayed.dedup.pushed[name] == MAX_SEQUENCE + 2  # wire 1, after the wrap
+    for seq in (0, 1):  # retries of stored batches
+        decision = replayed.send(PID, 0, seq)
+        assert isinstance(decision, Duplicate) or rejected(decision, ErrorCode.DUPLICATE_SEQUENCE_NUMBER), decision
+    accepted(replayed, PID, 0, 2)
+
+
+async def test_every_batch_owed_while_dedup_recovers_holds_its_followers_however_many_producers_are_owed():
+    """Owed-resend records are never dropped to bound memory (they go with a producer's resend or its purge): one
+    dropped would let the batch behind the owed one be stored first, and the owed one then count as stored."""
+    ledger = HeldReplayLedger()
+    partition = await Partition(ledger).start(enabled=False)
+    for seq in range(10):
+        accepted(partition, PID, 0, seq)
+    partition.persist_all()
+    enabling = asyncio.ensure_future(partition.dedup.check_status(True))
+    await asyncio.sleep(0)
+    assert rejected(partition.send(PID, 0, 10), ErrorCode.REQUEST_TIMED_OUT)  # owed
+    for other in range(PID + 1, PID + 1 + 12_000):  # many more producers answered while recovering
+        assert rejected(partition.send(other, 0, 0), ErrorCode.REQUEST_TIMED_OUT)
+    ledger.release.set()
+    await enabling
+    assert rejected(partition.send(PID, 0, 11), ErrorCode.REQUEST_TIMED_OUT)  # still behind the owed batch
+    accepted(partition, PID, 0, 10)
+    accepted(partition, PID, 0, 11)
+    partition.persist_all()
+    assert [seq for seq, _ in partition.stored(PID)][-2:] == [10, 11]
