@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 LISTEN ?= 127.0.0.1:9092
 DATA ?= ./data
 
-.PHONY: run test test-slow test-fast soak bench proto compat compat-quick java kcat clean pipeline-demo
+.PHONY: run test test-slow test-fast faketime soak bench proto compat compat-quick java kcat clean pipeline-demo
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,13 @@ kcat:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat) >/dev/null 2>&1; } || \
 	  echo "kcat not installed: its test will be skipped"
 
-test: $(VENV)/.test-installed java kcat
+# libfaketime (Debian's faketime) moves a broker's wall clock in the clock-jump tests; without it they skip.
+faketime:
+	@[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 ] || { command -v apt-get >/dev/null && \
+	  [ "$$(id -u)" = 0 ] && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime) \
+	  >/dev/null 2>&1; } || echo "libfaketime not installed: the clock-jump tests will be skipped"
+
+test: $(VENV)/.test-installed java kcat faketime
 	$(PY) -m pytest -q -m "not slow"
 
 # The scenarios of minutes (Spark in local mode), kept out of `make test` so it stays quick; CI runs both.

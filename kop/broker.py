@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import Awaitable
 
-from kop import handlers
+from kop import clock, handlers
 from kop.admin.metrics import BrokerCollector, BrokerMetrics
 from kop.admin.server import AdminServer
 from kop.byte_budget import ByteBudget
@@ -160,7 +160,7 @@ class Broker:
                 log.exception("retention check failed")
 
     async def enforce_retention(self) -> None:
-        now = int(time.time() * 1000)
+        now = clock.now_ms()
         for topic in list(self.topics.topics.values()):
             if not deletes_by_retention(topic.configs):
                 continue

@@ -15,12 +15,12 @@ import logging
 import os
 import re
 import shutil
-import time
 from array import array
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 
+from kop import clock
 from kop.ledger.cursor_log import CursorLog, ManagedCursor
 from kop.ledger.errors import LedgerClosedError, LedgerWriteError
 from kop.ledger.file_pool import FilePool
@@ -148,7 +148,7 @@ class FileManagedLedger(ManagedLedger):
             ledger.closed = True
             if li.HasField("max_timestamp"):
                 ledger.recorded_max_timestamp = li.max_timestamp
-            self._closed_times[ledger.ledger_id] = li.timestamp or int(time.time() * 1000)
+            self._closed_times[ledger.ledger_id] = li.timestamp or clock.now_ms()
             if ledger.entries == 0:
                 self._ledgers.pop()
                 ledger.delete_files()
@@ -195,7 +195,7 @@ class FileManagedLedger(ManagedLedger):
         if previous is not None:
             next_id = max(next_id, previous.ledger_id + 1)
             # Retention counts from the ledger's newest record, not from when it happened to be closed.
-            closed_times[previous.ledger_id] = self._last_append_ms or int(time.time() * 1000)
+            closed_times[previous.ledger_id] = self._last_append_ms or clock.now_ms()
             if previous.entries == 0:
                 ledgers.remove(previous)
         self._last_ledger_id = next_id  # ids never go back, even for a ledger whose start failed
@@ -286,7 +286,7 @@ class FileManagedLedger(ManagedLedger):
             raise LedgerClosedError(self.name)
         if first_index != self._written_end:
             raise ValueError(f"{self.name}: entry starts at {first_index}, expected {self._written_end}")
-        now_ms = int(time.time() * 1000)
+        now_ms = clock.now_ms()
         failing = self._group.failing  # an earlier write failed: nothing more goes into this ledger
         if not failing and (self._roll_pending or self._roll_due(now_ms)):
             try:

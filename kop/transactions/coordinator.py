@@ -15,9 +15,9 @@ its timeout is aborted with a bumped epoch, which fences its producer the same w
 import asyncio
 import dataclasses
 import logging
-import time
 from collections.abc import Iterable
 
+from kop import clock
 from kop.config import BrokerConfig
 from kop.groups import GroupCoordinator
 from kop.groups.offsets import java_length
@@ -35,7 +35,7 @@ Identity = tuple[ErrorCode, int, int]  # (error, producer id, epoch) answered to
 
 
 def _now_ms() -> int:
-    return int(time.time() * 1000)
+    return clock.now_ms()
 
 
 def _copy(meta: TxnMetadata, **changes) -> TxnMetadata:
