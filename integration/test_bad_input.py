@@ -7,6 +7,7 @@ import resource
 import socket
 import struct
 import threading
+import time
 
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
@@ -394,6 +395,10 @@ def test_the_broker_wide_request_bytes_bound_pauses_other_connections_until_answ
         first.settimeout(LIVENESS_S)
         frame = frame_of(produce_request("shared", [(0, plain_batch([b"1" * 100_000]))]))
         first.sendall(frame[:len(frame) // 2])
+        # Let the broker read the first request's size (it then counts all of it) before the second arrives: on a
+        # loaded machine the second could otherwise be read first, and nothing would wait. (No request can serve as
+        # the barrier: once the first is counted, the broker reads none.)
+        time.sleep(1.0)
         waiting = second.send_produce("shared", 0, plain_batch([b"2"]))
         wait_for_log(b, PAUSE_LOG.format("queued.max.request.bytes"))
         first.sendall(frame[len(frame) // 2:])
