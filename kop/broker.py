@@ -5,7 +5,6 @@ import contextlib
 import errno
 import logging
 import os
-import time
 from collections.abc import Awaitable
 
 from kop import clock, handlers
@@ -41,7 +40,6 @@ class Broker:
         self.api_router = handlers.build_api_router()
         self.producer_ids: ProducerIdAllocator | None = None
         self.transactions: TransactionCoordinator | None = None
-        self.started_ms = int(time.time() * 1000)
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task] = set()
         self.request_bytes = ByteBudget(config.queued_max_request_bytes)  # unanswered request bytes, all connections
