@@ -6,7 +6,9 @@ per function.
     python -m bench.profile_produce --workload single --records 20000
 
 Workloads: `batched` (idempotent, linger.ms 5, 100 B records: hundreds of records per batch), `single`
-(idempotent, one record per batch: per-request and per-batch costs), `large` (10 KB records: per-byte costs).
+(idempotent, one record per batch: per-request and per-batch costs), `large` (10 KB records: per-byte costs),
+`sequence` and `plain-headers` (`batched` with the two sequence-id headers, or two headers of the same size kop does
+not read).
 """
 import argparse
 import collections
@@ -29,6 +31,9 @@ WORKLOADS = {
     "single": ProduceSpec(20_000, 100, partitions=4, idempotence=True, linger_ms=0,
                           client=(("batch.num.messages", "1"),)),
     "large": ProduceSpec(20_000, 10_000, partitions=4, idempotence=True),
+    # 100 B records with the two application sequence-id headers, and with two plain headers of the same size
+    "sequence": ProduceSpec(200_000, 100, partitions=4, idempotence=True, headers="sequence"),
+    "plain-headers": ProduceSpec(200_000, 100, partitions=4, idempotence=True, headers="plain"),
 }
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::\d+)?\)$")
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # paths in the tree are shown from here
