@@ -221,6 +221,41 @@ def test_fencing_answers_by_request_version(broker):
         assert kafka.produce("versions", 0, plain).error_code == ErrorCode.NONE
 
 
+def test_a_plain_batch_from_a_producer_with_a_transaction_open_is_refused(broker):
+    """As Kafka refuses it: it would land inside the transaction's range without being part of it."""
+    with RawKafka(broker.port) as kafka:
+        kafka.create_topic("mixed")
+        txn = RawTxnProducer(kafka, "mixed")
+        assert txn.add_partitions("mixed", [0]) == {0: ErrorCode.NONE}
+        assert kafka.produce("mixed", 0, _txn_batch([b"in"], txn, 0)).error_code == ErrorCode.NONE
+        plain = idempotent_batch([b"out"], producer_id=txn.producer_id, epoch=txn.epoch, base_sequence=1)
+        assert kafka.produce("mixed", 0, plain).error_code == ErrorCode.INVALID_TXN_STATE
+        assert txn.end(commit=True) == ErrorCode.NONE
+    assert values(ck_read_to_end(broker.bootstrap, "mixed")) == [b"in"]
+
+
+def test_sequence_ids_in_an_aborted_transaction_do_not_count_as_stored(broker):
+    """A transaction's records are not judged by kop.sequence.id: after an abort, the same records sent again (the
+    job's retry) are stored. Control: the same ids stored outside a transaction make their resend a duplicate."""
+    headers = lambda seq: (("kop.producer.name", b"loader"), ("kop.sequence.id", str(seq).encode()))
+    records = lambda values_: [Record(offset=i, timestamp=1_700_000_000_000, key=None, value=v, headers=headers(i))
+                               for i, v in enumerate(values_)]
+    with RawKafka(broker.port) as kafka:
+        kafka.create_topic("seq-txn")
+        txn = RawTxnProducer(kafka, "seq-txn")
+        assert txn.add_partitions("seq-txn", [0]) == {0: ErrorCode.NONE}
+        aborted = build_batch(records([b"a0", b"a1"]), producer_id=txn.producer_id, producer_epoch=txn.epoch,
+                              base_sequence=0, transactional=True)
+        assert kafka.produce("seq-txn", 0, aborted).error_code == ErrorCode.NONE
+        assert txn.end(commit=False) == ErrorCode.NONE
+        wait_lso(broker, "seq-txn", 3)
+        retry = build_batch(records([b"r0", b"r1"]))  # the retry, without a transaction: ids 0 and 1 again
+        assert kafka.produce("seq-txn", 0, retry).error_code == ErrorCode.NONE
+        again = build_batch(records([b"d0", b"d1"]))  # control: now stored, the same ids are duplicates
+        assert kafka.produce("seq-txn", 0, again).base_offset == -1
+    assert values(ck_read_to_end(broker.bootstrap, "seq-txn")) == [b"r0", b"r1"]
+
+
 def test_api_versions_advertise_the_transaction_apis(broker):
     with RawKafka(broker.port) as kafka:
         versions = {k.api_key: (k.min_version, k.max_version)

@@ -69,7 +69,13 @@ def _publish_one(ctx: RequestContext, partition: PartitionLog, settings: TopicSe
                          partition.name, ctx.client_id, ctx.peer, header.producer_id, header.producer_epoch,
                          refused.name)
                 return _rejected(refused, "the partition is not in an open transaction of this producer and epoch")
-        watch = SEQUENCE_HEADER_KEYS if partition.judges_sequence_headers() else NOTHING
+        elif header.producer_id >= 0 and ctx.transactions.in_open_transaction(header.producer_id):
+            return _rejected(ErrorCode.INVALID_TXN_STATE,
+                             f"producer {header.producer_id} has a transaction open: its batches must be transactional")
+        # A transaction's records are not judged by application sequence ids: an aborted one must not count as
+        # stored (its retry must be stored), and a committed one is already exactly once.
+        judged = partition.judges_sequence_headers() and not header.is_transactional
+        watch = SEQUENCE_HEADER_KEYS if judged else NOTHING
         try:
             records = validate_batch(header, view, watch=watch)
         except FalseMaxTimestamp as exc:

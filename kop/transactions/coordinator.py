@@ -324,6 +324,15 @@ class TransactionCoordinator:
             return ErrorCode.INVALID_TXN_STATE
         return None
 
+    def in_open_transaction(self, producer_id: int) -> bool:
+        """Whether this producer id has a transaction open: its batches must then be transactional (Kafka refuses a
+        plain batch from it, which would land inside the transaction's range unmarked)."""
+        transactional_id = self._by_producer.get(producer_id)
+        if transactional_id is None:
+            return False
+        meta = self.states.get(transactional_id)
+        return meta is not None and meta.producer_id == producer_id and meta.state is TxnState.ONGOING
+
     # ---- timeouts and expiry
 
     async def _expiry_loop(self) -> None:
