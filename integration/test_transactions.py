@@ -11,6 +11,8 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from integration.fetch_requests import FETCH_VERSION, fetch_request
 from integration.idem_raw import RawKafka, idempotent_batch
 from integration.txn_clients import (READ_COMMITTED, READ_UNCOMMITTED, RawTxnProducer, ck_read_to_end, values)
+from protocol.api import REQUEST_CLASSES as REQ
+from protocol.api import RESPONSE_CLASSES as RESP
 from protocol.errors import ErrorCode
 from protocol.records import build_batch, Record
 
@@ -146,6 +148,34 @@ def test_offsets_sent_to_a_transaction_are_committed_with_it_and_vanish_with_an_
         time.sleep(0.1)
     consumer.close()
     assert values(ck_read_to_end(broker.bootstrap, "offsets-out")) == [b"p0"]
+
+
+def _offset_fetch(kafka: RawKafka, group: str, topic: str, require_stable: bool) -> tuple[int, int]:
+    """OffsetFetch v7 for partition 0: (error code, committed offset)."""
+    request = REQ[9][7](group_id=group, topics=[REQ[9][7].OffsetFetchRequestTopic(name=topic, partition_indexes=[0])],
+                        require_stable=require_stable)
+    answer = kafka.call(request, RESP[9], 7).topics[0].partitions[0]
+    return answer.error_code, answer.committed_offset
+
+
+def test_offset_fetch_require_stable_waits_for_the_transaction_holding_the_offset(broker):
+    seed = Producer({"bootstrap.servers": broker.bootstrap})
+    seed.produce("stable-in", b"x", partition=0)
+    assert seed.flush(15) == 0
+    consumer = _group_consumer(broker.bootstrap, "stable-group", "stable-in")
+    producer = txn_producer(broker.bootstrap, "stable")
+    producer.begin_transaction()
+    send(producer, "stable-out", "o", 1)
+    producer.send_offsets_to_transaction([TopicPartition("stable-in", 0, 1)], consumer.consumer_group_metadata(), 15)
+    with RawKafka(broker.port) as kafka:
+        assert _offset_fetch(kafka, "stable-group", "stable-in", True) == (ErrorCode.UNSTABLE_OFFSET_COMMIT, -1)
+        assert _offset_fetch(kafka, "stable-group", "stable-in", False) == (ErrorCode.NONE, -1)  # not committed yet
+        producer.commit_transaction(15)
+        deadline = time.monotonic() + 10
+        while _offset_fetch(kafka, "stable-group", "stable-in", True) != (ErrorCode.NONE, 1):
+            assert time.monotonic() < deadline, "the transaction's offset never became stable"
+            time.sleep(0.1)
+    consumer.close()
 
 
 def test_a_second_producer_with_the_same_transactional_id_fences_the_first(broker):

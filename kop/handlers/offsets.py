@@ -6,7 +6,8 @@
   the generation to GenerationIdOrMemberEpoch, which for a classic group is still the generation. v10 (topic ids) is
   not served.
 - OffsetFetch (9) v0-9: v2+ null topics mean every partition with an offset, and a top-level error; v5+ leader
-  epochs; v7+ require_stable (no transactional offsets are pending here yet, so every offset is stable); v8+ many
+  epochs; v7+ require_stable (a partition whose offset an open transaction holds answers UNSTABLE_OFFSET_COMMIT,
+  which clients retry until the transaction ends); v8+ many
   groups per request; v9 member id and epoch, which Kafka ignores for classic groups, as we do.
 - OffsetDelete (47) v0.
 
@@ -88,6 +89,15 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Sequence[Any] | Non
                             for t in topics]
 
 
+def _answer(ctx: RequestContext, group_id: str, topic: str, index: int, committed: CommittedOffset | None,
+            error: ErrorCode, require_stable: bool) -> dict[str, Any]:
+    """One partition's answer; with require_stable, an offset an open transaction holds is not answered yet."""
+    if require_stable and ctx.transactions.has_pending_offset(group_id, topic, index):
+        return dict(committed_offset=NO_OFFSET, committed_leader_epoch=-1, metadata="",
+                    error_code=ErrorCode.UNSTABLE_OFFSET_COMMIT)
+    return _partition_fields(committed, error)
+
+
 def _partition_fields(committed: CommittedOffset | None, error: ErrorCode) -> dict[str, Any]:
     if committed is None:
         return dict(committed_offset=NO_OFFSET, committed_leader_epoch=-1, metadata="", error_code=error)
@@ -105,7 +115,8 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
             Topics = cls.OffsetFetchResponseGroup.OffsetFetchResponseTopics
             topics = [] if error != ErrorCode.NONE else [
                 Topics(name=name, partitions=[Topics.OffsetFetchResponsePartitions(
-                    partition_index=index, **_partition_fields(committed, ErrorCode.NONE))
+                    partition_index=index, **_answer(ctx, group.group_id, name, index, committed, ErrorCode.NONE,
+                                                     request.require_stable))
                     for index, committed in partitions])
                 for name, partitions in found]
             out.append(cls.OffsetFetchResponseGroup(group_id=group.group_id, topics=topics, error_code=error))
@@ -117,7 +128,8 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
     Topic = cls.OffsetFetchResponseTopic
     topics = [] if error != ErrorCode.NONE and v >= 2 else [
         Topic(name=name, partitions=[Topic.OffsetFetchResponsePartition(
-            partition_index=index, **_partition_fields(committed, partition_error))
+            partition_index=index, **_answer(ctx, request.group_id, name, index, committed, partition_error,
+                                             v >= 7 and request.require_stable))
             for index, committed in partitions])
         for name, partitions in found]
     return cls(throttle_time_ms=0, topics=topics, error_code=error)
