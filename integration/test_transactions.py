@@ -322,3 +322,45 @@ def wait_lso(broker, topic: str, expected: int, timeout: float = 15.0) -> None:
         while (lso := _latest(kafka, topic, READ_COMMITTED)) != expected:
             assert time.monotonic() < deadline, f"{topic}: last stable offset {lso}, expected {expected}"
             time.sleep(0.05)
+
+
+def test_admin_tools_list_and_describe_transactions_and_producers(broker):
+    """ListTransactions, DescribeTransactions and DescribeProducers (KIP-664), as kafka-transactions.sh asks them,
+    around one open transaction and one plain idempotent producer on the same partition."""
+    idem = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
+    for i in range(3):
+        idem.produce("described", b"i%d" % i, partition=0)
+    assert idem.flush(15) == 0
+    producer = txn_producer(broker.bootstrap, "described-txn")
+    producer.begin_transaction()
+    send(producer, "described", "t", 2)
+    producer.flush(15)
+    with RawKafka(broker.port) as kafka:
+        listed = kafka.call(REQ[66][1](state_filters=["Ongoing", "Bogus"], producer_id_filters=[],
+                                       duration_filter=-1), RESP[66], 1)
+        assert [(s.transactional_id, s.transaction_state) for s in listed.transaction_states] == \
+            [("described-txn", "Ongoing")]
+        assert listed.unknown_state_filters == ["Bogus"]
+        described = kafka.call(REQ[65][0](transactional_ids=["described-txn", "nobody"]), RESP[65], 0)
+        found, missing = described.transaction_states
+        assert (found.error_code, found.transaction_state) == (ErrorCode.NONE, "Ongoing")
+        assert [(t.topic, list(t.partitions)) for t in found.topics] == [("described", [0])]
+        assert missing.error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+        txn_pid = found.producer_id
+
+        def producers():
+            request = REQ[61][0](topics=[REQ[61][0].TopicRequest(name="described", partition_indexes=[0])])
+            answer = kafka.call(request, RESP[61], 0).topics[0].partitions[0]
+            return {p.producer_id: (p.last_sequence, p.current_txn_start_offset) for p in answer.active_producers}
+
+        during = producers()
+        assert during[txn_pid] == (1, 3)  # two records from sequence 0; its transaction started at offset 3
+        assert sorted(v for pid, v in during.items() if pid != txn_pid) == [(2, -1)]  # the idempotent producer
+        producer.commit_transaction(15)
+        deadline = time.monotonic() + 10
+        while producers()[txn_pid][1] != -1:  # the transaction ends once its marker is written
+            assert time.monotonic() < deadline, "the transaction never ended on the partition"
+            time.sleep(0.1)
+        after = kafka.call(REQ[66][1](state_filters=[], producer_id_filters=[txn_pid], duration_filter=-1),
+                           RESP[66], 1)
+        assert [s.transaction_state for s in after.transaction_states] == ["CompleteCommit"]
