@@ -215,6 +215,15 @@ def java_spark_sink_retry(bootstrap: str, topic: str, *, tasks: int, rows: int, 
     return _summary(_run_lines("KopSparkSinkRetry", _client_args(bootstrap, {}) + args, timeout=timeout))
 
 
+def java_transactions(bootstrap: str, mode: str, *, timeout: float = 120, **options: Any) -> dict[str, Any]:
+    """The Java client's transactional producer (KopTransactions.java): mode "commit-abort" (topic, transactional_id,
+    count) or "copy", the consume-transform-produce loop (input, output, group, count, batch); returns its summary."""
+    args = ["--mode", mode]
+    for name, value in options.items():
+        args += [f"--{name.replace('_', '-')}", str(value)]
+    return _summary(_run_lines("KopTransactions", _client_args(bootstrap, {}) + args, timeout=timeout))
+
+
 def java_consume_all(
     bootstrap: str, topic: str, *, timeout: float = 60, extra_props: Mapping[str, Any] | None = None
 ) -> list[Consumed]:

@@ -1,0 +1,140 @@
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.ProducerFencedException;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+/**
+ * The Java client's transactional producer against kop.
+ *
+ * --mode commit-abort: one transaction of --count records "c-{i}" committed, one of "a-{i}" aborted, then a second
+ * producer with the same transactional.id fences the first, whose next commit must fail with
+ * ProducerFencedException. Summary: committed, aborted, fenced.
+ *
+ * --mode copy: the consume-transform-produce loop. A read_committed consumer in --group reads --input from the
+ * group's committed offset; every --batch records are written to --output as "out-{value}" in one transaction with
+ * the consumed offsets (sendOffsetsToTransaction), until --count records are copied. Summary: copied, transactions.
+ */
+public final class KopTransactions {
+    public static void main(String[] argv) throws Exception {
+        HarnessArgs args = new HarnessArgs(argv);
+        String mode = args.required("mode");
+        if (mode.equals("commit-abort")) {
+            commitAbort(args);
+        } else if (mode.equals("copy")) {
+            copy(args);
+        } else {
+            throw new IllegalArgumentException("unknown mode " + mode);
+        }
+    }
+
+    private static KafkaProducer<byte[], byte[]> producer(HarnessArgs args, String transactionalId) {
+        Properties props = args.clientProperties();
+        props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId);
+        KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props);
+        producer.initTransactions();
+        return producer;
+    }
+
+    private static void commitAbort(HarnessArgs args) {
+        String topic = args.required("topic");
+        String transactionalId = args.required("transactional-id");
+        int count = args.intValue("count", 10);
+        KafkaProducer<byte[], byte[]> first = producer(args, transactionalId);
+        first.beginTransaction();
+        for (int i = 0; i < count; i++) {
+            first.send(new ProducerRecord<>(topic, 0, null, bytes("c-" + i)));
+        }
+        first.commitTransaction();
+        first.beginTransaction();
+        for (int i = 0; i < count; i++) {
+            first.send(new ProducerRecord<>(topic, 0, null, bytes("a-" + i)));
+        }
+        first.flush();  // stored, then aborted (unsent records an abort would just drop)
+        first.abortTransaction();
+
+        boolean fenced = false;
+        try (KafkaProducer<byte[], byte[]> second = producer(args, transactionalId)) {
+            try {
+                first.beginTransaction();
+                first.send(new ProducerRecord<>(topic, 0, null, bytes("zombie")));
+                first.commitTransaction();
+            } catch (ProducerFencedException expected) {
+                fenced = true;
+            } catch (org.apache.kafka.common.KafkaException wrapped) {
+                fenced = wrapped.getCause() instanceof ProducerFencedException;
+            }
+        } finally {
+            first.close(Duration.ZERO);
+        }
+        Json.object().put("type", "summary").put("committed", count).put("aborted", count).put("fenced", fenced)
+            .emit();
+    }
+
+    private static void copy(HarnessArgs args) {
+        String input = args.required("input");
+        String output = args.required("output");
+        String group = args.required("group");
+        int count = args.intValue("count", 100);
+        int batch = args.intValue("batch", 10);
+        Properties consumerProps = args.clientProperties();
+        consumerProps.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        consumerProps.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+        consumerProps.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        consumerProps.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        consumerProps.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        consumerProps.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        int copied = 0;
+        int transactions = 0;
+        long deadline = System.currentTimeMillis() + 120_000;
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(consumerProps);
+             KafkaProducer<byte[], byte[]> producer = producer(args, group + "-copier")) {
+            consumer.subscribe(Collections.singletonList(input));
+            while (copied < count && System.currentTimeMillis() < deadline) {
+                ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(200));
+                if (records.isEmpty()) {
+                    continue;
+                }
+                List<ConsumerRecord<byte[], byte[]>> polled = new java.util.ArrayList<>();
+                records.forEach(polled::add);
+                for (int from = 0; from < polled.size(); from += batch) {  // one transaction per --batch records
+                    producer.beginTransaction();
+                    Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+                    List<ConsumerRecord<byte[], byte[]>> chunk = polled.subList(from, Math.min(from + batch, polled.size()));
+                    for (ConsumerRecord<byte[], byte[]> record : chunk) {
+                        String value = new String(record.value(), StandardCharsets.UTF_8);
+                        producer.send(new ProducerRecord<>(output, record.partition(), null, bytes("out-" + value)));
+                        offsets.put(new TopicPartition(record.topic(), record.partition()),
+                                    new OffsetAndMetadata(record.offset() + 1));
+                    }
+                    producer.sendOffsetsToTransaction(offsets, consumer.groupMetadata());
+                    producer.commitTransaction();
+                    transactions++;
+                    copied += chunk.size();
+                }
+            }
+        }
+        Json.object().put("type", "summary").put("copied", copied).put("transactions", transactions).emit();
+    }
+
+    private static byte[] bytes(String text) {
+        return text.getBytes(StandardCharsets.UTF_8);
+    }
+}
