@@ -1,10 +1,15 @@
 """The Java client's transactional producer against kop: commit, abort and a zombie fenced; and the
-consume-transform-produce loop with sendOffsetsToTransaction, read back read_committed."""
+consume-transform-produce loop with sendOffsetsToTransaction, read back read_committed, also through kill -9."""
+import threading
+import time
+
 import pytest
 from confluent_kafka import Producer
 
+from integration.idem_raw import RawKafka
 from integration.java_client import java_available, java_transactions, java_unavailable_reason
 from integration.txn_clients import READ_UNCOMMITTED, ck_read_to_end, values
+from protocol.errors import ErrorCode
 
 pytestmark = pytest.mark.skipif(not java_available(), reason=java_unavailable_reason())
 
@@ -35,3 +40,36 @@ def test_java_consume_transform_produce_copies_each_record_once_with_its_offsets
                               batch=7)
     assert again["copied"] == 1
     assert values(ck_read_to_end(broker.bootstrap, "ctp-out")) == [b"out-%d" % i for i in range(61)]
+
+
+def test_java_consume_transform_produce_through_three_kill_9s_copies_each_record_exactly_once(broker_factory):
+    """kop killed -9 three times while the loop runs: transactions caught by a kill are aborted (by the client, or
+    completed or aborted by kop after its restart), the loop goes back to the group's committed offsets, and the
+    output read read_committed holds every input exactly once, in order per partition."""
+    broker = broker_factory()
+    with RawKafka(broker.port) as kafka:
+        for topic in ("crash-in", "crash-out"):
+            assert kafka.create_topic(topic, partitions=2) == ErrorCode.NONE
+    seed = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(3000):
+        seed.produce("crash-in", b"%d" % i, partition=i % 2)
+    assert seed.flush(30) == 0
+    result = {}
+
+    def copy():
+        result.update(java_transactions(broker.bootstrap, "copy", input="crash-in", output="crash-out",
+                                        group="crash", count=3000, batch=50, deadline_s=150, timeout=200))
+
+    runner = threading.Thread(target=copy)
+    runner.start()
+    for _ in range(3):
+        time.sleep(2.0)
+        broker.restart(hard=True)
+    runner.join(220)
+    assert not runner.is_alive()
+    assert result["copied"] == 3000, result
+    assert result["aborts"] > 0, result  # control: the kills caught transactions half done, which the loop aborted
+    out = ck_read_to_end(broker.bootstrap, "crash-out", partitions=(0, 1), timeout=60)
+    for partition in (0, 1):
+        expected = [b"out-%d" % i for i in range(partition, 3000, 2)]
+        assert [value for p, _, value in out if p == partition] == expected

@@ -28,7 +28,9 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *
  * --mode copy: the consume-transform-produce loop. A read_committed consumer in --group reads --input from the
  * group's committed offset; every --batch records are written to --output as "out-{value}" in one transaction with
- * the consumed offsets (sendOffsetsToTransaction), until --count records are copied. Summary: copied, transactions.
+ * the consumed offsets (sendOffsetsToTransaction), until --count records are copied or --deadline-s passes. A
+ * transaction that fails (the broker killed, say) is aborted and the consumer goes back to the group's committed
+ * offsets. Summary: copied, transactions, aborts.
  */
 public final class KopTransactions {
     public static void main(String[] argv) throws Exception {
@@ -103,7 +105,8 @@ public final class KopTransactions {
         consumerProps.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         int copied = 0;
         int transactions = 0;
-        long deadline = System.currentTimeMillis() + 120_000;
+        int aborts = 0;
+        long deadline = System.currentTimeMillis() + 1000L * args.intValue("deadline-s", 120);
         try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(consumerProps);
              KafkaProducer<byte[], byte[]> producer = producer(args, group + "-copier")) {
             consumer.subscribe(Collections.singletonList(input));
@@ -115,23 +118,76 @@ public final class KopTransactions {
                 List<ConsumerRecord<byte[], byte[]>> polled = new java.util.ArrayList<>();
                 records.forEach(polled::add);
                 for (int from = 0; from < polled.size(); from += batch) {  // one transaction per --batch records
-                    producer.beginTransaction();
-                    Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
                     List<ConsumerRecord<byte[], byte[]>> chunk = polled.subList(from, Math.min(from + batch, polled.size()));
-                    for (ConsumerRecord<byte[], byte[]> record : chunk) {
-                        String value = new String(record.value(), StandardCharsets.UTF_8);
-                        producer.send(new ProducerRecord<>(output, record.partition(), null, bytes("out-" + value)));
-                        offsets.put(new TopicPartition(record.topic(), record.partition()),
-                                    new OffsetAndMetadata(record.offset() + 1));
+                    try {
+                        copyInOneTransaction(producer, consumer, chunk, output);
+                        transactions++;
+                        copied += chunk.size();
+                    } catch (ProducerFencedException fatal) {
+                        throw fatal;
+                    } catch (org.apache.kafka.common.KafkaException failed) {
+                        // The broker went away or answered an abortable error: abort, and read again from what the
+                        // group has committed (the transactions that did commit), as an exactly-once loop must.
+                        aborts++;
+                        if (aborts <= 5 || aborts % 50 == 0) {
+                            Json.object().put("type", "abort").put("error", failed.toString()).emit();
+                        }
+                        abortQuietly(producer);
+                        rewind(consumer);
+                        break;
                     }
-                    producer.sendOffsetsToTransaction(offsets, consumer.groupMetadata());
-                    producer.commitTransaction();
-                    transactions++;
-                    copied += chunk.size();
                 }
             }
         }
-        Json.object().put("type", "summary").put("copied", copied).put("transactions", transactions).emit();
+        Json.object().put("type", "summary").put("copied", copied).put("transactions", transactions)
+            .put("aborts", aborts).emit();
+    }
+
+    private static void copyInOneTransaction(KafkaProducer<byte[], byte[]> producer,
+                                             KafkaConsumer<byte[], byte[]> consumer,
+                                             List<ConsumerRecord<byte[], byte[]>> chunk, String output) {
+        producer.beginTransaction();
+        Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+        for (ConsumerRecord<byte[], byte[]> record : chunk) {
+            String value = new String(record.value(), StandardCharsets.UTF_8);
+            producer.send(new ProducerRecord<>(output, record.partition(), null, bytes("out-" + value)));
+            offsets.put(new TopicPartition(record.topic(), record.partition()), new OffsetAndMetadata(record.offset() + 1));
+        }
+        producer.sendOffsetsToTransaction(offsets, consumer.groupMetadata());
+        for (int attempt = 0; ; attempt++) {
+            try {
+                producer.commitTransaction();
+                return;
+            } catch (org.apache.kafka.common.errors.TimeoutException slow) {
+                if (attempt >= 5) {
+                    throw slow;  // a commit that timed out may be retried (KIP-691); give up after a few
+                }
+            }
+        }
+    }
+
+    private static void abortQuietly(KafkaProducer<byte[], byte[]> producer) {
+        for (int attempt = 0; attempt < 5; attempt++) {
+            try {
+                producer.abortTransaction();
+                return;
+            } catch (org.apache.kafka.common.errors.TimeoutException slow) {
+                // the broker is still away: try again
+            }
+        }
+    }
+
+    private static void rewind(KafkaConsumer<byte[], byte[]> consumer) {
+        java.util.Set<TopicPartition> assigned = consumer.assignment();
+        Map<TopicPartition, OffsetAndMetadata> committed = consumer.committed(assigned, Duration.ofSeconds(60));
+        for (TopicPartition partition : assigned) {
+            OffsetAndMetadata at = committed.get(partition);
+            if (at == null) {
+                consumer.seekToBeginning(Collections.singletonList(partition));
+            } else {
+                consumer.seek(partition, at.offset());
+            }
+        }
     }
 
     private static byte[] bytes(String text) {
