@@ -1,11 +1,12 @@
 """The Java client's transactional producer against kop: commit, abort and a zombie fenced; and the
-consume-transform-produce loop with sendOffsetsToTransaction, read back read_committed, also through kill -9."""
+consume-transform-produce loop with sendOffsetsToTransaction, read back read_committed, also through kill -9 and dropped connections."""
 import threading
 import time
 
 import pytest
 from confluent_kafka import Producer
 
+from integration.fault_proxy import CutPolicy, FaultProxy
 from integration.idem_raw import RawKafka
 from integration.java_client import java_available, java_transactions, java_unavailable_reason
 from integration.txn_clients import READ_UNCOMMITTED, ck_read_to_end, values
@@ -73,3 +74,27 @@ def test_java_consume_transform_produce_through_three_kill_9s_copies_each_record
     for partition in (0, 1):
         expected = [b"out-%d" % i for i in range(partition, 3000, 2)]
         assert [value for p, _, value in out if p == partition] == expected
+
+
+def test_java_consume_transform_produce_through_dropped_connections_copies_each_record_exactly_once(
+        broker_factory):
+    """The proxy cuts the connection on every 10th Produce (12 times), the answer lost: the idempotent, transactional
+    producer retries, and the output read read_committed holds every input exactly once, in order per partition."""
+    with FaultProxy(policy=CutPolicy(every=10, max_cuts=12)) as proxy:
+        broker = broker_factory({"advertised.port": str(proxy.port)})
+        proxy.upstream_port = broker.port
+        with RawKafka(broker.port) as kafka:
+            for topic in ("cut-in", "cut-out"):
+                assert kafka.create_topic(topic, partitions=2) == ErrorCode.NONE
+        seed = Producer({"bootstrap.servers": broker.bootstrap})
+        for i in range(3000):
+            seed.produce("cut-in", b"%d" % i, partition=i % 2)
+        assert seed.flush(30) == 0
+        result = java_transactions(proxy.bootstrap, "copy", input="cut-in", output="cut-out", group="cut",
+                                   count=3000, batch=50, deadline_s=150, timeout=200)
+        assert proxy.stats().cuts > 0  # control: answers were lost
+        assert result["copied"] == 3000, result
+        # read through the proxy too: the broker advertises its port
+        out = ck_read_to_end(proxy.bootstrap, "cut-out", partitions=(0, 1), timeout=60)
+    for partition in (0, 1):
+        assert [value for p, _, value in out if p == partition] == [b"out-%d" % i for i in range(partition, 3000, 2)]
