@@ -90,16 +90,33 @@ def _key(value: bytes) -> bytes:
     return b"k" + value.rsplit(b"-", 1)[1]
 
 
+def confluent_reporter(reports: dict[bytes, Report]):
+    """A librdkafka delivery callback that files a Report per value (offset None unless stored)."""
+    def on_delivery(err, msg) -> None:
+        offset = msg.offset()
+        reports[msg.value()] = Report(msg.value(), msg.partition(), offset if offset is not None and offset >= 0
+                                      else None, None if err is None else err.name())
+    return on_delivery
+
+
+def produce_when_room(producer, topic: str, **fields) -> None:
+    """librdkafka's produce(), serving delivery callbacks while its local queue is full (BufferError)."""
+    for _ in range(100_000):
+        try:
+            producer.produce(topic, **fields)
+            break
+        except BufferError:
+            producer.poll(0.01)
+    else:
+        raise BufferError("librdkafka's queue stayed full for a thousand seconds")
+    producer.poll(0)
+
+
 def confluent_stream(bootstrap: str, topic: str, values: Sequence[bytes], *, idempotent: bool,
                      compression: str, pipelined: bool = False) -> list[Report]:
     """librdkafka; `pipelined`: one message per request and no linger, so 5 requests are really in flight."""
     from confluent_kafka import Producer
     reports: dict[bytes, Report] = {}
-
-    def on_delivery(err, msg) -> None:
-        offset = msg.offset()
-        reports[msg.value()] = Report(msg.value(), msg.partition(), offset if offset is not None and offset >= 0
-                                      else None, None if err is None else err.name())
     config = {
         "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": idempotent,
         "max.in.flight.requests.per.connection": 5, "compression.type": compression,
@@ -113,14 +130,9 @@ def confluent_stream(bootstrap: str, topic: str, values: Sequence[bytes], *, ide
     else:
         config.update({"linger.ms": 5, "batch.num.messages": 20})
     producer = Producer(config)
+    on_delivery = confluent_reporter(reports)
     for value in values:
-        for _ in range(10_000):  # BufferError: the local queue is full; serve callbacks and try again
-            try:
-                producer.produce(topic, key=_key(value), value=value, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.01)
-        producer.poll(0)
+        produce_when_room(producer, topic, key=_key(value), value=value, on_delivery=on_delivery)
     remaining = producer.flush(DELIVERY_TIMEOUT_S + 10)
     for value in values:
         if value not in reports:

@@ -34,18 +34,25 @@ def answer(reply) -> tuple[ErrorCode, int]:
     return ErrorCode(reply.error_code), reply.base_offset
 
 
+
+def ten_stored_with_dedup_off(broker, kafka: RawKafka, topic: str, count: int) -> tuple[int, list[bytes]]:
+    """A new topic with deduplication off, and a producer id whose sequences 0-9 are stored at offsets 0-9; returns
+    the producer id and the `count` values its batches carry (value i for sequence i)."""
+    assert kafka.create_topic(topic) == ErrorCode.NONE
+    set_topic_dedup(broker, topic, False)
+    pid = kafka.init_producer_id().producer_id
+    sent = values(topic, count)
+    for seq in range(10):
+        assert answer(produce(kafka, topic, pid, seq, sent[seq])) == (ErrorCode.NONE, seq)
+    return pid, sent
+
 def test_a_batch_answered_while_dedup_recovers_is_not_overtaken_by_its_follower(start_broker):
     """The reproduction: dedup enabled at run time knows nothing of the producer; seq 10 is answered 'being
     recovered'; were seq 11 taken once the state is ready, the resend of 10 would be called a duplicate: lost."""
     broker = start_broker(FAILPOINTS)
     topic = "enabled-mid-stream"
     with RawKafka(broker.port) as kafka, RawKafka(broker.port) as other:
-        assert kafka.create_topic(topic) == ErrorCode.NONE
-        set_topic_dedup(broker, topic, False)
-        pid = kafka.init_producer_id().producer_id
-        sent = values(topic, 12)
-        for seq in range(10):
-            assert answer(produce(kafka, topic, pid, seq, sent[seq])) == (ErrorCode.NONE, seq)
+        pid, sent = ten_stored_with_dedup_off(broker, kafka, topic, 12)
         # A write held on the disk keeps the recovery of the runtime enable waiting for it.
         failpoint(broker, topic, hold_flushes=True)
         held = other.send_produce(topic, 0, plain_batch([b"held"]))
@@ -139,12 +146,7 @@ def test_a_full_replay_over_an_era_without_dedup_does_not_move_a_producer_backwa
     broker = start_broker({"brokerDeduplicationEntriesInterval": "1000000"})
     topic = "replayed"
     with RawKafka(broker.port) as kafka:
-        assert kafka.create_topic(topic) == ErrorCode.NONE
-        set_topic_dedup(broker, topic, False)
-        pid = kafka.init_producer_id().producer_id
-        sent = values(topic, 11)
-        for seq in range(10):
-            assert answer(produce(kafka, topic, pid, seq, sent[seq])) == (ErrorCode.NONE, seq)
+        pid, sent = ten_stored_with_dedup_off(broker, kafka, topic, 11)
         assert answer(produce(kafka, topic, pid, 5, sent[5])) == (ErrorCode.NONE, 10)  # dedup off: stored again
     set_topic_dedup(broker, topic, True)  # the cursor's one record: at the end of the log
     broker.kill()

@@ -14,7 +14,8 @@ import pytest
 
 from integration.fault_proxy import FaultProxy
 from integration.idem_raw import RawKafka, read_topic
-from integration.idem_stream import DELIVERY_TIMEOUT_S, Report, check_stream, stream_values
+from integration.idem_stream import (DELIVERY_TIMEOUT_S, Report, check_stream, confluent_reporter, produce_when_room,
+                                     stream_values)
 from integration.waiting import wait_until
 from integration.java_client import java_available, java_produce, java_unavailable_reason
 from protocol.errors import ErrorCode
@@ -62,11 +63,7 @@ def confluent_reports(bootstrap: str, topic: str, values: list[bytes], running: 
                       out: list[Report]) -> None:
     from confluent_kafka import Producer
     reports: dict[bytes, Report] = {}
-
-    def on_delivery(err, msg) -> None:
-        offset = msg.offset()
-        reports[msg.value()] = Report(msg.value(), msg.partition(), offset if offset is not None and offset >= 0
-                                      else None, None if err is None else err.name())
+    on_delivery = confluent_reporter(reports)
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                          "max.in.flight.requests.per.connection": 5, "linger.ms": 5,
                          "batch.num.messages": SMALL_BATCH_RECORDS,
@@ -74,13 +71,7 @@ def confluent_reports(bootstrap: str, topic: str, values: list[bytes], running: 
                          "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500})
     try:
         for i, value in enumerate(values):
-            for _ in range(100_000):  # BufferError: the local queue is full; serve callbacks and try again
-                try:
-                    producer.produce(topic, key=b"k%d" % i, value=value, on_delivery=on_delivery)
-                    break
-                except BufferError:
-                    producer.poll(0.01)
-            producer.poll(0)
+            produce_when_room(producer, topic, key=b"k%d" % i, value=value, on_delivery=on_delivery)
         producer.flush(DELIVERY_TIMEOUT_S + 10)
         out.extend(reports.get(v) or Report(v, None, None, "NoReport") for v in values)
     finally:

@@ -11,7 +11,8 @@ import pytest
 
 from integration.fault_proxy import CutPolicy, FaultProxy
 from integration.idem_raw import RawKafka, read_topic
-from integration.idem_stream import DELIVERY_TIMEOUT_S, Report, check_stream, stream_values
+from integration.idem_stream import (DELIVERY_TIMEOUT_S, Report, check_stream, confluent_reporter, produce_when_room,
+                                     stream_values)
 from integration.test_idempotence_crash import PARTITIONS, STREAM_TIMEOUT_S, kill_three_times_while
 from protocol.errors import ErrorCode
 
@@ -24,10 +25,7 @@ def produce_stream(bootstrap: str, topic: str, values: list[bytes], sequence_ids
     for its partition p (names and ids deterministic, as a replayable source's)."""
     from confluent_kafka import Producer
     reports: dict[bytes, Report] = {}
-
-    def on_delivery(err, msg) -> None:
-        reports[msg.value()] = Report(msg.value(), msg.partition(), msg.offset(), None if err is None else err.name())
-
+    on_delivery = confluent_reporter(reports)
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": False,
                          "max.in.flight.requests.per.connection": 1, "retries": 1_000_000, "linger.ms": 5,
                          "batch.num.messages": 50, "message.timeout.ms": DELIVERY_TIMEOUT_S * 1000,
@@ -36,14 +34,8 @@ def produce_stream(bootstrap: str, topic: str, values: list[bytes], sequence_ids
         for i, value in enumerate(values):
             partition = i % PARTITIONS
             headers = [("kop.producer.name", b"stream/%d" % partition), ("kop.sequence.id", b"%d" % i)]
-            for _ in range(100_000):  # BufferError: the local queue is full
-                try:
-                    producer.produce(topic, value=value, partition=partition, on_delivery=on_delivery,
-                                     headers=headers if sequence_ids else None)
-                    break
-                except BufferError:
-                    producer.poll(0.01)
-            producer.poll(0)
+            produce_when_room(producer, topic, value=value, partition=partition, on_delivery=on_delivery,
+                              headers=headers if sequence_ids else None)
         producer.flush(DELIVERY_TIMEOUT_S + 10)
         out.extend(reports.get(v) or Report(v, None, None, "NoReport") for v in values)
     finally:

@@ -48,13 +48,7 @@ def test_java_consume_transform_produce_through_three_kill_9s_copies_each_record
     completed or aborted by kop after its restart), the loop goes back to the group's committed offsets, and the
     output read read_committed holds every input exactly once, in order per partition."""
     broker = broker_factory()
-    with RawKafka(broker.port) as kafka:
-        for topic in ("crash-in", "crash-out"):
-            assert kafka.create_topic(topic, partitions=2) == ErrorCode.NONE
-    seed = Producer({"bootstrap.servers": broker.bootstrap})
-    for i in range(3000):
-        seed.produce("crash-in", b"%d" % i, partition=i % 2)
-    assert seed.flush(30) == 0
+    two_partition_topics_with_input(broker, broker.bootstrap, "crash-in", "crash-out")
     result = {}
 
     def copy():
@@ -70,10 +64,7 @@ def test_java_consume_transform_produce_through_three_kill_9s_copies_each_record
     assert not runner.is_alive()
     assert result["copied"] == 3000, result
     assert result["aborts"] > 0, result  # control: the kills caught transactions half done, which the loop aborted
-    out = ck_read_to_end(broker.bootstrap, "crash-out", partitions=(0, 1), timeout=60)
-    for partition in (0, 1):
-        expected = [b"out-%d" % i for i in range(partition, 3000, 2)]
-        assert [value for p, _, value in out if p == partition] == expected
+    assert_each_input_copied_once(ck_read_to_end(broker.bootstrap, "crash-out", partitions=(0, 1), timeout=60))
 
 
 def test_java_consume_transform_produce_through_dropped_connections_copies_each_record_exactly_once(
@@ -83,18 +74,32 @@ def test_java_consume_transform_produce_through_dropped_connections_copies_each_
     with FaultProxy(policy=CutPolicy(every=10, max_cuts=12)) as proxy:
         broker = broker_factory({"advertised.port": str(proxy.port)})
         proxy.upstream_port = broker.port
-        with RawKafka(broker.port) as kafka:
-            for topic in ("cut-in", "cut-out"):
-                assert kafka.create_topic(topic, partitions=2) == ErrorCode.NONE
-        seed = Producer({"bootstrap.servers": broker.bootstrap})
-        for i in range(3000):
-            seed.produce("cut-in", b"%d" % i, partition=i % 2)
-        assert seed.flush(30) == 0
+        two_partition_topics_with_input(broker, broker.bootstrap, "cut-in", "cut-out")
         result = java_transactions(proxy.bootstrap, "copy", input="cut-in", output="cut-out", group="cut",
                                    count=3000, batch=50, deadline_s=150, timeout=200)
         assert proxy.stats().cuts > 0  # control: answers were lost
         assert result["copied"] == 3000, result
         # read through the proxy too: the broker advertises its port
         out = ck_read_to_end(proxy.bootstrap, "cut-out", partitions=(0, 1), timeout=60)
+    assert_each_input_copied_once(out)
+
+
+COPIED = 3000  # records of the fault runs' input, alternating between its two partitions
+
+
+def two_partition_topics_with_input(broker, bootstrap: str, source: str, target: str) -> None:
+    """Input and output topics of two partitions each; the input holds COPIED records, value i in partition i % 2."""
+    with RawKafka(broker.port) as kafka:
+        for topic in (source, target):
+            assert kafka.create_topic(topic, partitions=2) == ErrorCode.NONE
+    seed = Producer({"bootstrap.servers": bootstrap})
+    for i in range(COPIED):
+        seed.produce(source, b"%d" % i, partition=i % 2)
+    assert seed.flush(30) == 0
+
+
+def assert_each_input_copied_once(out: list[tuple[int, int, bytes]]) -> None:
+    """The output read read_committed: every input exactly once, in order, in its input's partition."""
     for partition in (0, 1):
-        assert [value for p, _, value in out if p == partition] == [b"out-%d" % i for i in range(partition, 3000, 2)]
+        assert [value for p, _, value in out if p == partition] == \
+            [b"out-%d" % i for i in range(partition, COPIED, 2)]

@@ -442,16 +442,22 @@ class FailingReplayLedger(InMemoryDedupLedger):
             yield entry
 
 
-async def test_while_recovery_failed_a_stored_batch_is_retried_not_stored_again():
-    partition = await started(entries_interval=100)
-    for seq in (0, 5):
-        accepted(partition, PID, 0, seq, count=5)
+async def restarted_with_failed_recovery(partition: Partition) -> Partition:
+    """The partition's entries made durable and reopened with a lost cursor whose full replay fails once."""
     partition.persist_all()
     ledger = FailingReplayLedger(failures=1)
     ledger.entries = partition.ledger.entries
     ledger.cursors[DEDUP_CURSOR_NAME] = InMemoryCursor(ledger, (-1, -1))
     restarted = await Partition(ledger, recovery_retry_seconds=0).start()
     assert restarted.dedup.status is Status.FAILED
+    return restarted
+
+
+async def test_while_recovery_failed_a_stored_batch_is_retried_not_stored_again():
+    partition = await started(entries_interval=100)
+    for seq in (0, 5):
+        accepted(partition, PID, 0, seq, count=5)
+    restarted = await restarted_with_failed_recovery(partition)
     assert rejected(restarted.send(PID, 0, 5, count=5), ErrorCode.REQUEST_TIMED_OUT)  # retriable: comes again
     assert rejected(restarted.send(PID, 0, 10), ErrorCode.REQUEST_TIMED_OUT)
     assert restarted.dedup.retry_recovery()
@@ -522,12 +528,7 @@ async def test_a_known_producers_follower_gets_the_retriable_answer_not_out_of_o
     partition = await started(entries_interval=100)
     for seq in range(10):
         accepted(partition, PID, 0, seq)
-    partition.persist_all()
-    ledger = FailingReplayLedger(failures=1)
-    ledger.entries = partition.ledger.entries
-    ledger.cursors[DEDUP_CURSOR_NAME] = InMemoryCursor(ledger, (-1, -1))
-    restarted = await Partition(ledger, recovery_retry_seconds=0).start()
-    assert restarted.dedup.status is Status.FAILED
+    restarted = await restarted_with_failed_recovery(partition)
     assert rejected(restarted.send(PID, 0, 10), ErrorCode.REQUEST_TIMED_OUT)
     assert restarted.dedup.retry_recovery()  # from clean state: what 10 was answered survives it
     assert await restarted.dedup.check_status(True) is Status.ENABLED

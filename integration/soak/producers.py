@@ -2,16 +2,17 @@
 told to stop; every value gets a Report (acknowledged offset, or the delivery error)."""
 from __future__ import annotations
 
+import abc
 import threading
 import time
 
-from integration.idem_stream import Report
+from integration.idem_stream import Report, confluent_reporter, produce_when_room
 
 DELIVERY_TIMEOUT_S = 300  # longer than any fault the schedule plans: a retriable error is retried, never given up
 RATE_PER_S = 200
 
 
-class StreamProducer(threading.Thread):
+class StreamProducer(threading.Thread, abc.ABC):
     """Produces f"{client}-{i}" (key str(i)) to `topic` at about RATE_PER_S until stop() is called."""
 
     client = ""
@@ -44,8 +45,9 @@ class StreamProducer(threading.Thread):
             i += 1
             time.sleep(1 / RATE_PER_S)
 
+    @abc.abstractmethod
     def produce(self) -> list[Report]:
-        raise NotImplementedError
+        """Produce self.values() with this client library; a Report per value sent."""
 
 
 class ConfluentProducer(StreamProducer):
@@ -54,18 +56,13 @@ class ConfluentProducer(StreamProducer):
     def produce(self) -> list[Report]:
         from confluent_kafka import Producer
         reports: dict[bytes, Report] = {}
-
-        def on_delivery(err, msg) -> None:
-            offset = msg.offset()
-            reports[msg.value()] = Report(msg.value(), msg.partition(), offset if offset is not None and offset >= 0
-                                          else None, None if err is None else err.name())
+        on_delivery = confluent_reporter(reports)
         producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
                              "linger.ms": 5, "message.timeout.ms": DELIVERY_TIMEOUT_S * 1000,
                              "request.timeout.ms": 5000, "retry.backoff.ms": 50, "retry.backoff.max.ms": 500,
                              "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500})
         for i, value in self.values():
-            producer.produce(self.topic, key=str(i).encode(), value=value, on_delivery=on_delivery)
-            producer.poll(0)
+            produce_when_room(producer, self.topic, key=str(i).encode(), value=value, on_delivery=on_delivery)
         producer.flush(DELIVERY_TIMEOUT_S + 10)
         return [reports.get(v) or Report(v, None, None, "NoReport") for v in self.sent]
 
