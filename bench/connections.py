@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 
 from bench.brokers import running_broker
-from bench.partitions import open_descriptors, rss_bytes
+from bench.procstat import open_descriptors, rss_bytes
 from bench.report import Table
 from integration.idem_raw import RawKafka, idempotent_batch
 from protocol.api import REQUEST_CLASSES, RESPONSE_CLASSES

@@ -5,7 +5,6 @@ Metadata for all of them, and starting again after a clean stop and after kill -
     python -m bench.partitions --topics 100 --producers 10  # a quick look
 """
 import argparse
-import os
 import socket
 import statistics
 import struct
@@ -15,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 from bench.brokers import RDKAFKA_LOG, running_broker
+from bench.procstat import open_descriptors, rss_bytes
 from bench.report import Table
 
 CREATE_BATCH = 100  # topics per CreateTopics request
@@ -29,18 +29,6 @@ class Spec:
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
-
-
-def open_descriptors(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def topic_names(spec: Spec) -> list[str]:

@@ -44,3 +44,17 @@ def directory_bytes(path: str) -> int:
             except OSError:
                 pass  # a file deleted while we walk (ledger rolled, retention)
     return total
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process (/proc/<pid>/status VmRSS)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def open_descriptors(pid: int) -> int:
+    """Descriptors a process holds open now."""
+    return len(os.listdir(f"/proc/{pid}/fd"))

@@ -65,9 +65,8 @@ def _publish_one(ctx: RequestContext, partition: PartitionLog, settings: TopicSe
             refused = ctx.transactions.check_produce(header.producer_id, header.producer_epoch, partition.topic,
                                                      partition.partition)
             if refused is not None:
-                log.info("refused transactional batch for %s from %s (%s): producer %d epoch %d (%s)",
-                         partition.name, ctx.client_id, ctx.peer, header.producer_id, header.producer_epoch,
-                         refused.name)
+                log.warning("refused transactional batch for %s: producer %d epoch %d (%s)", partition.name,
+                            header.producer_id, header.producer_epoch, refused.name, extra=ctx.log_fields)
                 return _rejected(refused, "the partition is not in an open transaction of this producer and epoch")
         elif header.producer_id >= 0 and ctx.transactions.in_open_transaction(header.producer_id):
             return _rejected(ErrorCode.INVALID_TXN_STATE,

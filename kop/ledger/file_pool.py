@@ -8,6 +8,7 @@ fsync runs on the descriptor the write went through and sees its errors.
 Every method runs on the event loop's thread; a descriptor taken with `fd()` is for immediate use only (no await in
 between), as the pool may close it on the next use of another file. A worker thread only ever uses a pinned one.
 """
+import contextlib
 import errno
 import os
 import resource
@@ -74,17 +75,16 @@ class FilePool:
     def create(self, path: str) -> PooledFile:
         """Create (or empty) a file for reading and writing and pool it, open."""
         self._make_room()
-        return self._register(path, self._open_fd(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC))
+        return self._track(self.file(path), self._open_fd(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC))
 
     def adopt(self, path: str, fd: int) -> PooledFile:
         """Pool a descriptor of `path` opened elsewhere (in a worker thread, or to recover the file first); the pool
         reopens the path for reading and writing once it has closed it."""
         self._make_room()
         self.opens += 1
-        return self._register(path, fd)
+        return self._track(self.file(path), fd)
 
-    def _register(self, path: str, fd: int) -> PooledFile:
-        pooled = self.file(path)
+    def _track(self, pooled: PooledFile, fd: int) -> PooledFile:
         pooled._fd = fd
         self._open[pooled] = None
         return pooled
@@ -96,9 +96,7 @@ class FilePool:
             self._open.move_to_end(pooled)
             return pooled._fd
         self._make_room()
-        pooled._fd = self._open_fd(pooled.path, pooled.flags)
-        self._open[pooled] = None
-        return pooled._fd
+        return self._track(pooled, self._open_fd(pooled.path, pooled.flags))._fd
 
     def forget(self, pooled: PooledFile) -> None:
         self._open.pop(pooled, None)
@@ -151,10 +149,8 @@ def capacity_for_open_files_limit() -> int:
 
 
 def _close_quietly(fd: int) -> None:
-    try:
+    with contextlib.suppress(OSError):  # already gone with a failed disk: nothing more to do
         os.close(fd)
-    except OSError:
-        pass
 
 
 __all__ = ["DEFAULT_CAPACITY", "OUT_OF_DESCRIPTORS", "FilePool", "PooledFile", "capacity_for_open_files_limit"]
