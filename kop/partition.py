@@ -339,10 +339,15 @@ class PartitionLog:
 
     def retention_floor(self) -> Position | None:
         """Retention never deletes entries the dedup cursor would have to replay, from its older kept snapshot on
-        (the one recovery falls back to if the newest record is damaged)."""
+        (the one recovery falls back to if the newest record is damaged), nor the batches of an open transaction
+        (a restart reads them to know the transaction is open, and read_committed consumers have yet to get them)."""
         wanted = self.dedup.is_enabled or self.dedup.awaiting_recovery  # a failed recovery's retry replays too
         cursor = self.ledger.cursors.get(DEDUP_CURSOR_NAME) if wanted else None
-        return Position(*cursor.recovery_floor) if cursor is not None else None
+        floors = [Position(*cursor.recovery_floor)] if cursor is not None else []
+        oldest_open = self.transactions.oldest_open_offset()
+        if oldest_open is not None and (position := self.ledger.position_of_index(oldest_open)) is not None:
+            floors.append(Position(position.ledger_id, position.entry_id - 1))  # keep from its entry on
+        return min(floors, default=None)
 
     async def close(self) -> None:
         self._wake_waiters()

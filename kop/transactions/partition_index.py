@@ -47,6 +47,9 @@ class PartitionTransactions:
         """The first offset of the oldest open transaction, else the high watermark."""
         return min(min(self.open.values(), default=high_watermark), high_watermark)
 
+    def oldest_open_offset(self) -> int | None:
+        return min(self.open.values(), default=None)
+
     def aborted_between(self, fetch_offset: int, upper: int) -> Iterator[AbortedTxn]:
         """Aborted transactions a fetch returning [fetch_offset, upper) must list: their marker at or after
         fetch_offset and their first offset below upper."""
