@@ -9,7 +9,7 @@ after a write (dedup's persisted map, snapshots) runs in callbacks, whether or n
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from dedup import (DEDUP_CURSOR_NAME, Accept, DecideAgain, DedupConfig, Duplicate, KafkaProducers,
@@ -19,7 +19,7 @@ from dedup.named_sequences import RecordsDecision
 from kop.dedup_storage import LedgerDedupStorage
 from kop.sequence_filter import Answer, SequenceFilter
 from kop.ledger import Entry, LedgerClosedError, LedgerWriteError, ManagedLedger, ManagedLedgerError, Position
-from kop.transactions.partition_index import PartitionTransactions
+from kop.transactions.partition_index import IndexSnapshots, PartitionTransactions
 from protocol.errors import ErrorCode
 from protocol.records import (BatchHeader, WalkedRecords, assign_offsets, build_control_batch, set_log_append_time,
                               split_batches)
@@ -85,6 +85,7 @@ class PartitionLog:
         self.bytes_out = 0  # bytes of batches served to fetches
         self.dedup_decisions = DedupDecisions()
         self.transactions = PartitionTransactions()
+        self.transaction_snapshots = IndexSnapshots(self.transactions, self.name)
         self._waiters: list[asyncio.Future] = []
         ledger.add_confirm_listener(self._wake_waiters)
         ledger.add_failure_listener(self._on_ledger_failure)
@@ -122,11 +123,16 @@ class PartitionLog:
         if not self.may_hold_transactions:
             cursor = self.ledger.open_cursor(TRANSACTIONS_CURSOR)
             await cursor.mark_delete(cursor.mark_delete_position)
+            self.transaction_snapshots.enable(cursor)
 
     def load_transactions(self) -> int:
-        """Rebuild the open transactions and the aborted index from the stored batches (before any write), for a
-        partition a transaction ever added; returns how many entries were read."""
-        return self.transactions.rebuild(self.ledger) if self.may_hold_transactions else 0
+        """Rebuild the open transactions and the aborted index (before any write), for a partition a transaction
+        ever added: from the last snapshot and the stored batches after it; returns how many entries were read."""
+        if not self.may_hold_transactions:
+            return 0
+        cursor = self.ledger.cursors[TRANSACTIONS_CURSOR]
+        self.transaction_snapshots.enable(cursor)
+        return self.transactions.rebuild(self.ledger, cursor.string_properties)
 
     # ---- writing
 
@@ -181,15 +187,10 @@ class PartitionLog:
         metadata = MessageMetadata(producer_id=producer_id, producer_epoch=producer_epoch, is_control=True,
                                    is_transactional=True,
                                    marker_type=MarkerType.TXN_COMMIT if commit else MarkerType.TXN_ABORT)
-        result = self._append(header, view, metadata, None)
         # Closed once the marker is durable: a marker whose write fails leaves the transaction open until the
         # coordinator writes it again (or replays it after a crash).
-        result.add_done_callback(lambda done: self._on_marker_written(producer_id, commit, done.result()))
-        return result
-
-    def _on_marker_written(self, producer_id: int, commit: bool, result: AppendResult) -> None:
-        if result.error == ErrorCode.NONE:
-            self.transactions.on_marker(producer_id, result.base_offset, commit, self.high_watermark)
+        return self._append(header, view, metadata, None, on_stored=lambda offset: self.transactions.on_marker(
+            producer_id, offset, commit, self.high_watermark))
 
     def judges_sequence_headers(self) -> bool:
         """Whether records with application-chosen sequence ids are deduplicated here (dedup on, or recovering)."""
@@ -243,9 +244,10 @@ class PartitionLog:
         return duplicate.log_append_time if self.log_append_time else -1
 
     def _append(self, header: BatchHeader, view: memoryview, metadata: MessageMetadata, accept: Accept | None,
-                named: RecordsDecision | None = None) -> asyncio.Future:
+                named: RecordsDecision | None = None,
+                on_stored: Callable[[int], None] | None = None) -> asyncio.Future:
         """Assign offsets to one batch and hand it to the ledger; `named`: the application-chosen sequence ids it
-        stores."""
+        stores; `on_stored(base offset)` runs once it is durable, in log order, before the result is set."""
         base = self.ledger.written_end_index
         last = base + header.last_offset_delta
         batch = bytearray(view)
@@ -271,14 +273,19 @@ class PartitionLog:
         result = asyncio.get_running_loop().create_future()
         append_time = now if self.log_append_time else -1
         size = len(batch)
-        written.add_done_callback(lambda f: self._on_written(f, base, size, append_time, pending, named, result))
+        written.add_done_callback(
+            lambda f: self._on_written(f, base, last, size, append_time, pending, named, on_stored, result))
         return result
 
-    def _on_written(self, written: asyncio.Future, base: int, size: int, append_time: int,
-                    pending: PendingBatch | None, named: RecordsDecision | None, result: asyncio.Future) -> None:
+    def _on_written(self, written: asyncio.Future, base: int, last: int, size: int, append_time: int,
+                    pending: PendingBatch | None, named: RecordsDecision | None,
+                    on_stored: Callable[[int], None] | None, result: asyncio.Future) -> None:
         exc = written.exception()
         if exc is None:
             self.bytes_in += size
+            if on_stored is not None:
+                on_stored(base)
+            self.transaction_snapshots.on_stored(written.result(), last + 1)
             if named is not None:  # first: the entry's count (on_persisted) may snapshot, with them
                 self.dedup.record_persisted_names(named.highest.items())
             self.producers.on_persisted(pending, written.result())
@@ -351,5 +358,6 @@ class PartitionLog:
 
     async def close(self) -> None:
         self._wake_waiters()
+        await self.transaction_snapshots.close()
         await self.dedup.close()
         await self.ledger.close()
