@@ -135,26 +135,24 @@ def ck_copy(bootstrap: str, source: str, target: str, group: str, count: int, ba
 
 def _ck_commit(producer) -> None:
     """Commit, retrying while the outcome is retriable (librdkafka's contract); an abortable error propagates."""
-    from confluent_kafka import KafkaException
-    for attempt in range(10):
-        try:
-            producer.commit_transaction(30)
-            return
-        except KafkaException as failed:
-            if not failed.args[0].retriable() or attempt == 9:
-                raise
+    _ck_retry(lambda: producer.commit_transaction(30), again=lambda error: error.retriable())
 
 
 def _ck_abort(producer) -> None:
+    _ck_retry(lambda: producer.abort_transaction(30), again=lambda error: not error.fatal())
+
+
+def _ck_retry(call, again, attempts: int = 10) -> None:
+    """call() until it succeeds; a KafkaError that `again` does not accept, or the last attempt's, propagates."""
     from confluent_kafka import KafkaException
-    for attempt in range(10):
+    for attempt in range(attempts):
         try:
-            producer.abort_transaction(30)
+            call()
             return
         except KafkaException as failed:
-            if failed.args[0].fatal() or attempt == 9:
+            if not again(failed.args[0]) or attempt == attempts - 1:
                 raise
-            time.sleep(0.5)
+            time.sleep(0.2)
 
 
 def _ck_rewind(consumer) -> None:
