@@ -143,3 +143,14 @@ def test_summary_chart_draws_every_panel_of_the_figures_file(tmp_path):
     output = tmp_path / "chart.png"
     summary_chart.draw(panels, output)
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_transactions_benchmark_writes_and_reads_what_it_counts():
+    from bench import transactions
+    with running_broker() as broker:
+        create_topic(broker.bootstrap, transactions.TOPIC, transactions.PARTITIONS)
+        produced = transactions.produce(broker.bootstrap, 200, 100, 20, broker.proc.pid, aborted_every=5)
+        assert produced.records == 200 and len(produced.commit_ms) == 10
+        committed = transactions.consume(broker.bootstrap, "read_committed", broker.proc.pid)
+        everything = transactions.consume(broker.bootstrap, "read_uncommitted", broker.proc.pid)
+    assert (committed.records, everything.records) == (160, 200)  # two of the ten transactions aborted
