@@ -284,7 +284,7 @@ class TransactionCoordinator:
                      groups=set(), pending_offsets={}, start_ms=-1)
         while await self._transition(meta, done) != ErrorCode.NONE:
             await asyncio.sleep(MARKER_RETRY_S)
-        log.info("transaction %s of producer %d epoch %d %s (%d partitions)", meta.transactional_id,
+        log.debug("transaction %s of producer %d epoch %d %s (%d partitions)", meta.transactional_id,
                  meta.producer_id, meta.producer_epoch, "committed" if commit else "aborted", len(meta.partitions))
         if not any(m.pending for m in self.states.values()):  # compaction must not drop a record in flight
             await self._log.compact_if_due(self.states)
