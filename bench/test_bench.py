@@ -154,3 +154,12 @@ def test_transactions_benchmark_writes_and_reads_what_it_counts():
         committed = transactions.consume(broker.bootstrap, "read_committed", broker.proc.pid)
         everything = transactions.consume(broker.bootstrap, "read_uncommitted", broker.proc.pid)
     assert (committed.records, everything.records) == (160, 200)  # two of the ten transactions aborted
+
+
+@pytest.mark.parametrize("name", ["kop", "tansu"])
+def test_peers_benchmark_runs_each_broker_and_counts_every_record(name):
+    from bench import peers
+    produce_small = peers.Workload("produce", ProduceSpec(2000, 100, peers.PARTITIONS, idempotence=True))
+    consume_small = peers.Workload("consume", ProduceSpec(2000, 100, peers.PARTITIONS), consume=True)
+    assert peers.measure(name, produce_small).records == 2000
+    assert peers.measure(name, consume_small).records == 2000 + peers.PARTITIONS  # with produce()'s warm-up records
