@@ -176,3 +176,32 @@ def test_injected_write_errors_are_retried_by_an_idempotent_producer_exactly_onc
             assert log_text(broker).count("injected write failure") >= PARTITIONS  # the control: they fired
         finally:
             broker.stop()
+
+
+def test_a_broker_started_on_a_full_disk_refuses_in_one_line_and_starts_whole_once_space_is_freed(tmp_path):
+    """Loading a partition writes (a new ledger on restart): on a disk without a free page the broker says so in one
+    line and exits, as Kafka does with its only log directory offline; freed, it starts with every record."""
+    with small_disk(str(tmp_path / "data")) as data:
+        broker = BrokerProcess(data, config={"brokerDeduplicationEnabled": "true"})
+        filler = Filler(data)
+        try:
+            broker.start()
+            with RawKafka(broker.port) as kafka:
+                assert kafka.create_topic(TOPIC, PARTITIONS) == ErrorCode.NONE
+            sent, reports = values(TOPIC, 1000), []
+            produce(broker.bootstrap, sent, reports, TOPIC)
+            broker.stop()
+            filler.fill()
+            with pytest.raises(RuntimeError, match="exited with 2"):
+                broker.start()
+            refusal = log_text(broker).rsplit("open files limit", 1)[-1]
+            assert "kop standalone: error: " in refusal and "No space left on device" in refusal, refusal
+            assert "Traceback" not in refusal, refusal
+            filler.remove()
+            broker.start()
+            check = check_stream(sent, reports, read_topic(broker.port, TOPIC, range(PARTITIONS)))
+            assert check.lost == 0 and check.duplicated == 0 and check.stored == len(sent), check.summary()
+            assert "damaged" not in log_text(broker).rsplit("open files limit", 1)[-1]
+        finally:
+            broker.stop()
+            filler.remove()
