@@ -107,8 +107,9 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        """Where read_committed consumers stop: the first offset of the oldest open transaction, else the HW."""
-        return self.transactions.last_stable_offset(self.high_watermark)
+        """Where read_committed consumers stop: the first offset of the oldest open transaction (never below the log
+        start), else the HW."""
+        return max(self.transactions.last_stable_offset(self.high_watermark), self.log_start_offset)
 
     @property
     def may_hold_transactions(self) -> bool:

@@ -63,3 +63,34 @@ async def test_a_partition_loads_its_transactions_from_the_last_snapshot_and_the
     assert whole.rebuild(partition.ledger) == 1222  # the whole log, as without a snapshot
     assert (whole.open, whole.aborted) == expected
     await partition.close()
+
+
+async def test_a_transaction_open_at_the_snapshot_and_ended_before_retention_deleted_it_stays_ended(tmp_path):
+    """Open when the 1,000th entry was snapshotted, committed after, then retention deletes every ledger with it and
+    its marker: after a restart it must not be open again (no marker is left to close it, the LSO would stay)."""
+    def small_ledgers(path) -> PartitionLog:
+        ledger = FileManagedLedger.open("t-0", str(path), FileLedgerConfig(fsync=False, max_ledger_bytes=20_000), None)
+        return PartitionLog("t", 0, ledger, DedupConfig())
+
+    partition = small_ledgers(tmp_path)
+    await partition.apply_dedup_policy(False)
+    await partition.expect_transactions()
+    for i in range(1000):
+        records = [Record(offset=0, timestamp=1_700_000_000_000, key=None, value=b"v%d" % i)]
+        header, view = split_batches(build_batch(records, producer_id=7, producer_epoch=0, base_sequence=i,
+                                                 transactional=True))[0]
+        assert (await partition.publish_normal(header, view)).error == ErrorCode.NONE
+    await partition.transaction_snapshots.close()  # the snapshot, with the transaction open, is stored
+    assert partition.ledger.cursors["pulsar.transactions"].string_properties["txn.open"] == "7:0"
+    assert (await partition.publish_control(7, 0, commit=True)).error == ErrorCode.NONE
+    await write_plain(partition, 5)
+    assert await partition.enforce_retention(1 << 62, 1000, -1) > 0  # every closed ledger is past retention
+    end = partition.high_watermark
+    assert partition.log_start_offset == end and partition.last_stable_offset == end
+    await partition.close()
+
+    partition = small_ledgers(tmp_path)
+    partition.load_transactions()
+    assert partition.transactions.open == {}
+    assert partition.last_stable_offset == partition.high_watermark == end
+    await partition.close()

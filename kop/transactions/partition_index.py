@@ -107,6 +107,9 @@ class PartitionTransactions:
         start = self.restore(snapshot) if snapshot else None
         offset, end, read = max(ledger.start_index, start or 0), ledger.confirmed_end_index, 0
         self.forget_before(ledger.start_index)
+        # A transaction open at the snapshot whose first batch retention has deleted since has ended (retention keeps
+        # an open one's batches), and its marker may have gone with them: it must not come back open, for ever.
+        self.open = {pid: first for pid, first in self.open.items() if first >= ledger.start_index}
         while offset < end:
             entries = ledger.read_from_index(offset, REBUILD_READ_BYTES)
             if not entries:
