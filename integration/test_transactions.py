@@ -7,6 +7,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from kafka.protocol.consumer import FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
 from integration.fetch_requests import FETCH_VERSION, fetch_request
 from integration.idem_raw import RawKafka, idempotent_batch
@@ -379,3 +380,10 @@ def test_the_next_transaction_starts_without_concurrent_transactions_once_end_tx
             assert txn.end(commit=True) == ErrorCode.NONE
     assert sorted(values(ck_read_to_end(broker.bootstrap, "back-to-back", partitions=(0, 1, 2, 3)))) == \
         sorted(b"%d" % n for n in range(5) for _ in range(4))
+
+
+def test_an_empty_transactional_id_is_an_invalid_request(broker):
+    with RawKafka(broker.port) as kafka:
+        answer = kafka.call(InitProducerIdRequest[4](transactional_id="", transaction_timeout_ms=60_000,
+                                                     producer_id=-1, producer_epoch=-1), InitProducerIdResponse, 4)
+    assert (answer.error_code, answer.producer_id) == (ErrorCode.INVALID_REQUEST, -1)

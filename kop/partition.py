@@ -86,6 +86,9 @@ class PartitionLog:
         self.dedup_decisions = DedupDecisions()
         self.transactions = PartitionTransactions()
         self.transaction_snapshots = IndexSnapshots(self.transactions, self.name)
+        # Markers handed to the ledger per producer id: a transactional batch that waited for earlier writes is
+        # stored only if none came meanwhile.
+        self._markers_handed: dict[int, int] = {}
         self._waiters: list[asyncio.Future] = []
         ledger.add_confirm_listener(self._wake_waiters)
         ledger.add_failure_listener(self._on_ledger_failure)
@@ -170,7 +173,8 @@ class PartitionLog:
             decisions.unknown += 1
             return asyncio.ensure_future(self._await_original(decision, timeout_ms))
         assert isinstance(decision, DecideAgain)
-        return asyncio.ensure_future(self._decide_again(decision, header, view, timeout_ms, records, client))
+        guard = self._markers_handed.get(header.producer_id, 0) if header.is_transactional else 0
+        return asyncio.ensure_future(self._decide_again(decision, header, view, timeout_ms, records, client, guard))
 
     def publish_control(self, producer_id: int, producer_epoch: int, commit: bool,
                         coordinator_epoch: int = 0) -> asyncio.Future:
@@ -190,8 +194,10 @@ class PartitionLog:
                                    marker_type=MarkerType.TXN_COMMIT if commit else MarkerType.TXN_ABORT)
         # Closed once the marker is durable: a marker whose write fails leaves the transaction open until the
         # coordinator writes it again (or replays it after a crash).
-        return self._append(header, view, metadata, None, on_stored=lambda offset: self.transactions.on_marker(
+        result = self._append(header, view, metadata, None, on_stored=lambda offset: self.transactions.on_marker(
             producer_id, offset, commit, self.high_watermark))
+        self._markers_handed[producer_id] = self._markers_handed.get(producer_id, 0) + 1
+        return result
 
     def judges_sequence_headers(self) -> bool:
         """Whether records with application-chosen sequence ids are deduplicated here (dedup on, or recovering)."""
@@ -233,11 +239,15 @@ class PartitionLog:
         return AppendResult(ErrorCode.NONE, original.base_offset, self._append_time(original))
 
     async def _decide_again(self, decision: DecideAgain, header, view, timeout_ms: int, records,
-                            client: Mapping[str, str]) -> AppendResult:
+                            client: Mapping[str, str], guard: int) -> AppendResult:
         try:
             await asyncio.wait_for(decision.future, max(timeout_ms, 1) / 1000)
         except asyncio.TimeoutError:
             return AppendResult(ErrorCode.REQUEST_TIMED_OUT, message="earlier writes of this producer in progress")
+        if header.is_transactional and self._markers_handed.get(header.producer_id, 0) != guard:
+            # Its transaction ended while it waited (the coordinator checked it before): stored after the marker,
+            # it would open a transaction no one ends (the hanging transaction of Kafka's KIP-890).
+            return AppendResult(ErrorCode.INVALID_TXN_STATE, message="its transaction ended while it waited")
         return await self.publish_normal(header, view, timeout_ms, records, client)
 
     def _append_time(self, duplicate: Duplicate) -> int:

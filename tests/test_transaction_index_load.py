@@ -94,3 +94,32 @@ async def test_a_transaction_open_at_the_snapshot_and_ended_before_retention_del
     assert partition.transactions.open == {}
     assert partition.last_stable_offset == partition.high_watermark == end
     await partition.close()
+
+
+async def test_a_transactional_batch_that_waited_for_earlier_writes_is_refused_if_its_transaction_ended_meanwhile(
+        tmp_path):
+    """A batch overlapping writes in flight waits for them (PIP-6's Unknown) before it is judged again; if a marker
+    of its producer was handed to the ledger meanwhile, its transaction is over and storing it after the marker would
+    open one no one ends: INVALID_TXN_STATE (without the check, the judgement of its sequence alone answers)."""
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(2) as executor:
+        ledger = FileManagedLedger.open("t-0", str(tmp_path), FileLedgerConfig(fsync=True), executor)
+        partition = PartitionLog("t", 0, ledger, DedupConfig())
+        await partition.apply_dedup_policy(True)
+        await partition.expect_transactions()
+
+        def batch(first: int, count: int):
+            records = [Record(offset=i, timestamp=1_700_000_000_000, key=None, value=b"v%d" % (first + i))
+                       for i in range(count)]
+            return split_batches(build_batch(records, producer_id=7, producer_epoch=0, base_sequence=first,
+                                             transactional=True))[0]
+
+        ledger.hold_flushes(True)
+        in_flight = partition.publish_normal(*batch(0, 5))
+        overlapping = partition.publish_normal(*batch(3, 4))  # not a retry of the one in flight: it waits
+        marker = partition.publish_control(7, 0, commit=False)
+        ledger.hold_flushes(False)
+        assert (await in_flight).error == ErrorCode.NONE and (await marker).error == ErrorCode.NONE
+        assert (await overlapping).error == ErrorCode.INVALID_TXN_STATE
+        assert partition.transactions.open == {}
+        await partition.close()

@@ -38,6 +38,8 @@ async def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitPro
     cls = InitProducerIdResponse[ctx.version]
     pid = request.producer_id if ctx.version >= 3 else -1
     epoch = request.producer_epoch if ctx.version >= 3 else -1
+    if request.transactional_id == "":  # Kafka's answer: an id that names no one
+        return cls(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST, producer_id=-1, producer_epoch=-1)
     if request.transactional_id is not None:
         error, pid, epoch = await ctx.transactions.init_producer_id(
             request.transactional_id, request.transaction_timeout_ms, pid, epoch)

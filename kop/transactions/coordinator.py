@@ -133,12 +133,15 @@ class TransactionCoordinator:
         if meta.pending or meta.state.preparing:
             return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
         if producer_id >= 0 and (producer_id, producer_epoch) != (meta.producer_id, meta.producer_epoch):
-            if (producer_id, producer_epoch) == (meta.last_producer_id, meta.last_producer_epoch) \
-                    and meta.state.complete:
+            recovering = (producer_id, producer_epoch) == (meta.last_producer_id, meta.last_producer_epoch) \
+                and meta.state.complete
+            if not recovering:
+                return ErrorCode.PRODUCER_FENCED, -1, -1
+            if meta.producer_epoch < MAX_EPOCH:
                 # A retry whose answer was lost, or the producer whose transaction the coordinator aborted: it
                 # gets the current epoch, which no other producer holds.
                 return ErrorCode.NONE, meta.producer_id, meta.producer_epoch
-            return ErrorCode.PRODUCER_FENCED, -1, -1
+            # The fencing abort took the last epoch: a new producer id below, as for any exhausted epoch.
         if meta.state is TxnState.ONGOING:
             # The previous producer's transaction is aborted under a new epoch; the client retries meanwhile.
             log.info("transaction %s: InitProducerId aborts the open transaction of producer %d epoch %d",
@@ -185,6 +188,10 @@ class TransactionCoordinator:
                 except (ManagedLedgerError, OSError) as exc:
                     log.warning("transactional id %s: partitions not added: %s", transactional_id, exc)
                     return {tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in wanted}  # retriable
+                if self.states.get(transactional_id) is not meta or meta.pending:
+                    # A timeout abort or a new producer's InitProducerId came meanwhile: decided on the old state,
+                    # the transition would undo it. The client retries and gets the answer of the new one.
+                    return {tp: ErrorCode.CONCURRENT_TRANSACTIONS for tp in wanted}
                 error = await self._transition(meta, self._ongoing(meta, partitions=meta.partitions | wanted))
         return {tp: error for tp in wanted}
 
@@ -270,8 +277,10 @@ class TransactionCoordinator:
 
     async def _abort_fenced(self, meta: TxnMetadata) -> ErrorCode:
         """Abort an open transaction under a bumped epoch, so its producer is fenced. The id stays (its markers
-        close what it wrote); the epoch may reach MAX_EPOCH here, and the next InitProducerId then rotates the id."""
-        return await self._prepare(meta, False, producer_epoch=meta.producer_epoch + 1,
+        close what it wrote); the epoch may reach MAX_EPOCH here, and the next InitProducerId then rotates the id.
+        At MAX_EPOCH already there is no epoch left to fence with: the abort keeps it (Kafka cannot fence there
+        either)."""
+        return await self._prepare(meta, False, producer_epoch=min(meta.producer_epoch + 1, MAX_EPOCH),
                                    last_producer_id=meta.producer_id, last_producer_epoch=meta.producer_epoch)
 
     async def _complete(self, meta: TxnMetadata) -> None:
@@ -352,8 +361,9 @@ class TransactionCoordinator:
         """Abort transactions open past their timeout (fencing their producers); forget ids idle past
         transactional.id.expiration.ms."""
         now = _now_ms()
-        for meta in list(self.states.values()):
-            if meta.pending:
+        for transactional_id in list(self.states):
+            meta = self.states.get(transactional_id)  # now, not before the last one's awaits: it may have moved on
+            if meta is None or meta.pending:
                 continue
             if meta.state is TxnState.ONGOING and now - meta.start_ms > meta.timeout_ms:
                 log.info("transaction %s of producer %d epoch %d timed out after %d ms: aborting",
