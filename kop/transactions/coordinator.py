@@ -59,6 +59,7 @@ class TransactionCoordinator:
         self._by_producer: dict[int, str] = {}  # producer id -> transactional id
         self._log: TxnStateLog | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._new_ids_writing = 0  # InitProducerId of ids not in `states` yet, their first record in flight
         self._closing = False
 
     # ---- lifecycle
@@ -96,6 +97,8 @@ class TransactionCoordinator:
         """Write `new` to the state log, then install it; `current` answers CONCURRENT_TRANSACTIONS meanwhile."""
         if current is not None:
             current.pending = True
+        else:
+            self._new_ids_writing += 1  # not in `states` yet: compaction must wait for it as for a pending one
         new.update_ms = _now_ms()
         try:
             await self._log.append(new.to_record())
@@ -105,6 +108,8 @@ class TransactionCoordinator:
         finally:
             if current is not None:
                 current.pending = False
+            else:
+                self._new_ids_writing -= 1
         if current is not None and current.producer_id != new.producer_id:
             self._by_producer.pop(current.producer_id, None)
         self.states[new.transactional_id] = new
@@ -295,7 +300,8 @@ class TransactionCoordinator:
             await asyncio.sleep(MARKER_RETRY_S)
         log.debug("transaction %s of producer %d epoch %d %s (%d partitions)", meta.transactional_id,
                  meta.producer_id, meta.producer_epoch, "committed" if commit else "aborted", len(meta.partitions))
-        if not any(m.pending for m in self.states.values()):  # compaction must not drop a record in flight
+        # Compaction must not drop a record in flight: it rewrites `states` and deletes every record before.
+        if not self._new_ids_writing and not any(m.pending for m in self.states.values()):
             await self._log.compact_if_due(self.states)
 
     async def _write_marker(self, meta: TxnMetadata, tp: TopicPartition, commit: bool) -> None:
