@@ -3,10 +3,12 @@ told to stop; every value gets a Report (acknowledged offset, or the delivery er
 from __future__ import annotations
 
 import abc
+import asyncio
 import threading
 import time
 
 from integration.idem_stream import Report, confluent_reporter, produce_when_room
+from integration.java_client import java_available, java_produce
 
 DELIVERY_TIMEOUT_S = 300  # longer than any fault the schedule plans: a retriable error is retried, never given up
 RATE_PER_S = 200
@@ -35,14 +37,19 @@ class StreamProducer(threading.Thread, abc.ABC):
         except BaseException as exc:  # noqa: BLE001 - reported by the checker, not lost in a thread
             self.error = exc
 
-    def values(self):
-        """The next value to send, paced, until stop() is called."""
+    def numbered(self):
+        """(i, value) of the next value to send, unpaced, until stop() is called; each is recorded as sent."""
         i = 0
         while not self._stop_asked.is_set():
             value = f"{self.client}-{i}".encode()
             self.sent.append(value)
             yield i, value
             i += 1
+
+    def values(self):
+        """numbered(), paced at RATE_PER_S."""
+        for i, value in self.numbered():
+            yield i, value
             time.sleep(1 / RATE_PER_S)
 
     @abc.abstractmethod
@@ -90,4 +97,54 @@ class KafkaPythonProducer(StreamProducer):
             producer.close(timeout=10)
 
 
-PRODUCERS: dict[str, type[StreamProducer]] = {p.client: p for p in (ConfluentProducer, KafkaPythonProducer)}
+class AiokafkaProducer(StreamProducer):
+    client = "aiokafka"
+
+    def produce(self) -> list[Report]:
+        return asyncio.run(self._produce())
+
+    async def _produce(self) -> list[Report]:
+        from aiokafka import AIOKafkaProducer
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, enable_idempotence=True, acks="all",
+                                    linger_ms=5, request_timeout_ms=5000, retry_backoff_ms=50)
+        await producer.start()
+        futures = []
+        try:
+            for i, value in self.numbered():
+                futures.append(await producer.send(self.topic, key=str(i).encode(), value=value))
+                await asyncio.sleep(1 / RATE_PER_S)  # paced without holding up the client's own tasks
+            results = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True),
+                                             DELIVERY_TIMEOUT_S + 10)
+        finally:
+            await asyncio.wait_for(producer.stop(), 30)
+        return [Report(v, None, None, type(md).__name__) if isinstance(md, BaseException)
+                else Report(v, md.partition, md.offset if md.offset >= 0 else None, None)
+                for v, md in zip(self.sent, results)]
+
+
+class JavaProducer(StreamProducer):
+    """The Java client sends a fixed count per process: one run per JAVA_CHUNK values, numbered on from the last."""
+
+    client = "java"
+
+    def produce(self) -> list[Report]:
+        reports: list[Report] = []
+        start = 0
+        while not self._stop_asked.is_set():
+            values = [f"{self.client}-{i}".encode() for i in range(start, start + JAVA_CHUNK)]
+            self.sent.extend(values)
+            deliveries = java_produce(self.bootstrap, self.topic, JAVA_CHUNK, key_prefix="", start_index=start,
+                                      value_prefix=f"{self.client}-", timeout=DELIVERY_TIMEOUT_S + 30,
+                                      extra_props={"retry.backoff.ms": 50, "reconnect.backoff.ms": 50,
+                                                   "reconnect.backoff.max.ms": 500})
+            by_value = {d.value.encode(): d for d in deliveries}
+            reports += [Report(v, by_value[v].partition, by_value[v].offset if by_value[v].ok else None,
+                               by_value[v].error) for v in values]
+            start += JAVA_CHUNK
+            self._stop_asked.wait(JAVA_CHUNK / RATE_PER_S / 2)  # about the others' pace, counting the JVM's start
+        return reports
+
+
+JAVA_CHUNK = 400
+_ALL = (ConfluentProducer, KafkaPythonProducer, AiokafkaProducer) + ((JavaProducer,) if java_available() else ())
+PRODUCERS: dict[str, type[StreamProducer]] = {p.client: p for p in _ALL}
