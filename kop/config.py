@@ -38,7 +38,8 @@ class BrokerConfig:
     node_id: int = setting(1, Range(0), "node.id", "broker.id", doc="The broker id clients see in Metadata.")
     cluster_id: str = setting("kop-standalone", NAME, doc="The cluster id answered in Metadata and DescribeCluster.")
     cluster_name: str = setting("standalone", NAME, "clusterName",
-                                doc="Pulsar's cluster name; accepted and checked, not used yet.")
+                                doc="The name of the cluster this broker belongs to (geo-replication: "
+                                    "what other clusters call it).")
     data_dir: str = setting("./data", Matches(r".+", "a directory"),
                             doc="Where everything is stored (also set by `log.dirs` or `log.dir`, one directory); "
                                 "its parent must exist.")

@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dedup import (DEDUP_CURSOR_NAME, Accept, DecideAgain, DedupConfig, Duplicate, KafkaProducers,
+from dedup import (DEDUP_CURSOR_NAME, Accept, DecideAgain, DedupConfig, Duplicate, DupStatus, KafkaProducers,
                    MessageDeduplication, PendingBatch, Reject, Status, WaitFor, WriteFailed)
 from dedup import named_sequences
 from dedup.named_sequences import RecordsDecision
@@ -21,8 +21,8 @@ from kop.sequence_filter import Answer, SequenceFilter
 from kop.ledger import Entry, LedgerClosedError, LedgerWriteError, ManagedLedger, ManagedLedgerError, Position
 from kop.transactions.partition_index import PartitionTransactions
 from protocol.errors import ErrorCode
-from protocol.records import (BatchHeader, WalkedRecords, assign_offsets, build_control_batch, set_log_append_time,
-                              split_batches)
+from protocol.records import (BatchHeader, WalkedRecords, assign_offsets, build_control_batch, clear_transactional,
+                              set_log_append_time, split_batches)
 from proto.kop_pb2 import MarkerType, MessageMetadata
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,7 @@ class AppendResult:
     log_append_time: int = -1
     message: str | None = None
     record_errors: tuple[tuple[int, str], ...] = ()  # (index in the batch, reason) of the records that failed it
+    duplicate: bool = False  # deduplicated, not written (replicated entries: found by their source position)
 
 
 @dataclass(slots=True)
@@ -60,6 +61,18 @@ def _kafka_metadata(header: BatchHeader, accept: Accept) -> MessageMetadata:
     return MessageMetadata(producer_name=accept.producer_name, sequence_id=accept.sequence_id,
                            highest_sequence_id=accept.highest_sequence_id, producer_id=header.producer_id,
                            producer_epoch=header.producer_epoch, is_transactional=header.is_transactional)
+
+
+def replicator_name(source_cluster: str) -> str:
+    """The dedup name a replicator's entries are judged under in the target (Pulsar's replicator producer)."""
+    return f"pulsar.repl.{source_cluster}"
+
+
+def source_position_key(ledger_id: int, entry_id: int) -> int:
+    """A source position as one int64 that orders as (ledgerId, entryId) does, to be a PIP-6 sequence id."""
+    if not (0 <= ledger_id < 1 << 31 and 0 <= entry_id < 1 << 32):
+        raise ValueError(f"source position {ledger_id}:{entry_id} out of range")
+    return (ledger_id << 32) | entry_id
 
 
 def _resolved(result: AppendResult) -> asyncio.Future:
@@ -187,6 +200,37 @@ class PartitionLog:
         result.add_done_callback(lambda done: self._on_marker_written(producer_id, commit, done.result()))
         return result
 
+    def publish_replicated(self, source_cluster: str, ledger_id: int, entry_id: int, source: MessageMetadata,
+                           header: BatchHeader, view: memoryview) -> asyncio.Future:
+        """Append an entry a replicator of `source_cluster` sent, unless it is stored already: it is judged by its
+        source position under the replicator's name (Pulsar's dedup V2), so a resend after a reconnect, a rewind or a
+        restart of either side is stored once. Its producer's own identity is kept apart (producer ids and names are
+        cluster-local); its application-chosen sequence ids are taken as they are, so that producer is deduplicated
+        here too. Resolves to an AppendResult (`duplicate` when it was stored before)."""
+        name, key = replicator_name(source_cluster), source_position_key(ledger_id, entry_id)
+        status = self.dedup.is_duplicate(name, key, key)
+        if status is DupStatus.DUP:
+            return _resolved(AppendResult(duplicate=True))
+        if status is DupStatus.UNKNOWN:
+            return _resolved(AppendResult(ErrorCode.REQUEST_TIMED_OUT,
+                                          message="an earlier send of this entry is still being written"))
+        metadata = MessageMetadata(
+            producer_name=name, sequence_id=key, highest_sequence_id=key, replicated_from=source_cluster,
+            replicate_to=source.replicate_to, original_producer_name=source.producer_name,
+            original_sequence_id=source.sequence_id, original_highest_sequence_id=source.highest_sequence_id,
+            source_ledger_id=ledger_id, source_entry_id=entry_id)
+        if source.HasField("marker_type"):
+            metadata.marker_type = source.marker_type
+        pushed = self.dedup.pushed
+        named = RecordsDecision(highest={n.name: n.sequence_id for n in source.named_sequences
+                                         if n.sequence_id > pushed.get(n.name, -1)})
+        metadata.named_sequences.extend(source.named_sequences)
+        if header.is_transactional:  # only committed transactions are replicated: plain data here
+            buffer = bytearray(view)
+            clear_transactional(buffer, 0)
+            header, view = split_batches(buffer)[0]
+        return self._append(header, view, metadata, None, named, replicated=(name, key))
+
     def _on_marker_written(self, producer_id: int, commit: bool, result: AppendResult) -> None:
         if result.error == ErrorCode.NONE:
             self.transactions.on_marker(producer_id, result.base_offset, commit, self.high_watermark)
@@ -243,9 +287,9 @@ class PartitionLog:
         return duplicate.log_append_time if self.log_append_time else -1
 
     def _append(self, header: BatchHeader, view: memoryview, metadata: MessageMetadata, accept: Accept | None,
-                named: RecordsDecision | None = None) -> asyncio.Future:
+                named: RecordsDecision | None = None, replicated: tuple[str, int] | None = None) -> asyncio.Future:
         """Assign offsets to one batch and hand it to the ledger; `named`: the application-chosen sequence ids it
-        stores."""
+        stores; `replicated`: the replicator name and source position key it is judged by."""
         base = self.ledger.written_end_index
         last = base + header.last_offset_delta
         batch = bytearray(view)
@@ -271,17 +315,23 @@ class PartitionLog:
         result = asyncio.get_running_loop().create_future()
         append_time = now if self.log_append_time else -1
         size = len(batch)
-        written.add_done_callback(lambda f: self._on_written(f, base, size, append_time, pending, named, result))
+        written.add_done_callback(
+            lambda f: self._on_written(f, base, size, append_time, pending, named, replicated, result))
         return result
 
     def _on_written(self, written: asyncio.Future, base: int, size: int, append_time: int,
-                    pending: PendingBatch | None, named: RecordsDecision | None, result: asyncio.Future) -> None:
+                    pending: PendingBatch | None, named: RecordsDecision | None,
+                    replicated: tuple[str, int] | None, result: asyncio.Future) -> None:
         exc = written.exception()
         if exc is None:
             self.bytes_in += size
             if named is not None:  # first: the entry's count (on_persisted) may snapshot, with them
                 self.dedup.record_persisted_names(named.highest.items())
-            self.producers.on_persisted(pending, written.result())
+            if replicated is not None:
+                name, key = replicated
+                self.dedup.record_persisted(name, key, key, written.result(), idle=True)
+            else:
+                self.producers.on_persisted(pending, written.result())
             outcome = AppendResult(ErrorCode.NONE, base, append_time)
         elif isinstance(exc, LedgerWriteError):
             outcome = AppendResult(WRITE_FAILED, message=f"write failed, retry: {exc}")

@@ -243,6 +243,17 @@ def set_log_append_time(buf: bytearray, pos: int, timestamp_ms: int) -> None:
 def set_max_timestamp(buf: bytearray, pos: int, timestamp_ms: int) -> None:
     """Write the batch's maxTimestamp in place and recompute the CRC, which covers it."""
     _INT64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, timestamp_ms)
+    _update_crc(buf, pos)
+
+
+def clear_transactional(buf: bytearray, pos: int) -> None:
+    """Make the (committed) transactional batch at pos a plain one, recomputing the CRC that covers attributes."""
+    attributes = _INT16.unpack_from(buf, pos + CRC_START)[0] & ~TRANSACTIONAL_MASK
+    _INT16.pack_into(buf, pos + CRC_START, attributes)
+    _update_crc(buf, pos)
+
+
+def _update_crc(buf: bytearray, pos: int) -> None:
     size = LOG_OVERHEAD + _INT32.unpack_from(buf, pos + 8)[0]
     _UINT32.pack_into(buf, pos + CRC_OFFSET, crc32c.crc32c(memoryview(buf)[pos + CRC_START:pos + size]))
 

@@ -3,6 +3,7 @@ health, readiness and metrics probes."""
 import logging
 from typing import TYPE_CHECKING
 
+from kop.admin.cluster_routes import ClusterRoutes
 from kop.admin.failpoint_routes import FailpointRoutes
 from kop.admin.http import HttpError, HttpServer, Request, Response
 from kop.admin.policy_routes import PolicyRoutes
@@ -18,7 +19,8 @@ log = logging.getLogger(__name__)
 
 def build_admin_router(broker: "Broker") -> AdminRouter:
     router = AdminRouter()
-    for routes in (ProbeRoutes(broker), PolicyRoutes(broker), TopicRoutes(broker), FailpointRoutes(broker)):
+    for routes in (ProbeRoutes(broker), PolicyRoutes(broker), TopicRoutes(broker), ClusterRoutes(broker),
+                   FailpointRoutes(broker)):
         routes.register(router)
     return router
 

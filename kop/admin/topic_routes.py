@@ -46,9 +46,14 @@ class TopicRoutes:
 
     async def stats(self, request: Request, tenant: str, namespace: str, topic: str) -> Response:
         ref = find_topic(self.broker, tenant, namespace, topic, partition_names=True)
+        replication = self._replication
         if ref.single_partition:
-            return json_response(views.partition_stats(ref.partitions[0]))
-        return json_response(views.topic_stats(ref.namespace, ref.topic, ref.partitions))
+            return json_response(views.partition_stats(ref.partitions[0], replication))
+        return json_response(views.topic_stats(ref.namespace, ref.topic, ref.partitions, replication))
+
+    def _replication(self, partition) -> dict:
+        return {remote: replicator.to_json()
+                for remote, replicator in sorted(self.broker.replication.replicators_of(partition).items())}
 
     async def internal_stats(self, request: Request, tenant: str, namespace: str, topic: str) -> Response:
         ref = find_topic(self.broker, tenant, namespace, topic, partition_names=True)
