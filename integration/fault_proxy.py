@@ -41,12 +41,14 @@ _INT32 = struct.Struct(">i")
 class CutPolicy:
     """Cut the response of every `every`-th Produce request, after the first `skip_first`, at most `max_cuts` times.
 
-    Produce requests are numbered from 1 across all connections, in the order the proxy forwards them.
+    Produce requests (or requests of `api_key`, e.g. kop's ReplicateEntries between clusters) are numbered from 1
+    across all connections, in the order the proxy forwards them.
     """
 
     every: int = 10
     max_cuts: int = 10
     skip_first: int = 0
+    api_key: int = PRODUCE
 
     def __post_init__(self) -> None:
         if self.every < 1 or self.max_cuts < 0 or self.skip_first < 0:
@@ -170,7 +172,8 @@ class FaultProxy:
         self.port = 0
         self._policy = policy
         self._lock = threading.Lock()
-        self._connections = self._requests = self._produce_requests = 0
+        self._connections = self._requests = 0
+        self._answered_requests: Counter[int] = Counter()  # api key -> requests that expect a response
         self._cuts = self._cuts_planned = self._order_violations = 0
         self._produce_errors: Counter[int] = Counter()
         self._duplicate_sequence_batches: list[BatchIdentity] = []
@@ -229,7 +232,7 @@ class FaultProxy:
 
     def stats(self) -> ProxyStats:
         with self._lock:
-            return ProxyStats(self._connections, self._requests, self._produce_requests, self._cuts,
+            return ProxyStats(self._connections, self._requests, self._answered_requests[PRODUCE], self._cuts,
                               self._order_violations, dict(self._produce_errors),
                               tuple(self._duplicate_sequence_batches))
 
@@ -325,9 +328,11 @@ class FaultProxy:
             cut = False
             with self._lock:
                 self._requests += 1
-                if info.api_key == PRODUCE and info.expects_response:
-                    self._produce_requests += 1
-                    if self._policy is not None and self._policy.picks(self._produce_requests, self._cuts_planned):
+                if info.expects_response:
+                    self._answered_requests[info.api_key] += 1
+                    policy = self._policy
+                    if policy is not None and info.api_key == policy.api_key and \
+                            policy.picks(self._answered_requests[info.api_key], self._cuts_planned):
                         cut = True
                         self._cuts_planned += 1
             if info.expects_response:
