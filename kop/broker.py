@@ -40,7 +40,7 @@ class Broker:
         self.topics = TopicManager(config, self.policies, self.metrics.observe_flush)
         self.groups = GroupCoordinator(config, self.topics)
         self.clusters = ClusterRegistry(config.data_dir, durable=config.fsync)
-        self.replication = ReplicationService(config, self.topics, self.policies, self.clusters)
+        self.replication = ReplicationService(config, self.topics, self.policies, self.clusters, self.groups)
         self.api_router = handlers.build_api_router()
         self.producer_ids: ProducerIdAllocator | None = None
         self.transactions: TransactionCoordinator | None = None

@@ -124,6 +124,19 @@ class BrokerConfig:
     test_partition_load_delay_ms: int = setting(
         0, Range(0), "testPartitionLoadDelayMs",
         doc="Tests only: each partition's load at start-up waits this long first, as on a slow disk.")
+    # geo-replication (PIP-33 replicated subscriptions for consumer groups)
+    enable_replicated_subscriptions: bool = setting(True, None, "enableReplicatedSubscriptions",
+                                                    doc="Replicate the positions of replicated consumer groups to the "
+                                                        "other clusters (snapshot markers, PIP-33).")
+    replicated_subscriptions_snapshot_frequency_millis: int = setting(
+        1000, MILLIS, "replicatedSubscriptionsSnapshotFrequencyMillis",
+        doc="How often a partition with a replicated group and new data takes a snapshot of the clusters' positions.")
+    replicated_subscriptions_snapshot_timeout_seconds: int = setting(
+        30, SIZE, "replicatedSubscriptionsSnapshotTimeoutSeconds",
+        doc="A snapshot whose answers have not all come within this time is dropped.")
+    replicated_subscriptions_snapshot_max_cached_per_subscription: int = setting(
+        10, Range(3), "replicatedSubscriptionsSnapshotMaxCachedPerSubscription",
+        doc="Completed snapshots kept per partition, for the groups' positions to pass.")
     # groups
     group_min_session_timeout_ms: int = setting(6000, SIZE, doc="The shortest session timeout a member may ask for.")
     group_max_session_timeout_ms: int = setting(1800000, SIZE, doc="The longest session timeout a member may ask "

@@ -9,7 +9,7 @@ after a write (dedup's persisted map, snapshots) runs in callbacks, whether or n
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from dedup import (DEDUP_CURSOR_NAME, Accept, DecideAgain, DedupConfig, Duplicate, DupStatus, KafkaProducers,
@@ -21,13 +21,17 @@ from kop.sequence_filter import Answer, SequenceFilter
 from kop.ledger import Entry, LedgerClosedError, LedgerWriteError, ManagedLedger, ManagedLedgerError, Position
 from kop.transactions.partition_index import PartitionTransactions
 from protocol.errors import ErrorCode
-from protocol.records import (BatchHeader, WalkedRecords, assign_offsets, build_control_batch, clear_transactional,
-                              set_log_append_time, split_batches)
+from protocol.records import (BatchHeader, WalkedRecords, assign_offsets, build_control_batch, build_marker_batch,
+                              clear_transactional, set_log_append_time, split_batches)
 from proto.kop_pb2 import MarkerType, MessageMetadata
 
 log = logging.getLogger(__name__)
 
 TRANSACTIONS_CURSOR = "pulsar.transactions"  # exists once a transaction added the partition (system prefix: no group)
+MARKER_PRODUCER = "pulsar.marker"  # the producer name of marker entries, as in Pulsar
+
+# Told of each marker a replicator stored here, once durable: (partition, its metadata, its batch, its position).
+MarkerListener = Callable[["PartitionLog", MessageMetadata, bytes, Position], None]
 
 # A failed write is retriable: the client resends with the same sequence numbers.
 WRITE_FAILED = ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -46,6 +50,7 @@ class AppendResult:
     message: str | None = None
     record_errors: tuple[tuple[int, str], ...] = ()  # (index in the batch, reason) of the records that failed it
     duplicate: bool = False  # deduplicated, not written (replicated entries: found by their source position)
+    position: Position | None = None  # where the entry was stored
 
 
 @dataclass(slots=True)
@@ -98,6 +103,7 @@ class PartitionLog:
         self.bytes_out = 0  # bytes of batches served to fetches
         self.dedup_decisions = DedupDecisions()
         self.transactions = PartitionTransactions()
+        self.marker_listener: MarkerListener | None = None
         self._waiters: list[asyncio.Future] = []
         ledger.add_confirm_listener(self._wake_waiters)
         ledger.add_failure_listener(self._on_ledger_failure)
@@ -229,7 +235,24 @@ class PartitionLog:
             buffer = bytearray(view)
             clear_transactional(buffer, 0)
             header, view = split_batches(buffer)[0]
-        return self._append(header, view, metadata, None, named, replicated=(name, key))
+        if not source.HasField("marker_type"):
+            return self._append(header, view, metadata, None, named, replicated=(name, key))
+        result = self._append(header, view, metadata, None, named, replicated=(name, key), span=0)
+        batch = bytes(view)
+        result.add_done_callback(lambda done: self._on_marker_stored(metadata, batch, done.result()))
+        return result
+
+    def _on_marker_stored(self, metadata: MessageMetadata, batch: bytes, result: AppendResult) -> None:
+        if result.error == ErrorCode.NONE and self.marker_listener is not None:
+            self.marker_listener(self, metadata, batch, result.position)
+
+    def publish_marker(self, marker_type: int, payload: bytes, replicate_to: tuple[str, ...] = ()) -> asyncio.Future:
+        """Append a marker (PIP-33): an entry that covers no Kafka offset and is never served to a client, so
+        offsets, lag and ListOffsets do not see it. Resolves to an AppendResult with its position once durable."""
+        header, view = split_batches(build_marker_batch(marker_type, payload))[0]
+        metadata = MessageMetadata(producer_name=MARKER_PRODUCER, sequence_id=0, marker_type=marker_type,
+                                   replicate_to=replicate_to)
+        return self._append(header, view, metadata, None, span=0)
 
     def _on_marker_written(self, producer_id: int, commit: bool, result: AppendResult) -> None:
         if result.error == ErrorCode.NONE:
@@ -287,9 +310,11 @@ class PartitionLog:
         return duplicate.log_append_time if self.log_append_time else -1
 
     def _append(self, header: BatchHeader, view: memoryview, metadata: MessageMetadata, accept: Accept | None,
-                named: RecordsDecision | None = None, replicated: tuple[str, int] | None = None) -> asyncio.Future:
+                named: RecordsDecision | None = None, replicated: tuple[str, int] | None = None,
+                span: int | None = None) -> asyncio.Future:
         """Assign offsets to one batch and hand it to the ledger; `named`: the application-chosen sequence ids it
-        stores; `replicated`: the replicator name and source position key it is judged by."""
+        stores; `replicated`: the replicator name and source position key it is judged by; `span`: the offsets it
+        covers (0 for a marker; by default its records')."""
         base = self.ledger.written_end_index
         last = base + header.last_offset_delta
         batch = bytearray(view)
@@ -301,7 +326,8 @@ class PartitionLog:
         metadata.num_messages = header.records_count
         try:
             # A write that fails comes back through the ledger's failure path, after the writes before it.
-            written = self.ledger.add_entry(base, header.last_offset_delta + 1, metadata.SerializeToString(), batch)
+            written = self.ledger.add_entry(base, header.last_offset_delta + 1 if span is None else span,
+                                            metadata.SerializeToString(), batch)
         except LedgerClosedError as exc:  # the partition is going away (topic deleted, broker stopping)
             return _resolved(AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, message=str(exc)))
         except ManagedLedgerError as exc:
@@ -332,7 +358,7 @@ class PartitionLog:
                 self.dedup.record_persisted(name, key, key, written.result(), idle=True)
             else:
                 self.producers.on_persisted(pending, written.result())
-            outcome = AppendResult(ErrorCode.NONE, base, append_time)
+            outcome = AppendResult(ErrorCode.NONE, base, append_time, position=written.result())
         elif isinstance(exc, LedgerWriteError):
             outcome = AppendResult(WRITE_FAILED, message=f"write failed, retry: {exc}")
         else:

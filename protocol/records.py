@@ -46,8 +46,11 @@ __all__ = [
     "assign_offsets",
     "set_log_append_time",
     "set_max_timestamp",
+    "clear_transactional",
     "build_batch",
     "build_control_batch",
+    "build_marker_batch",
+    "marker_payload",
     "control_marker",
     "iter_records",
     "keep_records",
@@ -693,6 +696,20 @@ def _write_bytes(out: bytearray, value: bytes | None) -> None:
     else:
         encode_varint(len(value), out)
         out += value
+
+
+def build_marker_batch(marker_type: int, payload: bytes) -> bytes:
+    """A kop marker (PIP-33) as a record batch: a control batch of one record whose key holds the marker type and
+    whose value holds the marker, without a timestamp (-1), so no ListOffsets by time can land on it. It is stored
+    in an entry that covers no offset and is never served to a Kafka client."""
+    record = Record(offset=0, timestamp=-1, key=_CONTROL_KEY.pack(0, marker_type), value=payload)
+    return build_batch([record], control=True)
+
+
+def marker_payload(view: BytesLike) -> tuple[int, bytes]:
+    """The marker type and marker of a batch built by build_marker_batch."""
+    record = next(iter_records(view))
+    return _CONTROL_KEY.unpack_from(record.key)[1], record.value or b""
 
 
 def build_control_batch(*, base_offset: int, producer_id: int, producer_epoch: int, commit: bool,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kop.admin.client import (CLUSTERS_PATH, DEFAULT_ADMIN_URL, AdminClient, AdminError, cluster_resource,
-                              namespace_resource, namespace_topics, topic_resource)
+                              group_resource, namespace_resource, namespace_topics, topic_resource)
 
 
 def _enable_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,7 +67,7 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
     admin.add_argument("--admin-url", default=os.environ.get("KOP_ADMIN_URL", DEFAULT_ADMIN_URL),
                        help=f"the broker's admin API (default $KOP_ADMIN_URL or {DEFAULT_ADMIN_URL})")
     admin.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for an answer")
-    groups = admin.add_subparsers(dest="admin_group", required=True, metavar="{namespaces,topics,clusters}")
+    groups = admin.add_subparsers(dest="admin_group", required=True, metavar="{namespaces,topics,clusters,groups}")
     _add_policy_commands(groups.add_parser("namespaces", help="namespace policies", description="Namespace policies.",
                                            epilog=_examples("namespaces", EXAMPLE_NAMESPACE, "set-deduplication "
                                                             "{target} --disable", "get-deduplication {target}"),
@@ -82,6 +82,10 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
     _add_cluster_commands(groups.add_parser(
         "clusters", help="the clusters this broker replicates to", description="The clusters registry.",
         epilog=_examples("clusters", "west", "create {target} --broker-url west.example.com:9092", "list"),
+        formatter_class=argparse.RawDescriptionHelpFormatter))
+    _add_group_commands(groups.add_parser(
+        "groups", help="consumer groups' geo-replication", description="Consumer groups' geo-replication (PIP-33).",
+        epilog=_examples("groups", "orders-app", "set-replicated {target} --enable", "get-replicated {target}"),
         formatter_class=argparse.RawDescriptionHelpFormatter))
 
 
@@ -172,6 +176,17 @@ def _add_topic_commands(commands: argparse._SubParsersAction) -> None:
     _command(commands, "list-partitioned-topics", lambda c, a: c.get(namespace_topics(a.target) + "/partitioned"),
              "tenant/namespace", "the topics in the namespace",
              _examples("topics", EXAMPLE_NAMESPACE, "list-partitioned-topics {target}"))
+
+
+def _add_group_commands(group: argparse.ArgumentParser) -> None:
+    commands = group.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
+    setter = _command(commands, "set-replicated", lambda c, a: c.post(group_resource(a.target, "replicated"), a.enable),
+                      "GROUP", "replicate the group's committed offsets to the other clusters, or stop",
+                      _examples("groups", "orders-app", "set-replicated {target} --enable"))
+    _enable_arguments(setter)
+    _command(commands, "get-replicated", lambda c, a: c.get(group_resource(a.target, "replicated")), "GROUP",
+             "whether the group's committed offsets are replicated", _examples("groups", "orders-app",
+                                                                                 "get-replicated {target}"))
 
 
 def _add_cluster_commands(group: argparse.ArgumentParser) -> None:

@@ -57,6 +57,10 @@ def cluster_resource(name: str) -> str:
     return f"{CLUSTERS_PATH}/{quote(name, safe='')}"
 
 
+def group_resource(group: str, name: str) -> str:
+    return f"/admin/v2/groups/{quote(group, safe='')}/{name}"
+
+
 def namespace_topics(namespace: str) -> str:
     """The REST path listing a namespace's (persistent) topic partitions."""
     return f"/admin/v2/persistent/{namespace_path(namespace)}"

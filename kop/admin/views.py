@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from dedup.named_sequences import application_name
 from dedup.sequences import to_wire
-from kop.groups.offsets import committed_offsets
+from kop.groups.offsets import REPLICATED_KEY, committed_offsets
 from kop.partition import PartitionLog
 
 
@@ -88,8 +88,10 @@ def subscriptions(partition: PartitionLog) -> dict:
     lists a topic's subscriptions: the offset and the backlog behind the partition's end (offsets, so records
     dropped as duplicates still count)."""
     end = partition.high_watermark
+    cursors = partition.ledger.cursors
     return {group: {"type": "KafkaConsumerGroup", "committedOffset": committed.offset,
-                    "msgBacklog": max(0, end - committed.offset), "lastCommitTimestamp": committed.commit_timestamp}
+                    "msgBacklog": max(0, end - committed.offset), "lastCommitTimestamp": committed.commit_timestamp,
+                    "isReplicated": bool(cursors[group].properties.get(REPLICATED_KEY))}
             for group, committed in sorted(committed_offsets(partition.ledger).items())}
 
 
@@ -116,7 +118,8 @@ def topic_stats(namespace: str, topic: str, partitions: Sequence[PartitionLog],
     groups: dict[str, dict] = {}
     for partition in partitions:
         for group, stats in subscriptions(partition).items():
-            entry = groups.setdefault(group, {"type": stats["type"], "msgBacklog": 0, "partitions": {}})
+            entry = groups.setdefault(group, {"type": stats["type"], "msgBacklog": 0, "partitions": {},
+                                              "isReplicated": stats["isReplicated"]})
             entry["msgBacklog"] += stats["msgBacklog"]
             entry["partitions"][str(partition.partition)] = {k: stats[k] for k in
                                                             ("committedOffset", "msgBacklog", "lastCommitTimestamp")}

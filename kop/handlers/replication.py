@@ -12,12 +12,14 @@ from kop.handlers.context import RequestContext
 from kop.partition import AppendResult
 from kop.topics import Topic, TopicError
 from protocol.errors import ErrorCode
-from protocol.records import RecordBatchError, split_batches
+from protocol.records import RecordBatchError, marker_payload, split_batches
 from protocol.replication import REPLICATE_ENTRIES_KEY, ReplicateEntriesRequest, ReplicateEntriesResponse
-from proto.kop_pb2 import MessageMetadata
+from proto.kop_pb2 import MarkerType, MessageMetadata, ReplicatedSubscriptionsSnapshotRequest
 
 log = logging.getLogger(__name__)
 Response = ReplicateEntriesResponse
+Result = Response.ReplicateTopicResult.ReplicatePartitionResult
+REQUEST = MarkerType.REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST
 
 
 def _refused(ctx: RequestContext, message: str) -> Response:
@@ -53,10 +55,13 @@ def _failed(code: ErrorCode, message: str) -> asyncio.Future:
     return future
 
 
-def _publish(ctx: RequestContext, source: str, topic: Topic, index: int, entries) -> list[asyncio.Future]:
+def _publish(ctx: RequestContext, source: str, topic: Topic, index: int, entries) -> list:
+    """Per entry: its future AppendResult, and the snapshot id when it is a PIP-33 REQUEST to answer here."""
     partition = topic.partition(index)
     if partition is None:
-        return [_failed(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {topic.name}-{index}")]
+        return [(_failed(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {topic.name}-{index}"), None)]
+    # A cluster that replicates the topic back answers with a RESPONSE marker; one that does not, in the response.
+    answers_here = source not in ctx.services.replication.remotes(topic.name)
     futures = []
     for entry in entries:
         try:
@@ -66,14 +71,21 @@ def _publish(ctx: RequestContext, source: str, topic: Topic, index: int, entries
                 raise RecordBatchError(ErrorCode.CORRUPT_MESSAGE, f"{len(batches)} record batches in one entry")
             header, view = batches[0]
             future = partition.publish_replicated(source, entry.ledger_id, entry.entry_id, metadata, header, view)
+            request = _snapshot_request(metadata, view) if answers_here else None
         except (RecordBatchError, ValueError) as exc:
             log.warning("replicated entry %d:%d for %s refused: %s", entry.ledger_id, entry.entry_id, partition.name,
                         exc, extra=ctx.log_fields)
-            future = _failed(ErrorCode.CORRUPT_MESSAGE, str(exc))
-        futures.append(future)
+            future, request = _failed(ErrorCode.CORRUPT_MESSAGE, str(exc)), None
+        futures.append((future, request and (request, entry.ledger_id, entry.entry_id)))
         if future.done() and future.result().error:  # the rest would overtake it: the replicator resends them
             break
     return futures
+
+
+def _snapshot_request(metadata: MessageMetadata, view: memoryview) -> str | None:
+    if metadata.marker_type != REQUEST:
+        return None
+    return ReplicatedSubscriptionsSnapshotRequest.FromString(marker_payload(view)[1]).snapshot_id
 
 
 async def handle(ctx: RequestContext, request: ReplicateEntriesRequest):
@@ -91,7 +103,8 @@ async def handle(ctx: RequestContext, request: ReplicateEntriesRequest):
         except TopicError as exc:
             topic, refused = None, _failed(exc.code, str(exc))
         for pdata in topic_data.partitions:
-            futures = [refused] if topic is None else _publish(ctx, source, topic, pdata.partition_index, pdata.entries)
+            futures = [(refused, None)] if topic is None else _publish(ctx, source, topic, pdata.partition_index,
+                                                                       pdata.entries)
             planned.append((topic_data.name, pdata.partition_index, futures))
     return _respond(planned)
 
@@ -101,15 +114,22 @@ async def _respond(planned) -> Response:
     for name, index, futures in planned:
         stored = duplicates = 0
         error, message = ErrorCode.NONE, None
-        for future in futures:
+        answers = []
+        for future, request in futures:
             outcome: AppendResult = await future
             if outcome.error:
                 error, message = outcome.error, outcome.message
                 break
             stored += 1
             duplicates += outcome.duplicate
-        by_topic.setdefault(name, []).append(Response.ReplicateTopicResult.ReplicatePartitionResult(
-            partition_index=index, error_code=error, error_message=message, stored=stored, duplicates=duplicates))
+            if request is not None and outcome.position is not None:  # a duplicate's position is not known
+                snapshot_id, source_ledger, source_entry = request
+                answers.append(Result.SnapshotAnswer(
+                    snapshot_id=snapshot_id, source_ledger_id=source_ledger, source_entry_id=source_entry,
+                    ledger_id=outcome.position.ledger_id, entry_id=outcome.position.entry_id))
+        by_topic.setdefault(name, []).append(Result(
+            partition_index=index, error_code=error, error_message=message, stored=stored, duplicates=duplicates,
+            snapshot_answers=answers))
     topics = [Response.ReplicateTopicResult(name=name, partitions=partitions) for name, partitions in by_topic.items()]
     return Response[0](throttle_time_ms=0, error_code=ErrorCode.NONE, topics=topics)
 

@@ -3,8 +3,10 @@
 
 It reads after the cursor, up to the last stable offset (so only decided transactions go), and sends each entry
 with its metadata (ReplicateEntries). It skips what must not go: entries that came from another cluster
-(`replicated_from` set: no loops, whatever the topology), entries whose `replicate_to` leaves the remote out,
-transaction markers and aborted transactions' batches, and markers. The cursor moves past a run of entries only once
+(`replicated_from` set: no loops, whatever the topology), entries whose `replicate_to` leaves the remote out (so
+PIP-33 RESPONSE markers reach their requester alone, and SNAPSHOT markers stay), transaction markers and aborted
+transactions' batches. A remote that answers a snapshot REQUEST in its response (it does not replicate back) has
+the answer handed to the partition's snapshot controller. The cursor moves past a run of entries only once
 the remote has answered that all of them are durable there; anything unanswered is sent again, and the remote
 finds it stored already by its source position. One request is in flight per replicator, so a partition's entries
 reach the remote in order.
@@ -54,8 +56,11 @@ class ReplicatorStats:
 
 class Replicator:
     def __init__(self, partition: PartitionLog, partition_count: Callable[[], int], local: str, remote: str,
-                 link: Callable[[], RemoteLink | None]) -> None:
+                 link: Callable[[], RemoteLink | None],
+                 on_snapshot_answer: Callable[[str, str, Position, Position], None]) -> None:
+        """on_snapshot_answer(snapshot id, remote, where the remote stored the REQUEST, where it is here)."""
         self.partition = partition
+        self._on_snapshot_answer = on_snapshot_answer
         self.local = local
         self.remote = remote
         self._partition_count = partition_count
@@ -137,7 +142,7 @@ class Replicator:
         return True
 
     def _forwards(self, entry: Entry, metadata: MessageMetadata) -> bool:
-        if metadata.replicated_from or metadata.is_control or metadata.HasField("marker_type"):
+        if metadata.replicated_from or metadata.is_control:
             return False
         if metadata.replicate_to and self.remote not in metadata.replicate_to:
             return False
@@ -166,6 +171,9 @@ class Replicator:
         result = response.topics[0].partitions[0]
         self.stats.entries_sent += result.stored
         self.stats.duplicates += result.duplicates
+        for answer in result.snapshot_answers:
+            self._on_snapshot_answer(answer.snapshot_id, self.remote, Position(answer.ledger_id, answer.entry_id),
+                                     Position(answer.source_ledger_id, answer.source_entry_id))
         if result.error_code or result.stored != len(entries):
             raise RemoteRefused(f"cluster {self.remote} stored {result.stored} of {len(entries)} entries: "
                                 f"{ErrorCode(result.error_code).name}: {result.error_message}")
