@@ -116,3 +116,76 @@ def test_snapshots_stop_without_traffic(pair):
     assert completed() == quiet
     produce(east.bootstrap, "orders", "east1", 20, PARTITIONS)
     wait_for(lambda: completed() > quiet, 20, "snapshots to resume with data")
+
+
+@pytest.fixture
+def one_way(tmp_path):
+    """east replicates to west; west replicates nothing back (a standby)."""
+    brokers = start_clusters(tmp_path, ("east", "west"), FAST_SNAPSHOTS)
+    replicate(brokers["east"], ["east", "west"])
+    with RawKafka(brokers["east"].port) as kafka:
+        assert kafka.create_topic("orders", PARTITIONS) == ErrorCode.NONE
+    yield brokers["east"], brokers["west"]
+    for broker in brokers.values():
+        broker.stop()
+
+
+def test_one_way_standby_takes_over_the_group(one_way):
+    """Pulsar #9341: with replication one way only, Pulsar never completes a snapshot; kop's standby answers in the
+    replication response."""
+    east, west = one_way
+    admin_json(east, "groups", "set-replicated", "app", "--enable")
+    produce(east.bootstrap, "orders", "east0", PER_ROUND, PARTITIONS)
+    in_east = consume(east.bootstrap, "app", PER_ROUND)
+    produce_in_rounds(east, first=1)
+    in_east += consume(east.bootstrap, "app", TOTAL // 2 - PER_ROUND)
+    wait_for(lambda: west_position(west) >= TOTAL // 2 - PER_ROUND, 20, "the group's updates in west")
+    east.kill()
+    consumed = in_east + consume(west.bootstrap, "app", None)
+    assert set(consumed) == expected()
+    assert 0 <= len(consumed) - TOTAL <= PER_ROUND
+
+
+def test_group_that_stopped_committing_still_gets_its_last_position_replicated(pair):
+    """Pulsar #19551: the snapshot that covers a group's last commit completes after that commit; kop still sends
+    the update, so the group resumes in west with nothing repeated."""
+    east, west = pair
+    admin_json(east, "groups", "set-replicated", "app", "--enable")
+    produce(east.bootstrap, "orders", "east0", PER_ROUND, PARTITIONS)
+    consume(east.bootstrap, "app", PER_ROUND)
+    produce(east.bootstrap, "orders", "east1", PER_ROUND, PARTITIONS)
+    in_east = consume(east.bootstrap, "app", PER_ROUND)  # its last commits, then the group goes quiet
+    wait_for(lambda: west_position(west) == 2 * PER_ROUND, 20, "the group's last position in west")
+    east.kill()
+    produce(west.bootstrap, "orders", "west", 10, PARTITIONS)
+    assert sorted(consume(west.bootstrap, "app", None)) == sorted(f"west:{i}".encode() for i in range(10))
+    assert len(in_east) == PER_ROUND
+
+
+def test_snapshots_go_on_between_the_clusters_that_are_up(tmp_path):
+    """Beyond Pulsar (which stops them all): with c down, a and b keep snapshotting and b follows the group; when c
+    is back, it follows too."""
+    brokers = start_clusters(tmp_path, ("a", "b", "c"), FAST_SNAPSHOTS)
+    try:
+        for broker in brokers.values():
+            replicate(broker, ["a", "b", "c"])
+            with RawKafka(broker.port) as kafka:
+                assert kafka.create_topic("orders", PARTITIONS) == ErrorCode.NONE
+        a, b, c = brokers["a"], brokers["b"], brokers["c"]
+        admin_json(a, "groups", "set-replicated", "app", "--enable")
+        produce(a.bootstrap, "orders", "east0", PER_ROUND, PARTITIONS)
+        consume(a.bootstrap, "app", PER_ROUND)
+        wait_for(lambda: west_position(c) == PER_ROUND, 20, "the group in c")
+        c.kill()
+        for round_ in range(1, 4):
+            produce(a.bootstrap, "orders", f"east{round_}", PER_ROUND, PARTITIONS)
+            consume(a.bootstrap, "app", PER_ROUND)
+        wait_for(lambda: west_position(b) == 4 * PER_ROUND, 30, "b to follow the group while c is down")
+        assert west_position(c.start()) == PER_ROUND  # control: c missed it all
+        wait_for(lambda: topic_stats(a, "orders")["replication"]["c"]["connected"], 30, "a to reach c again")
+        produce(a.bootstrap, "orders", "east4", PER_ROUND, PARTITIONS)
+        consume(a.bootstrap, "app", PER_ROUND)
+        wait_for(lambda: west_position(c) == 5 * PER_ROUND, 60, "c to follow the group again")
+    finally:
+        for broker in brokers.values():
+            broker.stop()

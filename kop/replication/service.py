@@ -136,7 +136,11 @@ class ReplicationService:
             if key not in self.controllers:
                 self.controllers[key] = SnapshotController(
                     partition, self.local, lambda topic=key[0]: self.remotes(topic),
-                    lambda p=partition: all(r.connected for r in self.replicators_of(p).values()), self.settings)
+                    lambda remote, p=partition: self._replicating(p, remote), self.settings)
+
+    def _replicating(self, partition: PartitionLog, remote: str) -> bool:
+        replicator = self.replicators_of(partition).get(remote)
+        return replicator is not None and replicator.connected
 
     def controller_of(self, partition: PartitionLog) -> SnapshotController | None:
         controller = self.controllers.get((partition.topic, partition.partition))

@@ -73,7 +73,8 @@ class SnapshotSettings:
 
 class SnapshotController:
     def __init__(self, partition: PartitionLog, local: str, remotes: Callable[[], list[str]],
-                 connected: Callable[[], bool], settings: SnapshotSettings) -> None:
+                 connected: Callable[[str], bool], settings: SnapshotSettings) -> None:
+        """connected(remote): whether the replicator toward that remote is working."""
         self.partition = partition
         self.local = local
         self._remotes = remotes
@@ -113,11 +114,14 @@ class SnapshotController:
             return
         await self._send_updates(groups)
         end = self.partition.high_watermark  # markers do not move it: no new data, no new snapshot
-        if end == self._end_at_last_request or not self._connected():
-            return  # like Pulsar, no snapshot while a replicator is down: it could not answer
+        # Beyond Pulsar, which stops every snapshot while one cluster is down: the clusters that are up keep
+        # snapshotting among themselves (docs/geo-replication.md says what that trades).
+        reachable = [remote for remote in remotes if self._connected(remote)]
+        if end == self._end_at_last_request or not reachable:
+            return
         if self.pending and not self.completed:
             return  # none ever completed: retry at the timeout's pace, not every tick (Pulsar #23839)
-        pending = PendingSnapshot(uuid.uuid4().hex, frozenset(remotes), 2 if len(remotes) > 1 else 1, now)
+        pending = PendingSnapshot(uuid.uuid4().hex, frozenset(reachable), 2 if len(reachable) > 1 else 1, now)
         pending.missing = set(pending.remotes)
         self.pending[pending.snapshot_id] = pending
         self._end_at_last_request = end
