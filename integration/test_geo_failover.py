@@ -10,6 +10,7 @@ from confluent_kafka import Consumer
 
 from integration.geo import replicate, start_clusters, topic_stats, wait_for, wait_for_records
 from integration.idem_raw import RawKafka
+from integration.java_client import java_available, java_group_consume, java_unavailable_reason
 from integration.test_admin import admin_json
 from integration.test_geo_replication import produce
 from protocol.errors import ErrorCode
@@ -30,6 +31,16 @@ def pair(tmp_path):
     yield brokers["east"], brokers["west"]
     for broker in brokers.values():
         broker.stop()
+
+
+def consume_with(client: str, bootstrap: str, group: str, count: int | None) -> list[bytes]:
+    if client == "confluent-kafka":
+        return consume(bootstrap, group, count)
+    if not java_available():
+        pytest.skip(java_unavailable_reason())
+    result = java_group_consume(bootstrap, "orders", group, max_records=count or 1_000_000, idle_ms=3000,
+                                timeout=60)
+    return [record.value.encode() for record in result.records]
 
 
 def consume(bootstrap: str, group: str, count: int | None, timeout: float = 30.0) -> list[bytes]:
@@ -73,30 +84,43 @@ def expected() -> set[bytes]:
     return {f"east{r}:{i}".encode() for r in range(ROUNDS) for i in range(PER_ROUND)}
 
 
-def test_group_fails_over_to_the_other_cluster(pair):
+@pytest.mark.slow  # 20-45 s each: two kills, two restarts, five group consumers
+@pytest.mark.parametrize("client", ["confluent-kafka", "java"])
+def test_group_fails_over_to_the_other_cluster_and_back(pair, client):
     east, west = pair
     assert admin_json(east, "groups", "set-replicated", "app", "--enable")["replicated"] is True
     produce(east.bootstrap, "orders", "east0", PER_ROUND, PARTITIONS)
-    in_east = consume(east.bootstrap, "app", PER_ROUND)  # the group exists (and commits) before the rest flows
+    in_east = consume_with(client, east.bootstrap, "app", PER_ROUND)  # the group commits before the rest flows
     produce_in_rounds(east, first=1)
     wait_for_records(west, "orders", PARTITIONS, TOTAL)
     # markers take no offset: each cluster's partitions end at the records they hold
     for broker in (east, west):
         with RawKafka(broker.port) as kafka:
             assert sum(kafka.end_offsets("orders", range(PARTITIONS)).values()) == TOTAL
-    in_east += consume(east.bootstrap, "app", TOTAL // 2 - PER_ROUND)
+    in_east += consume_with(client, east.bootstrap, "app", TOTAL // 2 - PER_ROUND)
     assert len(in_east) == TOTAL // 2
     wait_for(lambda: west_position(west) >= TOTAL // 2 - PER_ROUND, 20, "the group's updates in west")
     snapshots = topic_stats(east, "orders")["partitions"]
     assert all(p["replicatedSubscriptionSnapshots"]["completedSnapshots"] > 0 for p in snapshots.values())
     east.kill()
-    in_west = consume(west.bootstrap, "app", None)
+    in_west = consume_with(client, west.bootstrap, "app", None)
     consumed = in_east + in_west
     assert set(consumed) == expected()  # no loss; and nothing but records (no marker) was delivered
     duplicates = len(consumed) - TOTAL
     # within one round of data (several snapshot periods); a group west knew nothing of would repeat all 200
     assert 0 <= duplicates <= PER_ROUND, f"{duplicates} duplicates after failover"
     assert topic_stats(west, "orders")["subscriptions"]["app"]["isReplicated"] is True
+
+    # fail back: west takes writes and the group follows them there; east comes back and catches up on both
+    east.start()
+    produce(west.bootstrap, "orders", "west", PER_ROUND, PARTITIONS)
+    in_west += consume_with(client, west.bootstrap, "app", PER_ROUND)
+    wait_for(lambda: west_position(east) >= TOTAL + PER_ROUND - PER_ROUND // 2, 30, "the group's updates in east")
+    west.kill()
+    back = consume_with(client, east.bootstrap, "app", None)
+    everything = expected() | {f"west:{i}".encode() for i in range(PER_ROUND)}
+    assert set(in_east + in_west + back) == everything
+    assert len(back) <= PER_ROUND, f"{len(back)} records again after failing back"
 
 
 def test_snapshots_stop_without_traffic(pair):
