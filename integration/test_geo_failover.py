@@ -3,6 +3,7 @@ commits; east is killed -9; the same group.id in west resumes near where it stop
 least once across the two clusters, and the duplicates are fewer than what east had consumed (a group west knew
 nothing of would start over: the control). Snapshot markers take no offset and reach no consumer, and stop when no
 data flows."""
+import shutil
 import time
 
 import pytest
@@ -10,7 +11,7 @@ from confluent_kafka import Consumer
 
 from integration.geo import replicate, start_clusters, topic_stats, wait_for, wait_for_records
 from integration.idem_raw import RawKafka
-from integration.java_client import java_available, java_group_consume, java_unavailable_reason
+from integration.java_client import java_available, java_consume_all, java_group_consume, java_unavailable_reason
 from integration.test_admin import admin_json
 from integration.test_geo_replication import produce
 from protocol.errors import ErrorCode
@@ -213,3 +214,42 @@ def test_snapshots_go_on_between_the_clusters_that_are_up(tmp_path):
     finally:
         for broker in brokers.values():
             broker.stop()
+
+
+def test_markers_reach_no_client(pair):
+    """Every client reads exactly the records, at contiguous offsets, from partitions full of snapshot markers."""
+    from integration.clients import aio_consume_all, ck_consume_all, kp_consume_all
+    from integration.test_kcat import kcat
+
+    east, west = pair
+    admin_json(east, "groups", "set-replicated", "app", "--enable")
+    produce(east.bootstrap, "orders", "east0", PER_ROUND, PARTITIONS)
+    consume(east.bootstrap, "app", PER_ROUND)
+    for round_ in range(1, 4):
+        produce(east.bootstrap, "orders", f"east{round_}", PER_ROUND, PARTITIONS)
+        consume(east.bootstrap, "app", PER_ROUND)
+    total = 4 * PER_ROUND
+    wait_for_records(west, "orders", PARTITIONS, total)
+    wait_for(lambda: west_position(west) == total, 20, "the group's last position in west")
+    controllers = [p["replicatedSubscriptionSnapshots"] for p in topic_stats(east, "orders")["partitions"].values()]
+    assert all(c["completedSnapshots"] > 0 and c["updatesWritten"] > 0 for c in controllers)  # control: markers
+    expected_values = {f"east{r}:{i}".encode() for r in range(4) for i in range(PER_ROUND)}
+
+    def check(records) -> None:
+        assert sorted(r.value if isinstance(r.value, bytes) else r.value.encode() for r in records) == \
+            sorted(expected_values)
+        for p in range(PARTITIONS):
+            assert [r.offset for r in records if r.partition == p] == list(range(total // PARTITIONS))
+
+    for broker in (east, west):
+        check(kp_consume_all(broker.bootstrap, "orders", total))
+        check(ck_consume_all(broker.bootstrap, "orders", total, partitions=range(PARTITIONS)))
+    check(aio_consume_all(east.bootstrap, "orders", total, partitions=range(PARTITIONS)))
+    if java_available():
+        check(java_consume_all(east.bootstrap, "orders"))
+    if shutil.which("kcat"):
+        done = kcat(east, "-C", "-t", "orders", "-o", "beginning", "-e", "-f", "%p %o %s\\n")
+        lines = [line.split(b" ") for line in done.stdout.splitlines()]
+        assert sorted(value for _, _, value in lines) == sorted(expected_values)
+        for p in range(PARTITIONS):
+            assert [int(o) for q, o, _ in lines if int(q) == p] == list(range(total // PARTITIONS))
