@@ -143,3 +143,11 @@ def test_summary_chart_draws_every_panel_of_the_figures_file(tmp_path):
     output = tmp_path / "chart.png"
     summary_chart.draw(panels, output)
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_geo_replication_catch_up_and_lag_count_every_record():
+    from bench import geo_replication
+    done = geo_replication.catch_up(backlog_mb=1)
+    assert done.records == 1000 and done.megabytes > 1 and done.seconds > 0
+    lags, sent, received = geo_replication.steady_lag(rate=200, seconds=2)
+    assert sent == received > 0 and 0 < len(lags) < sent and min(lags) > 0
