@@ -32,6 +32,15 @@ def replicate(broker: BrokerProcess, clusters: list[str]) -> None:
     AdminClient(broker.admin_url).post(namespace_resource(NAMESPACE, "replication"), clusters)
 
 
+def replicate_everywhere(brokers: dict[str, BrokerProcess], topic: str, partitions: int) -> None:
+    """Every cluster replicates public/default to every other, and holds `topic` with `partitions`."""
+    for broker in brokers.values():
+        replicate(broker, list(brokers))
+        with RawKafka(broker.port) as kafka:
+            error = kafka.create_topic(topic, partitions)
+            assert error == 0, f"creating {topic} failed with error {error}"
+
+
 def topic_stats(broker: BrokerProcess, topic: str) -> dict:
     return AdminClient(broker.admin_url).get(topic_resource(topic, "stats"))
 

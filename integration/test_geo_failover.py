@@ -9,10 +9,10 @@ import time
 import pytest
 from confluent_kafka import Consumer
 
-from integration.geo import replicate, start_clusters, topic_stats, wait_for, wait_for_records
+from integration.geo import replicate, replicate_everywhere, start_clusters, topic_stats, wait_for, wait_for_records
 from integration.idem_raw import RawKafka
 from integration.java_client import java_available, java_consume_all, java_group_consume, java_unavailable_reason
-from integration.test_admin import admin_json
+from integration.test_admin import admin_change, admin_json
 from integration.test_geo_replication import produce
 from protocol.errors import ErrorCode
 
@@ -25,10 +25,7 @@ FAST_SNAPSHOTS = {"replicatedSubscriptionsSnapshotFrequencyMillis": "100"}
 @pytest.fixture
 def pair(tmp_path):
     brokers = start_clusters(tmp_path, ("east", "west"), FAST_SNAPSHOTS)
-    for broker in brokers.values():
-        replicate(broker, ["east", "west"])
-        with RawKafka(broker.port) as kafka:
-            assert kafka.create_topic("orders", PARTITIONS) == ErrorCode.NONE
+    replicate_everywhere(brokers, "orders", PARTITIONS)
     yield brokers["east"], brokers["west"]
     for broker in brokers.values():
         broker.stop()
@@ -192,10 +189,7 @@ def test_snapshots_go_on_between_the_clusters_that_are_up(tmp_path):
     is back, it follows too."""
     brokers = start_clusters(tmp_path, ("a", "b", "c"), FAST_SNAPSHOTS)
     try:
-        for broker in brokers.values():
-            replicate(broker, ["a", "b", "c"])
-            with RawKafka(broker.port) as kafka:
-                assert kafka.create_topic("orders", PARTITIONS) == ErrorCode.NONE
+        replicate_everywhere(brokers, "orders", PARTITIONS)
         a, b, c = brokers["a"], brokers["b"], brokers["c"]
         admin_json(a, "groups", "set-replicated", "app", "--enable")
         produce(a.bootstrap, "orders", "east0", PER_ROUND, PARTITIONS)
@@ -253,3 +247,28 @@ def test_markers_reach_no_client(pair):
         assert sorted(value for _, _, value in lines) == sorted(expected_values)
         for p in range(PARTITIONS):
             assert [int(o) for q, o, _ in lines if int(q) == p] == list(range(total // PARTITIONS))
+
+
+def test_admin_toggles_replication_of_a_group_and_of_every_group(pair):
+    east, west = pair
+    assert admin_json(east, "groups", "get-replicated", "app") is False
+    admin_json(east, "groups", "set-replicated", "app", "--enable")
+    produce(east.bootstrap, "orders", "east0", PER_ROUND, PARTITIONS)
+    consume(east.bootstrap, "app", PER_ROUND)
+    assert topic_stats(east, "orders")["subscriptions"]["app"]["isReplicated"] is True
+    wait_for(lambda: west_position(west) == PER_ROUND, 20, "the group in west")
+    east.restart()  # the flag lives in the group's cursors
+    assert admin_json(east, "groups", "get-replicated", "app") is True
+
+    admin_json(east, "groups", "set-replicated", "app", "--disable")
+    assert topic_stats(east, "orders")["subscriptions"]["app"]["isReplicated"] is False
+    produce(east.bootstrap, "orders", "east1", PER_ROUND, PARTITIONS)
+    consume(east.bootstrap, "app", PER_ROUND)
+    time.sleep(1.5)  # fifteen snapshot periods
+    assert west_position(west) == PER_ROUND  # no update any more
+
+    # the namespace's policy replicates every group, flagged or not
+    admin_change(east, "namespaces", "set-replicated-subscriptions", "public/default", "--enable")
+    produce(east.bootstrap, "orders", "east2", PER_ROUND, PARTITIONS)
+    consume(east.bootstrap, "app", PER_ROUND)
+    wait_for(lambda: west_position(west) == 3 * PER_ROUND, 20, "the group in west again, by policy")

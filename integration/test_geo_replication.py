@@ -6,7 +6,8 @@ from collections import Counter
 import pytest
 from confluent_kafka import Producer
 
-from integration.geo import by_source, replicate, start_clusters, topic_stats, wait_for, wait_for_records
+from integration.geo import (by_source, replicate, replicate_everywhere, start_clusters, topic_stats, wait_for,
+                             wait_for_records)
 from integration.idem_raw import RawKafka, read_topic
 from protocol.errors import ErrorCode
 
@@ -51,10 +52,7 @@ def check_everything_once(broker, topic: str, partitions: int, sources: dict[str
 
 def test_two_clusters_replicate_both_ways_exactly_once(clusters):
     brokers = clusters("east", "west")
-    for broker in brokers.values():
-        replicate(broker, ["east", "west"])
-        with RawKafka(broker.port) as kafka:
-            assert kafka.create_topic("orders", 3) == ErrorCode.NONE
+    replicate_everywhere(brokers, "orders", 3)
     for name, broker in brokers.items():
         produce(broker.bootstrap, "orders", name, 300, 3)
     for broker in brokers.values():
@@ -69,10 +67,7 @@ def test_two_clusters_replicate_both_ways_exactly_once(clusters):
 def test_three_clusters_all_to_all_no_loops(clusters):
     names = ("a", "b", "c")
     brokers = clusters(*names)
-    for broker in brokers.values():
-        replicate(broker, list(names))
-        with RawKafka(broker.port) as kafka:
-            assert kafka.create_topic("events", 2) == ErrorCode.NONE
+    replicate_everywhere(brokers, "events", 2)
     for name, broker in brokers.items():
         produce(broker.bootstrap, "events", name, 200, 2)
     for broker in brokers.values():

@@ -7,7 +7,8 @@ from kop.config import BrokerConfig
 from kop.ledger.framed_file import replace_atomically
 from proto.kop_pb2 import Policies, PolicyStore
 
-FIELDS = ("deduplication_enabled", "deduplication_snapshot_interval_seconds", "replication_clusters")
+FIELDS = ("deduplication_enabled", "deduplication_snapshot_interval_seconds", "replication_clusters",
+          "replicated_subscriptions")
 LIST_FIELDS = frozenset({"replication_clusters"})  # ClusterList messages, set and read as tuples of names
 
 
@@ -16,6 +17,7 @@ class ResolvedPolicies:
     deduplication_enabled: bool
     deduplication_snapshot_interval_seconds: int
     replication_clusters: tuple[str, ...] = ()  # the clusters the topic lives in (this one among them, or not)
+    replicated_subscriptions: bool = False  # every group's position is replicated (PIP-33)
 
 
 class PolicyBook:

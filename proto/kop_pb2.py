@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\tkop.proto\x12\x03kop\"\xf1\x03\n\x0fMessageMetadata\x12\x15\n\rproducer_name\x18\x01 \x01(\t\x12\x13\n\x0bsequence_id\x18\x02 \x01(\x03\x12\x14\n\x0cpublish_time\x18\x03 \x01(\x03\x12\x14\n\x0cnum_messages\x18\x04 \x01(\x05\x12\x17\n\x0freplicated_from\x18\x05 \x01(\t\x12\x14\n\x0creplicate_to\x18\x06 \x03(\t\x12\x13\n\x0bmarker_type\x18\x07 \x01(\x05\x12\x1b\n\x13highest_sequence_id\x18\x08 \x01(\x03\x12\x17\n\x0bproducer_id\x18\x64 \x01(\x03:\x02-1\x12\x1a\n\x0eproducer_epoch\x18\x65 \x01(\x05:\x02-1\x12\x12\n\nis_control\x18\x66 \x01(\x08\x12\x18\n\x10is_transactional\x18g \x01(\x08\x12+\n\x0fnamed_sequences\x18h \x03(\x0b\x32\x12.kop.NamedSequence\x12\x1e\n\x16original_producer_name\x18i \x01(\t\x12\x1c\n\x14original_sequence_id\x18j \x01(\x03\x12$\n\x1coriginal_highest_sequence_id\x18k \x01(\x03\x12\x18\n\x10source_ledger_id\x18l \x01(\x03\x12\x17\n\x0fsource_entry_id\x18m \x01(\x03\"2\n\rNamedSequence\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\x13\n\x0bsequence_id\x18\x02 \x02(\x03\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x02(\t\x12\r\n\x05value\x18\x02 \x02(\t\"\xf0\x01\n\x11ManagedLedgerInfo\x12\x35\n\nledgerInfo\x18\x01 \x03(\x0b\x32!.kop.ManagedLedgerInfo.LedgerInfo\x12!\n\nproperties\x18\x03 \x03(\x0b\x32\r.kop.KeyValue\x1a\x80\x01\n\nLedgerInfo\x12\x10\n\x08ledgerId\x18\x01 \x02(\x03\x12\x0f\n\x07\x65ntries\x18\x02 \x01(\x03\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12\x11\n\ttimestamp\x18\x04 \x01(\x03\x12\x17\n\x0b\x66irst_index\x18\x64 \x01(\x03:\x02-1\x12\x15\n\rmax_timestamp\x18\x65 \x01(\x03\"7\n\x12NestedPositionInfo\x12\x10\n\x08ledgerId\x18\x01 \x02(\x03\x12\x0f\n\x07\x65ntryId\x18\x02 \x02(\x03\"+\n\x0cLongProperty\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\r\n\x05value\x18\x02 \x02(\x03\"-\n\x0eStringProperty\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\r\n\x05value\x18\x02 \x02(\t\"\x88\x01\n\x0cPositionInfo\x12\x10\n\x08ledgerId\x18\x01 \x02(\x03\x12\x0f\n\x07\x65ntryId\x18\x02 \x02(\x03\x12%\n\nproperties\x18\x04 \x03(\x0b\x32\x11.kop.LongProperty\x12.\n\x11string_properties\x18\x64 \x03(\x0b\x32\x13.kop.StringProperty\")\n\x12KafkaProducerState\x12\x13\n\x07numbers\x18\x01 \x03(\x03\x42\x02\x10\x01\"\x9a\x01\n\x11ManagedCursorInfo\x12\x0c\n\x04name\x18\x64 \x02(\t\x12#\n\x08position\x18\x65 \x01(\x0b\x32\x11.kop.PositionInfo\x12\x0f\n\x07\x64\x65leted\x18\x66 \x01(\x08\x12\x12\n\nlastActive\x18\x06 \x01(\x03\x12-\n\x10\x63ursorProperties\x18\x08 \x03(\x0b\x32\x13.kop.StringProperty\"w\n\rTopicMetadata\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\x12\n\npartitions\x18\x02 \x02(\x05\x12\x1e\n\x07\x63onfigs\x18\x03 \x03(\x0b\x32\r.kop.KeyValue\x12\x12\n\ncreated_ms\x18\x04 \x01(\x03\x12\x10\n\x08topic_id\x18\x05 \x01(\x0c\"+\n\x0fProducerIdBlock\x12\x18\n\x10next_block_start\x18\x01 \x02(\x03\"\x8a\x01\n\x08Policies\x12\x1d\n\x15\x64\x65\x64uplication_enabled\x18\x01 \x01(\x08\x12/\n\'deduplication_snapshot_interval_seconds\x18\x02 \x01(\x05\x12.\n\x14replication_clusters\x18\x03 \x01(\x0b\x32\x10.kop.ClusterList\"\x1c\n\x0b\x43lusterList\x12\r\n\x05names\x18\x01 \x03(\t\"B\n\x0b\x43lusterInfo\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\x12\n\nbroker_url\x18\x02 \x01(\t\x12\x11\n\tadmin_url\x18\x03 \x01(\t\"2\n\x0c\x43lusterStore\x12\"\n\x08\x63lusters\x18\x01 \x03(\x0b\x32\x10.kop.ClusterInfo\"\x99\x01\n\x0bPolicyStore\x12*\n\nnamespaces\x18\x01 \x03(\x0b\x32\x16.kop.PolicyStore.Entry\x12&\n\x06topics\x18\x02 \x03(\x0b\x32\x16.kop.PolicyStore.Entry\x1a\x36\n\x05\x45ntry\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\x1f\n\x08policies\x18\x02 \x02(\x0b\x32\r.kop.Policies\"b\n\x0fGroupGeneration\x12\x10\n\x08group_id\x18\x01 \x02(\t\x12\x15\n\rgeneration_id\x18\x02 \x01(\x05\x12\x15\n\rprotocol_type\x18\x03 \x01(\t\x12\x0f\n\x07\x64\x65leted\x18\x04 \x01(\x08\"{\n\tTxnOffset\x12\x10\n\x08group_id\x18\x01 \x02(\t\x12\r\n\x05topic\x18\x02 \x02(\t\x12\x11\n\tpartition\x18\x03 \x02(\x05\x12\x0e\n\x06offset\x18\x04 \x02(\x03\x12\x18\n\x0cleader_epoch\x18\x05 \x01(\x05:\x02-1\x12\x10\n\x08metadata\x18\x06 \x01(\t\"5\n\x11TxnTopicPartition\x12\r\n\x05topic\x18\x01 \x02(\t\x12\x11\n\tpartition\x18\x02 \x02(\x05\"\xde\x02\n\x14TransactionLogRecord\x12\x18\n\x10transactional_id\x18\x01 \x02(\t\x12\x13\n\x0bproducer_id\x18\x02 \x02(\x03\x12\x16\n\x0eproducer_epoch\x18\x03 \x02(\x05\x12\x1c\n\x10last_producer_id\x18\x04 \x01(\x03:\x02-1\x12\x1f\n\x13last_producer_epoch\x18\x05 \x01(\x05:\x02-1\x12\x12\n\ntimeout_ms\x18\x06 \x02(\x05\x12\r\n\x05state\x18\x07 \x02(\x05\x12*\n\npartitions\x18\x08 \x03(\x0b\x32\x16.kop.TxnTopicPartition\x12\x0e\n\x06groups\x18\t \x03(\t\x12\'\n\x0fpending_offsets\x18\n \x03(\x0b\x32\x0e.kop.TxnOffset\x12\x14\n\x08start_ms\x18\x0b \x01(\x03:\x02-1\x12\x11\n\tupdate_ms\x18\x0c \x01(\x03\x12\x0f\n\x07\x64\x65leted\x18\r \x01(\x08\";\n\x14MarkersMessageIdData\x12\x11\n\tledger_id\x18\x01 \x02(\x04\x12\x10\n\x08\x65ntry_id\x18\x02 \x02(\x04\"R\n\x10\x43lusterMessageId\x12\x0f\n\x07\x63luster\x18\x01 \x02(\t\x12-\n\nmessage_id\x18\x02 \x02(\x0b\x32\x19.kop.MarkersMessageIdData\"U\n&ReplicatedSubscriptionsSnapshotRequest\x12\x13\n\x0bsnapshot_id\x18\x01 \x02(\t\x12\x16\n\x0esource_cluster\x18\x02 \x01(\t\"f\n\'ReplicatedSubscriptionsSnapshotResponse\x12\x13\n\x0bsnapshot_id\x18\x01 \x02(\t\x12&\n\x07\x63luster\x18\x02 \x01(\x0b\x32\x15.kop.ClusterMessageId\"\x94\x01\n\x1fReplicatedSubscriptionsSnapshot\x12\x13\n\x0bsnapshot_id\x18\x01 \x02(\t\x12\x33\n\x10local_message_id\x18\x02 \x01(\x0b\x32\x19.kop.MarkersMessageIdData\x12\'\n\x08\x63lusters\x18\x03 \x03(\x0b\x32\x15.kop.ClusterMessageId\"c\n\x1dReplicatedSubscriptionsUpdate\x12\x19\n\x11subscription_name\x18\x01 \x02(\t\x12\'\n\x08\x63lusters\x18\x02 \x03(\x0b\x32\x15.kop.ClusterMessageId*\xe6\x01\n\nMarkerType\x12\x12\n\x0eUNKNOWN_MARKER\x10\x00\x12,\n(REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST\x10\n\x12-\n)REPLICATED_SUBSCRIPTION_SNAPSHOT_RESPONSE\x10\x0b\x12$\n REPLICATED_SUBSCRIPTION_SNAPSHOT\x10\x0c\x12\"\n\x1eREPLICATED_SUBSCRIPTION_UPDATE\x10\r\x12\x0e\n\nTXN_COMMIT\x10\x14\x12\r\n\tTXN_ABORT\x10\x15')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\tkop.proto\x12\x03kop\"\xf1\x03\n\x0fMessageMetadata\x12\x15\n\rproducer_name\x18\x01 \x01(\t\x12\x13\n\x0bsequence_id\x18\x02 \x01(\x03\x12\x14\n\x0cpublish_time\x18\x03 \x01(\x03\x12\x14\n\x0cnum_messages\x18\x04 \x01(\x05\x12\x17\n\x0freplicated_from\x18\x05 \x01(\t\x12\x14\n\x0creplicate_to\x18\x06 \x03(\t\x12\x13\n\x0bmarker_type\x18\x07 \x01(\x05\x12\x1b\n\x13highest_sequence_id\x18\x08 \x01(\x03\x12\x17\n\x0bproducer_id\x18\x64 \x01(\x03:\x02-1\x12\x1a\n\x0eproducer_epoch\x18\x65 \x01(\x05:\x02-1\x12\x12\n\nis_control\x18\x66 \x01(\x08\x12\x18\n\x10is_transactional\x18g \x01(\x08\x12+\n\x0fnamed_sequences\x18h \x03(\x0b\x32\x12.kop.NamedSequence\x12\x1e\n\x16original_producer_name\x18i \x01(\t\x12\x1c\n\x14original_sequence_id\x18j \x01(\x03\x12$\n\x1coriginal_highest_sequence_id\x18k \x01(\x03\x12\x18\n\x10source_ledger_id\x18l \x01(\x03\x12\x17\n\x0fsource_entry_id\x18m \x01(\x03\"2\n\rNamedSequence\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\x13\n\x0bsequence_id\x18\x02 \x02(\x03\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x02(\t\x12\r\n\x05value\x18\x02 \x02(\t\"\xf0\x01\n\x11ManagedLedgerInfo\x12\x35\n\nledgerInfo\x18\x01 \x03(\x0b\x32!.kop.ManagedLedgerInfo.LedgerInfo\x12!\n\nproperties\x18\x03 \x03(\x0b\x32\r.kop.KeyValue\x1a\x80\x01\n\nLedgerInfo\x12\x10\n\x08ledgerId\x18\x01 \x02(\x03\x12\x0f\n\x07\x65ntries\x18\x02 \x01(\x03\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12\x11\n\ttimestamp\x18\x04 \x01(\x03\x12\x17\n\x0b\x66irst_index\x18\x64 \x01(\x03:\x02-1\x12\x15\n\rmax_timestamp\x18\x65 \x01(\x03\"7\n\x12NestedPositionInfo\x12\x10\n\x08ledgerId\x18\x01 \x02(\x03\x12\x0f\n\x07\x65ntryId\x18\x02 \x02(\x03\"+\n\x0cLongProperty\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\r\n\x05value\x18\x02 \x02(\x03\"-\n\x0eStringProperty\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\r\n\x05value\x18\x02 \x02(\t\"\x88\x01\n\x0cPositionInfo\x12\x10\n\x08ledgerId\x18\x01 \x02(\x03\x12\x0f\n\x07\x65ntryId\x18\x02 \x02(\x03\x12%\n\nproperties\x18\x04 \x03(\x0b\x32\x11.kop.LongProperty\x12.\n\x11string_properties\x18\x64 \x03(\x0b\x32\x13.kop.StringProperty\")\n\x12KafkaProducerState\x12\x13\n\x07numbers\x18\x01 \x03(\x03\x42\x02\x10\x01\"\x9a\x01\n\x11ManagedCursorInfo\x12\x0c\n\x04name\x18\x64 \x02(\t\x12#\n\x08position\x18\x65 \x01(\x0b\x32\x11.kop.PositionInfo\x12\x0f\n\x07\x64\x65leted\x18\x66 \x01(\x08\x12\x12\n\nlastActive\x18\x06 \x01(\x03\x12-\n\x10\x63ursorProperties\x18\x08 \x03(\x0b\x32\x13.kop.StringProperty\"w\n\rTopicMetadata\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\x12\n\npartitions\x18\x02 \x02(\x05\x12\x1e\n\x07\x63onfigs\x18\x03 \x03(\x0b\x32\r.kop.KeyValue\x12\x12\n\ncreated_ms\x18\x04 \x01(\x03\x12\x10\n\x08topic_id\x18\x05 \x01(\x0c\"+\n\x0fProducerIdBlock\x12\x18\n\x10next_block_start\x18\x01 \x02(\x03\"\xac\x01\n\x08Policies\x12\x1d\n\x15\x64\x65\x64uplication_enabled\x18\x01 \x01(\x08\x12/\n\'deduplication_snapshot_interval_seconds\x18\x02 \x01(\x05\x12.\n\x14replication_clusters\x18\x03 \x01(\x0b\x32\x10.kop.ClusterList\x12 \n\x18replicated_subscriptions\x18\x04 \x01(\x08\"\x1c\n\x0b\x43lusterList\x12\r\n\x05names\x18\x01 \x03(\t\"B\n\x0b\x43lusterInfo\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\x12\n\nbroker_url\x18\x02 \x01(\t\x12\x11\n\tadmin_url\x18\x03 \x01(\t\"2\n\x0c\x43lusterStore\x12\"\n\x08\x63lusters\x18\x01 \x03(\x0b\x32\x10.kop.ClusterInfo\"\x99\x01\n\x0bPolicyStore\x12*\n\nnamespaces\x18\x01 \x03(\x0b\x32\x16.kop.PolicyStore.Entry\x12&\n\x06topics\x18\x02 \x03(\x0b\x32\x16.kop.PolicyStore.Entry\x1a\x36\n\x05\x45ntry\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\x1f\n\x08policies\x18\x02 \x02(\x0b\x32\r.kop.Policies\"b\n\x0fGroupGeneration\x12\x10\n\x08group_id\x18\x01 \x02(\t\x12\x15\n\rgeneration_id\x18\x02 \x01(\x05\x12\x15\n\rprotocol_type\x18\x03 \x01(\t\x12\x0f\n\x07\x64\x65leted\x18\x04 \x01(\x08\"{\n\tTxnOffset\x12\x10\n\x08group_id\x18\x01 \x02(\t\x12\r\n\x05topic\x18\x02 \x02(\t\x12\x11\n\tpartition\x18\x03 \x02(\x05\x12\x0e\n\x06offset\x18\x04 \x02(\x03\x12\x18\n\x0cleader_epoch\x18\x05 \x01(\x05:\x02-1\x12\x10\n\x08metadata\x18\x06 \x01(\t\"5\n\x11TxnTopicPartition\x12\r\n\x05topic\x18\x01 \x02(\t\x12\x11\n\tpartition\x18\x02 \x02(\x05\"\xde\x02\n\x14TransactionLogRecord\x12\x18\n\x10transactional_id\x18\x01 \x02(\t\x12\x13\n\x0bproducer_id\x18\x02 \x02(\x03\x12\x16\n\x0eproducer_epoch\x18\x03 \x02(\x05\x12\x1c\n\x10last_producer_id\x18\x04 \x01(\x03:\x02-1\x12\x1f\n\x13last_producer_epoch\x18\x05 \x01(\x05:\x02-1\x12\x12\n\ntimeout_ms\x18\x06 \x02(\x05\x12\r\n\x05state\x18\x07 \x02(\x05\x12*\n\npartitions\x18\x08 \x03(\x0b\x32\x16.kop.TxnTopicPartition\x12\x0e\n\x06groups\x18\t \x03(\t\x12\'\n\x0fpending_offsets\x18\n \x03(\x0b\x32\x0e.kop.TxnOffset\x12\x14\n\x08start_ms\x18\x0b \x01(\x03:\x02-1\x12\x11\n\tupdate_ms\x18\x0c \x01(\x03\x12\x0f\n\x07\x64\x65leted\x18\r \x01(\x08\";\n\x14MarkersMessageIdData\x12\x11\n\tledger_id\x18\x01 \x02(\x04\x12\x10\n\x08\x65ntry_id\x18\x02 \x02(\x04\"R\n\x10\x43lusterMessageId\x12\x0f\n\x07\x63luster\x18\x01 \x02(\t\x12-\n\nmessage_id\x18\x02 \x02(\x0b\x32\x19.kop.MarkersMessageIdData\"U\n&ReplicatedSubscriptionsSnapshotRequest\x12\x13\n\x0bsnapshot_id\x18\x01 \x02(\t\x12\x16\n\x0esource_cluster\x18\x02 \x01(\t\"f\n\'ReplicatedSubscriptionsSnapshotResponse\x12\x13\n\x0bsnapshot_id\x18\x01 \x02(\t\x12&\n\x07\x63luster\x18\x02 \x01(\x0b\x32\x15.kop.ClusterMessageId\"\x94\x01\n\x1fReplicatedSubscriptionsSnapshot\x12\x13\n\x0bsnapshot_id\x18\x01 \x02(\t\x12\x33\n\x10local_message_id\x18\x02 \x01(\x0b\x32\x19.kop.MarkersMessageIdData\x12\'\n\x08\x63lusters\x18\x03 \x03(\x0b\x32\x15.kop.ClusterMessageId\"c\n\x1dReplicatedSubscriptionsUpdate\x12\x19\n\x11subscription_name\x18\x01 \x02(\t\x12\'\n\x08\x63lusters\x18\x02 \x03(\x0b\x32\x15.kop.ClusterMessageId*\xe6\x01\n\nMarkerType\x12\x12\n\x0eUNKNOWN_MARKER\x10\x00\x12,\n(REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST\x10\n\x12-\n)REPLICATED_SUBSCRIPTION_SNAPSHOT_RESPONSE\x10\x0b\x12$\n REPLICATED_SUBSCRIPTION_SNAPSHOT\x10\x0c\x12\"\n\x1eREPLICATED_SUBSCRIPTION_UPDATE\x10\r\x12\x0e\n\nTXN_COMMIT\x10\x14\x12\r\n\tTXN_ABORT\x10\x15')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,8 +33,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_KAFKAPRODUCERSTATE'].fields_by_name['numbers']._loaded_options = None
   _globals['_KAFKAPRODUCERSTATE'].fields_by_name['numbers']._serialized_options = b'\020\001'
-  _globals['_MARKERTYPE']._serialized_start=3176
-  _globals['_MARKERTYPE']._serialized_end=3406
+  _globals['_MARKERTYPE']._serialized_start=3210
+  _globals['_MARKERTYPE']._serialized_end=3440
   _globals['_MESSAGEMETADATA']._serialized_start=19
   _globals['_MESSAGEMETADATA']._serialized_end=516
   _globals['_NAMEDSEQUENCE']._serialized_start=518
@@ -62,35 +62,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PRODUCERIDBLOCK']._serialized_start=1462
   _globals['_PRODUCERIDBLOCK']._serialized_end=1505
   _globals['_POLICIES']._serialized_start=1508
-  _globals['_POLICIES']._serialized_end=1646
-  _globals['_CLUSTERLIST']._serialized_start=1648
-  _globals['_CLUSTERLIST']._serialized_end=1676
-  _globals['_CLUSTERINFO']._serialized_start=1678
-  _globals['_CLUSTERINFO']._serialized_end=1744
-  _globals['_CLUSTERSTORE']._serialized_start=1746
-  _globals['_CLUSTERSTORE']._serialized_end=1796
-  _globals['_POLICYSTORE']._serialized_start=1799
-  _globals['_POLICYSTORE']._serialized_end=1952
-  _globals['_POLICYSTORE_ENTRY']._serialized_start=1898
-  _globals['_POLICYSTORE_ENTRY']._serialized_end=1952
-  _globals['_GROUPGENERATION']._serialized_start=1954
-  _globals['_GROUPGENERATION']._serialized_end=2052
-  _globals['_TXNOFFSET']._serialized_start=2054
-  _globals['_TXNOFFSET']._serialized_end=2177
-  _globals['_TXNTOPICPARTITION']._serialized_start=2179
-  _globals['_TXNTOPICPARTITION']._serialized_end=2232
-  _globals['_TRANSACTIONLOGRECORD']._serialized_start=2235
-  _globals['_TRANSACTIONLOGRECORD']._serialized_end=2585
-  _globals['_MARKERSMESSAGEIDDATA']._serialized_start=2587
-  _globals['_MARKERSMESSAGEIDDATA']._serialized_end=2646
-  _globals['_CLUSTERMESSAGEID']._serialized_start=2648
-  _globals['_CLUSTERMESSAGEID']._serialized_end=2730
-  _globals['_REPLICATEDSUBSCRIPTIONSSNAPSHOTREQUEST']._serialized_start=2732
-  _globals['_REPLICATEDSUBSCRIPTIONSSNAPSHOTREQUEST']._serialized_end=2817
-  _globals['_REPLICATEDSUBSCRIPTIONSSNAPSHOTRESPONSE']._serialized_start=2819
-  _globals['_REPLICATEDSUBSCRIPTIONSSNAPSHOTRESPONSE']._serialized_end=2921
-  _globals['_REPLICATEDSUBSCRIPTIONSSNAPSHOT']._serialized_start=2924
-  _globals['_REPLICATEDSUBSCRIPTIONSSNAPSHOT']._serialized_end=3072
-  _globals['_REPLICATEDSUBSCRIPTIONSUPDATE']._serialized_start=3074
-  _globals['_REPLICATEDSUBSCRIPTIONSUPDATE']._serialized_end=3173
+  _globals['_POLICIES']._serialized_end=1680
+  _globals['_CLUSTERLIST']._serialized_start=1682
+  _globals['_CLUSTERLIST']._serialized_end=1710
+  _globals['_CLUSTERINFO']._serialized_start=1712
+  _globals['_CLUSTERINFO']._serialized_end=1778
+  _globals['_CLUSTERSTORE']._serialized_start=1780
+  _globals['_CLUSTERSTORE']._serialized_end=1830
+  _globals['_POLICYSTORE']._serialized_start=1833
+  _globals['_POLICYSTORE']._serialized_end=1986
+  _globals['_POLICYSTORE_ENTRY']._serialized_start=1932
+  _globals['_POLICYSTORE_ENTRY']._serialized_end=1986
+  _globals['_GROUPGENERATION']._serialized_start=1988
+  _globals['_GROUPGENERATION']._serialized_end=2086
+  _globals['_TXNOFFSET']._serialized_start=2088
+  _globals['_TXNOFFSET']._serialized_end=2211
+  _globals['_TXNTOPICPARTITION']._serialized_start=2213
+  _globals['_TXNTOPICPARTITION']._serialized_end=2266
+  _globals['_TRANSACTIONLOGRECORD']._serialized_start=2269
+  _globals['_TRANSACTIONLOGRECORD']._serialized_end=2619
+  _globals['_MARKERSMESSAGEIDDATA']._serialized_start=2621
+  _globals['_MARKERSMESSAGEIDDATA']._serialized_end=2680
+  _globals['_CLUSTERMESSAGEID']._serialized_start=2682
+  _globals['_CLUSTERMESSAGEID']._serialized_end=2764
+  _globals['_REPLICATEDSUBSCRIPTIONSSNAPSHOTREQUEST']._serialized_start=2766
+  _globals['_REPLICATEDSUBSCRIPTIONSSNAPSHOTREQUEST']._serialized_end=2851
+  _globals['_REPLICATEDSUBSCRIPTIONSSNAPSHOTRESPONSE']._serialized_start=2853
+  _globals['_REPLICATEDSUBSCRIPTIONSSNAPSHOTRESPONSE']._serialized_end=2955
+  _globals['_REPLICATEDSUBSCRIPTIONSSNAPSHOT']._serialized_start=2958
+  _globals['_REPLICATEDSUBSCRIPTIONSSNAPSHOT']._serialized_end=3106
+  _globals['_REPLICATEDSUBSCRIPTIONSUPDATE']._serialized_start=3108
+  _globals['_REPLICATEDSUBSCRIPTIONSUPDATE']._serialized_end=3207
 # @@protoc_insertion_point(module_scope)

@@ -55,6 +55,8 @@ POLICIES = (
                    "deduplicationSnapshotInterval", _interval_arguments, lambda a: a.interval, "--interval 60"),
     PolicyCommands("clusters", "replication", "replication", _clusters_arguments, lambda a: a.clusters,
                    "--clusters east,west"),
+    PolicyCommands("replicated-subscriptions", "replicatedSubscriptions", "replicatedSubscriptions",
+                   _enable_arguments, lambda a: a.enable, "--enable"),
 )
 
 Action = Callable[[AdminClient, argparse.Namespace], object]
@@ -213,7 +215,9 @@ def _add_cluster_commands(group: argparse.ArgumentParser) -> None:
              _examples("clusters", "west", "get {target}"))
     _command(commands, "delete", lambda c, a: c.delete(cluster_resource(a.target)) or QUIET, "NAME",
              "remove a cluster (its replicators stop)", _examples("clusters", "west", "delete {target}"))
-    lister = commands.add_parser("list", help="the registered clusters", description="The registered clusters.")
+    lister = commands.add_parser("list", help="the registered clusters", description="The registered clusters.",
+                                 epilog=_examples("clusters", "", "list"),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     lister.set_defaults(admin_action=lambda c, a: c.get(CLUSTERS_PATH))
 
 

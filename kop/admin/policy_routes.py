@@ -52,6 +52,7 @@ FIELDS = (
     PolicyField("deduplication_snapshot_interval_seconds", "deduplicationSnapshotInterval",
                 "deduplicationSnapshotInterval", _interval_body, False),
     PolicyField("replication_clusters", "replication", "replication", _clusters_body, False),
+    PolicyField("replicated_subscriptions", "replicatedSubscriptions", "replicatedSubscriptions", bool_body, False),
 )
 
 
@@ -132,7 +133,7 @@ class PolicyRoutes:
         return {"deduplication_enabled": config.broker_deduplication_enabled,
                 "deduplication_snapshot_interval_seconds":
                     config.broker_deduplication_snapshot_interval_seconds,
-                "replication_clusters": []}[spec.field]
+                "replication_clusters": [], "replicated_subscriptions": False}[spec.field]
 
     async def _applied(self, spec: PolicyField, topic: str | None) -> Response:
         if spec.changes_status:

@@ -136,11 +136,13 @@ class ReplicationService:
             if key not in self.controllers:
                 self.controllers[key] = SnapshotController(
                     partition, self.local, lambda topic=key[0]: self.remotes(topic),
-                    lambda remote, p=partition: self._replicating(p, remote), self.settings)
+                    lambda remote, p=partition: self._replicating(p, remote), self.settings,
+                    lambda topic=key[0]: self.policies.resolve(topic).replicated_subscriptions)
 
     def _replicating(self, partition: PartitionLog, remote: str) -> bool:
+        """Not failing: an idle replicator has no connection yet, and its first request (the snapshot's) opens it."""
         replicator = self.replicators_of(partition).get(remote)
-        return replicator is not None and replicator.connected
+        return replicator is not None and replicator.stats.last_error is None
 
     def controller_of(self, partition: PartitionLog) -> SnapshotController | None:
         controller = self.controllers.get((partition.topic, partition.partition))

@@ -73,8 +73,11 @@ class SnapshotSettings:
 
 class SnapshotController:
     def __init__(self, partition: PartitionLog, local: str, remotes: Callable[[], list[str]],
-                 connected: Callable[[str], bool], settings: SnapshotSettings) -> None:
-        """connected(remote): whether the replicator toward that remote is working."""
+                 connected: Callable[[str], bool], settings: SnapshotSettings,
+                 all_groups: Callable[[], bool] = lambda: False) -> None:
+        """connected(remote): whether the replicator toward that remote is working; all_groups(): whether the
+        topic's policy replicates every group, flagged or not."""
+        self._all_groups = all_groups
         self.partition = partition
         self.local = local
         self._remotes = remotes
@@ -88,9 +91,9 @@ class SnapshotController:
         self._busy = False
 
     def replicated_groups(self) -> dict[str, int]:
-        cursors = self.partition.ledger.cursors
+        cursors, every = self.partition.ledger.cursors, self._all_groups()
         return {group: committed.offset for group, committed in committed_offsets(self.partition.ledger).items()
-                if cursors[group].properties.get(REPLICATED_KEY)}
+                if every or cursors[group].properties.get(REPLICATED_KEY)}
 
     async def tick(self, now: float | None = None) -> None:
         if self._busy:
