@@ -3,6 +3,9 @@ target killed -9 while it holds entries whose answers never reached the source, 
 replicator's cursor moved. Each time the target ends with every record exactly once, in order per partition, and
 a control shows the fault happened: the proxy's cuts, and the resends the target found already stored (by source
 position, from its deduplication state as reloaded after the kill: Pulsar #25861)."""
+import threading
+import time
+
 import pytest
 
 from integration.fault_proxy import CutPolicy, FaultProxy
@@ -91,3 +94,28 @@ def test_source_killed_before_its_cursor_moved_resends_once(linked):
     assert resends_found_stored(east) >= 1
     assert records_in(west) == 350
     check_everything_once(west, "orders", PARTITIONS, {"before": 50, "held": 300})
+
+
+def test_target_killed_while_data_flows(linked):
+    """kill -9 of west while east's producer is writing and its replicator sending: west ends with everything once."""
+    east, west, proxy = linked
+    done = threading.Event()
+
+    def write() -> None:  # 20 runs of 100 records, a new producer each
+        for run in range(20):
+            produce(east.bootstrap, "orders", f"flow{run}", 100, PARTITIONS)
+            time.sleep(0.1)
+        done.set()
+
+    producer = threading.Thread(target=write)
+    producer.start()
+    wait_for(lambda: records_in(west) >= 300, 30, "replication under way")
+    west.kill()
+    wait_for(lambda: replicator(east)["lastError"] is not None, 20, "east to see west gone")  # control
+    assert not done.is_set()  # control: east was still writing
+    west.start()
+    producer.join(60)
+    assert done.is_set()
+    wait_for_records(west, "orders", PARTITIONS, 2000)
+    wait_for(lambda: replicator(east)["replicationBacklog"] == 0, 30, "the replicator to catch up")
+    check_everything_once(west, "orders", PARTITIONS, {f"flow{run}": 100 for run in range(20)})

@@ -90,3 +90,28 @@ def test_topic_and_partitions_created_on_the_remote(clusters):
     check_everything_once(brokers["west"], "fresh", 4, {"east": 40})
     assert topic_stats(brokers["west"], "fresh")["metadata"]["partitions"] == 4
     assert topic_stats(brokers["west"], "fresh")["replication"] == {}
+
+
+def produce_with_sequence_ids(bootstrap: str, topic: str, ids: range) -> None:
+    """Records `app:i` that carry the application producer name `loader` and sequence id i, all to partition 0."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in ids:
+        producer.produce(topic, f"app:{i}".encode(), partition=0,
+                         headers=[("kop.producer.name", b"loader"), ("kop.sequence.id", str(i).encode())])
+    assert producer.flush(30) == 0
+
+
+def test_a_producer_that_fails_over_is_deduplicated_by_its_sequence_ids_in_the_other_cluster(clusters):
+    """The application sequence ids of replicated records are the other cluster's deduplication state too: a
+    producer that loses east and sends everything again to west stores nothing twice there."""
+    brokers = clusters("east", "west")
+    replicate(brokers["east"], ["east", "west"])
+    with RawKafka(brokers["east"].port) as kafka:
+        assert kafka.create_topic("loads", 1) == ErrorCode.NONE
+    produce_with_sequence_ids(brokers["east"].bootstrap, "loads", range(100))
+    wait_for_records(brokers["west"], "loads", 1, 100)
+    produce_with_sequence_ids(brokers["west"].bootstrap, "loads", range(150))  # from the start again, and more
+    values = [r.value for r in read_topic(brokers["west"].port, "loads", [0])]
+    assert sorted(values) == sorted(f"app:{i}".encode() for i in range(150))
+    stats = topic_stats(brokers["west"], "loads")["partitions"]
+    assert sum(p["namedSequences"]["duplicatesDropped"] for p in stats.values()) == 100  # control: they were sent
