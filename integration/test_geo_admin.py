@@ -113,3 +113,23 @@ def test_remote_without_the_replication_api_is_refused_with_the_reason(east):
     finally:
         server.close()
         thread.join(5)
+
+
+def test_entries_from_a_cluster_the_target_does_not_know_are_refused(tmp_path):
+    east = BrokerProcess(str(tmp_path / "e"), admin_port=0, options=("--cluster-name", "east")).start()
+    west = BrokerProcess(str(tmp_path / "w"), admin_port=0, options=("--cluster-name", "west")).start()
+    try:
+        admin_json(east, "clusters", "create", "west", "--broker-url", west.bootstrap)  # west does not know east
+        admin_change(east, "namespaces", "set-clusters", "public/default", "--clusters", "east,west")
+        with RawKafka(east.port) as kafka:
+            assert kafka.create_topic("orders", 1) == ErrorCode.NONE
+            assert kafka.produce("orders", 0, plain_batch([b"one"])).error_code == ErrorCode.NONE
+        wait_for(lambda: topic_stats(east, "orders")["replication"].get("west", {}).get("lastError"), 20, "the refusal")
+        assert "'east' is not in this cluster's registry" in topic_stats(east, "orders")["replication"]["west"][
+            "lastError"]
+        admin_json(west, "clusters", "create", "east", "--broker-url", east.bootstrap)
+        wait_for(lambda: topic_stats(east, "orders")["replication"]["west"]["replicationBacklog"] == 0, 20,
+                 "replication once west knows east")
+    finally:
+        east.stop()
+        west.stop()

@@ -204,9 +204,9 @@ def _add_cluster_commands(group: argparse.ArgumentParser) -> None:
         return client.post(cluster_resource(args.target), body(args))
 
     for name, action, verb in (("create", put, "register"), ("update", post, "change the addresses of")):
+        example = f"{name} {{target}} --broker-url west.example.com:9092 --admin-url http://west.example.com:8080"
         parser = _command(commands, name, lambda c, a, action=action: action(c, a) or QUIET, "NAME",
-                          f"{verb} a cluster", _examples("clusters", "west", f"{name} {{target}} --broker-url "
-                                                         "west.example.com:9092 --admin-url http://west.example.com:8080"))
+                          f"{verb} a cluster", _examples("clusters", "west", example))
         parser.add_argument("--broker-url", required=True, metavar="HOST:PORT", help="the cluster's Kafka listener")
         # its own dest: `kop admin --admin-url` names the broker this command talks to
         parser.add_argument("--admin-url", dest="cluster_admin_url", default="", metavar="URL",

@@ -1,7 +1,8 @@
 """ReplicateEntries (key 32000, kop's own, v0): entries a geo-replicator of another cluster sends, each judged by
 its source position under the replicator's dedup name (kop/partition.py `publish_replicated`), so resends are stored
 once. The topic is created, or grown to the source's partition count, on first use. A request meant for another
-cluster, or coming from this one, is refused whole: a misconfigured cluster registry must not mix two clusters.
+cluster, coming from this one, or from a cluster this one does not know, is refused whole: a misconfigured cluster
+registry must not mix two clusters.
 
 The ordered phase hands every entry to its partition in request order, so entries of one partition are appended in
 the order the replicator sends them; a partition stops at its first refused entry (the replicator resends from it)."""
@@ -95,6 +96,9 @@ async def handle(ctx: RequestContext, request: ReplicateEntriesRequest):
                              f"broker URL registered for {request.target_cluster!r} in cluster {source!r}")
     if source == local:
         return _refused(ctx, f"cluster {local!r} cannot replicate to itself")
+    if ctx.services.replication.clusters.get(source) is None:
+        return _refused(ctx, f"cluster {source!r} is not in this cluster's registry: register it here too "
+                             f"(kop admin clusters create {source} --broker-url HOST:PORT)")
     planned = []
     for topic_data in request.topics:
         try:
