@@ -1,6 +1,7 @@
 """Geo-replication between real brokers on loopback, each its own named cluster: records produced in every cluster
 reach every other exactly once, in their order per partition and source, with replicated_from stopping loops in any
 topology; the remote creates topics as needed; stats show each replicator's state."""
+import urllib.request
 from collections import Counter
 
 import pytest
@@ -62,6 +63,10 @@ def test_two_clusters_replicate_both_ways_exactly_once(clusters):
     east = topic_stats(brokers["east"], "orders")["replication"]["west"]
     assert east["replicationBacklog"] == 0 and east["connected"] and east["lastError"] is None
     assert east["entriesReplicated"] > 0
+    with urllib.request.urlopen(brokers["east"].admin_url + "/metrics", timeout=10) as response:
+        metrics = response.read().decode()
+    assert 'kop_replication_backlog_entries{partition="0",remote="west",topic="orders"} 0.0' in metrics
+    assert 'kop_replication_failing{partition="2",remote="west",topic="orders"} 0.0' in metrics
 
 
 def test_three_clusters_all_to_all_no_loops(clusters):
