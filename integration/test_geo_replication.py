@@ -9,6 +9,7 @@ from confluent_kafka import Producer
 
 from integration.geo import (by_source, replicate, replicate_everywhere, start_clusters, topic_stats, wait_for,
                              wait_for_records)
+from integration.clients import ck_consume_all
 from integration.idem_raw import RawKafka, read_topic
 from protocol.errors import ErrorCode
 
@@ -39,8 +40,12 @@ def produce(bootstrap: str, topic: str, source: str, count: int, partitions: int
 
 
 def check_everything_once(broker, topic: str, partitions: int, sources: dict[str, int]) -> None:
-    """Every `source:i` once in the cluster, and each source's records in order within each partition."""
+    """Every `source:i` once in the cluster, and each source's records in order within each partition: read by a
+    confluent-kafka consumer, and checked against everything the partitions hold (read by offset)."""
     records = read_topic(broker.port, topic, range(partitions))
+    consumed = ck_consume_all(broker.bootstrap, topic, len(records), partitions=range(partitions))
+    assert sorted((r.partition, r.offset, r.value) for r in consumed) == \
+        sorted((r.partition, r.offset, r.value) for r in records)
     counts = Counter(r.value for r in records)
     expected = {f"{s}:{i}".encode() for s, n in sources.items() for i in range(n)}
     assert set(counts) == expected
