@@ -133,3 +133,27 @@ def test_entries_from_a_cluster_the_target_does_not_know_are_refused(tmp_path):
     finally:
         east.stop()
         west.stop()
+
+
+def test_bad_replicated_entries_are_refused_and_the_broker_goes_on(east):
+    """A ReplicateEntries request with a damaged entry: that partition answers CORRUPT_MESSAGE, nothing of it is
+    stored, and the broker serves on."""
+    from protocol.replication import ReplicateEntriesRequest as Request, ReplicateEntriesResponse
+
+    admin_json(east, "clusters", "create", "west", "--broker-url", "127.0.0.1:1")
+    good = Request.ReplicateTopic.ReplicatePartition.ReplicateEntry(ledger_id=1, entry_id=0, metadata=b"",
+                                                                    records=plain_batch([b"ok"]))
+    cases = [good.__class__(ledger_id=1, entry_id=1, metadata=b"\xff\xff", records=plain_batch([b"x"])),
+             good.__class__(ledger_id=1, entry_id=2, metadata=b"", records=b"not a batch"),
+             good.__class__(ledger_id=-5, entry_id=0, metadata=b"", records=plain_batch([b"x"]))]
+    with RawKafka(east.port) as kafka:
+        for bad in cases:
+            request = Request[0](source_cluster="west", target_cluster="east", timeout_ms=5000, topics=[
+                Request.ReplicateTopic(name="in", partition_count=1, partitions=[
+                    Request.ReplicateTopic.ReplicatePartition(partition_index=0, entries=[good, bad])])])
+            answer = kafka.call(request, ReplicateEntriesResponse, 0).topics[0].partitions[0]
+            assert (answer.error_code, answer.stored) == (ErrorCode.CORRUPT_MESSAGE, 1), answer
+        assert kafka.end_offsets("in", [0]) == {0: 1}  # the good entry, once
+        request = Request[0](source_cluster="west", target_cluster="north", timeout_ms=5000, topics=[])
+        answer = kafka.call(request, ReplicateEntriesResponse, 0)
+        assert answer.error_code == ErrorCode.INVALID_REQUEST and "not 'north'" in answer.error_message

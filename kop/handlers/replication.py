@@ -8,9 +8,12 @@ The ordered phase hands every entry to its partition in request order, so entrie
 the order the replicator sends them; a partition stops at its first refused entry (the replicator resends from it)."""
 import asyncio
 import logging
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
 
 from kop.handlers.context import RequestContext
-from kop.partition import AppendResult
+from kop.partition import AppendResult, source_position_key
 from kop.topics import Topic, TopicError
 from protocol.errors import ErrorCode
 from protocol.records import RecordBatchError, marker_payload, split_batches
@@ -56,14 +59,22 @@ def _failed(code: ErrorCode, message: str) -> asyncio.Future:
     return future
 
 
-def _publish(ctx: RequestContext, source: str, topic: Topic, index: int, entries) -> list:
-    """Per entry: its future AppendResult, and the snapshot id when it is a PIP-33 REQUEST to answer here."""
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """One entry handed to its partition: its future AppendResult, and for a PIP-33 snapshot REQUEST to answer in
+    the response, (snapshot id, source ledger id, source entry id)."""
+
+    future: asyncio.Future
+    answer: tuple[str, int, int] | None = None
+
+
+def _publish(ctx: RequestContext, source: str, topic: Topic, index: int, entries) -> list[Planned]:
     partition = topic.partition(index)
     if partition is None:
-        return [(_failed(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {topic.name}-{index}"), None)]
+        return [Planned(_failed(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {topic.name}-{index}"))]
     # A cluster that replicates the topic back answers with a RESPONSE marker; one that does not, in the response.
     answers_here = source not in ctx.services.replication.remotes(topic.name)
-    futures = []
+    planned = []
     for entry in entries:
         try:
             metadata = MessageMetadata.FromString(entry.metadata)
@@ -71,16 +82,19 @@ def _publish(ctx: RequestContext, source: str, topic: Topic, index: int, entries
             if len(batches) != 1:
                 raise RecordBatchError(ErrorCode.CORRUPT_MESSAGE, f"{len(batches)} record batches in one entry")
             header, view = batches[0]
-            future = partition.publish_replicated(source, entry.ledger_id, entry.entry_id, metadata, header, view)
-            request = _snapshot_request(metadata, view) if answers_here else None
-        except (RecordBatchError, ValueError) as exc:
+            source_position_key(entry.ledger_id, entry.entry_id)  # in range, or ValueError
+            snapshot_id = _snapshot_request(metadata, view) if answers_here else None
+        except (RecordBatchError, DecodeError, ValueError) as exc:
             log.warning("replicated entry %d:%d for %s refused: %s", entry.ledger_id, entry.entry_id, partition.name,
                         exc, extra=ctx.log_fields)
-            future, request = _failed(ErrorCode.CORRUPT_MESSAGE, str(exc)), None
-        futures.append((future, request and (request, entry.ledger_id, entry.entry_id)))
+            planned.append(Planned(_failed(ErrorCode.CORRUPT_MESSAGE, str(exc))))
+            break
+        future = partition.publish_replicated(source, entry.ledger_id, entry.entry_id, metadata, header, view)
+        answer = (snapshot_id, entry.ledger_id, entry.entry_id) if snapshot_id is not None else None
+        planned.append(Planned(future, answer))
         if future.done() and future.result().error:  # the rest would overtake it: the replicator resends them
             break
-    return futures
+    return planned
 
 
 def _snapshot_request(metadata: MessageMetadata, view: memoryview) -> str | None:
@@ -107,27 +121,27 @@ async def handle(ctx: RequestContext, request: ReplicateEntriesRequest):
         except TopicError as exc:
             topic, refused = None, _failed(exc.code, str(exc))
         for pdata in topic_data.partitions:
-            futures = [(refused, None)] if topic is None else _publish(ctx, source, topic, pdata.partition_index,
-                                                                       pdata.entries)
-            planned.append((topic_data.name, pdata.partition_index, futures))
+            entries = [Planned(refused)] if topic is None else _publish(ctx, source, topic, pdata.partition_index,
+                                                                        pdata.entries)
+            planned.append((topic_data.name, pdata.partition_index, entries))
     return _respond(planned)
 
 
 async def _respond(planned) -> Response:
     by_topic: dict[str, list] = {}
-    for name, index, futures in planned:
+    for name, index, entries in planned:
         stored = duplicates = 0
         error, message = ErrorCode.NONE, None
         answers = []
-        for future, request in futures:
-            outcome: AppendResult = await future
+        for entry in entries:
+            outcome: AppendResult = await entry.future
             if outcome.error:
                 error, message = outcome.error, outcome.message
                 break
             stored += 1
             duplicates += outcome.duplicate
-            if request is not None and outcome.position is not None:  # a duplicate's position is not known
-                snapshot_id, source_ledger, source_entry = request
+            if entry.answer is not None and outcome.position is not None:  # a duplicate's is not known
+                snapshot_id, source_ledger, source_entry = entry.answer
                 answers.append(Result.SnapshotAnswer(
                     snapshot_id=snapshot_id, source_ledger_id=source_ledger, source_entry_id=source_entry,
                     ledger_id=outcome.position.ledger_id, entry_id=outcome.position.entry_id))
