@@ -3,7 +3,7 @@
     python -m bench.run                 # quick set: produce, consume, dedup overhead (a few minutes)
     python -m bench.run --full          # bigger runs, more rounds, and recovery after kill -9 with 1M entries
     python -m bench.run --markdown      # tables as Markdown, ready for BENCHMARKS.md
-    python -m bench.run --only dedup    # one or more of: produce, latency, consume, dedup, recovery, commits
+    python -m bench.run --only dedup    # one or more of: peers, produce, latency, consume, dedup, recovery, commits
 """
 import argparse
 import os
@@ -11,12 +11,12 @@ import sys
 import time
 from dataclasses import dataclass, replace
 
-from bench import bench_commits, consume, dedup_core, dedup_overhead, machine, produce, recovery
+from bench import bench_commits, consume, dedup_core, dedup_overhead, machine, peers, produce, recovery
 from bench.bench_commits import CommitSpec
 from bench.produce import ProduceSpec
 from bench.report import Table
 
-SECTIONS = ["produce", "latency", "consume", "dedup", "recovery", "commits"]
+SECTIONS = ["peers", "produce", "latency", "consume", "dedup", "recovery", "commits"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +35,8 @@ class Plan:
     recovery_restarts: int
     commits: tuple[CommitSpec, ...]  # consumer-group offset commits: many groups, few partitions, and the reverse
     commit_rounds: int
+    peers_scale: float  # of bench.peers' workloads (kop beside Tansu)
+    peers_rounds: int
 
 
 # one consumer's commitSync (latency of one durable commit), then throughput with many groups or many partitions
@@ -45,17 +47,23 @@ QUICK = Plan(produce_small=ProduceSpec(500_000, 100), produce_large=ProduceSpec(
              paced=ProduceSpec(60_000, 100, idempotence=True, rate=20_000),
              consume_small=ProduceSpec(500_000, 100), consume_large=ProduceSpec(40_000, 10_000), consume_rounds=3,
              dedup_records=1_000_000, dedup_single_records=10_000, dedup_rounds=7,
-             recovery_checkpoints=(), recovery_restarts=0, commits=COMMIT_CASES, commit_rounds=1)
+             recovery_checkpoints=(), recovery_restarts=0, commits=COMMIT_CASES, commit_rounds=1,
+             peers_scale=0.5, peers_rounds=3)
 FULL = Plan(produce_small=ProduceSpec(1_000_000, 100), produce_large=ProduceSpec(100_000, 10_000), produce_rounds=5,
             paced=ProduceSpec(200_000, 100, idempotence=True, rate=20_000),
             consume_small=ProduceSpec(2_000_000, 100), consume_large=ProduceSpec(100_000, 10_000), consume_rounds=5,
             dedup_records=1_000_000, dedup_single_records=30_000, dedup_rounds=7,
             recovery_checkpoints=(1_000, 100_000, 1_000_000), recovery_restarts=3, commits=COMMIT_CASES,
-            commit_rounds=3)
+            commit_rounds=3, peers_scale=1.0, peers_rounds=3)
 
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def run_peers(plan: Plan) -> list[Table]:
+    log(f"kop beside Tansu, {plan.peers_rounds} rounds")
+    return [peers.table(peers.run(plan.peers_rounds, plan.peers_scale, progress=log))]
 
 
 def run_produce(plan: Plan) -> list[Table]:
@@ -112,7 +120,7 @@ def run_commits(plan: Plan) -> list[Table]:
     return [bench_commits.table(runs, "OffsetCommit throughput, durable (fsync on), one socket per group")]
 
 
-RUNNERS = {"produce": run_produce, "latency": run_latency, "consume": run_consume, "dedup": run_dedup,
+RUNNERS = {"peers": run_peers, "produce": run_produce, "latency": run_latency, "consume": run_consume, "dedup": run_dedup,
            "recovery": run_recovery, "commits": run_commits}
 
 

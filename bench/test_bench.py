@@ -145,6 +145,26 @@ def test_summary_chart_draws_every_panel_of_the_figures_file(tmp_path):
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_transactions_benchmark_writes_and_reads_what_it_counts():
+    from bench import transactions
+    with running_broker() as broker:
+        create_topic(broker.bootstrap, transactions.TOPIC, transactions.PARTITIONS)
+        produced = transactions.produce(broker.bootstrap, 200, 100, 20, broker.proc.pid, aborted_every=5)
+        assert produced.records == 200 and len(produced.commit_ms) == 10
+        committed = transactions.consume(broker.bootstrap, "read_committed", broker.proc.pid)
+        everything = transactions.consume(broker.bootstrap, "read_uncommitted", broker.proc.pid)
+    assert (committed.records, everything.records) == (160, 200)  # two of the ten transactions aborted
+
+
+@pytest.mark.parametrize("name", ["kop", "tansu"])
+def test_peers_benchmark_runs_each_broker_and_counts_every_record(name):
+    from bench import peers
+    produce_small = peers.Workload("produce", ProduceSpec(2000, 100, peers.PARTITIONS, idempotence=True))
+    consume_small = peers.Workload("consume", ProduceSpec(2000, 100, peers.PARTITIONS), consume=True)
+    assert peers.measure(name, produce_small).records == 2000
+    assert peers.measure(name, consume_small).records == 2000 + peers.PARTITIONS  # with produce()'s warm-up records
+
+
 def test_geo_replication_catch_up_and_lag_count_every_record():
     from bench import geo_replication
     done = geo_replication.catch_up(backlog_mb=1)

@@ -6,8 +6,8 @@ carry api key, version and correlation id in their header; a broker answers one 
 order, so responses are matched to requests first-in first-out (and the correlation id of each response is checked
 against that order: a mismatch is counted as an order violation, a broker bug).
 
-The fault: when a Produce request picked by the CutPolicy has been forwarded and its response arrives, the response
-is dropped and both sockets of that connection are closed. Responses of requests pipelined behind it are lost too,
+The fault: when a request picked by the CutPolicy (Produce requests by default, or requests of any API) has been
+forwarded and its response arrives, the response is dropped and both sockets of that connection are closed. Responses of requests pipelined behind it are lost too,
 as they would be on a real dropped connection. Produce requests with acks=0 get no response and are never picked.
 `hold_responses(True)` keeps every response from reaching its client until released; `drop_held()` then closes the
 connections holding one, as a broker killed with its answers unsent would: the batches are stored and the clients
@@ -39,16 +39,19 @@ _INT32 = struct.Struct(">i")
 
 @dataclass(frozen=True, slots=True)
 class CutPolicy:
-    """Cut the response of every `every`-th Produce request, after the first `skip_first`, at most `max_cuts` times.
+    """Cut the response of every `every`-th request of the APIs in `apis` (None: every API), after the first
+    `skip_first`, at most `max_cuts` times.
 
-    Produce requests (or requests of `api_key`, e.g. kop's ReplicateEntries between clusters) are numbered from 1
-    across all connections, in the order the proxy forwards them.
+    Those requests are numbered from 1 across all connections, in the order the proxy forwards them.
     """
 
     every: int = 10
     max_cuts: int = 10
     skip_first: int = 0
-    api_key: int = PRODUCE
+    apis: frozenset[int] | None = frozenset({PRODUCE})
+
+    def covers(self, api_key: int) -> bool:
+        return self.apis is None or api_key in self.apis
 
     def __post_init__(self) -> None:
         if self.every < 1 or self.max_cuts < 0 or self.skip_first < 0:
@@ -66,6 +69,7 @@ class ProxyStats:
     produce_requests: int
     cuts: int
     order_violations: int
+    cuts_by_api: dict[int, int] = field(default_factory=dict)  # api key -> responses cut
     # error code -> partition responses that reached the client with it (cut responses are not counted)
     produce_errors: dict[int, int] = field(default_factory=dict)
     # the batches answered DUPLICATE_SEQUENCE_NUMBER (stored before; clients report them with no or a made-up offset)
@@ -172,8 +176,8 @@ class FaultProxy:
         self.port = 0
         self._policy = policy
         self._lock = threading.Lock()
-        self._connections = self._requests = 0
-        self._answered_requests: Counter[int] = Counter()  # api key -> requests that expect a response
+        self._connections = self._requests = self._produce_requests = self._candidates = 0
+        self._cuts_by_api: Counter[int] = Counter()
         self._cuts = self._cuts_planned = self._order_violations = 0
         self._produce_errors: Counter[int] = Counter()
         self._duplicate_sequence_batches: list[BatchIdentity] = []
@@ -232,8 +236,8 @@ class FaultProxy:
 
     def stats(self) -> ProxyStats:
         with self._lock:
-            return ProxyStats(self._connections, self._requests, self._answered_requests[PRODUCE], self._cuts,
-                              self._order_violations, dict(self._produce_errors),
+            return ProxyStats(self._connections, self._requests, self._produce_requests, self._cuts,
+                              self._order_violations, dict(self._cuts_by_api), dict(self._produce_errors),
                               tuple(self._duplicate_sequence_batches))
 
     # ---- lifecycle
@@ -328,11 +332,10 @@ class FaultProxy:
             cut = False
             with self._lock:
                 self._requests += 1
-                if info.expects_response:
-                    self._answered_requests[info.api_key] += 1
-                    policy = self._policy
-                    if policy is not None and info.api_key == policy.api_key and \
-                            policy.picks(self._answered_requests[info.api_key], self._cuts_planned):
+                self._produce_requests += info.api_key == PRODUCE and info.expects_response
+                if info.expects_response and self._policy is not None and self._policy.covers(info.api_key):
+                    self._candidates += 1
+                    if self._policy.picks(self._candidates, self._cuts_planned):
                         cut = True
                         self._cuts_planned += 1
             if info.expects_response:
@@ -368,6 +371,7 @@ class FaultProxy:
             if request.cut:
                 with self._lock:
                     self._cuts += 1
+                    self._cuts_by_api[request.info.api_key] += 1
                 return  # the caller closes both sockets; this response is never delivered
             with self._lock:
                 if correlation_id != request.info.correlation_id:

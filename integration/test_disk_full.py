@@ -5,6 +5,7 @@ Nothing acknowledged is lost, nothing is stored twice, nothing half-written is e
 (consumer group commits, dedup snapshots) comes back whole after a kill -9 that follows the episode.
 """
 import threading
+import time
 
 import pytest
 
@@ -176,3 +177,68 @@ def test_injected_write_errors_are_retried_by_an_idempotent_producer_exactly_onc
             assert log_text(broker).count("injected write failure") >= PARTITIONS  # the control: they fired
         finally:
             broker.stop()
+
+
+def test_a_broker_started_on_a_full_disk_refuses_in_one_line_and_starts_whole_once_space_is_freed(tmp_path):
+    """Loading a partition writes (a new ledger on restart): on a disk without a free page the broker says so in one
+    line and exits, as Kafka does with its only log directory offline; freed, it starts with every record."""
+    with small_disk(str(tmp_path / "data")) as data:
+        broker = BrokerProcess(data, config={"brokerDeduplicationEnabled": "true"})
+        filler = Filler(data)
+        try:
+            broker.start()
+            with RawKafka(broker.port) as kafka:
+                assert kafka.create_topic(TOPIC, PARTITIONS) == ErrorCode.NONE
+            sent, reports = values(TOPIC, 1000), []
+            produce(broker.bootstrap, sent, reports, TOPIC)
+            broker.stop()
+            filler.fill()
+            with pytest.raises(RuntimeError, match="exited with 2"):
+                broker.start()
+            refusal = log_text(broker).rsplit("open files limit", 1)[-1]
+            assert "kop standalone: error: " in refusal and "No space left on device" in refusal, refusal
+            assert "Traceback" not in refusal, refusal
+            filler.remove()
+            broker.start()
+            check = check_stream(sent, reports, read_topic(broker.port, TOPIC, range(PARTITIONS)))
+            assert check.lost == 0 and check.duplicated == 0 and check.stored == len(sent), check.summary()
+            assert "damaged" not in log_text(broker).rsplit("open files limit", 1)[-1]
+        finally:
+            broker.stop()
+            filler.remove()
+
+
+def test_failed_cursor_log_flushes_fail_only_what_they_carried_and_lose_nothing_across_kill_9(tmp_path):
+    """EIO from the cursor log's flushes (the cursor_write_failures failpoint): an offset commit it carried is
+    answered NOT_COORDINATOR and the application's retry lands; dedup snapshots it carried fail and the next ones are
+    taken; records go on being stored; after kill -9 every record is there once and the last commit holds."""
+    broker = BrokerProcess(str(tmp_path / "data"), admin_port=0,
+                           config={"adminFailpointsEnabled": "true", "brokerDeduplicationEntriesInterval": "10"})
+    try:
+        broker.start()
+        with RawKafka(broker.port) as kafka:
+            assert kafka.create_topic(TOPIC, PARTITIONS) == ErrorCode.NONE
+        sent, reports = values(TOPIC, 400), []
+        produce(broker.bootstrap, sent[:200], reports)
+        admin = AdminClient(broker.admin_url)
+        time.sleep(0.5)  # the last dedup snapshots of that produce are flushed: the failure is the commit's
+        admin.post(f"/admin/v2/kop/failpoints/{TOPIC}/0", {"cursor_write_failures": 1})
+        assert not commit(broker.bootstrap, {0: 9, 1: 9})  # librdkafka reports NOT_COORDINATOR to the application
+        assert commit(broker.bootstrap, {0: 9, 1: 9})  # which commits again
+        assert committed(broker.bootstrap) == {0: 9, 1: 9}
+        admin.post(f"/admin/v2/kop/failpoints/{TOPIC}/1", {"cursor_write_failures": 3})
+        produce(broker.bootstrap, sent[200:], reports)
+        log_now = log_text(broker)
+        assert f"offset commit for {GROUP} on {TOPIC}-0 failed" in log_now  # controls: both failures happened
+        assert "dedup snapshot at" in log_now and "failed" in log_now.split("dedup snapshot at", 1)[1]
+        before = check_stream(sent, reports, read_topic(broker.port, TOPIC, range(PARTITIONS)))
+        assert before.lost == 0 and before.duplicated == 0 and before.stored == len(sent), before.summary()
+        broker.kill()
+        broker.start()
+        after = check_stream(sent, reports, read_topic(broker.port, TOPIC, range(PARTITIONS)))
+        assert after == before, after.summary()
+        assert committed(broker.bootstrap) == {0: 9, 1: 9}
+        restart_log = log_text(broker).rsplit("open files limit", 1)[-1]
+        assert "damaged" not in restart_log and "were lost" not in restart_log, broker.log_tail()
+    finally:
+        broker.stop()

@@ -51,7 +51,7 @@ def records_in(broker) -> int:
 
 def test_lost_answers_are_resent_and_stored_once(linked):
     east, west, proxy = linked
-    proxy.set_policy(CutPolicy(every=2, max_cuts=4, api_key=REPLICATE_ENTRIES_KEY))
+    proxy.set_policy(CutPolicy(every=2, max_cuts=4, apis=frozenset({REPLICATE_ENTRIES_KEY})))
     for round_ in range(8):  # several runs of entries, so several requests
         produce(east.bootstrap, "orders", f"east{round_}", 100, PARTITIONS)
     wait_for_records(west, "orders", PARTITIONS, 800)

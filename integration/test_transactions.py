@@ -364,3 +364,18 @@ def test_admin_tools_list_and_describe_transactions_and_producers(broker):
         after = kafka.call(REQ[66][1](state_filters=[], producer_id_filters=[txn_pid], duration_filter=-1),
                            RESP[66], 1)
         assert [s.transaction_state for s in after.transaction_states] == ["CompleteCommit"]
+
+
+def test_the_next_transaction_starts_without_concurrent_transactions_once_end_txn_is_answered(broker):
+    """EndTxn is answered once the markers are stored, so the producer's next AddPartitionsToTxn is accepted at once
+    (answered at the decision, it met CONCURRENT_TRANSACTIONS and librdkafka backed off ~25 ms each time)."""
+    with RawKafka(broker.port) as kafka:
+        kafka.create_topic("back-to-back", partitions=4)
+        txn = RawTxnProducer(kafka, "back-to-back")
+        for n in range(5):
+            assert txn.add_partitions("back-to-back", [0, 1, 2, 3]) == {p: ErrorCode.NONE for p in range(4)}, n
+            for p in range(4):
+                assert kafka.produce("back-to-back", p, _txn_batch([b"%d" % n], txn, n)).error_code == ErrorCode.NONE
+            assert txn.end(commit=True) == ErrorCode.NONE
+    assert sorted(values(ck_read_to_end(broker.bootstrap, "back-to-back", partitions=(0, 1, 2, 3)))) == \
+        sorted(b"%d" % n for n in range(5) for _ in range(4))

@@ -19,7 +19,7 @@ from dedup.named_sequences import RecordsDecision
 from kop.dedup_storage import LedgerDedupStorage
 from kop.sequence_filter import Answer, SequenceFilter
 from kop.ledger import Entry, LedgerClosedError, LedgerWriteError, ManagedLedger, ManagedLedgerError, Position
-from kop.transactions.partition_index import PartitionTransactions
+from kop.transactions.partition_index import IndexSnapshots, PartitionTransactions
 from protocol.errors import ErrorCode
 from protocol.records import (BatchHeader, WalkedRecords, assign_offsets, build_control_batch, build_marker_batch,
                               clear_transactional, set_log_append_time, split_batches)
@@ -103,6 +103,7 @@ class PartitionLog:
         self.bytes_out = 0  # bytes of batches served to fetches
         self.dedup_decisions = DedupDecisions()
         self.transactions = PartitionTransactions()
+        self.transaction_snapshots = IndexSnapshots(self.transactions, self.name)
         self.marker_listener: MarkerListener | None = None
         self._waiters: list[asyncio.Future] = []
         ledger.add_confirm_listener(self._wake_waiters)
@@ -141,11 +142,16 @@ class PartitionLog:
         if not self.may_hold_transactions:
             cursor = self.ledger.open_cursor(TRANSACTIONS_CURSOR)
             await cursor.mark_delete(cursor.mark_delete_position)
+            self.transaction_snapshots.enable(cursor)
 
     def load_transactions(self) -> int:
-        """Rebuild the open transactions and the aborted index from the stored batches (before any write), for a
-        partition a transaction ever added; returns how many entries were read."""
-        return self.transactions.rebuild(self.ledger) if self.may_hold_transactions else 0
+        """Rebuild the open transactions and the aborted index (before any write), for a partition a transaction
+        ever added: from the last snapshot and the stored batches after it; returns how many entries were read."""
+        if not self.may_hold_transactions:
+            return 0
+        cursor = self.ledger.cursors[TRANSACTIONS_CURSOR]
+        self.transaction_snapshots.enable(cursor)
+        return self.transactions.rebuild(self.ledger, cursor.string_properties)
 
     # ---- writing
 
@@ -200,11 +206,10 @@ class PartitionLog:
         metadata = MessageMetadata(producer_id=producer_id, producer_epoch=producer_epoch, is_control=True,
                                    is_transactional=True,
                                    marker_type=MarkerType.TXN_COMMIT if commit else MarkerType.TXN_ABORT)
-        result = self._append(header, view, metadata, None)
         # Closed once the marker is durable: a marker whose write fails leaves the transaction open until the
         # coordinator writes it again (or replays it after a crash).
-        result.add_done_callback(lambda done: self._on_marker_written(producer_id, commit, done.result()))
-        return result
+        return self._append(header, view, metadata, None, on_stored=lambda offset: self.transactions.on_marker(
+            producer_id, offset, commit, self.high_watermark))
 
     def publish_replicated(self, source_cluster: str, ledger_id: int, entry_id: int, source: MessageMetadata,
                            header: BatchHeader, view: memoryview) -> asyncio.Future:
@@ -253,10 +258,6 @@ class PartitionLog:
         metadata = MessageMetadata(producer_name=MARKER_PRODUCER, sequence_id=0, marker_type=marker_type,
                                    replicate_to=replicate_to)
         return self._append(header, view, metadata, None, span=0)
-
-    def _on_marker_written(self, producer_id: int, commit: bool, result: AppendResult) -> None:
-        if result.error == ErrorCode.NONE:
-            self.transactions.on_marker(producer_id, result.base_offset, commit, self.high_watermark)
 
     def judges_sequence_headers(self) -> bool:
         """Whether records with application-chosen sequence ids are deduplicated here (dedup on, or recovering)."""
@@ -310,12 +311,14 @@ class PartitionLog:
         return duplicate.log_append_time if self.log_append_time else -1
 
     def _append(self, header: BatchHeader, view: memoryview, metadata: MessageMetadata, accept: Accept | None,
-                named: RecordsDecision | None = None, replicated: tuple[str, int] | None = None,
-                span: int | None = None) -> asyncio.Future:
+                named: RecordsDecision | None = None, on_stored: Callable[[int], None] | None = None,
+                replicated: tuple[str, int] | None = None, span: int | None = None) -> asyncio.Future:
         """Assign offsets to one batch and hand it to the ledger; `named`: the application-chosen sequence ids it
-        stores; `replicated`: the replicator name and source position key it is judged by; `span`: the offsets it
-        covers (0 for a marker; by default its records')."""
+        stores; `on_stored(base offset)` runs once it is durable, in log order, before the result is set;
+        `replicated`: the replicator name and source position key it is judged by; `span`: the offsets it covers
+        (0 for a marker; by default its records')."""
         base = self.ledger.written_end_index
+        span = header.last_offset_delta + 1 if span is None else span
         last = base + header.last_offset_delta
         batch = bytearray(view)
         assign_offsets(batch, 0, base)
@@ -326,8 +329,7 @@ class PartitionLog:
         metadata.num_messages = header.records_count
         try:
             # A write that fails comes back through the ledger's failure path, after the writes before it.
-            written = self.ledger.add_entry(base, header.last_offset_delta + 1 if span is None else span,
-                                            metadata.SerializeToString(), batch)
+            written = self.ledger.add_entry(base, span, metadata.SerializeToString(), batch)
         except LedgerClosedError as exc:  # the partition is going away (topic deleted, broker stopping)
             return _resolved(AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, message=str(exc)))
         except ManagedLedgerError as exc:
@@ -342,15 +344,20 @@ class PartitionLog:
         append_time = now if self.log_append_time else -1
         size = len(batch)
         written.add_done_callback(
-            lambda f: self._on_written(f, base, size, append_time, pending, named, replicated, result))
+            lambda f: self._on_written(f, base, base + span, size, append_time, pending, named, on_stored, replicated,
+                                       result))
         return result
 
-    def _on_written(self, written: asyncio.Future, base: int, size: int, append_time: int,
+    def _on_written(self, written: asyncio.Future, base: int, end: int, size: int, append_time: int,
                     pending: PendingBatch | None, named: RecordsDecision | None,
-                    replicated: tuple[str, int] | None, result: asyncio.Future) -> None:
+                    on_stored: Callable[[int], None] | None, replicated: tuple[str, int] | None,
+                    result: asyncio.Future) -> None:
         exc = written.exception()
         if exc is None:
             self.bytes_in += size
+            if on_stored is not None:
+                on_stored(base)
+            self.transaction_snapshots.on_stored(written.result(), end)
             if named is not None:  # first: the entry's count (on_persisted) may snapshot, with them
                 self.dedup.record_persisted_names(named.highest.items())
             if replicated is not None:
@@ -415,12 +422,18 @@ class PartitionLog:
 
     def retention_floor(self) -> Position | None:
         """Retention never deletes entries the dedup cursor would have to replay, from its older kept snapshot on
-        (the one recovery falls back to if the newest record is damaged)."""
+        (the one recovery falls back to if the newest record is damaged), nor the batches of an open transaction
+        (a restart reads them to know the transaction is open, and read_committed consumers have yet to get them)."""
         wanted = self.dedup.is_enabled or self.dedup.awaiting_recovery  # a failed recovery's retry replays too
         cursor = self.ledger.cursors.get(DEDUP_CURSOR_NAME) if wanted else None
-        return Position(*cursor.recovery_floor) if cursor is not None else None
+        floors = [Position(*cursor.recovery_floor)] if cursor is not None else []
+        oldest_open = self.transactions.oldest_open_offset()
+        if oldest_open is not None and (position := self.ledger.position_of_index(oldest_open)) is not None:
+            floors.append(Position(position.ledger_id, position.entry_id - 1))  # keep from its entry on
+        return min(floors, default=None)
 
     async def close(self) -> None:
         self._wake_waiters()
+        await self.transaction_snapshots.close()
         await self.dedup.close()
         await self.ledger.close()

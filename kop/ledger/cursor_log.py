@@ -190,6 +190,10 @@ class CursorLog:
             raise CursorNotFoundError(name)
         await self._write(name, deletion, large=False)
 
+    def inject_write_failures(self, count: int) -> None:
+        """Failpoint (admin API, tests): the next `count` flushes of this log fail as a disk error would."""
+        self._group.injected_failures += count
+
     async def append(self, name: str, position: Position, props: dict[str, int], strings: dict[str, str]) -> None:
         large = len(props) + len(strings) >= LARGE_RECORD_PROPERTIES
         await self._write(name, functools.partial(_state_record, name, position, props, strings), large)

@@ -353,6 +353,10 @@ class FileManagedLedger(ManagedLedger):
         """Failpoint (admin API, tests): the next `count` flushes fail as a disk error would."""
         self._group.injected_failures += count
 
+    def inject_cursor_write_failures(self, count: int) -> None:
+        """Failpoint (admin API, tests): the next `count` flushes of the cursor log fail as a disk error would."""
+        self._cursors.inject_write_failures(count)
+
     def inject_replay_read_failures(self, count: int) -> None:
         """Test hook: the next `count` reads of the entries after a position (the dedup replay's) fail as a disk
         read error would."""

@@ -2,10 +2,12 @@
 ids and epochs, their transactions' partitions, groups and offsets, and the markers that end them.
 
 Each transition is written to the state log (kop/transactions/state_log.py) before it is answered and installed, so
-a crash loses nothing that was acknowledged; while it is being written the id answers CONCURRENT_TRANSACTIONS. EndTxn
-is answered once PrepareCommit/PrepareAbort is durable, as Kafka answers it: the decision is then final, and the
-markers (one COMMIT or ABORT control batch per partition) and the transaction's offsets follow in the background,
-retried until they are stored; a transaction caught in Prepare* by a crash completes when the broker starts again.
+a crash loses nothing that was acknowledged; while it is being written the id answers CONCURRENT_TRANSACTIONS. Once
+PrepareCommit/PrepareAbort is durable the decision is final: the markers (one COMMIT or ABORT control batch per
+partition) and the transaction's offsets follow, retried until they are stored; a transaction caught in Prepare* by a
+crash completes when the broker starts again. EndTxn is answered when the transaction is complete (a few local
+writes) or COMPLETION_WAIT_S after the decision, whichever comes first: Kafka answers at the decision, and its
+clients' next AddPartitionsToTxn then meets CONCURRENT_TRANSACTIONS and backs off, which costs more than the wait.
 
 Fencing: InitProducerId bumps the epoch (a new producer id once the epoch is exhausted), so the previous holder of the
 transactional id is refused from then on: PRODUCER_FENCED by the coordinator (handlers answer it as
@@ -31,6 +33,7 @@ from protocol.errors import ErrorCode
 log = logging.getLogger(__name__)
 
 MARKER_RETRY_S = 0.1  # between attempts to store a marker or an offset of a completing transaction
+COMPLETION_WAIT_S = 2.0  # how long EndTxn waits for the markers after the decision before it answers anyway
 Identity = tuple[ErrorCode, int, int]  # (error, producer id, epoch) answered to InitProducerId
 
 
@@ -81,10 +84,11 @@ class TransactionCoordinator:
         if self._log is not None:
             await self._log.close()
 
-    def _spawn(self, coroutine) -> None:
+    def _spawn(self, coroutine) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     # ---- storing transitions
 
@@ -261,7 +265,7 @@ class TransactionCoordinator:
             prepared.pending_offsets = {}
         error = await self._transition(meta, prepared)
         if error == ErrorCode.NONE:
-            self._spawn(self._complete(prepared))
+            await asyncio.wait([self._spawn(self._complete(prepared))], timeout=COMPLETION_WAIT_S)
         return error
 
     async def _abort_fenced(self, meta: TxnMetadata) -> ErrorCode:
@@ -280,7 +284,7 @@ class TransactionCoordinator:
                      groups=set(), pending_offsets={}, start_ms=-1)
         while await self._transition(meta, done) != ErrorCode.NONE:
             await asyncio.sleep(MARKER_RETRY_S)
-        log.info("transaction %s of producer %d epoch %d %s (%d partitions)", meta.transactional_id,
+        log.debug("transaction %s of producer %d epoch %d %s (%d partitions)", meta.transactional_id,
                  meta.producer_id, meta.producer_epoch, "committed" if commit else "aborted", len(meta.partitions))
         if not any(m.pending for m in self.states.values()):  # compaction must not drop a record in flight
             await self._log.compact_if_due(self.states)

@@ -2,18 +2,27 @@
 offset is the oldest of them) and the index of aborted transactions a read_committed fetch lists, so a fetch never
 scans the log.
 
-Both are updated when an entry is handed to the ledger (in offset order), and rebuilt from the ledger when the
-partition loads: transactional batches open a transaction, control batches (COMMIT/ABORT markers) close it. An
-aborted transaction is listed as Kafka's transaction index lists it: (producer id, first offset, marker offset, the
-last stable offset once it was aborted); the last is what lets a lookup stop early."""
+Transactional batches open a transaction when they are handed to the ledger, control batches (COMMIT/ABORT markers)
+close it once stored. An aborted transaction is listed as Kafka's transaction index lists it: (producer id, first
+offset, marker offset, the last stable offset once it was aborted); the last is what lets a lookup stop early.
+
+The state is snapshotted every SNAPSHOT_ENTRIES stored entries into the properties of the partition's
+`pulsar.transactions` cursor, at the position of the entry it covers up to; a partition that loads starts from the
+snapshot and reads only the entries after it, as dedup recovery does (the whole log when there is none yet)."""
+import asyncio
 import bisect
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from kop.ledger import ManagedLedger
+from kop.ledger import ManagedLedger, ManagedLedgerError, Position
 from protocol.records import control_marker, iter_records, split_batches
 
+log = logging.getLogger(__name__)
+
 REBUILD_READ_BYTES = 4 << 20
+SNAPSHOT_ENTRIES = 1000
+SNAPSHOT_VERSION = "1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +56,9 @@ class PartitionTransactions:
         """The first offset of the oldest open transaction, else the high watermark."""
         return min(min(self.open.values(), default=high_watermark), high_watermark)
 
+    def oldest_open_offset(self) -> int | None:
+        return min(self.open.values(), default=None)
+
     def aborted_between(self, fetch_offset: int, upper: int) -> Iterator[AbortedTxn]:
         """Aborted transactions a fetch returning [fetch_offset, upper) must list: their marker at or after
         fetch_offset and their first offset below upper."""
@@ -63,11 +75,38 @@ class PartitionTransactions:
             del self.aborted[:cut]
             del self._aborted_ends[:cut]
 
-    def rebuild(self, ledger: ManagedLedger) -> int:
-        """Read every stored batch's header (and each marker's one record) to rebuild the state; returns how many
-        entries were read."""
+    def snapshot(self, end_offset: int) -> dict[str, str]:
+        """The state as of the entries below end_offset (all stored): transactions opened by batches handed to the
+        ledger since are left out. Aborted transactions as "pid:first:last:lso" joined by ";", open ones as
+        "pid:first" joined by ",". """
+        opened = ",".join(f"{pid}:{first}" for pid, first in self.open.items() if first < end_offset)
+        aborted = ";".join(f"{t.producer_id}:{t.first_offset}:{t.last_offset}:{t.last_stable_offset}"
+                           for t in self.aborted)
+        return {"txn.version": SNAPSHOT_VERSION, "txn.end": str(end_offset), "txn.open": opened,
+                "txn.aborted": aborted}
+
+    def restore(self, snapshot: dict[str, str]) -> int | None:
+        """Take the state of a snapshot; returns the offset the entries after it start at (None: not a snapshot of
+        this version, and nothing was taken)."""
+        if snapshot.get("txn.version") != SNAPSHOT_VERSION:
+            return None
+        try:
+            opened = {int(pid): int(first) for pid, first in
+                      (item.split(":") for item in snapshot["txn.open"].split(",") if item)}
+            aborted = [AbortedTxn(*map(int, item.split(":"))) for item in snapshot["txn.aborted"].split(";") if item]
+            end = int(snapshot["txn.end"])
+        except (KeyError, ValueError, TypeError):
+            return None  # damaged: the caller reads the whole log instead
+        self.open, self.aborted, self._aborted_ends = opened, aborted, [t.last_offset for t in aborted]
+        return end
+
+    def rebuild(self, ledger: ManagedLedger, snapshot: dict[str, str] | None = None) -> int:
+        """Restore the snapshot, if any, then read the header of every stored batch after it (and each marker's one
+        record); returns how many entries were read."""
         self.open, self.aborted, self._aborted_ends = {}, [], []
-        offset, end, read = ledger.start_index, ledger.confirmed_end_index, 0
+        start = self.restore(snapshot) if snapshot else None
+        offset, end, read = max(ledger.start_index, start or 0), ledger.confirmed_end_index, 0
+        self.forget_before(ledger.start_index)
         while offset < end:
             entries = ledger.read_from_index(offset, REBUILD_READ_BYTES)
             if not entries:
@@ -85,3 +124,41 @@ class PartitionTransactions:
                 read += 1
             offset = entries[-1].first_index + entries[-1].span
         return read
+
+
+class IndexSnapshots:
+    """Writes a partition's transaction state into its `pulsar.transactions` cursor every SNAPSHOT_ENTRIES stored
+    entries, once the partition may hold transactions (one write at a time; a failed one waits for the next)."""
+
+    def __init__(self, index: PartitionTransactions, log_name: str) -> None:
+        self._index = index
+        self._log_name = log_name
+        self._cursor = None
+        self._stored = 0
+        self._writing: asyncio.Task | None = None
+
+    def enable(self, cursor) -> None:
+        self._cursor = cursor
+
+    def on_stored(self, position: Position, end_offset: int) -> None:
+        """The entry at `position`, ending below end_offset, is stored, and the index has taken it (call in log
+        order, after the index: a marker closes its transaction before its entry counts here)."""
+        if self._cursor is None:
+            return
+        self._stored += 1
+        if self._stored < SNAPSHOT_ENTRIES or self._writing is not None:
+            return
+        self._stored = 0
+        self._writing = asyncio.ensure_future(self._write(position, self._index.snapshot(end_offset)))
+
+    async def _write(self, position: Position, snapshot: dict[str, str]) -> None:
+        try:
+            await self._cursor.mark_delete(position, string_properties=snapshot)
+        except (ManagedLedgerError, OSError) as exc:
+            log.warning("%s: transaction index snapshot not written (%s); the next one will be", self._log_name, exc)
+        finally:
+            self._writing = None
+
+    async def close(self) -> None:
+        if self._writing is not None:
+            await asyncio.wait([self._writing])
