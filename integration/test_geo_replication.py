@@ -1,6 +1,7 @@
 """Geo-replication between real brokers on loopback, each its own named cluster: records produced in every cluster
 reach every other exactly once, in their order per partition and source, with replicated_from stopping loops in any
 topology; the remote creates topics as needed; stats show each replicator's state."""
+import time
 import urllib.request
 from collections import Counter
 
@@ -125,3 +126,34 @@ def test_a_producer_that_fails_over_is_deduplicated_by_its_sequence_ids_in_the_o
     assert sorted(values) == sorted(f"app:{i}".encode() for i in range(150))
     stats = topic_stats(brokers["west"], "loads")["partitions"]
     assert sum(p["namedSequences"]["duplicatesDropped"] for p in stats.values()) == 100  # control: they were sent
+
+
+def test_only_committed_transactions_are_replicated(clusters):
+    """Aborted transactions' records stay home, committed ones go (as plain records), and an open transaction holds
+    the replicator back until it is decided."""
+    brokers = clusters("east", "west")
+    east, west = brokers["east"], brokers["west"]
+    replicate(east, ["east", "west"])
+    with RawKafka(east.port) as kafka:
+        assert kafka.create_topic("txn", 1) == ErrorCode.NONE
+    producer = Producer({"bootstrap.servers": east.bootstrap, "transactional.id": "geo-txn"})
+    producer.init_transactions(30)
+    for outcome, name in (("commit", "committed"), ("abort", "aborted")):
+        producer.begin_transaction()
+        for i in range(20):
+            producer.produce("txn", f"{name}:{i}".encode(), partition=0)
+        producer.flush(30)
+        getattr(producer, f"{outcome}_transaction")(30)
+    producer.begin_transaction()
+    producer.produce("txn", b"open:0", partition=0)
+    producer.flush(30)
+    wait_for_records(west, "txn", 1, 20)
+    time.sleep(1)  # the open transaction holds everything after it back
+    assert sorted(r.value for r in read_topic(west.port, "txn", [0])) == sorted(
+        f"committed:{i}".encode() for i in range(20))
+    producer.commit_transaction(30)
+    wait_for_records(west, "txn", 1, 21)
+    values = [r.value for r in read_topic(west.port, "txn", [0])]
+    assert sorted(values) == sorted([f"committed:{i}".encode() for i in range(20)] + [b"open:0"])
+    consumer_values = [r.value for r in ck_consume_all(west.bootstrap, "txn", 21)]
+    assert sorted(consumer_values) == sorted(values)
