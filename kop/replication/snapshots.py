@@ -89,6 +89,7 @@ class SnapshotController:
         self._end_at_last_request = -1
         self._updated: dict[str, str] = {}  # group -> the snapshot its last UPDATE carried
         self._busy = False
+        self._writes: set[asyncio.Task] = set()  # markers written from an answer, held until done
 
     def replicated_groups(self) -> dict[str, int]:
         cursors, every = self.partition.ledger.cursors, self._all_groups()
@@ -150,9 +151,19 @@ class SnapshotController:
         if pending.round < pending.rounds:
             pending.round += 1
             pending.missing = set(pending.remotes)
-            asyncio.ensure_future(self._request(pending))
+            self._spawn(self._request(pending))
         else:
-            asyncio.ensure_future(self._complete(pending))
+            self._spawn(self._complete(pending))
+
+    def _spawn(self, work) -> None:
+        task = asyncio.ensure_future(work)
+        self._writes.add(task)
+        task.add_done_callback(self._written)
+
+    def _written(self, task: asyncio.Task) -> None:
+        self._writes.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s: snapshot marker not written: %s", self.partition.name, task.exception())
 
     async def _complete(self, pending: PendingSnapshot) -> None:
         clusters = sorted(pending.clusters.items())
