@@ -9,11 +9,14 @@ import time
 import pytest
 from confluent_kafka import Consumer
 
-from integration.geo import replicate, replicate_everywhere, start_clusters, topic_stats, wait_for, wait_for_records
+from integration.geo import (end_offsets, replicate, replicate_everywhere, start_clusters, topic_stats, wait_for,
+                             wait_for_records)
+from integration.broker_process import free_port
 from integration.idem_raw import RawKafka
 from integration.java_client import java_available, java_consume_all, java_group_consume, java_unavailable_reason
 from integration.test_admin import admin_change, admin_json
 from integration.test_geo_replication import produce
+from kop.admin.client import AdminClient, cluster_resource
 from protocol.errors import ErrorCode
 
 PARTITIONS = 2
@@ -272,3 +275,52 @@ def test_admin_toggles_replication_of_a_group_and_of_every_group(pair):
     produce(east.bootstrap, "orders", "east2", PER_ROUND, PARTITIONS)
     consume(east.bootstrap, "app", PER_ROUND)
     wait_for(lambda: west_position(west) == 3 * PER_ROUND, 20, "the group in west again, by policy")
+
+
+def test_group_fails_over_with_data_written_in_both_clusters(pair):
+    """Records come from both sides; the group consumes in east, which holds both, and resumes in west without
+    missing west's own records (the RESPONSE marker travels behind them, as in Pulsar)."""
+    east, west = pair
+    admin_json(east, "groups", "set-replicated", "app", "--enable")
+    produce(east.bootstrap, "orders", "east0", PER_ROUND, PARTITIONS)
+    in_east = consume(east.bootstrap, "app", PER_ROUND)
+    for round_ in range(1, 5):
+        produce(east.bootstrap, "orders", f"east{round_}", PER_ROUND, PARTITIONS)
+        produce(west.bootstrap, "orders", f"west{round_}", PER_ROUND, PARTITIONS)
+        time.sleep(0.3)
+    total = 9 * PER_ROUND
+    wait_for_records(east, "orders", PARTITIONS, total)
+    wait_for_records(west, "orders", PARTITIONS, total)
+    in_east += consume(east.bootstrap, "app", total // 2 - PER_ROUND)
+    wait_for(lambda: west_position(west) >= total // 2 - 2 * PER_ROUND, 20, "the group's updates in west")
+    east.kill()
+    consumed = in_east + consume(west.bootstrap, "app", None)
+    everything = {f"{side}{r}:{i}".encode() for side, rounds in (("east", range(5)), ("west", range(1, 5)))
+                  for r in rounds for i in range(PER_ROUND)}
+    assert set(consumed) == everything  # nothing missed, west's own records included
+    assert len(consumed) - total <= 2 * PER_ROUND
+
+
+def test_records_the_other_cluster_has_not_sent_yet_are_not_skipped_by_a_failover(pair):
+    """west's own records that east has not received yet (west -> east is cut) must not be covered by a snapshot:
+    west answers east's requests with a RESPONSE marker that waits behind them, so no update can move the group in
+    west past records it never consumed in east. (Answering straight away, as a one-way standby does, would.)"""
+    east, west = pair
+    admin_json(east, "groups", "set-replicated", "app", "--enable")
+    produce(east.bootstrap, "orders", "east0", PER_ROUND, PARTITIONS)
+    in_east = consume(east.bootstrap, "app", PER_ROUND)
+    west_admin = AdminClient(west.admin_url)
+    west_admin.post(cluster_resource("east"), {"brokerServiceUrl": f"127.0.0.1:{free_port()}"})  # west -> east cut
+    produce(west.bootstrap, "orders", "west1", PER_ROUND, PARTITIONS)
+    for round_ in range(1, 4):  # data in east, so east asks for snapshots while west's records are held back
+        produce(east.bootstrap, "orders", f"east{round_}", PER_ROUND, PARTITIONS)
+        time.sleep(0.3)
+    in_east += consume(east.bootstrap, "app", 3 * PER_ROUND)  # everything east holds: none of west1
+    time.sleep(1)  # ten snapshot periods: any snapshot that could complete has
+    assert sum(end_offsets(east, "orders", PARTITIONS).values()) == 4 * PER_ROUND  # control: west1 held back
+    west_admin.post(cluster_resource("east"), {"brokerServiceUrl": east.bootstrap})
+    wait_for_records(east, "orders", PARTITIONS, 5 * PER_ROUND)
+    time.sleep(1)
+    east.kill()
+    consumed = in_east + consume(west.bootstrap, "app", None)
+    assert {f"west1:{i}".encode() for i in range(PER_ROUND)} <= set(consumed)
