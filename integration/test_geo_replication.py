@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewPartitions
 
 from integration.geo import (by_source, replicate, replicate_everywhere, start_clusters, topic_stats, wait_for,
                              wait_for_records)
@@ -101,6 +102,14 @@ def test_topic_and_partitions_created_on_the_remote(clusters):
     check_everything_once(brokers["west"], "fresh", 4, {"east": 40})
     assert topic_stats(brokers["west"], "fresh")["metadata"]["partitions"] == 4
     assert topic_stats(brokers["west"], "fresh")["replication"] == {}
+    admin = AdminClient({"bootstrap.servers": brokers["east"].bootstrap})
+    admin.create_partitions([NewPartitions("fresh", 6)])["fresh"].result(30)
+    wait_for(lambda: len(Producer({"bootstrap.servers": brokers["east"].bootstrap}).list_topics("fresh", 10)
+                         .topics["fresh"].partitions) == 6, 10, "six partitions in east")
+    produce(brokers["east"].bootstrap, "fresh", "grown", 60, 6)
+    wait_for_records(brokers["west"], "fresh", 6, 100)
+    assert topic_stats(brokers["west"], "fresh")["metadata"]["partitions"] == 6
+    check_everything_once(brokers["west"], "fresh", 6, {"east": 40, "grown": 60})
 
 
 def produce_with_sequence_ids(bootstrap: str, topic: str, ids: range) -> None:
