@@ -163,3 +163,11 @@ def test_peers_benchmark_runs_each_broker_and_counts_every_record(name):
     consume_small = peers.Workload("consume", ProduceSpec(2000, 100, peers.PARTITIONS), consume=True)
     assert peers.measure(name, produce_small).records == 2000
     assert peers.measure(name, consume_small).records == 2000 + peers.PARTITIONS  # with produce()'s warm-up records
+
+
+def test_geo_replication_catch_up_and_lag_count_every_record():
+    from bench import geo_replication
+    done = geo_replication.catch_up(backlog_mb=1)
+    assert done.records == 1000 and done.megabytes > 1 and done.seconds > 0
+    lags, sent, received = geo_replication.steady_lag(rate=200, seconds=2)
+    assert sent == received > 0 and 0 < len(lags) < sent and min(lags) > 0

@@ -17,6 +17,8 @@ from kop.data_dir import DataDirLock
 from kop.groups import GroupCoordinator
 from kop.policies import PolicyBook
 from kop.producer_ids import ProducerIdAllocator
+from kop.replication.clusters import ClusterRegistry
+from kop.replication.service import ReplicationService
 from kop.startup import bind_failure, reading
 from kop.topics import TopicManager, deletes_by_retention
 from kop.transactions.coordinator import TransactionCoordinator
@@ -37,6 +39,8 @@ class Broker:
         self.metrics = BrokerMetrics()
         self.topics = TopicManager(config, self.policies, self.metrics.observe_flush)
         self.groups = GroupCoordinator(config, self.topics)
+        self.clusters = ClusterRegistry(config.data_dir, durable=config.fsync)
+        self.replication = ReplicationService(config, self.topics, self.policies, self.clusters, self.groups)
         self.api_router = handlers.build_api_router()
         self.producer_ids: ProducerIdAllocator | None = None
         self.transactions: TransactionCoordinator | None = None
@@ -114,6 +118,8 @@ class Broker:
             self.producer_ids = ProducerIdAllocator(producer_ids, durable=self.config.fsync)
         with reading(self.policies.path):
             self.policies.load()
+        with reading(self.clusters.path):
+            self.clusters.load()
         if self._admin is not None:  # its probes answer while the topics load; the rest waits for them
             await _listen(self._admin.start(), self.config.host, self.admin_port, "the admin API")
         await self.topics.load_all()
@@ -123,6 +129,7 @@ class Broker:
         self.loaded = True
         await _listen(self._server.start_serving(), self.config.host, self.port, "Kafka clients")
         self.serving = True
+        self.replication.start()
         self._background.append(asyncio.create_task(self._retention_loop()))
         self._background.append(asyncio.create_task(self._dedup_snapshot_loop()))
         self._background.append(asyncio.create_task(self._dedup_purge_loop()))
@@ -194,6 +201,7 @@ class Broker:
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
+        await self.replication.stop()
         if self.transactions is not None:
             await self.transactions.stop()
         await self.groups.stop()

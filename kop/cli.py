@@ -73,7 +73,8 @@ def build_config(args: argparse.Namespace) -> Standalone:
     if args.listen:
         values["host"], values["port"] = args.listen
     cli_values = {"data_dir": args.data_dir, "advertised_host": args.advertised_host,
-                  "advertised_port": args.advertised_port, "admin_port": args.admin_port}
+                  "advertised_port": args.advertised_port, "admin_port": args.admin_port,
+                  "cluster_name": args.cluster_name}
     values.update((name, value) for name, value in cli_values.items() if value is not None)
     admin_default = "admin_port" not in values
     values.setdefault("admin_port", STANDALONE_ADMIN_PORT)
@@ -193,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
                             help="port clients are told to connect to, e.g. a proxy's (default: the --listen port)")
     standalone.add_argument("--admin-port", type=setting_argument("admin_port"), metavar="PORT",
                             help=f"admin HTTP port (default {STANDALONE_ADMIN_PORT}; 0 = off, -1 = any free port)")
+    standalone.add_argument("--cluster-name", type=setting_argument("cluster_name"), metavar="NAME",
+                            help="the cluster this broker belongs to, as other clusters name it in geo-replication "
+                                 "(default standalone)")
     standalone.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO",
                             help="the least severe log lines written to stderr: DEBUG, INFO (default), WARNING or "
                                  "ERROR")

@@ -38,7 +38,8 @@ class BrokerConfig:
     node_id: int = setting(1, Range(0), "node.id", "broker.id", doc="The broker id clients see in Metadata.")
     cluster_id: str = setting("kop-standalone", NAME, doc="The cluster id answered in Metadata and DescribeCluster.")
     cluster_name: str = setting("standalone", NAME, "clusterName",
-                                doc="Pulsar's cluster name; accepted and checked, not used yet.")
+                                doc="The name of the cluster this broker belongs to (geo-replication: "
+                                    "what other clusters call it).")
     data_dir: str = setting("./data", Matches(r".+", "a directory"),
                             doc="Where everything is stored (also set by `log.dirs` or `log.dir`, one directory); "
                                 "its parent must exist.")
@@ -123,6 +124,19 @@ class BrokerConfig:
     test_partition_load_delay_ms: int = setting(
         0, Range(0), "testPartitionLoadDelayMs",
         doc="Tests only: each partition's load at start-up waits this long first, as on a slow disk.")
+    # geo-replication (PIP-33 replicated subscriptions for consumer groups)
+    enable_replicated_subscriptions: bool = setting(True, None, "enableReplicatedSubscriptions",
+                                                    doc="Replicate the positions of replicated consumer groups to the "
+                                                        "other clusters (snapshot markers, PIP-33).")
+    replicated_subscriptions_snapshot_frequency_millis: int = setting(
+        1000, MILLIS, "replicatedSubscriptionsSnapshotFrequencyMillis",
+        doc="How often a partition with a replicated group and new data takes a snapshot of the clusters' positions.")
+    replicated_subscriptions_snapshot_timeout_seconds: int = setting(
+        30, SIZE, "replicatedSubscriptionsSnapshotTimeoutSeconds",
+        doc="A snapshot whose answers have not all come within this time is dropped.")
+    replicated_subscriptions_snapshot_max_cached_per_subscription: int = setting(
+        10, Range(3), "replicatedSubscriptionsSnapshotMaxCachedPerSubscription",
+        doc="Completed snapshots kept per partition, for the groups' positions to pass.")
     # groups
     group_min_session_timeout_ms: int = setting(6000, SIZE, doc="The shortest session timeout a member may ask for.")
     group_max_session_timeout_ms: int = setting(1800000, SIZE, doc="The longest session timeout a member may ask "

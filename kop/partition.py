@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from dedup import (DEDUP_CURSOR_NAME, Accept, DecideAgain, DedupConfig, Duplicate, KafkaProducers,
+from dedup import (DEDUP_CURSOR_NAME, Accept, DecideAgain, DedupConfig, Duplicate, DupStatus, KafkaProducers,
                    MessageDeduplication, PendingBatch, Reject, Status, WaitFor, WriteFailed)
 from dedup import named_sequences
 from dedup.named_sequences import RecordsDecision
@@ -21,13 +21,17 @@ from kop.sequence_filter import Answer, SequenceFilter
 from kop.ledger import Entry, LedgerClosedError, LedgerWriteError, ManagedLedger, ManagedLedgerError, Position
 from kop.transactions.partition_index import IndexSnapshots, PartitionTransactions
 from protocol.errors import ErrorCode
-from protocol.records import (BatchHeader, WalkedRecords, assign_offsets, build_control_batch, set_log_append_time,
-                              split_batches)
+from protocol.records import (BatchHeader, WalkedRecords, assign_offsets, build_control_batch, build_marker_batch,
+                              clear_transactional, set_log_append_time, split_batches)
 from proto.kop_pb2 import MarkerType, MessageMetadata
 
 log = logging.getLogger(__name__)
 
 TRANSACTIONS_CURSOR = "pulsar.transactions"  # exists once a transaction added the partition (system prefix: no group)
+MARKER_PRODUCER = "pulsar.marker"  # the producer name of marker entries, as in Pulsar
+
+# Told of each marker a replicator stored here, once durable: (partition, its metadata, its batch, its position).
+MarkerListener = Callable[["PartitionLog", MessageMetadata, bytes, Position], None]
 
 # A failed write is retriable: the client resends with the same sequence numbers.
 WRITE_FAILED = ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -45,6 +49,8 @@ class AppendResult:
     log_append_time: int = -1
     message: str | None = None
     record_errors: tuple[tuple[int, str], ...] = ()  # (index in the batch, reason) of the records that failed it
+    duplicate: bool = False  # deduplicated, not written (replicated entries: found by their source position)
+    position: Position | None = None  # where the entry was stored
 
 
 @dataclass(slots=True)
@@ -60,6 +66,18 @@ def _kafka_metadata(header: BatchHeader, accept: Accept) -> MessageMetadata:
     return MessageMetadata(producer_name=accept.producer_name, sequence_id=accept.sequence_id,
                            highest_sequence_id=accept.highest_sequence_id, producer_id=header.producer_id,
                            producer_epoch=header.producer_epoch, is_transactional=header.is_transactional)
+
+
+def replicator_name(source_cluster: str) -> str:
+    """The dedup name a replicator's entries are judged under in the target (Pulsar's replicator producer)."""
+    return f"pulsar.repl.{source_cluster}"
+
+
+def source_position_key(ledger_id: int, entry_id: int) -> int:
+    """A source position as one int64 that orders as (ledgerId, entryId) does, to be a PIP-6 sequence id."""
+    if not (0 <= ledger_id < 1 << 31 and 0 <= entry_id < 1 << 32):
+        raise ValueError(f"source position {ledger_id}:{entry_id} out of range")
+    return (ledger_id << 32) | entry_id
 
 
 def _resolved(result: AppendResult) -> asyncio.Future:
@@ -89,6 +107,7 @@ class PartitionLog:
         # Markers handed to the ledger per producer id: a transactional batch that waited for earlier writes is
         # stored only if none came meanwhile.
         self._markers_handed: dict[int, int] = {}
+        self.marker_listener: MarkerListener | None = None
         self._waiters: list[asyncio.Future] = []
         ledger.add_confirm_listener(self._wake_waiters)
         ledger.add_failure_listener(self._on_ledger_failure)
@@ -199,6 +218,54 @@ class PartitionLog:
         self._markers_handed[producer_id] = self._markers_handed.get(producer_id, 0) + 1
         return result
 
+    def publish_replicated(self, source_cluster: str, ledger_id: int, entry_id: int, source: MessageMetadata,
+                           header: BatchHeader, view: memoryview) -> asyncio.Future:
+        """Append an entry a replicator of `source_cluster` sent, unless it is stored already: it is judged by its
+        source position under the replicator's name (Pulsar's dedup V2), so a resend after a reconnect, a rewind or a
+        restart of either side is stored once. Its producer's own identity is kept apart (producer ids and names are
+        cluster-local); its application-chosen sequence ids are taken as they are, so that producer is deduplicated
+        here too. Resolves to an AppendResult (`duplicate` when it was stored before)."""
+        name, key = replicator_name(source_cluster), source_position_key(ledger_id, entry_id)
+        status = self.dedup.is_duplicate(name, key, key)
+        if status is DupStatus.DUP:
+            return _resolved(AppendResult(duplicate=True))
+        if status is DupStatus.UNKNOWN:
+            return _resolved(AppendResult(ErrorCode.REQUEST_TIMED_OUT,
+                                          message="an earlier send of this entry is still being written"))
+        metadata = MessageMetadata(
+            producer_name=name, sequence_id=key, highest_sequence_id=key, replicated_from=source_cluster,
+            replicate_to=source.replicate_to, original_producer_name=source.producer_name,
+            original_sequence_id=source.sequence_id, original_highest_sequence_id=source.highest_sequence_id,
+            source_ledger_id=ledger_id, source_entry_id=entry_id)
+        if source.HasField("marker_type"):
+            metadata.marker_type = source.marker_type
+        pushed = self.dedup.pushed
+        named = RecordsDecision(highest={n.name: n.sequence_id for n in source.named_sequences
+                                         if n.sequence_id > pushed.get(n.name, -1)})
+        metadata.named_sequences.extend(source.named_sequences)
+        if header.is_transactional:  # only committed transactions are replicated: plain data here
+            buffer = bytearray(view)
+            clear_transactional(buffer, 0)
+            header, view = split_batches(buffer)[0]
+        if not source.HasField("marker_type"):
+            return self._append(header, view, metadata, None, named, replicated=(name, key))
+        result = self._append(header, view, metadata, None, named, replicated=(name, key), span=0)
+        batch = bytes(view)
+        result.add_done_callback(lambda done: self._on_marker_stored(metadata, batch, done.result()))
+        return result
+
+    def _on_marker_stored(self, metadata: MessageMetadata, batch: bytes, result: AppendResult) -> None:
+        if result.error == ErrorCode.NONE and self.marker_listener is not None:
+            self.marker_listener(self, metadata, batch, result.position)
+
+    def publish_marker(self, marker_type: int, payload: bytes, replicate_to: tuple[str, ...] = ()) -> asyncio.Future:
+        """Append a marker (PIP-33): an entry that covers no Kafka offset and is never served to a client, so
+        offsets, lag and ListOffsets do not see it. Resolves to an AppendResult with its position once durable."""
+        header, view = split_batches(build_marker_batch(marker_type, payload))[0]
+        metadata = MessageMetadata(producer_name=MARKER_PRODUCER, sequence_id=0, marker_type=marker_type,
+                                   replicate_to=replicate_to)
+        return self._append(header, view, metadata, None, span=0)
+
     def judges_sequence_headers(self) -> bool:
         """Whether records with application-chosen sequence ids are deduplicated here (dedup on, or recovering)."""
         return self.dedup.is_enabled or self.dedup.awaiting_recovery
@@ -255,11 +322,14 @@ class PartitionLog:
         return duplicate.log_append_time if self.log_append_time else -1
 
     def _append(self, header: BatchHeader, view: memoryview, metadata: MessageMetadata, accept: Accept | None,
-                named: RecordsDecision | None = None,
-                on_stored: Callable[[int], None] | None = None) -> asyncio.Future:
+                named: RecordsDecision | None = None, on_stored: Callable[[int], None] | None = None,
+                replicated: tuple[str, int] | None = None, span: int | None = None) -> asyncio.Future:
         """Assign offsets to one batch and hand it to the ledger; `named`: the application-chosen sequence ids it
-        stores; `on_stored(base offset)` runs once it is durable, in log order, before the result is set."""
+        stores; `on_stored(base offset)` runs once it is durable, in log order, before the result is set;
+        `replicated`: the replicator name and source position key it is judged by; `span`: the offsets it covers
+        (0 for a marker; by default its records')."""
         base = self.ledger.written_end_index
+        span = header.last_offset_delta + 1 if span is None else span
         last = base + header.last_offset_delta
         batch = bytearray(view)
         assign_offsets(batch, 0, base)
@@ -270,7 +340,7 @@ class PartitionLog:
         metadata.num_messages = header.records_count
         try:
             # A write that fails comes back through the ledger's failure path, after the writes before it.
-            written = self.ledger.add_entry(base, header.last_offset_delta + 1, metadata.SerializeToString(), batch)
+            written = self.ledger.add_entry(base, span, metadata.SerializeToString(), batch)
         except LedgerClosedError as exc:  # the partition is going away (topic deleted, broker stopping)
             return _resolved(AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, message=str(exc)))
         except ManagedLedgerError as exc:
@@ -285,22 +355,28 @@ class PartitionLog:
         append_time = now if self.log_append_time else -1
         size = len(batch)
         written.add_done_callback(
-            lambda f: self._on_written(f, base, last, size, append_time, pending, named, on_stored, result))
+            lambda f: self._on_written(f, base, base + span, size, append_time, pending, named, on_stored, replicated,
+                                       result))
         return result
 
-    def _on_written(self, written: asyncio.Future, base: int, last: int, size: int, append_time: int,
+    def _on_written(self, written: asyncio.Future, base: int, end: int, size: int, append_time: int,
                     pending: PendingBatch | None, named: RecordsDecision | None,
-                    on_stored: Callable[[int], None] | None, result: asyncio.Future) -> None:
+                    on_stored: Callable[[int], None] | None, replicated: tuple[str, int] | None,
+                    result: asyncio.Future) -> None:
         exc = written.exception()
         if exc is None:
             self.bytes_in += size
             if on_stored is not None:
                 on_stored(base)
-            self.transaction_snapshots.on_stored(written.result(), last + 1)
+            self.transaction_snapshots.on_stored(written.result(), end)
             if named is not None:  # first: the entry's count (on_persisted) may snapshot, with them
                 self.dedup.record_persisted_names(named.highest.items())
-            self.producers.on_persisted(pending, written.result())
-            outcome = AppendResult(ErrorCode.NONE, base, append_time)
+            if replicated is not None:
+                name, key = replicated
+                self.dedup.record_persisted(name, key, key, written.result(), idle=True)
+            else:
+                self.producers.on_persisted(pending, written.result())
+            outcome = AppendResult(ErrorCode.NONE, base, append_time, position=written.result())
         elif isinstance(exc, LedgerWriteError):
             outcome = AppendResult(WRITE_FAILED, message=f"write failed, retry: {exc}")
         else:

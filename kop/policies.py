@@ -7,13 +7,17 @@ from kop.config import BrokerConfig
 from kop.ledger.framed_file import replace_atomically
 from proto.kop_pb2 import Policies, PolicyStore
 
-FIELDS = ("deduplication_enabled", "deduplication_snapshot_interval_seconds")
+FIELDS = ("deduplication_enabled", "deduplication_snapshot_interval_seconds", "replication_clusters",
+          "replicated_subscriptions")
+LIST_FIELDS = frozenset({"replication_clusters"})  # ClusterList messages, set and read as tuples of names
 
 
 @dataclass(frozen=True)
 class ResolvedPolicies:
     deduplication_enabled: bool
     deduplication_snapshot_interval_seconds: int
+    replication_clusters: tuple[str, ...] = ()  # the clusters the topic lives in (this one among them, or not)
+    replicated_subscriptions: bool = False  # every group's position is replicated (PIP-33)
 
 
 class PolicyBook:
@@ -54,6 +58,8 @@ class PolicyBook:
         policies.CopyFrom(book.get(name, Policies()))
         if value is None:
             policies.ClearField(field)
+        elif field in LIST_FIELDS:
+            getattr(policies, field).names[:] = list(value)
         else:
             setattr(policies, field, value)
         if policies.ListFields():
@@ -75,6 +81,14 @@ class PolicyBook:
             values[field] = getattr(broker, field)
             for level in levels:
                 if level is not None and level.HasField(field):
-                    values[field] = getattr(level, field)
+                    values[field] = field_value(level, field)
                     break
         return ResolvedPolicies(**values)
+
+
+def field_value(policies: Policies, field: str):
+    """A field's value as set at one level (a tuple for a cluster list), None where it is not set."""
+    if not policies.HasField(field):
+        return None
+    value = getattr(policies, field)
+    return tuple(value.names) if field in LIST_FIELDS else value

@@ -46,8 +46,11 @@ __all__ = [
     "assign_offsets",
     "set_log_append_time",
     "set_max_timestamp",
+    "clear_transactional",
     "build_batch",
     "build_control_batch",
+    "build_marker_batch",
+    "marker_payload",
     "control_marker",
     "iter_records",
     "keep_records",
@@ -243,6 +246,17 @@ def set_log_append_time(buf: bytearray, pos: int, timestamp_ms: int) -> None:
 def set_max_timestamp(buf: bytearray, pos: int, timestamp_ms: int) -> None:
     """Write the batch's maxTimestamp in place and recompute the CRC, which covers it."""
     _INT64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, timestamp_ms)
+    _update_crc(buf, pos)
+
+
+def clear_transactional(buf: bytearray, pos: int) -> None:
+    """Make the (committed) transactional batch at pos a plain one, recomputing the CRC that covers attributes."""
+    attributes = _INT16.unpack_from(buf, pos + CRC_START)[0] & ~TRANSACTIONAL_MASK
+    _INT16.pack_into(buf, pos + CRC_START, attributes)
+    _update_crc(buf, pos)
+
+
+def _update_crc(buf: bytearray, pos: int) -> None:
     size = LOG_OVERHEAD + _INT32.unpack_from(buf, pos + 8)[0]
     _UINT32.pack_into(buf, pos + CRC_OFFSET, crc32c.crc32c(memoryview(buf)[pos + CRC_START:pos + size]))
 
@@ -682,6 +696,20 @@ def _write_bytes(out: bytearray, value: bytes | None) -> None:
     else:
         encode_varint(len(value), out)
         out += value
+
+
+def build_marker_batch(marker_type: int, payload: bytes) -> bytes:
+    """A kop marker (PIP-33) as a record batch: a control batch of one record whose key holds the marker type and
+    whose value holds the marker, without a timestamp (-1), so no ListOffsets by time can land on it. It is stored
+    in an entry that covers no offset and is never served to a Kafka client."""
+    record = Record(offset=0, timestamp=-1, key=_CONTROL_KEY.pack(0, marker_type), value=payload)
+    return build_batch([record], control=True)
+
+
+def marker_payload(view: BytesLike) -> tuple[int, bytes]:
+    """The marker type and marker of a batch built by build_marker_batch."""
+    record = next(iter_records(view))
+    return _CONTROL_KEY.unpack_from(record.key)[1], record.value or b""
 
 
 def build_control_batch(*, base_offset: int, producer_id: int, producer_epoch: int, commit: bool,

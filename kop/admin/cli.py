@@ -4,6 +4,8 @@ examples:
   kop admin namespaces set-deduplication public/default --enable
   kop admin --admin-url http://127.0.0.1:8081 topics get-deduplication my-topic --applied
   kop admin topics stats-internal my-topic
+  kop admin clusters create west --broker-url west.example.com:9092 --admin-url http://west.example.com:8080
+  kop admin namespaces set-clusters public/default --clusters east,west
 
 Answers are printed as JSON; set and remove print what they changed (this level's value before and after, null
 where it is not set). Errors go to stderr with exit 1.
@@ -15,8 +17,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kop.admin.client import (DEFAULT_ADMIN_URL, AdminClient, AdminError, namespace_resource, namespace_topics,
-                              topic_resource)
+from kop.admin.client import (CLUSTERS_PATH, DEFAULT_ADMIN_URL, AdminClient, AdminError, cluster_resource,
+                              group_resource, namespace_resource, namespace_topics, topic_resource)
 
 
 def _enable_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +29,11 @@ def _enable_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _interval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interval", "-i", type=int, required=True, help="seconds (0 = no time-based snapshots)")
+
+
+def _clusters_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--clusters", "-c", required=True, type=lambda v: [c for c in v.split(",") if c],
+                        help="comma-separated cluster names, this one included (e.g. east,west)")
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,10 @@ POLICIES = (
                    "--enable"),
     PolicyCommands("deduplication-snapshot-interval", "deduplicationSnapshotInterval",
                    "deduplicationSnapshotInterval", _interval_arguments, lambda a: a.interval, "--interval 60"),
+    PolicyCommands("clusters", "replication", "replication", _clusters_arguments, lambda a: a.clusters,
+                   "--clusters east,west"),
+    PolicyCommands("replicated-subscriptions", "replicatedSubscriptions", "replicatedSubscriptions",
+                   _enable_arguments, lambda a: a.enable, "--enable"),
 )
 
 Action = Callable[[AdminClient, argparse.Namespace], object]
@@ -58,7 +69,7 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
     admin.add_argument("--admin-url", default=os.environ.get("KOP_ADMIN_URL", DEFAULT_ADMIN_URL),
                        help=f"the broker's admin API (default $KOP_ADMIN_URL or {DEFAULT_ADMIN_URL})")
     admin.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for an answer")
-    groups = admin.add_subparsers(dest="admin_group", required=True, metavar="{namespaces,topics}")
+    groups = admin.add_subparsers(dest="admin_group", required=True, metavar="{namespaces,topics,clusters,groups}")
     _add_policy_commands(groups.add_parser("namespaces", help="namespace policies", description="Namespace policies.",
                                            epilog=_examples("namespaces", EXAMPLE_NAMESPACE, "set-deduplication "
                                                             "{target} --disable", "get-deduplication {target}"),
@@ -70,6 +81,14 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
                                formatter_class=argparse.RawDescriptionHelpFormatter)
     topic_commands = _add_policy_commands(topics, "topic")
     _add_topic_commands(topic_commands)
+    _add_cluster_commands(groups.add_parser(
+        "clusters", help="the clusters this broker replicates to", description="The clusters registry.",
+        epilog=_examples("clusters", "west", "create {target} --broker-url west.example.com:9092", "list"),
+        formatter_class=argparse.RawDescriptionHelpFormatter))
+    _add_group_commands(groups.add_parser(
+        "groups", help="consumer groups' geo-replication", description="Consumer groups' geo-replication (PIP-33).",
+        epilog=_examples("groups", "orders-app", "set-replicated {target} --enable", "get-replicated {target}"),
+        formatter_class=argparse.RawDescriptionHelpFormatter))
 
 
 def run_admin(args: argparse.Namespace) -> int:
@@ -159,6 +178,47 @@ def _add_topic_commands(commands: argparse._SubParsersAction) -> None:
     _command(commands, "list-partitioned-topics", lambda c, a: c.get(namespace_topics(a.target) + "/partitioned"),
              "tenant/namespace", "the topics in the namespace",
              _examples("topics", EXAMPLE_NAMESPACE, "list-partitioned-topics {target}"))
+
+
+def _add_group_commands(group: argparse.ArgumentParser) -> None:
+    commands = group.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
+    setter = _command(commands, "set-replicated", lambda c, a: c.post(group_resource(a.target, "replicated"), a.enable),
+                      "GROUP", "replicate the group's committed offsets to the other clusters, or stop",
+                      _examples("groups", "orders-app", "set-replicated {target} --enable"))
+    _enable_arguments(setter)
+    _command(commands, "get-replicated", lambda c, a: c.get(group_resource(a.target, "replicated")), "GROUP",
+             "whether the group's committed offsets are replicated", _examples("groups", "orders-app",
+                                                                                 "get-replicated {target}"))
+
+
+def _add_cluster_commands(group: argparse.ArgumentParser) -> None:
+    commands = group.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
+
+    def body(args: argparse.Namespace) -> dict:
+        return {"brokerServiceUrl": args.broker_url, "serviceUrl": args.cluster_admin_url}
+
+    def put(client: AdminClient, args: argparse.Namespace) -> object:
+        return client.put(cluster_resource(args.target), body(args))
+
+    def post(client: AdminClient, args: argparse.Namespace) -> object:
+        return client.post(cluster_resource(args.target), body(args))
+
+    for name, action, verb in (("create", put, "register"), ("update", post, "change the addresses of")):
+        example = f"{name} {{target}} --broker-url west.example.com:9092 --admin-url http://west.example.com:8080"
+        parser = _command(commands, name, lambda c, a, action=action: action(c, a) or QUIET, "NAME",
+                          f"{verb} a cluster", _examples("clusters", "west", example))
+        parser.add_argument("--broker-url", required=True, metavar="HOST:PORT", help="the cluster's Kafka listener")
+        # its own dest: `kop admin --admin-url` names the broker this command talks to
+        parser.add_argument("--admin-url", dest="cluster_admin_url", default="", metavar="URL",
+                            help="the cluster's admin API")
+    _command(commands, "get", lambda c, a: c.get(cluster_resource(a.target)), "NAME", "show a cluster",
+             _examples("clusters", "west", "get {target}"))
+    _command(commands, "delete", lambda c, a: c.delete(cluster_resource(a.target)) or QUIET, "NAME",
+             "remove a cluster (its replicators stop)", _examples("clusters", "west", "delete {target}"))
+    lister = commands.add_parser("list", help="the registered clusters", description="The registered clusters.",
+                                 epilog=_examples("clusters", "", "list"),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    lister.set_defaults(admin_action=lambda c, a: c.get(CLUSTERS_PATH))
 
 
 def _command(commands: argparse._SubParsersAction, name: str, action: Action, metavar: str,

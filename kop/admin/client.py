@@ -50,6 +50,17 @@ def topic_resource(topic: str, name: str) -> str:
     return f"/admin/v2/persistent/{topic_path(topic)}/{name}"
 
 
+CLUSTERS_PATH = "/admin/v2/clusters"
+
+
+def cluster_resource(name: str) -> str:
+    return f"{CLUSTERS_PATH}/{quote(name, safe='')}"
+
+
+def group_resource(group: str, name: str) -> str:
+    return f"/admin/v2/groups/{quote(group, safe='')}/{name}"
+
+
 def namespace_topics(namespace: str) -> str:
     """The REST path listing a namespace's (persistent) topic partitions."""
     return f"/admin/v2/persistent/{namespace_path(namespace)}"
@@ -67,6 +78,9 @@ class AdminClient:
 
     def post(self, path: str, value: object) -> object:
         return self._call("POST", path, json.dumps(value).encode())
+
+    def put(self, path: str, value: object) -> object:
+        return self._call("PUT", path, json.dumps(value).encode())
 
     def delete(self, path: str) -> object:
         return self._call("DELETE", path)

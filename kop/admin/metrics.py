@@ -157,6 +157,27 @@ class BrokerCollector(Collector):
         yield from _topic_families(topics)
         yield from _dedup_partition_families(topics)
         yield from _group_families(broker, topics)
+        yield from _replication_families(broker)
+
+
+def _replication_families(broker: "Broker") -> Iterator[Metric]:
+    labels = ["topic", "partition", "remote"]
+    backlog = GaugeMetricFamily("kop_replication_backlog_entries", "Entries after the replicator's cursor: not yet "
+                                "durable in the remote cluster", labels=labels)
+    backlog_bytes = GaugeMetricFamily("kop_replication_backlog_bytes", "Their bytes (the cursor's ledger prorated)",
+                                      labels=labels)
+    replicated = CounterMetricFamily("kop_replication_entries", "Entries the remote answered as durable (stored, or "
+                                     "stored before)", labels=labels)
+    failing = GaugeMetricFamily("kop_replication_failing", "1 while the replicator's last attempt failed",
+                                labels=labels)
+    for (topic, index, remote), replicator in sorted(broker.replication.replicators.items()):
+        values = [topic, str(index), remote]
+        entries, size = replicator.backlog()
+        backlog.add_metric(values, entries)
+        backlog_bytes.add_metric(values, size)
+        replicated.add_metric(values, replicator.stats.entries_sent)
+        failing.add_metric(values, 1 if replicator.stats.last_error else 0)
+    yield from (backlog, backlog_bytes, replicated, failing)
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

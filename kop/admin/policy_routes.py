@@ -10,9 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kop.admin.http import Request, Response, json_response
+from kop.admin.http import HttpError, Request, Response, json_response
 from kop.admin.parsing import bool_body, check_namespace, find_topic, flag_query, int_value, json_body
 from kop.admin.router import AdminRouter
+from kop.policies import field_value
+from kop.replication.clusters import CLUSTER_NAME
 
 if TYPE_CHECKING:
     from kop.broker import Broker
@@ -37,10 +39,20 @@ def _interval_body(request: Request) -> int:
     return int_value(json_body(request), "the snapshot interval (seconds)")
 
 
+def _clusters_body(request: Request) -> list[str]:
+    """A JSON list of cluster names (Pulsar's body for `replication`)."""
+    value = json_body(request)
+    if not isinstance(value, list) or not all(isinstance(v, str) and CLUSTER_NAME.fullmatch(v) for v in value):
+        raise HttpError(400, f"expected a list of cluster names, got {json.dumps(value)[:100]}")
+    return list(dict.fromkeys(value))
+
+
 FIELDS = (
     PolicyField("deduplication_enabled", "deduplication", "deduplicationEnabled", bool_body, True),
     PolicyField("deduplication_snapshot_interval_seconds", "deduplicationSnapshotInterval",
                 "deduplicationSnapshotInterval", _interval_body, False),
+    PolicyField("replication_clusters", "replication", "replication", _clusters_body, False),
+    PolicyField("replicated_subscriptions", "replicatedSubscriptions", "replicatedSubscriptions", bool_body, False),
 )
 
 
@@ -89,7 +101,7 @@ class PolicyRoutes:
         async def get(request: Request, tenant: str, namespace: str, topic: str) -> Response:
             ref = find_topic(self.broker, tenant, namespace, topic)
             if flag_query(request, "applied"):
-                return json_response(getattr(policies.resolve(ref.topic), spec.field))
+                return json_response(_jsonable(getattr(policies.resolve(ref.topic), spec.field)))
             return json_response(_field_value(policies.get("topic", policies.topic_key(ref.topic)), spec.field))
 
         async def post(request: Request, tenant: str, namespace: str, topic: str) -> Response:
@@ -114,19 +126,25 @@ class PolicyRoutes:
         old = _field_value(policies.get(level, key), spec.field)
         policies.set(level, key, spec.field, value)
         log.info("admin: %s %s policy %s changed: %s -> %s", level, key, spec.field, json.dumps(old),
-                 json.dumps(value))
+                 json.dumps(_jsonable(value)))
 
     def _broker_default(self, spec: PolicyField) -> object:
         config = self.broker.config
         return {"deduplication_enabled": config.broker_deduplication_enabled,
                 "deduplication_snapshot_interval_seconds":
-                    config.broker_deduplication_snapshot_interval_seconds}[spec.field]
+                    config.broker_deduplication_snapshot_interval_seconds,
+                "replication_clusters": [], "replicated_subscriptions": False}[spec.field]
 
     async def _applied(self, spec: PolicyField, topic: str | None) -> Response:
         if spec.changes_status:
             await self.broker.topics.apply_policies(topic)
+        await self.broker.replication.reconcile()  # the replication clusters may have changed
         return NO_CONTENT
 
 
 def _field_value(policies, field: str) -> object:
-    return getattr(policies, field) if policies.HasField(field) else None
+    return _jsonable(field_value(policies, field))
+
+
+def _jsonable(value: object) -> object:
+    return list(value) if isinstance(value, tuple) else value

@@ -3,7 +3,9 @@ health, readiness and metrics probes."""
 import logging
 from typing import TYPE_CHECKING
 
+from kop.admin.cluster_routes import ClusterRoutes
 from kop.admin.failpoint_routes import FailpointRoutes
+from kop.admin.group_routes import GroupRoutes
 from kop.admin.http import HttpError, HttpServer, Request, Response
 from kop.admin.policy_routes import PolicyRoutes
 from kop.admin.probe_routes import PROBE_PATHS, ProbeRoutes
@@ -18,7 +20,8 @@ log = logging.getLogger(__name__)
 
 def build_admin_router(broker: "Broker") -> AdminRouter:
     router = AdminRouter()
-    for routes in (ProbeRoutes(broker), PolicyRoutes(broker), TopicRoutes(broker), FailpointRoutes(broker)):
+    for routes in (ProbeRoutes(broker), PolicyRoutes(broker), TopicRoutes(broker), ClusterRoutes(broker),
+                   GroupRoutes(broker), FailpointRoutes(broker)):
         routes.register(router)
     return router
 

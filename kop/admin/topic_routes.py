@@ -46,9 +46,26 @@ class TopicRoutes:
 
     async def stats(self, request: Request, tenant: str, namespace: str, topic: str) -> Response:
         ref = find_topic(self.broker, tenant, namespace, topic, partition_names=True)
+        replication = self._replication
         if ref.single_partition:
-            return json_response(views.partition_stats(ref.partitions[0]))
-        return json_response(views.topic_stats(ref.namespace, ref.topic, ref.partitions))
+            return json_response(self._with_snapshots(views.partition_stats(ref.partitions[0], replication),
+                                                      ref.partitions[0]))
+        stats = views.topic_stats(ref.namespace, ref.topic, ref.partitions, replication)
+        for partition in ref.partitions:
+            self._with_snapshots(stats["partitions"][views.partition_topic_name(ref.namespace, ref.topic,
+                                                                                partition.partition)], partition)
+        return json_response(stats)
+
+    def _with_snapshots(self, stats: dict, partition) -> dict:
+        """The partition's PIP-33 snapshot controller, where it replicates."""
+        controller = self.broker.replication.controller_of(partition)
+        if controller is not None:
+            stats["replicatedSubscriptionSnapshots"] = controller.to_json()
+        return stats
+
+    def _replication(self, partition) -> dict:
+        return {remote: replicator.to_json()
+                for remote, replicator in sorted(self.broker.replication.replicators_of(partition).items())}
 
     async def internal_stats(self, request: Request, tenant: str, namespace: str, topic: str) -> Response:
         ref = find_topic(self.broker, tenant, namespace, topic, partition_names=True)

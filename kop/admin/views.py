@@ -4,11 +4,11 @@ A Kafka topic T with N partitions is Pulsar's partitioned topic `persistent://{n
 `persistent://{ns}/T-partition-{i}`. Stats of T aggregate its partitions and list each under `partitions`, as
 `pulsar-admin topics partitioned-stats --per-partition` does.
 """
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from dedup.named_sequences import application_name
 from dedup.sequences import to_wire
-from kop.groups.offsets import committed_offsets
+from kop.groups.offsets import REPLICATED_KEY, committed_offsets
 from kop.partition import PartitionLog
 
 
@@ -60,7 +60,15 @@ def _sequence_fields(last: int, persisted: int | None) -> dict:
     }
 
 
-def partition_stats(partition: PartitionLog) -> dict:
+# The replication stats of a partition, per remote cluster (kop/replication/replicator.py `to_json`).
+ReplicationView = Callable[[PartitionLog], Mapping[str, dict]]
+
+
+def no_replication(_partition: PartitionLog) -> Mapping[str, dict]:
+    return {}
+
+
+def partition_stats(partition: PartitionLog, replication: ReplicationView = no_replication) -> dict:
     stats = partition.ledger.internal_stats()
     return {
         "deduplicationStatus": partition.dedup.status.value,
@@ -71,7 +79,7 @@ def partition_stats(partition: PartitionLog) -> dict:
         "highWatermark": partition.high_watermark,
         "namedSequences": named_sequences(partition),
         "subscriptions": subscriptions(partition),
-        "replication": {},
+        "replication": dict(replication(partition)),
     }
 
 
@@ -80,8 +88,10 @@ def subscriptions(partition: PartitionLog) -> dict:
     lists a topic's subscriptions: the offset and the backlog behind the partition's end (offsets, so records
     dropped as duplicates still count)."""
     end = partition.high_watermark
+    cursors = partition.ledger.cursors
     return {group: {"type": "KafkaConsumerGroup", "committedOffset": committed.offset,
-                    "msgBacklog": max(0, end - committed.offset), "lastCommitTimestamp": committed.commit_timestamp}
+                    "msgBacklog": max(0, end - committed.offset), "lastCommitTimestamp": committed.commit_timestamp,
+                    "isReplicated": bool(cursors[group].properties.get(REPLICATED_KEY))}
             for group, committed in sorted(committed_offsets(partition.ledger).items())}
 
 
@@ -93,9 +103,11 @@ def named_sequences(partition: PartitionLog) -> dict:
             "droppedWithoutIdempotence": partition.sequences.dropped_without_idempotence}
 
 
-def topic_stats(namespace: str, topic: str, partitions: Sequence[PartitionLog]) -> dict:
+def topic_stats(namespace: str, topic: str, partitions: Sequence[PartitionLog],
+                replication: ReplicationView = no_replication) -> dict:
     """Aggregated stats of a topic plus each partition's own."""
-    per_partition = {partition_topic_name(namespace, topic, p.partition): partition_stats(p) for p in partitions}
+    per_partition = {partition_topic_name(namespace, topic, p.partition): partition_stats(p, replication)
+                     for p in partitions}
     statuses = {s["deduplicationStatus"] for s in per_partition.values()}
     by_producer: dict[str, dict] = {}
     for stats in per_partition.values():
@@ -106,7 +118,8 @@ def topic_stats(namespace: str, topic: str, partitions: Sequence[PartitionLog]) 
     groups: dict[str, dict] = {}
     for partition in partitions:
         for group, stats in subscriptions(partition).items():
-            entry = groups.setdefault(group, {"type": stats["type"], "msgBacklog": 0, "partitions": {}})
+            entry = groups.setdefault(group, {"type": stats["type"], "msgBacklog": 0, "partitions": {},
+                                              "isReplicated": stats["isReplicated"]})
             entry["msgBacklog"] += stats["msgBacklog"]
             entry["partitions"][str(partition.partition)] = {k: stats[k] for k in
                                                             ("committedOffset", "msgBacklog", "lastCommitTimestamp")}
@@ -118,9 +131,26 @@ def topic_stats(namespace: str, topic: str, partitions: Sequence[PartitionLog]) 
         "storageSize": sum(s["storageSize"] for s in per_partition.values()),
         "numberOfEntries": sum(s["numberOfEntries"] for s in per_partition.values()),
         "subscriptions": groups,
-        "replication": {},
+        "replication": _topic_replication(per_partition.values()),
         "partitions": per_partition,
     }
+
+
+def _topic_replication(per_partition) -> dict:
+    """Per remote cluster: backlogs summed over the partitions, connected when all are, the latest error."""
+    out: dict[str, dict] = {}
+    for stats in per_partition:
+        for remote, replicator in stats["replication"].items():
+            entry = out.setdefault(remote, {"replicationBacklog": 0, "replicationBacklogBytes": 0,
+                                            "entriesReplicated": 0, "connected": True, "lastError": None,
+                                            "lastErrorTimestamp": None})
+            for key in ("replicationBacklog", "replicationBacklogBytes", "entriesReplicated"):
+                entry[key] += replicator[key]
+            entry["connected"] = entry["connected"] and replicator["connected"]
+            if (replicator["lastErrorTimestamp"] or 0) > (entry["lastErrorTimestamp"] or 0):
+                entry["lastError"] = replicator["lastError"]
+                entry["lastErrorTimestamp"] = replicator["lastErrorTimestamp"]
+    return out
 
 
 def partition_internal_stats(partition: PartitionLog) -> dict:

@@ -31,6 +31,7 @@ LEADER_EPOCH_KEY = "kafka.leader_epoch"
 COMMIT_TS_KEY = "kafka.commit_ts"
 METADATA_KEY = "kafka.metadata"
 PROTOCOL_TYPE_KEY = "kafka.protocol_type"  # so a group is listed as it was ("consumer") after a restart
+REPLICATED_KEY = "pulsar.replicated.subscription"  # 1: the group's position is replicated to other clusters (PIP-33)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,7 @@ class OffsetStore:
         self._submitted: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         # group -> partition -> cursor writes not yet durable
         self._inflight: dict[str, dict[TopicPartition, set[asyncio.Future]]] = {}
+        self.replicated: set[str] = set()  # groups whose cursors carry REPLICATED_KEY (each new one gets it too)
 
     # ---- loading
 
@@ -100,6 +102,8 @@ class OffsetStore:
                 cursors = partition.ledger.cursors
                 for name in committed_offsets(partition.ledger):
                     self._index.setdefault(name, set()).add((topic.name, partition.partition))
+                    if cursors[name].properties.get(REPLICATED_KEY):
+                        self.replicated.add(name)
                     found[name] = found.get(name) or cursors[name].string_properties.get(PROTOCOL_TYPE_KEY)
         return found
 
@@ -175,6 +179,8 @@ class OffsetStore:
         now = int(time.time() * 1000)
         longs = {OFFSET_KEY: offset, LEADER_EPOCH_KEY: leader_epoch,
                  COMMIT_TS_KEY: commit_timestamp if commit_timestamp >= 0 else now}
+        if group in self.replicated:
+            longs[REPLICATED_KEY] = 1
         strings = {METADATA_KEY: metadata}
         if protocol_type:
             strings[PROTOCOL_TYPE_KEY] = protocol_type
@@ -183,6 +189,24 @@ class OffsetStore:
         result = asyncio.get_running_loop().create_future()
         task.add_done_callback(lambda done: result.set_result(_outcome(done, f"{group} on {topic}-{index}")))
         return result
+
+    async def set_replicated(self, group: str, enabled: bool) -> int:
+        """Turn PIP-33 replication of the group's position on or off: the flag goes into every cursor of the group
+        (its next commits keep it); returns how many cursors were changed."""
+        (self.replicated.add if enabled else self.replicated.discard)(group)
+        changed = 0
+        for topic, index in sorted(self._prune(group)):
+            partition = self._topics.partition(topic, index)
+            cursor = partition.ledger.cursors.get(group) if partition is not None else None
+            if cursor is None or bool(cursor.properties.get(REPLICATED_KEY)) == enabled:
+                continue
+            props = {k: v for k, v in cursor.properties.items() if k != REPLICATED_KEY}
+            if enabled:
+                props[REPLICATED_KEY] = 1
+            position = self._submitted.get(cursor, cursor.mark_delete_position)
+            await cursor.reset(position, props)
+            changed += 1
+        return changed
 
     def _track(self, group: str, tp: TopicPartition, task: asyncio.Future) -> None:
         pending = self._inflight.setdefault(group, {}).setdefault(tp, set())

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from kop.config import BrokerConfig
     from kop.groups import GroupCoordinator
     from kop.producer_ids import ProducerIdAllocator
+    from kop.replication.service import ReplicationService
     from kop.topics import TopicManager
     from kop.transactions.coordinator import TransactionCoordinator
 
@@ -38,6 +39,7 @@ class BrokerServices:
     transactions: "TransactionCoordinator"
     api_versions: Mapping[int, tuple[int, int]]  # api key -> (min, max) version served
     metrics: "BrokerMetrics"
+    replication: "ReplicationService"
 
     @classmethod
     def of(cls, broker: "Broker") -> "BrokerServices":
@@ -46,7 +48,7 @@ class BrokerServices:
             "the broker serves requests only once started"
         return cls(config, Endpoint(config.node_id, config.advertised, broker.advertised_port), broker.topics,
                    broker.groups, broker.producer_ids, broker.transactions, broker.api_router.versions,
-                   broker.metrics)
+                   broker.metrics, broker.replication)
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,8 +84,8 @@ def _collect(ctx: RequestContext, request: FetchRequest) -> tuple[list[Any], int
                     # Only the response's first batch may exceed the limits (KIP-74), so a consumer stuck on a
                     # large batch progresses; later partitions get whole batches that fit, or nothing.
                     entries = _fitting(entries, limit)
-                if read_committed:
-                    entries = [e for e in entries if e.first_index < end]
+                # Markers (PIP-33) cover no offset and are never served: span 0.
+                entries = [e for e in entries if e.span and (not read_committed or e.first_index < end)]
                 if entries:
                     records = b"".join(e.data for e in entries)
                     data.records = records

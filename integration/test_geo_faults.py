@@ -1,0 +1,121 @@
+"""Replication through faults, between real brokers: responses of ReplicateEntries lost on cut connections, the
+target killed -9 while it holds entries whose answers never reached the source, and the source killed -9 before its
+replicator's cursor moved. Each time the target ends with every record exactly once, in order per partition, and
+a control shows the fault happened: the proxy's cuts, and the resends the target found already stored (by source
+position, from its deduplication state as reloaded after the kill: Pulsar #25861)."""
+import threading
+import time
+
+import pytest
+
+from integration.fault_proxy import CutPolicy, FaultProxy
+from integration.geo import replicate, start_clusters, topic_stats, wait_for, wait_for_records
+from integration.idem_raw import RawKafka
+from integration.test_geo_replication import check_everything_once, produce
+from kop.admin.client import AdminClient, cluster_resource
+from protocol.errors import ErrorCode
+from protocol.replication import REPLICATE_ENTRIES_KEY
+
+PARTITIONS = 2
+
+
+@pytest.fixture
+def linked(tmp_path):
+    """east replicates to west through a FaultProxy: (east, west, proxy)."""
+    brokers = start_clusters(tmp_path, ("east", "west"))
+    east, west = brokers["east"], brokers["west"]
+    proxy = FaultProxy(upstream_port=west.port).start()
+    AdminClient(east.admin_url).post(cluster_resource("west"), {"brokerServiceUrl": proxy.bootstrap})
+    replicate(east, ["east", "west"])
+    with RawKafka(east.port) as kafka:
+        assert kafka.create_topic("orders", PARTITIONS) == ErrorCode.NONE
+    yield east, west, proxy
+    proxy.stop()
+    for broker in brokers.values():
+        broker.stop()
+
+
+def replicator(broker) -> dict:
+    return topic_stats(broker, "orders")["replication"]["west"]
+
+
+def resends_found_stored(broker) -> int:
+    stats = topic_stats(broker, "orders")["partitions"]
+    return sum(p["replication"]["west"]["duplicatesAtRemote"] for p in stats.values())
+
+
+def records_in(broker) -> int:
+    with RawKafka(broker.port) as kafka:
+        return sum(kafka.end_offsets("orders", range(PARTITIONS)).values())
+
+
+def test_lost_answers_are_resent_and_stored_once(linked):
+    east, west, proxy = linked
+    proxy.set_policy(CutPolicy(every=2, max_cuts=4, apis=frozenset({REPLICATE_ENTRIES_KEY})))
+    for round_ in range(8):  # several runs of entries, so several requests
+        produce(east.bootstrap, "orders", f"east{round_}", 100, PARTITIONS)
+    wait_for_records(west, "orders", PARTITIONS, 800)
+    wait_for(lambda: replicator(east)["replicationBacklog"] == 0, 30, "the replicator to catch up")
+    assert proxy.stats().cuts >= 2  # control: answers were lost ...
+    assert resends_found_stored(east) >= 1  # ... after the target stored them, and the resends were found stored
+    check_everything_once(west, "orders", PARTITIONS, {f"east{r}": 100 for r in range(8)})
+
+
+def test_target_killed_while_answers_are_in_flight_keeps_its_watermark(linked):
+    east, west, proxy = linked
+    produce(east.bootstrap, "orders", "before", 50, PARTITIONS)
+    wait_for_records(west, "orders", PARTITIONS, 50)
+    proxy.hold_responses(True)  # west stores what comes; east never hears so
+    produce(east.bootstrap, "orders", "held", 300, PARTITIONS)
+    wait_for_records(west, "orders", PARTITIONS, 350)
+    west.kill()  # kill -9 holding stored entries whose answers were never sent on
+    proxy.drop_held()
+    proxy.hold_responses(False)
+    assert replicator(east)["replicationBacklog"] > 0  # control: east still has to send them
+    west.start()
+    wait_for(lambda: replicator(east)["replicationBacklog"] == 0, 30, "the replicator to catch up")
+    assert resends_found_stored(east) >= 1  # the reloaded west recognised the resends
+    check_everything_once(west, "orders", PARTITIONS, {"before": 50, "held": 300})
+
+
+def test_source_killed_before_its_cursor_moved_resends_once(linked):
+    east, west, proxy = linked
+    produce(east.bootstrap, "orders", "before", 50, PARTITIONS)
+    wait_for_records(west, "orders", PARTITIONS, 50)
+    proxy.hold_responses(True)
+    produce(east.bootstrap, "orders", "held", 300, PARTITIONS)
+    wait_for_records(west, "orders", PARTITIONS, 350)
+    east.kill()  # its replicator cursor never moved past what west holds
+    proxy.drop_held()
+    proxy.hold_responses(False)
+    east.start()
+    assert replicator(east)["replicationBacklog"] > 0 or resends_found_stored(east) > 0  # control: a rewind
+    wait_for(lambda: replicator(east)["replicationBacklog"] == 0, 30, "the replicator to catch up")
+    assert resends_found_stored(east) >= 1
+    assert records_in(west) == 350
+    check_everything_once(west, "orders", PARTITIONS, {"before": 50, "held": 300})
+
+
+def test_target_killed_while_data_flows(linked):
+    """kill -9 of west while east's producer is writing and its replicator sending: west ends with everything once."""
+    east, west, proxy = linked
+    done = threading.Event()
+
+    def write() -> None:  # 20 runs of 100 records, a new producer each
+        for run in range(20):
+            produce(east.bootstrap, "orders", f"flow{run}", 100, PARTITIONS)
+            time.sleep(0.1)
+        done.set()
+
+    producer = threading.Thread(target=write)
+    producer.start()
+    wait_for(lambda: records_in(west) >= 300, 30, "replication under way")
+    west.kill()
+    wait_for(lambda: replicator(east)["lastError"] is not None, 20, "east to see west gone")  # control
+    assert not done.is_set()  # control: east was still writing
+    west.start()
+    producer.join(60)
+    assert done.is_set()
+    wait_for_records(west, "orders", PARTITIONS, 2000)
+    wait_for(lambda: replicator(east)["replicationBacklog"] == 0, 30, "the replicator to catch up")
+    check_everything_once(west, "orders", PARTITIONS, {f"flow{run}": 100 for run in range(20)})

@@ -1,0 +1,73 @@
+"""The clusters registry on Pulsar's REST paths: `GET /admin/v2/clusters` lists the names;
+`/admin/v2/clusters/{cluster}` is read with GET, created with PUT, updated with POST (a JSON object with
+`brokerServiceUrl`, HOST:PORT of the cluster's Kafka listener, and optionally `serviceUrl`, its admin API) and
+removed with DELETE. The replicators follow a change at once."""
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from kop.admin.http import HttpError, Request, Response, json_response
+from kop.admin.parsing import json_body
+from kop.admin.router import AdminRouter
+from kop.replication.clusters import Cluster, ClusterError, ClusterExists, UnknownCluster, check_cluster
+
+if TYPE_CHECKING:
+    from kop.broker import Broker
+
+CLUSTERS = "/admin/v2/clusters"
+NO_CONTENT = Response(204)
+log = logging.getLogger(__name__)
+
+
+def _cluster_body(request: Request, name: str) -> Cluster:
+    body = json_body(request)
+    if not isinstance(body, dict) or not isinstance(body.get("brokerServiceUrl"), str) \
+            or not isinstance(body.get("serviceUrl", ""), str):
+        raise HttpError(400, 'expected {"brokerServiceUrl": "HOST:PORT", "serviceUrl": "http://HOST:PORT"}')
+    try:
+        return check_cluster(name, body["brokerServiceUrl"], body.get("serviceUrl", ""))
+    except ClusterError as exc:
+        raise HttpError(400, str(exc)) from None
+
+
+class ClusterRoutes:
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+
+    def register(self, router: AdminRouter) -> None:
+        router.add("GET", CLUSTERS, self.list_)
+        router.add("GET", f"{CLUSTERS}/{{cluster}}", self.get)
+        router.add("PUT", f"{CLUSTERS}/{{cluster}}", self.create)
+        router.add("POST", f"{CLUSTERS}/{{cluster}}", self.update)
+        router.add("DELETE", f"{CLUSTERS}/{{cluster}}", self.delete)
+
+    async def list_(self, request: Request) -> Response:
+        return json_response(sorted(self.broker.clusters.clusters))
+
+    async def get(self, request: Request, cluster: str) -> Response:
+        found = self.broker.clusters.get(cluster)
+        if found is None:
+            raise HttpError(404, f"Cluster {cluster} does not exist")
+        return json_response(found.to_json())
+
+    async def create(self, request: Request, cluster: str) -> Response:
+        found = _cluster_body(request, cluster)
+        return await self._change(f"{found} created", lambda: self.broker.clusters.create(found))
+
+    async def update(self, request: Request, cluster: str) -> Response:
+        found = _cluster_body(request, cluster)
+        return await self._change(f"{found} updated", lambda: self.broker.clusters.update(found))
+
+    async def delete(self, request: Request, cluster: str) -> Response:
+        return await self._change(f"{cluster} deleted", lambda: self.broker.clusters.delete(cluster))
+
+    async def _change(self, what: str, change: Callable[[], None]) -> Response:
+        try:
+            change()
+        except UnknownCluster as exc:
+            raise HttpError(404, str(exc)) from None
+        except ClusterExists as exc:
+            raise HttpError(409, str(exc)) from None
+        log.info("admin: cluster %s", what)
+        await self.broker.replication.reconcile()
+        return NO_CONTENT

@@ -1,0 +1,119 @@
+"""A connection from this broker to one remote cluster's Kafka port, shared by the replicators toward it. Requests
+are pipelined (Kafka answers them in order on one connection); a broken connection fails every request in flight
+and the next request reconnects. On connecting, ApiVersions must list ReplicateEntries: a broker that does not speak
+it (Kafka itself, or an older kop) is refused with that reason rather than sent requests it would drop."""
+import asyncio
+import itertools
+import logging
+import struct
+from collections import deque
+
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+from kop.replication.clusters import Cluster
+from protocol.replication import REPLICATE_ENTRIES_KEY
+
+log = logging.getLogger(__name__)
+_SIZE = struct.Struct(">i")
+MAX_RESPONSE_BYTES = 100 << 20
+
+
+class LinkError(Exception):
+    """The remote cannot be reached, broke the connection, or does not speak kop's replication."""
+
+
+class RemoteLink:
+    def __init__(self, cluster: Cluster, local_cluster: str, timeout_s: float = 30.0) -> None:
+        self.cluster = cluster
+        self.client_id = f"kop-replicator-{local_cluster}"
+        self.timeout_s = timeout_s
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task | None = None
+        self._in_flight: deque[tuple[int, asyncio.Future, type[ApiMessage], int]] = deque()
+        self._correlation = itertools.count(1)
+        self._connecting = asyncio.Lock()
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None
+
+    async def send(self, request: ApiMessage, response_class: type[ApiMessage]) -> ApiMessage:
+        """Send a versioned request and return the remote's answer; raises LinkError."""
+        if self._writer is None:
+            async with self._connecting:
+                if self._writer is None:
+                    await self._connect()
+        try:
+            return await asyncio.wait_for(self._call(request, response_class), self.timeout_s)
+        except asyncio.TimeoutError:
+            self._broken(LinkError(f"no answer from {self.cluster.broker_url} within {self.timeout_s:.0f} s"))
+            raise LinkError(f"no answer from {self.cluster.broker_url} within {self.timeout_s:.0f} s") from None
+
+    async def authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """The place where the link will authenticate (SASL) once kop has security; plaintext for now."""
+
+    async def _connect(self) -> None:
+        host, port = self.cluster.address
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), self.timeout_s)
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise LinkError(f"cannot connect to {self.cluster.name} at {self.cluster.broker_url}: "
+                            f"{exc or 'timed out'}") from None
+        await self.authenticate(reader, writer)
+        self._writer = writer
+        self._reader_task = asyncio.create_task(self._read_responses(reader))
+        versions = await asyncio.wait_for(self._call(ApiVersionsRequest[0](), ApiVersionsResponse), self.timeout_s)
+        served = {key.api_key: (key.min_version, key.max_version) for key in versions.api_keys}
+        if REPLICATE_ENTRIES_KEY not in served:
+            error = LinkError(f"the broker at {self.cluster.broker_url} (cluster {self.cluster.name}) does not speak "
+                              f"kop's replication protocol (api key {REPLICATE_ENTRIES_KEY} not in ApiVersions): it "
+                              f"is not kop, or a kop too old to replicate to")
+            self._broken(error)
+            raise error
+        log.info("replication link to %s at %s connected", self.cluster.name, self.cluster.broker_url)
+
+    def _call(self, request: ApiMessage, response_class: type[ApiMessage]) -> asyncio.Future:
+        if self._writer is None:
+            raise LinkError(f"not connected to {self.cluster.broker_url}")
+        correlation_id = next(self._correlation)
+        request.with_header(correlation_id=correlation_id, client_id=self.client_id)
+        future = asyncio.get_running_loop().create_future()
+        self._in_flight.append((correlation_id, future, response_class, request.API_VERSION))
+        self._writer.write(bytes(request.encode(header=True, framed=True)))
+        return future
+
+    async def _read_responses(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                size = _SIZE.unpack(await reader.readexactly(4))[0]
+                if not 0 < size <= MAX_RESPONSE_BYTES:
+                    raise LinkError(f"response of {size} bytes")
+                frame = await reader.readexactly(size)
+                if not self._in_flight:
+                    raise LinkError("a response to no request")
+                correlation_id, future, response_class, version = self._in_flight.popleft()
+                if _SIZE.unpack_from(frame)[0] != correlation_id:
+                    raise LinkError("responses out of order")
+                if not future.done():
+                    future.set_result(response_class.decode(frame, version=version, header=True))
+        except asyncio.CancelledError:
+            raise
+        except (OSError, asyncio.IncompleteReadError, LinkError, ValueError) as exc:
+            self._broken(LinkError(f"connection to {self.cluster.name} at {self.cluster.broker_url} lost: "
+                                   f"{exc or type(exc).__name__}"))
+
+    def _broken(self, error: LinkError) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+        while self._in_flight:
+            future = self._in_flight.popleft()[1]
+            if not future.done():
+                future.set_exception(error)
+        if self._reader_task is not None and self._reader_task is not asyncio.current_task():
+            self._reader_task.cancel()
+        self._reader_task = None
+
+    async def close(self) -> None:
+        self._broken(LinkError("link closed"))

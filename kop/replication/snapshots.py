@@ -1,0 +1,201 @@
+"""PIP-33 for Kafka consumer groups, per partition: snapshots of where the other clusters are, and the updates that
+move a replicated group's committed offsets there.
+
+Every `replicatedSubscriptionsSnapshotFrequencyMillis`, a partition that replicates, holds a replicated group and
+got new data since the last snapshot started writes a REQUEST marker. The replicators carry it to every remote. A
+remote that replicates this topic back answers with a RESPONSE marker addressed to this cluster alone (Pulsar's
+way): it travels behind everything that remote wrote before it, so the position where it lands here covers all of
+that remote's data the remote position covers. A remote that does not replicate back (a one-way standby) answers in
+the ReplicateEntries response itself, with where it stored the REQUEST: nothing of its own flows here, so the
+REQUEST's local position is the one to pair it with (Pulsar cannot snapshot one-way setups, #9341). With more than
+one remote a second round follows, as in Pulsar. The SNAPSHOT marker records the first round's remote positions and
+the local position of the last answer; it stays here.
+
+A group's committed offset passing a snapshot's local position writes an UPDATE naming the group and the remote
+positions; the remote moves the group's committed offset there (never backwards), creating it if needed. The check
+runs on every tick rather than on each commit, so a group that stopped committing still gets its last position
+replicated once a snapshot behind it completes (Pulsar #19551).
+
+Markers cover no Kafka offset (partition.publish_marker), so snapshots never disturb offsets, lag or fetches."""
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kop.groups.offsets import REPLICATED_KEY, committed_offsets
+from kop.ledger import Position
+from kop.partition import PartitionLog
+from proto.kop_pb2 import (ClusterMessageId, MarkersMessageIdData, MarkerType, ReplicatedSubscriptionsSnapshot,
+                           ReplicatedSubscriptionsSnapshotRequest, ReplicatedSubscriptionsUpdate)
+
+log = logging.getLogger(__name__)
+
+
+def offset_after(partition: PartitionLog, position: Position) -> int | None:
+    """The Kafka offset that follows the entry at `position` (a marker's own first index: it covers none)."""
+    found = partition.ledger.read_after(Position(position.ledger_id, position.entry_id - 1), 1)
+    if not found or found[0].position != position:
+        return None
+    return found[0].first_index + found[0].span
+
+
+def message_id(position: Position) -> MarkersMessageIdData:
+    return MarkersMessageIdData(ledger_id=position.ledger_id, entry_id=position.entry_id)
+
+
+@dataclass
+class PendingSnapshot:
+    snapshot_id: str
+    remotes: frozenset[str]
+    rounds: int
+    started: float
+    round: int = 1
+    missing: set[str] = field(default_factory=set)
+    clusters: dict[str, Position] = field(default_factory=dict)  # first-round answers win
+    local: Position | None = None  # local position of the latest answer
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    snapshot_id: str
+    local_offset: int  # a group whose committed offset reaches it has consumed everything the snapshot covers
+    clusters: tuple[tuple[str, Position], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotSettings:
+    frequency_s: float
+    timeout_s: float
+    max_cached: int
+
+
+class SnapshotController:
+    def __init__(self, partition: PartitionLog, local: str, remotes: Callable[[], list[str]],
+                 connected: Callable[[str], bool], settings: SnapshotSettings,
+                 all_groups: Callable[[], bool] = lambda: False) -> None:
+        """connected(remote): whether the replicator toward that remote is working; all_groups(): whether the
+        topic's policy replicates every group, flagged or not."""
+        self._all_groups = all_groups
+        self.partition = partition
+        self.local = local
+        self._remotes = remotes
+        self._connected = connected
+        self.settings = settings
+        self.pending: dict[str, PendingSnapshot] = {}
+        self.completed: list[Snapshot] = []
+        self.completed_count = self.timed_out_count = self.updates_written = 0
+        self._end_at_last_request = -1
+        self._updated: dict[str, str] = {}  # group -> the snapshot its last UPDATE carried
+        self._busy = False
+        self._writes: set[asyncio.Task] = set()  # markers written from an answer, held until done
+
+    def replicated_groups(self) -> dict[str, int]:
+        cursors, every = self.partition.ledger.cursors, self._all_groups()
+        return {group: committed.offset for group, committed in committed_offsets(self.partition.ledger).items()
+                if every or cursors[group].properties.get(REPLICATED_KEY)}
+
+    async def tick(self, now: float | None = None) -> None:
+        if self._busy:
+            return
+        self._busy = True
+        try:
+            await self._tick(time.monotonic() if now is None else now)
+        finally:
+            self._busy = False
+
+    async def _tick(self, now: float) -> None:
+        for snapshot_id, pending in list(self.pending.items()):
+            if now - pending.started > self.settings.timeout_s:
+                del self.pending[snapshot_id]
+                self.timed_out_count += 1
+                log.info("%s: snapshot %s timed out waiting for %s", self.partition.name, snapshot_id,
+                         sorted(pending.missing))
+        remotes = self._remotes()
+        groups = self.replicated_groups()
+        if not remotes or not groups:
+            return
+        await self._send_updates(groups)
+        end = self.partition.high_watermark  # markers do not move it: no new data, no new snapshot
+        # Beyond Pulsar, which stops every snapshot while one cluster is down: the clusters that are up keep
+        # snapshotting among themselves (docs/geo-replication.md says what that trades).
+        reachable = [remote for remote in remotes if self._connected(remote)]
+        if end == self._end_at_last_request or not reachable:
+            return
+        if self.pending and not self.completed:
+            return  # none ever completed: retry at the timeout's pace, not every tick (Pulsar #23839)
+        pending = PendingSnapshot(uuid.uuid4().hex, frozenset(reachable), 2 if len(reachable) > 1 else 1, now)
+        pending.missing = set(pending.remotes)
+        self.pending[pending.snapshot_id] = pending
+        self._end_at_last_request = end
+        await self._request(pending)
+
+    async def _request(self, pending: PendingSnapshot) -> None:
+        payload = ReplicatedSubscriptionsSnapshotRequest(snapshot_id=pending.snapshot_id, source_cluster=self.local)
+        result = await self.partition.publish_marker(MarkerType.REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST,
+                                                     payload.SerializeToString())
+        if result.error:
+            log.warning("%s: snapshot request not written: %s", self.partition.name, result.message)
+
+    def received_response(self, snapshot_id: str, cluster: str, remote: Position, local: Position) -> None:
+        """An answer to a REQUEST: `remote` is where `cluster` stored it, `local` the local position it pairs with."""
+        pending = self.pending.get(snapshot_id)
+        if pending is None or cluster not in pending.missing:
+            return  # late (timed out) or repeated
+        pending.missing.discard(cluster)
+        pending.clusters.setdefault(cluster, remote)
+        pending.local = max(pending.local or local, local)
+        if pending.missing:
+            return
+        if pending.round < pending.rounds:
+            pending.round += 1
+            pending.missing = set(pending.remotes)
+            self._spawn(self._request(pending))
+        else:
+            self._spawn(self._complete(pending))
+
+    def _spawn(self, work) -> None:
+        task = asyncio.ensure_future(work)
+        self._writes.add(task)
+        task.add_done_callback(self._written)
+
+    def _written(self, task: asyncio.Task) -> None:
+        self._writes.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s: snapshot marker not written: %s", self.partition.name, task.exception())
+
+    async def _complete(self, pending: PendingSnapshot) -> None:
+        clusters = sorted(pending.clusters.items())
+        payload = ReplicatedSubscriptionsSnapshot(
+            snapshot_id=pending.snapshot_id, local_message_id=message_id(pending.local),
+            clusters=[ClusterMessageId(cluster=name, message_id=message_id(p)) for name, p in clusters])
+        result = await self.partition.publish_marker(MarkerType.REPLICATED_SUBSCRIPTION_SNAPSHOT,
+                                                     payload.SerializeToString(), replicate_to=(self.local,))
+        local_offset = offset_after(self.partition, pending.local)
+        if result.error or local_offset is None:
+            return  # complete only once its marker is durable (Pulsar #26119); retried after the timeout
+        self.pending.pop(pending.snapshot_id, None)
+        self.completed.append(Snapshot(pending.snapshot_id, local_offset, tuple(clusters)))
+        del self.completed[:-self.settings.max_cached]
+        self.completed_count += 1
+        await self._send_updates(self.replicated_groups())
+
+    async def _send_updates(self, groups: dict[str, int]) -> None:
+        for group, committed in groups.items():
+            passed = [s for s in self.completed if s.local_offset <= committed]
+            if not passed or self._updated.get(group) == passed[-1].snapshot_id:
+                continue
+            snapshot = passed[-1]
+            payload = ReplicatedSubscriptionsUpdate(subscription_name=group, clusters=[
+                ClusterMessageId(cluster=name, message_id=message_id(p)) for name, p in snapshot.clusters])
+            result = await self.partition.publish_marker(MarkerType.REPLICATED_SUBSCRIPTION_UPDATE,
+                                                         payload.SerializeToString())
+            if not result.error:
+                self._updated[group] = snapshot.snapshot_id
+                self.updates_written += 1
+
+    def to_json(self) -> dict:
+        return {"pendingSnapshots": len(self.pending), "completedSnapshots": self.completed_count,
+                "timedOutSnapshots": self.timed_out_count, "updatesWritten": self.updates_written,
+                "cachedSnapshots": len(self.completed)}

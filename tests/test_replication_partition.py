@@ -1,0 +1,150 @@
+"""Geo-replication where it meets a partition over the real file ledger: replicated entries are stored once per
+source position, also after the partition is reopened (the watermark is rebuilt from the log); markers cover no
+Kafka offset; the PIP-33 snapshot controller runs one round with one remote and two with more, ignores late and
+repeated answers, drops snapshots that time out, and writes an UPDATE once a replicated group's offset passes a
+completed snapshot."""
+from __future__ import annotations
+
+import asyncio
+
+from dedup import DedupConfig
+from kop.groups.offsets import OFFSET_KEY, REPLICATED_KEY
+from kop.ledger import FileLedgerConfig, FileManagedLedger, Position
+from kop.partition import PartitionLog, replicator_name, source_position_key
+from kop.replication.snapshots import SnapshotController, SnapshotSettings
+from proto.kop_pb2 import MarkerType, MessageMetadata, ReplicatedSubscriptionsSnapshot, ReplicatedSubscriptionsUpdate
+from protocol.errors import ErrorCode
+from protocol.records import Record, build_batch, marker_payload, split_batches
+
+SETTINGS = SnapshotSettings(frequency_s=0.1, timeout_s=30, max_cached=3)
+
+
+async def open_partition(directory) -> PartitionLog:
+    ledger = FileManagedLedger.open("t-partition-0", str(directory), FileLedgerConfig(), None)
+    partition = PartitionLog("t", 0, ledger, DedupConfig())
+    await partition.apply_dedup_policy(True)
+    return partition
+
+
+def batch(*values: bytes):
+    records = [Record(offset=i, timestamp=1_000 + i, key=None, value=v) for i, v in enumerate(values)]
+    return split_batches(build_batch(records))[0]
+
+
+async def replicate(partition: PartitionLog, entry_id: int, *values: bytes):
+    header, view = batch(*values)
+    return await partition.publish_replicated("east", 3, entry_id, MessageMetadata(producer_name="p"), header, view)
+
+
+def markers(partition: PartitionLog) -> list[tuple[int, MessageMetadata, bytes]]:
+    out = []
+    for entry in partition.ledger.read_after(Position(-1, -1), 1000):
+        metadata = MessageMetadata.FromString(entry.metadata)
+        if metadata.HasField("marker_type"):
+            out.append((metadata.marker_type, metadata, marker_payload(entry.data)[1]))
+    return out
+
+
+async def test_replicated_entries_are_stored_once_per_source_position_across_a_reopen(tmp_path):
+    partition = await open_partition(tmp_path)
+    first = await replicate(partition, 0, b"a", b"b")
+    assert first.error == ErrorCode.NONE and not first.duplicate
+    assert (await replicate(partition, 0, b"a", b"b")).duplicate
+    assert not (await replicate(partition, 1, b"c")).duplicate
+    await partition.close()
+    partition = await open_partition(tmp_path)
+    assert (await replicate(partition, 1, b"c")).duplicate  # the watermark was rebuilt from the log
+    assert (await replicate(partition, 0, b"a", b"b")).duplicate
+    assert partition.high_watermark == 3
+    assert partition.dedup.persisted[replicator_name("east")] == source_position_key(3, 1)
+    stored = MessageMetadata.FromString(partition.read(0, 1 << 20)[0].metadata)
+    assert stored.replicated_from == "east" and stored.original_producer_name == "p"
+    await partition.close()
+
+
+async def test_markers_cover_no_offset(tmp_path):
+    partition = await open_partition(tmp_path)
+    header, view = batch(b"a", b"b")
+    await partition.publish_normal(header, view)
+    marker = await partition.publish_marker(MarkerType.REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST, b"x")
+    header, view = batch(b"c")
+    await partition.publish_normal(header, view)
+    assert marker.error == ErrorCode.NONE and marker.position is not None
+    assert partition.high_watermark == 3
+    assert partition.ledger.position_of_index(2) != marker.position  # offset 2 is the data entry after it
+    assert [e.span for e in partition.read(0, 1 << 20)] == [2, 0, 1]  # the fetch path drops span-0 entries
+    assert await partition.ledger.find_by_timestamp(1_000, 0) is not None
+    await partition.close()
+
+
+async def until(condition, seconds: float = 5.0) -> None:
+    """Let background writes (a marker written from an answer) land; bounded."""
+    for _ in range(int(seconds / 0.02)):
+        if condition():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not reached")
+
+
+async def _with_group(partition: PartitionLog, offset: int) -> None:
+    cursor = partition.ledger.open_cursor("app")
+    await cursor.mark_delete(partition.ledger.last_confirmed, {OFFSET_KEY: offset, REPLICATED_KEY: 1})
+
+
+async def test_two_rounds_with_two_remotes_then_an_update(tmp_path):
+    partition = await open_partition(tmp_path)
+    header, view = batch(b"a", b"b")
+    await partition.publish_normal(header, view)
+    await _with_group(partition, 0)
+    controller = SnapshotController(partition, "a", lambda: ["b", "c"], lambda _remote: True, SETTINGS)
+    await controller.tick(now=0)
+    [(snapshot_id, pending)] = controller.pending.items()
+    assert pending.rounds == 2
+    here = partition.ledger.last_confirmed  # where the answers landed (a position the partition holds)
+    controller.received_response(snapshot_id, "b", Position(11, 11), here)
+    controller.received_response(snapshot_id, "b", Position(99, 99), here)  # repeated: ignored
+    controller.received_response(snapshot_id, "c", Position(22, 22), here)
+    assert pending.round == 2 and pending.missing == {"b", "c"}
+    await until(lambda: len(markers(partition)) == 2)  # the second round's request
+    here = partition.ledger.last_confirmed
+    controller.received_response(snapshot_id, "b", Position(33, 33), here)
+    controller.received_response(snapshot_id, "c", Position(44, 44), here)
+    await until(lambda: controller.completed_count == 1)
+    assert not controller.pending
+    kinds = [kind for kind, _, _ in markers(partition)]
+    assert kinds.count(MarkerType.REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST) == 2
+    [(_, metadata, payload)] = [m for m in markers(partition) if m[0] == MarkerType.REPLICATED_SUBSCRIPTION_SNAPSHOT]
+    assert list(metadata.replicate_to) == ["a"]  # never replicated
+    snapshot = ReplicatedSubscriptionsSnapshot.FromString(payload)
+    assert {(c.cluster, c.message_id.ledger_id) for c in snapshot.clusters} == {("b", 11), ("c", 22)}  # round 1
+    assert not [m for m in markers(partition) if m[0] == MarkerType.REPLICATED_SUBSCRIPTION_UPDATE]  # offset 0
+    await _with_group(partition, 2)
+    await controller.tick(now=2)
+    [(_, _, payload)] = [m for m in markers(partition) if m[0] == MarkerType.REPLICATED_SUBSCRIPTION_UPDATE]
+    update = ReplicatedSubscriptionsUpdate.FromString(payload)
+    assert update.subscription_name == "app" and len(update.clusters) == 2
+    await controller.tick(now=3)  # the same snapshot is not sent twice
+    assert len([m for m in markers(partition) if m[0] == MarkerType.REPLICATED_SUBSCRIPTION_UPDATE]) == 1
+    await partition.close()
+
+
+async def test_snapshots_time_out_and_wait_for_data(tmp_path):
+    partition = await open_partition(tmp_path)
+    header, view = batch(b"a")
+    await partition.publish_normal(header, view)
+    await _with_group(partition, 1)
+    controller = SnapshotController(partition, "a", lambda: ["b"], lambda _remote: True, SETTINGS)
+    await controller.tick(now=0)
+    [snapshot_id] = controller.pending
+    await controller.tick(now=10)  # pending, none completed yet, no new data: nothing new
+    assert list(controller.pending) == [snapshot_id]
+    await controller.tick(now=31)
+    assert controller.timed_out_count == 1 and not controller.pending
+    controller.received_response(snapshot_id, "b", Position(1, 1), Position(0, 0))  # late: ignored
+    assert controller.completed_count == 0
+    await controller.tick(now=32)  # no data since the last request: no snapshot
+    assert not controller.pending
+    unreachable = SnapshotController(partition, "a", lambda: ["b"], lambda _remote: False, SETTINGS)
+    await unreachable.tick(now=0)
+    assert not unreachable.pending
+    await partition.close()
