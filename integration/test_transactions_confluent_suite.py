@@ -86,22 +86,14 @@ def count_records(bootstrap: str, topic: str, **config) -> int:
         consumer.close()
 
 
-def test_commit(bootstrap):
-    topic = new_topic(bootstrap, "commit")
+@pytest.mark.parametrize("commit", [True, False], ids=["commit", "abort"])
+def test_commit_or_abort(bootstrap, commit):
+    topic = new_topic(bootstrap, "commit" if commit else "abort")
     producer = txn_producer(bootstrap)
     produce_in_transaction(producer, topic, 100)
-    producer.commit_transaction(TIMEOUT_S)
-    assert count_records(bootstrap, topic) == 100
-    assert count_records(bootstrap, topic, **{"isolation.level": READ_UNCOMMITTED}) == 100
-
-
-def test_abort(bootstrap):
-    topic = new_topic(bootstrap, "abort")
-    producer = txn_producer(bootstrap)
-    produce_in_transaction(producer, topic, 100)
-    producer.abort_transaction(TIMEOUT_S)
-    # The partition holds only aborted records and the abort marker: read_committed still reaches its end.
-    assert count_records(bootstrap, topic) == 0
+    (producer.commit_transaction if commit else producer.abort_transaction)(TIMEOUT_S)
+    # After an abort the partition holds only aborted records and the marker: read_committed still reaches its end.
+    assert count_records(bootstrap, topic) == (100 if commit else 0)
     assert count_records(bootstrap, topic, **{"isolation.level": READ_UNCOMMITTED}) == 100
 
 
