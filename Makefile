@@ -68,7 +68,8 @@ proto: $(VENV)/.installed
 	$(PIP) install -q grpcio-tools==1.85.1
 	cd proto && ../$(PY) -m grpc_tools.protoc -I. --python_out=. kop.proto
 
-compat: $(VENV)/.test-installed
+# java: librdkafka's 0098_consumer_txn runs a Java transactional producer (kafka_path/bin/kafka-run-class.sh).
+compat: $(VENV)/.test-installed java
 	$(PY) -m compat.run
 
 compat-quick: $(VENV)/.test-installed

@@ -24,6 +24,7 @@ from compat.kafka_python import runner as kp_runner
 from compat.librdkafka import build as rdk_build
 from compat.librdkafka import runner as rdk_runner
 from compat.librdkafka.catalog import CatalogTest, read_catalog
+from compat.librdkafka.kafka_libs import ensure_kafka_libs
 from compat.paths import COMPAT_DIR, REPO_ROOT, build_cache_dir, run_logs_dir
 from compat.results import FAILED, SuiteResult, total_line, write_compatibility_md
 
@@ -104,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_librdkafka(args: argparse.Namespace, requested: list[str], command: str, logs: Path) -> list[SuiteResult]:
     tests_dir = rdk_build.ensure_built()
+    java_missing = ensure_kafka_libs()
+    if java_missing:
+        print(f"compat: no Java client for the suite's Java helpers (0098 will fail): {java_missing}", flush=True)
     catalog = read_catalog(tests_dir)
     broker_tests = [test for test in catalog if not test.local and not test.manual]
     allow = read_allowlist(RDK_ALLOW)

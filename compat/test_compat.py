@@ -19,6 +19,7 @@ from compat.kafka_python import fetch as kp_fetch
 from compat.kafka_python.runner import _read_report, collect
 from compat.librdkafka import build
 from compat.librdkafka.catalog import _parse_entry, _test_macro_args, read_catalog
+from compat.librdkafka.kafka_libs import LIBS_DIR, ensure_kafka_libs
 from compat.librdkafka.runner import KAFKA_PATH, did_nothing, failure_messages, parse_summary, runner_args
 from compat.run import KP_ALLOW, KP_FINDINGS, RDK_ALLOW, RDK_FINDINGS
 from compat.results import FAILED, PASSED, SKIPPED, SuiteResult, TestOutcome, write_compatibility_md
@@ -96,6 +97,14 @@ def test_catalog_of_the_built_suite() -> None:
     assert {"0001_multiobj", "0090_idempotence", "0144_idempotence_mock"} <= names
     assert next(test for test in catalog if test.name == "0144_idempotence_mock").local
     assert next(test for test in catalog if test.name == "0094_idempotence_msg_timeout").sockem
+
+
+@pytest.mark.skipif(not build.is_built(), reason="librdkafka not built yet (python -m compat.run builds it)")
+def test_the_built_suite_asks_one_broker_for_its_transaction_topics() -> None:
+    for name in build.ONE_BROKER_SOURCES:
+        source = (build.tests_dir() / name).read_text()
+        assert build._REPLICATION_FACTOR_3.search(source) is None, name
+        assert "_wait_exists(" in source and ", -1, 5000)" in source, name
 
 
 def test_completeness_needs_each_test_allowlisted_or_a_finding_row_not_both(tmp_path: Path) -> None:
@@ -195,3 +204,21 @@ def test_kafka_topics_shim_creates_alters_and_deletes_topics_on_kop(tmp_path: Pa
         assert missing.returncode == 1 and "Topic 't' does not exist as expected" in missing.stderr
         assert topics("--delete", "--topic", "t", "--if-exists").returncode == 0
         assert topics("--create", "--topic", "u", "--replication-factor", "3").returncode == 1  # one broker
+
+
+def test_kafka_run_class_shim_runs_a_class_built_against_libs(tmp_path: Path) -> None:
+    """As librdkafka's tests/java/Makefile and run-class.sh do: compile against libs/kafka-clients-*.jar, then run
+    the class through $KAFKA_PATH/bin/kafka-run-class.sh with CLASSPATH set to the classes' directory."""
+    missing = ensure_kafka_libs()
+    if missing:
+        pytest.skip(f"no Java client: {missing}")
+    clients = list(LIBS_DIR.glob("kafka-clients-*.jar"))
+    assert len(clients) == 1
+    (tmp_path / "Version.java").write_text(
+        "public class Version { public static void main(String[] args) {"
+        " System.out.println(org.apache.kafka.common.utils.AppInfoParser.getVersion()); } }\n")
+    subprocess.run(["javac", "-classpath", str(clients[0]), "Version.java"], cwd=tmp_path, check=True, timeout=120)
+    ran = subprocess.run([str(KAFKA_PATH / "bin" / "kafka-run-class.sh"), "Version"], capture_output=True, text=True,
+                         timeout=60, env={"PATH": "/usr/bin:/bin", "CLASSPATH": str(tmp_path)})
+    assert ran.returncode == 0, ran.stderr
+    assert clients[0].name == f"kafka-clients-{ran.stdout.strip()}.jar"

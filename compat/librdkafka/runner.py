@@ -19,7 +19,8 @@ from compat.librdkafka.catalog import CatalogTest
 from compat.results import FAILED, PASSED, SKIPPED, TestOutcome
 
 KAFKA_VERSION = "3.9.0"  # the Kafka version kop answers as; gates version-dependent test paths
-# Stands in for a Kafka distribution: tests run $KAFKA_PATH/bin/kafka-topics.sh (see kafka_topics.py).
+# Stands in for a Kafka distribution: tests run $KAFKA_PATH/bin/kafka-topics.sh (see kafka_topics.py) and 0098
+# runs its Java producer with bin/kafka-run-class.sh on the jars in libs/ (see kafka_libs.py).
 KAFKA_PATH = Path(__file__).resolve().parent / "kafka_path"
 TIMEOUT_MULTIPLIER = 2.0  # kop is a Python broker: give the suite's own timeouts some slack
 PROCESS_TIMEOUT_S = 600
