@@ -1,6 +1,7 @@
 """Kafka transactions with confluent-kafka (librdkafka) against a real broker: commit, abort, read_committed against
 read_uncommitted, several partitions and topics, offsets sent to a transaction, a zombie fenced, a transaction timed
-out, timeouts over the broker's maximum, and the protocol answers around them."""
+out, timeouts over the broker's maximum, and the protocol answers around them (CONCURRENT_TRANSACTIONS while a
+transaction completes, an idle transactional id expired)."""
 import time
 
 import pytest
