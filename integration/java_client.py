@@ -217,7 +217,8 @@ def java_spark_sink_retry(bootstrap: str, topic: str, *, tasks: int, rows: int, 
 
 def java_transactions(bootstrap: str, mode: str, *, timeout: float = 120, **options: Any) -> dict[str, Any]:
     """The Java client's transactional producer (KopTransactions.java): mode "commit-abort" (topic, transactional_id,
-    count) or "copy", the consume-transform-produce loop (input, output, group, count, batch); returns its summary."""
+    count), "timeout" (topic, transactional_id, count, transaction_timeout_ms) or "copy", the
+    consume-transform-produce loop (input, output, group, count, batch); returns its summary."""
     args = ["--mode", mode]
     for name, value in options.items():
         args += [f"--{name.replace('_', '-')}", str(value)]
@@ -232,6 +233,14 @@ def java_consume_all(
     Records come in fetch order (offset order within a partition). Raises JavaClientError if some partition did
     not reach its end offset in time.
     """
+    return java_read_to_end(bootstrap, topic, timeout=timeout, extra_props=extra_props)[0]
+
+
+def java_read_to_end(
+    bootstrap: str, topic: str, *, timeout: float = 60, extra_props: Mapping[str, Any] | None = None
+) -> tuple[list[Consumed], dict[int, int]]:
+    """java_consume_all's records, and the end offset per partition the consumer read to (KafkaConsumer.endOffsets:
+    the last stable offset for isolation.level=read_committed)."""
     args = ["--topic", topic, "--deadline-ms", str(_deadline_ms(timeout))]
     lines = _run_lines("KopConsume", _client_args(bootstrap, extra_props or {}) + args, timeout=timeout)
     summary = _summary(lines)
@@ -240,7 +249,8 @@ def java_consume_all(
             f"consumer stopped before the end of {topic}: positions {summary['positions']}, "
             f"end offsets {summary['end_offsets']}"
         )
-    return [_consumed(line) for line in lines if line["type"] == "record"]
+    ends = {int(partition): offset for partition, offset in summary["end_offsets"].items()}
+    return [_consumed(line) for line in lines if line["type"] == "record"], ends
 
 
 def java_group_consume(

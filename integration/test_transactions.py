@@ -1,6 +1,7 @@
 """Kafka transactions with confluent-kafka (librdkafka) against a real broker: commit, abort, read_committed against
 read_uncommitted, several partitions and topics, offsets sent to a transaction, a zombie fenced, a transaction timed
-out, timeouts over the broker's maximum, and the protocol answers around them."""
+out, timeouts over the broker's maximum, and the protocol answers around them (CONCURRENT_TRANSACTIONS while a
+transaction completes, an idle transactional id expired)."""
 import time
 
 import pytest
@@ -8,10 +9,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from kafka.protocol.consumer import FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
+from kafka.protocol.producer.transaction import EndTxnRequest, EndTxnResponse
 
 from integration.fetch_requests import FETCH_VERSION, fetch_request
 from integration.idem_raw import RawKafka, idempotent_batch
-from integration.txn_clients import (READ_COMMITTED, READ_UNCOMMITTED, RawTxnProducer, ck_read_to_end, values)
+from integration.txn_clients import (READ_COMMITTED, READ_UNCOMMITTED, RawTxnProducer, ck_read_to_end,
+                                     init_transactional_id, values)
 from protocol.api import REQUEST_CLASSES as REQ
 from protocol.api import RESPONSE_CLASSES as RESP
 from protocol.errors import ErrorCode
@@ -387,3 +390,82 @@ def test_an_empty_transactional_id_is_an_invalid_request(broker):
         answer = kafka.call(InitProducerIdRequest[4](transactional_id="", transaction_timeout_ms=60_000,
                                                      producer_id=-1, producer_epoch=-1), InitProducerIdResponse, 4)
     assert (answer.error_code, answer.producer_id) == (ErrorCode.INVALID_REQUEST, -1)
+
+
+def _describe(kafka: RawKafka, transactional_id: str):
+    return kafka.call(REQ[65][0](transactional_ids=[transactional_id]), RESP[65], 0).transaction_states[0]
+
+
+def _listed(kafka: RawKafka) -> set[str]:
+    answer = kafka.call(REQ[66][1](state_filters=[], producer_id_filters=[], duration_filter=-1), RESP[66], 1)
+    return {s.transactional_id for s in answer.transaction_states}
+
+
+def test_requests_for_a_transaction_whose_markers_are_being_written_get_concurrent_transactions(start_broker):
+    """While the coordinator completes a commit (its marker held on the partition's disk), a new producer's
+    InitProducerId, the producer's next AddPartitionsToTxn and a second EndTxn are answered CONCURRENT_TRANSACTIONS
+    (retriable); once the marker is stored, InitProducerId bumps the epoch as usual."""
+    broker = start_broker({"adminFailpointsEnabled": "true"})  # the failpoint route is on the admin API
+    with RawKafka(broker.port) as kafka, RawKafka(broker.port) as other:
+        kafka.create_topic("completing")
+        txn = RawTxnProducer(kafka, "completing")
+        assert txn.add_partitions("completing", [0]) == {0: ErrorCode.NONE}
+        assert kafka.produce("completing", 0, _txn_batch([b"held"], txn, 0)).error_code == ErrorCode.NONE
+        _failpoint(broker, "completing", hold_flushes=True)
+        try:
+            ending = kafka.send(EndTxnRequest[3](transactional_id="completing", producer_id=txn.producer_id,
+                                                 producer_epoch=txn.epoch, committed=True))
+            deadline = time.monotonic() + 10
+            while _describe(other, "completing").transaction_state != "PrepareCommit":
+                assert time.monotonic() < deadline, "the commit was never decided"
+                time.sleep(0.05)
+            assert init_transactional_id(other, "completing") == (ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1)
+            second = txn.over(other)
+            assert second.add_partitions("completing", [0]) == {0: ErrorCode.CONCURRENT_TRANSACTIONS}
+            assert second.end(commit=True) == ErrorCode.CONCURRENT_TRANSACTIONS
+            assert _latest(other, "completing", READ_COMMITTED) == 0  # control: the marker is not stored
+            assert _describe(other, "completing").transaction_state == "PrepareCommit"
+        finally:
+            _failpoint(broker, "completing", hold_flushes=False)
+        assert kafka.receive(ending, EndTxnResponse, 3).error_code == ErrorCode.NONE
+        wait_lso(broker, "completing", 2)
+        deadline = time.monotonic() + 10
+        while (answer := init_transactional_id(other, "completing"))[0] == ErrorCode.CONCURRENT_TRANSACTIONS:
+            assert time.monotonic() < deadline, "the transaction never completed"
+            time.sleep(0.05)
+        assert answer == (ErrorCode.NONE, txn.producer_id, txn.epoch + 1)
+    assert values(ck_read_to_end(broker.bootstrap, "completing")) == [b"held"]
+
+
+def test_a_transactional_id_unused_past_its_expiration_is_forgotten(broker_factory):
+    """transactional.id.expiration.ms: an id whose last transaction completed that long ago is no longer listed nor
+    described, and InitProducerId then starts it afresh (a new producer id, epoch 0). An id with a transaction open
+    is kept (the control: expiry ran, and judged by state)."""
+    broker = broker_factory({"transactional.id.expiration.ms": "1500",
+                             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"})
+    with RawKafka(broker.port) as kafka:
+        kafka.create_topic("expiring")
+        idle = RawTxnProducer(kafka, "idle")
+        assert idle.add_partitions("expiring", [0]) == {0: ErrorCode.NONE}
+        assert kafka.produce("expiring", 0, _txn_batch([b"once"], idle, 0)).error_code == ErrorCode.NONE
+        assert idle.end(commit=True) == ErrorCode.NONE
+        busy = RawTxnProducer(kafka, "busy")  # its timeout (60 s) outlives the test: open, never expired
+        assert busy.add_partitions("expiring", [0]) == {0: ErrorCode.NONE}
+        assert _listed(kafka) == {"idle", "busy"}
+        assert _describe(kafka, "idle").transaction_state == "CompleteCommit"
+        deadline = time.monotonic() + 15
+        while "idle" in _listed(kafka):
+            assert time.monotonic() < deadline, "the idle transactional id was never forgotten"
+            time.sleep(0.1)
+        assert _listed(kafka) == {"busy"}
+        assert _describe(kafka, "idle").error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+        assert _describe(kafka, "busy").transaction_state == "Ongoing"
+        error, producer_id, epoch = init_transactional_id(kafka, "idle")
+        assert (error, epoch) == (ErrorCode.NONE, 0) and producer_id != idle.producer_id
+        assert busy.end(commit=True) == ErrorCode.NONE
+    assert values(ck_read_to_end(broker.bootstrap, "expiring")) == [b"once"]
+
+
+def _failpoint(broker, topic: str, **faults) -> None:
+    from kop.admin.client import AdminClient
+    AdminClient(broker.admin_url).post(f"/admin/v2/kop/failpoints/{topic}/0", faults)

@@ -1,21 +1,42 @@
-"""Transactions with kafka-python's and aiokafka's transactional producers and read_committed consumers: commit,
-abort, offsets sent to a transaction, and a zombie fenced by a second producer with the same transactional id."""
+"""Transactions with kafka-python's and aiokafka's transactional producers and their read_committed and
+read_uncommitted consumers: commit, abort, several partitions and topics in one transaction, offsets sent to a
+transaction (committed with it, gone with an abort), a zombie fenced by a second producer with the same
+transactional id, and a transaction aborted by the coordinator past its timeout."""
 import asyncio
 import time
 
 import pytest
 
+from integration.idem_raw import RawKafka
+from integration.test_transactions import wait_lso
 from integration.txn_clients import READ_COMMITTED, READ_UNCOMMITTED, ck_read_to_end, values
+from protocol.errors import ErrorCode
 
 SETTLE_S = 1.0  # after the expected records: long enough for an unexpected one to show up
+QUICK_TIMEOUTS = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"}  # timed-out aborts in ~1 s
+SPREAD = {"a": 3, "b": 2}  # a multi-topic transaction's topics (suffixes) and their partition counts
 
 
-def kp_read(bootstrap: str, topic: str, isolation: str, expected: int) -> list[bytes]:
+def create_spread_topics(broker, prefix: str) -> dict[str, int]:
+    """The topics of SPREAD under `prefix`: {topic: partition count}."""
+    topics = {f"{prefix}-{suffix}": count for suffix, count in SPREAD.items()}
+    with RawKafka(broker.port) as kafka:
+        for topic, count in topics.items():
+            assert kafka.create_topic(topic, partitions=count) == ErrorCode.NONE
+    return topics
+
+
+def spread_records(topics: dict[str, int], tag: str) -> list[tuple[str, int, bytes]]:
+    """(topic, partition, value) for one record per partition of every topic: the value names its place."""
+    return [(topic, p, f"{tag}-{topic}-{p}".encode()) for topic, count in topics.items() for p in range(count)]
+
+
+def kp_read(bootstrap: str, topic: str, isolation: str, expected: int, partitions=(0,)) -> list[bytes]:
     from kafka import KafkaConsumer, TopicPartition
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                              auto_offset_reset="earliest", isolation_level=isolation)
     try:
-        consumer.assign([TopicPartition(topic, 0)])
+        consumer.assign([TopicPartition(topic, p) for p in partitions])
         out = []
         deadline = time.monotonic() + 20
         settle = None
@@ -27,6 +48,28 @@ def kp_read(bootstrap: str, topic: str, isolation: str, expected: int) -> list[b
         return out
     finally:
         consumer.close()
+
+
+async def aio_read(bootstrap: str, topic: str, isolation: str, expected: int, partitions=(0,)) -> list[bytes]:
+    """aiokafka's consumer of this isolation level from the beginning: `expected` records, then any that come
+    within SETTLE_S."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
+                                isolation_level=isolation)
+    await consumer.start()
+    try:
+        consumer.assign([TopicPartition(topic, p) for p in partitions])
+        await consumer.seek_to_beginning()
+        out: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while len(out) < expected and time.monotonic() < deadline:
+            for batch in (await consumer.getmany(timeout_ms=200)).values():
+                out.extend(m.value for m in batch)
+        for batch in (await consumer.getmany(timeout_ms=int(SETTLE_S * 1000))).values():
+            out.extend(m.value for m in batch)
+        return out
+    finally:
+        await consumer.stop()
 
 
 def test_kafka_python_commits_aborts_and_sends_offsets(broker):
@@ -79,7 +122,7 @@ def test_kafka_python_zombie_is_fenced(broker):
 
 
 def test_aiokafka_commits_aborts_and_sends_offsets(broker):
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka import AIOKafkaProducer, TopicPartition
 
     async def go() -> tuple[list[bytes], list[bytes]]:
         producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="aio-txn")
@@ -96,25 +139,8 @@ def test_aiokafka_commits_aborts_and_sends_offsets(broker):
                 await producer.send_offsets_to_transaction({TopicPartition("aio-txn", 0): 2}, "aio-group")
         finally:
             await producer.stop()
-        read = {}
-        for isolation, expected in ((READ_COMMITTED, 4), (READ_UNCOMMITTED, 5)):
-            consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None,
-                                        auto_offset_reset="earliest", isolation_level=isolation)
-            await consumer.start()
-            try:
-                consumer.assign([TopicPartition("aio-txn", 0)])
-                await consumer.seek_to_beginning()
-                out: list[bytes] = []
-                deadline = time.monotonic() + 20
-                while len(out) < expected and time.monotonic() < deadline:
-                    for batch in (await consumer.getmany(timeout_ms=200)).values():
-                        out.extend(m.value for m in batch)
-                for batch in (await consumer.getmany(timeout_ms=int(SETTLE_S * 1000))).values():
-                    out.extend(m.value for m in batch)
-                read[isolation] = out
-            finally:
-                await consumer.stop()
-        return read[READ_COMMITTED], read[READ_UNCOMMITTED]
+        return (await aio_read(broker.bootstrap, "aio-txn", READ_COMMITTED, 4),
+                await aio_read(broker.bootstrap, "aio-txn", READ_UNCOMMITTED, 5))
 
     committed, everything = asyncio.run(go())
     assert committed == [b"c0", b"c1", b"c2", b"o0"]
@@ -123,12 +149,183 @@ def test_aiokafka_commits_aborts_and_sends_offsets(broker):
 
 
 def _assert_committed(broker, group: str, topic: str, offset: int) -> None:
+    deadline = time.monotonic() + 10
+    while (found := _committed_offset(broker, group, topic)) != offset:
+        assert time.monotonic() < deadline, f"{group} committed {found} on {topic}-0, expected {offset}"
+        time.sleep(0.1)
+
+
+def test_kafka_python_transaction_spans_partitions_and_topics(broker):
+    from kafka import KafkaProducer
+    topics = create_spread_topics(broker, "kp-spread")
+    aborted, committed = spread_records(topics, "aborted"), spread_records(topics, "committed")
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="kp-spread")
+    try:
+        producer.init_transactions()
+        for records, commit in ((aborted, False), (committed, True)):
+            producer.begin_transaction()
+            for topic, partition, value in records:
+                producer.send(topic, value, partition=partition)
+            producer.flush()  # stored before the abort: the abort must hide them, not an unsent buffer
+            producer.commit_transaction() if commit else producer.abort_transaction()
+    finally:
+        producer.close(timeout=10)
+    for topic, count in topics.items():
+        partitions = tuple(range(count))
+        mine = lambda records: sorted(value for t, _, value in records if t == topic)
+        assert sorted(kp_read(broker.bootstrap, topic, READ_COMMITTED, count, partitions)) == mine(committed)
+        assert sorted(kp_read(broker.bootstrap, topic, READ_UNCOMMITTED, 2 * count, partitions)) == \
+            sorted(mine(aborted) + mine(committed))
+
+
+def test_kafka_python_offsets_sent_with_an_aborted_transaction_are_not_committed(broker):
+    from kafka import KafkaProducer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="kp-offsets")
+    try:
+        producer.init_transactions()
+        for offset, commit in ((2, True), (5, False)):
+            producer.begin_transaction()
+            producer.send("kp-offsets", b"%d" % offset, partition=0)
+            producer.send_offsets_to_transaction({TopicPartition("kp-offsets", 0): OffsetAndMetadata(offset, "", -1)},
+                                                 "kp-offsets-group")
+            producer.commit_transaction() if commit else producer.abort_transaction()
+    finally:
+        producer.close(timeout=10)
+    _assert_committed(broker, "kp-offsets-group", "kp-offsets", 2)  # control: the committed transaction's offset
+    time.sleep(SETTLE_S)
+    assert _committed_offset(broker, "kp-offsets-group", "kp-offsets") == 2  # not the aborted one's 5
+    assert values(ck_read_to_end(broker.bootstrap, "kp-offsets")) == [b"2"]
+
+
+def test_kafka_python_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(broker_factory):
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
+    broker = broker_factory(QUICK_TIMEOUTS)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="kp-slow",
+                             transaction_timeout_ms=1000)
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        for i in range(2):
+            producer.send("kp-slow", b"late%d" % i, partition=0)
+        producer.flush()
+        wait_lso(broker, "kp-slow", 3)  # the coordinator's ABORT marker moved the LSO past the two records
+        with pytest.raises(KafkaError) as raised:
+            producer.commit_transaction()
+        fenced = type(raised.value).__name__
+    finally:
+        producer.close(timeout=5)
+    assert fenced in ("ProducerFencedError", "InvalidProducerEpochError"), fenced
+    assert ck_read_to_end(broker.bootstrap, "kp-slow") == []
+    assert values(ck_read_to_end(broker.bootstrap, "kp-slow", isolation=READ_UNCOMMITTED)) == [b"late0", b"late1"]
+
+
+def _committed_offset(broker, group: str, topic: str) -> int:
     from confluent_kafka import Consumer, TopicPartition
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
-        deadline = time.monotonic() + 10
-        while (found := consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset) != offset:
-            assert time.monotonic() < deadline, f"{group} committed {found} on {topic}-0, expected {offset}"
-            time.sleep(0.1)
+        return consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
     finally:
         consumer.close()
+
+
+def test_aiokafka_zombie_is_fenced(broker):
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import KafkaError
+
+    async def go() -> str:
+        zombie = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="aio-fenced")
+        successor = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="aio-fenced")
+        await zombie.start()
+        try:
+            await zombie.begin_transaction()
+            await zombie.send_and_wait("aio-fenced", b"z", partition=0)
+            await successor.start()  # InitProducerId: aborts the zombie's transaction under a new epoch
+            with pytest.raises(KafkaError) as raised:
+                await zombie.commit_transaction()
+            async with successor.transaction():
+                await successor.send_and_wait("aio-fenced", b"s", partition=0)
+            return type(raised.value).__name__
+        finally:
+            await zombie.stop()
+            await successor.stop()
+
+    assert asyncio.run(go()) in ("ProducerFenced", "InvalidProducerEpoch")
+    assert values(ck_read_to_end(broker.bootstrap, "aio-fenced")) == [b"s"]
+    assert values(ck_read_to_end(broker.bootstrap, "aio-fenced", isolation=READ_UNCOMMITTED)) == [b"z", b"s"]
+
+
+def test_aiokafka_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(broker_factory):
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import KafkaError
+    broker = broker_factory(QUICK_TIMEOUTS)
+
+    async def go() -> str:
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="aio-slow",
+                                    transaction_timeout_ms=1000)
+        await producer.start()
+        try:
+            await producer.begin_transaction()
+            for i in range(2):
+                await producer.send_and_wait("aio-slow", b"late%d" % i, partition=0)
+            await asyncio.to_thread(wait_lso, broker, "aio-slow", 3)  # aborted: the marker is past the records
+            with pytest.raises(KafkaError) as raised:
+                await producer.commit_transaction()
+            return type(raised.value).__name__
+        finally:
+            await producer.stop()
+
+    assert asyncio.run(go()) in ("ProducerFenced", "InvalidProducerEpoch")
+    assert ck_read_to_end(broker.bootstrap, "aio-slow") == []
+    assert values(ck_read_to_end(broker.bootstrap, "aio-slow", isolation=READ_UNCOMMITTED)) == [b"late0", b"late1"]
+
+
+def test_aiokafka_transaction_spans_partitions_and_topics(broker):
+    from aiokafka import AIOKafkaProducer
+    topics = create_spread_topics(broker, "aio-spread")
+    aborted, committed = spread_records(topics, "aborted"), spread_records(topics, "committed")
+
+    async def go() -> dict[str, tuple[list[bytes], list[bytes]]]:
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="aio-spread")
+        await producer.start()
+        try:
+            for records, commit in ((aborted, False), (committed, True)):
+                await producer.begin_transaction()
+                await asyncio.gather(*(producer.send_and_wait(topic, value, partition=partition)
+                                       for topic, partition, value in records))
+                await (producer.commit_transaction() if commit else producer.abort_transaction())
+        finally:
+            await producer.stop()
+        return {topic: (await aio_read(broker.bootstrap, topic, READ_COMMITTED, count, tuple(range(count))),
+                        await aio_read(broker.bootstrap, topic, READ_UNCOMMITTED, 2 * count, tuple(range(count))))
+                for topic, count in topics.items()}
+
+    read = asyncio.run(go())
+    for topic in topics:
+        mine = lambda records: sorted(value for t, _, value in records if t == topic)
+        assert sorted(read[topic][0]) == mine(committed)
+        assert sorted(read[topic][1]) == sorted(mine(aborted) + mine(committed))
+
+
+def test_aiokafka_offsets_sent_with_an_aborted_transaction_are_not_committed(broker):
+    from aiokafka import AIOKafkaProducer, TopicPartition
+
+    async def go() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="aio-offsets")
+        await producer.start()
+        try:
+            for offset, commit in ((2, True), (5, False)):
+                await producer.begin_transaction()
+                await producer.send_and_wait("aio-offsets", b"%d" % offset, partition=0)
+                await producer.send_offsets_to_transaction({TopicPartition("aio-offsets", 0): offset},
+                                                           "aio-offsets-group")
+                await (producer.commit_transaction() if commit else producer.abort_transaction())
+        finally:
+            await producer.stop()
+
+    asyncio.run(go())
+    _assert_committed(broker, "aio-offsets-group", "aio-offsets", 2)  # control: the committed transaction's offset
+    time.sleep(SETTLE_S)
+    assert _committed_offset(broker, "aio-offsets-group", "aio-offsets") == 2  # not the aborted one's 5
+    assert values(ck_read_to_end(broker.bootstrap, "aio-offsets")) == [b"2"]

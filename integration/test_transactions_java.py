@@ -1,12 +1,12 @@
-"""The Java client's transactional producer against kop: commit, abort and a zombie fenced; and the
-consume-transform-produce loop with sendOffsetsToTransaction, read back read_committed (through faults: in
-test_transactions_loop.py)."""
+"""The Java client's transactional producer against kop: commit, abort, a zombie fenced and a transaction aborted
+past its timeout; its read_committed consumer over aborted and open transactions; and the consume-transform-produce
+loop with sendOffsetsToTransaction, read back read_committed (through faults: in test_transactions_loop.py)."""
 
 import pytest
 from confluent_kafka import Producer
 
-from integration.java_client import java_available, java_transactions, java_unavailable_reason
-from integration.txn_clients import READ_UNCOMMITTED, ck_read_to_end, values
+from integration.java_client import java_available, java_read_to_end, java_transactions, java_unavailable_reason
+from integration.txn_clients import READ_COMMITTED, READ_UNCOMMITTED, ck_read_to_end, values
 
 pytestmark = pytest.mark.skipif(not java_available(), reason=java_unavailable_reason())
 
@@ -37,3 +37,42 @@ def test_java_consume_transform_produce_copies_each_record_once_with_its_offsets
                               batch=7)
     assert again["copied"] == 1
     assert values(ck_read_to_end(broker.bootstrap, "ctp-out")) == [b"out-%d" % i for i in range(61)]
+
+
+def test_java_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(broker_factory):
+    broker = broker_factory({"transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"})
+    summary = java_transactions(broker.bootstrap, "timeout", topic="java-slow", transactional_id="java-slow", count=2,
+                                transaction_timeout_ms=1000)
+    assert "ProducerFencedException" in (summary["error"], summary["cause"]), summary
+    assert ck_read_to_end(broker.bootstrap, "java-slow") == []
+    assert values(ck_read_to_end(broker.bootstrap, "java-slow", isolation=READ_UNCOMMITTED)) == [b"late-0", b"late-1"]
+
+
+def test_java_read_committed_skips_aborted_transactions_and_stops_at_an_open_one(broker):
+    def transaction(transactional_id: str, prefix: str, count: int) -> Producer:
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": transactional_id})
+        producer.init_transactions(15)
+        producer.begin_transaction()
+        for i in range(count):
+            producer.produce("java-rc", f"{prefix}{i}".encode(), partition=0)
+        assert producer.flush(15) == 0
+        return producer
+
+    transaction("rc-committed", "c", 3).commit_transaction(15)  # offsets 0-2, marker 3
+    transaction("rc-aborted", "a", 2).abort_transaction(15)  # 4-5, marker 6
+    transaction("rc-committed", "d", 1).commit_transaction(15)  # 7, marker 8
+    still_open = transaction("rc-open", "o", 2)  # 9-10, no marker yet: the last stable offset is 9
+    transaction("rc-later", "l", 1).commit_transaction(15)  # 11, marker 12: committed, but after the open one
+
+    read_committed = {"isolation.level": READ_COMMITTED}
+    records, ends = java_read_to_end(broker.bootstrap, "java-rc", extra_props=read_committed)
+    assert [r.value for r in records] == ["c0", "c1", "c2", "d0"]
+    assert ends == {0: 9}
+    records, ends = java_read_to_end(broker.bootstrap, "java-rc", extra_props={"isolation.level": READ_UNCOMMITTED})
+    assert [r.value for r in records] == ["c0", "c1", "c2", "a0", "a1", "d0", "o0", "o1", "l0"]  # the control
+    assert ends == {0: 13}
+
+    still_open.commit_transaction(15)
+    records, ends = java_read_to_end(broker.bootstrap, "java-rc", extra_props=read_committed)
+    assert [r.value for r in records] == ["c0", "c1", "c2", "d0", "o0", "o1", "l0"]
+    assert ends == {0: 14}

@@ -1,5 +1,6 @@
 """Helpers for transaction tests: reading a topic to its end as a read_committed or read_uncommitted consumer,
 and the raw transactional requests a test sends when it must control every field."""
+import copy
 import time
 from dataclasses import dataclass, field
 
@@ -45,6 +46,15 @@ def values(records: list[tuple[int, int, bytes]]) -> list[bytes]:
     return [value for _, _, value in records]
 
 
+def init_transactional_id(kafka: RawKafka, transactional_id: str, timeout_ms: int = 60_000, producer_id: int = -1,
+                          producer_epoch: int = -1) -> tuple[int, int, int]:
+    """InitProducerId v4 for a transactional id: (error code, producer id, epoch) as answered."""
+    answer = kafka.call(InitProducerIdRequest[4](transactional_id=transactional_id, transaction_timeout_ms=timeout_ms,
+                                                 producer_id=producer_id, producer_epoch=producer_epoch),
+                        InitProducerIdResponse, 4)
+    return answer.error_code, answer.producer_id, answer.producer_epoch
+
+
 class RawTxnProducer:
     """A transactional producer speaking the protocol itself, for the requests clients never send on their own
     (a batch arriving after its transaction ended, a partition never added)."""
@@ -52,11 +62,14 @@ class RawTxnProducer:
     def __init__(self, kafka: RawKafka, transactional_id: str, timeout_ms: int = 60_000) -> None:
         self.kafka = kafka
         self.transactional_id = transactional_id
-        answer = kafka.call(InitProducerIdRequest[4](transactional_id=transactional_id,
-                                                     transaction_timeout_ms=timeout_ms, producer_id=-1,
-                                                     producer_epoch=-1), InitProducerIdResponse, 4)
-        assert answer.error_code == 0, answer
-        self.producer_id, self.epoch = answer.producer_id, answer.producer_epoch
+        error, self.producer_id, self.epoch = init_transactional_id(kafka, transactional_id, timeout_ms)
+        assert error == ErrorCode.NONE, (transactional_id, error)
+
+    def over(self, kafka: RawKafka) -> "RawTxnProducer":
+        """The same producer (id and epoch) on another connection, for a request sent while one is in flight."""
+        twin = copy.copy(self)
+        twin.kafka = kafka
+        return twin
 
     def add_partitions(self, topic: str, partitions: list[int], version: int = 3) -> dict[int, int]:
         request = AddPartitionsToTxnRequest[version](

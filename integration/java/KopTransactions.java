@@ -26,6 +26,10 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * producer with the same transactional.id fences the first, whose next commit must fail with
  * ProducerFencedException. Summary: committed, aborted, fenced.
  *
+ * --mode timeout: a transaction of --count records "late-{i}" left open (past --transaction-timeout-ms) until a read_committed consumer sees the last stable offset pass them (the coordinator aborted
+ * it), then committed. Summary: error (the commit's exception class, or null if it committed), cause (its cause's
+ * class, or null).
+ *
  * --mode copy: the consume-transform-produce loop. A read_committed consumer in --group reads --input from the
  * group's committed offset; every --batch records are written to --output as "out-{value}" in one transaction with
  * the consumed offsets (sendOffsetsToTransaction), until --count records are copied or --deadline-s passes. A
@@ -38,6 +42,8 @@ public final class KopTransactions {
         String mode = args.required("mode");
         if (mode.equals("commit-abort")) {
             commitAbort(args);
+        } else if (mode.equals("timeout")) {
+            timeout(args);
         } else if (mode.equals("copy")) {
             copy(args);
         } else {
@@ -50,6 +56,9 @@ public final class KopTransactions {
         props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
         props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
         props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId);
+        if (args.has("transaction-timeout-ms")) {
+            props.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, args.required("transaction-timeout-ms"));
+        }
         KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props);
         producer.initTransactions();
         return producer;
@@ -88,6 +97,48 @@ public final class KopTransactions {
         }
         Json.object().put("type", "summary").put("committed", count).put("aborted", count).put("fenced", fenced)
             .emit();
+    }
+
+    private static void timeout(HarnessArgs args) throws InterruptedException {
+        String topic = args.required("topic");
+        int count = args.intValue("count", 2);
+        String error = null;
+        String cause = null;
+        try (KafkaProducer<byte[], byte[]> producer = producer(args, args.required("transactional-id"))) {
+            producer.beginTransaction();
+            for (int i = 0; i < count; i++) {
+                producer.send(new ProducerRecord<>(topic, 0, null, bytes("late-" + i)));
+            }
+            producer.flush();
+            // The records, then the coordinator's ABORT marker: the last stable offset passes both.
+            waitForLastStableOffset(args, new TopicPartition(topic, 0), count + 1);
+            try {
+                producer.commitTransaction();
+            } catch (org.apache.kafka.common.KafkaException failed) {
+                error = failed.getClass().getSimpleName();
+                cause = failed.getCause() == null ? null : failed.getCause().getClass().getSimpleName();
+            }
+        }
+        Json.object().put("type", "summary").put("error", error).put("cause", cause).emit();
+    }
+
+    private static void waitForLastStableOffset(HarnessArgs args, TopicPartition partition, long expected)
+            throws InterruptedException {
+        Properties props = args.clientProperties();
+        props.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+        props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        props.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        long deadline = System.currentTimeMillis() + 1000L * args.intValue("deadline-s", 30);
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
+            List<TopicPartition> partitions = Collections.singletonList(partition);
+            while (consumer.endOffsets(partitions).get(partition) < expected) {
+                if (System.currentTimeMillis() > deadline) {
+                    throw new IllegalStateException("the last stable offset of " + partition + " never reached "
+                        + expected);
+                }
+                Thread.sleep(50);
+            }
+        }
     }
 
     private static void copy(HarnessArgs args) {
