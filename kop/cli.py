@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from kop.admin.cli import add_admin_parser, run_admin
 from kop.config import BrokerConfig, parse_setting
 from kop.config_file import read_properties, unknown_key_warnings
-from kop.listeners import split_host_port
+from kop.security.listeners import split_host_port
 from kop.logs import LOG_FORMATS, configure_logging
 from kop.perf.options import add_perf_parser
 from kop.spark.cli import add_pipeline_parser, run_pipeline

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from kop.config_checks import INT32_MAX, INT64_MAX, WILDCARD_HOSTS, HostName, Matches, Range
+from kop.security.listeners import ListenerSpec, parse_protocol_map, resolve_listeners
 
 Check = Callable[[Any], None]
 PORT = Range(0, 65535)
@@ -35,6 +36,32 @@ class BrokerConfig:
                                        "empty: the host listened on.")
     advertised_port: int = setting(0, PORT, doc="Port clients are told to connect to, e.g. a proxy's; 0: the port "
                                                 "listened on.")
+    listeners: str = setting("", None, doc="More listeners (Kafka's `listeners` list, `NAME://HOST:PORT,...`); the "
+                                           "first one is `host`:`port`. Empty: one PLAINTEXT listener.")
+    advertised_listeners: str = setting("", None, doc="What clients are told per listener name (Kafka's "
+                                                      "`advertised.listeners`).")
+    listener_security_protocol_map: str = setting(
+        "", parse_protocol_map, doc="`NAME:PROTOCOL,...`: the security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) of each "
+                      "listener name that is not a protocol's own name.")
+    # TLS (SSL and SASL_SSL listeners): Kafka's keys, PEM files
+    ssl_keystore_location: str = setting("", None, doc="PEM file with the broker's certificate chain and private key.")
+    ssl_key_password: str = setting("", None, doc="Password of the private key, if it is encrypted.")
+    ssl_truststore_location: str = setting("", None, doc="PEM file of the CA certificates that client certificates "
+                                                         "are checked against.")
+    ssl_client_auth: str = setting("none", Matches("none|requested|required", "none, requested or required"),
+                                   doc="Client certificates (mTLS): required, requested (checked when sent) or none. "
+                                       "A client with a certificate is the principal `User:` + its subject.")
+    ssl_handshake_timeout_ms: int = setting(10_000, MILLIS, doc="Close a connection whose TLS handshake takes longer.")
+    # SASL (SASL_PLAINTEXT and SASL_SSL listeners)
+    sasl_enabled_mechanisms: str = setting("PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+                                           Matches(r"((PLAIN|SCRAM-SHA-256|SCRAM-SHA-512),?)+",
+                                                   "a list of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
+                                           doc="The SASL mechanisms clients may use.")
+    connections_max_reauth_ms: int = setting(0, Range(0, INT64_MAX),
+                                             doc="A SASL session lasts this long; the client must authenticate again "
+                                                 "before it ends (KIP-368). 0: sessions do not expire.")
+    sasl_server_max_receive_size: int = setting(524288, SIZE, doc="The largest request accepted before a client "
+                                                                  "has authenticated.")
     node_id: int = setting(1, Range(0), "node.id", "broker.id", doc="The broker id clients see in Metadata.")
     cluster_id: str = setting("kop-standalone", NAME, doc="The cluster id answered in Metadata and DescribeCluster.")
     cluster_name: str = setting("standalone", NAME, "clusterName",
@@ -165,10 +192,26 @@ RULES: tuple[tuple[Callable[[BrokerConfig], bool], Callable[[BrokerConfig], str]
     (lambda c: c.group_min_session_timeout_ms <= c.group_max_session_timeout_ms,
      lambda c: f"group.min.session.timeout.ms ({c.group_min_session_timeout_ms}) exceeds "
                f"group.max.session.timeout.ms ({c.group_max_session_timeout_ms})"),
+    (lambda c: listener_problem(c) is None, lambda c: str(listener_problem(c))),
     (lambda c: c.host not in WILDCARD_HOSTS or c.advertised_host != "",
      lambda c: f"listening on every interface ({c.host}) needs an advertised host clients can connect to: set "
                f"--advertised-host or advertised.listeners"),
 )
+
+def listener_specs(config: BrokerConfig) -> list[ListenerSpec]:
+    return resolve_listeners(config.listeners, config.advertised_listeners, config.listener_security_protocol_map,
+                             config.host, config.port, config.advertised_host, config.advertised_port)
+
+
+def listener_problem(config: BrokerConfig) -> str | None:
+    try:
+        specs = listener_specs(config)
+    except ValueError as exc:
+        return f"listeners: {exc}"
+    if any(spec.tls for spec in specs) and not config.ssl_keystore_location:
+        return "an SSL or SASL_SSL listener needs ssl.keystore.location (a PEM certificate chain and key)"
+    return None
+
 
 FIELDS = {f.name: f for f in fields(BrokerConfig)}
 

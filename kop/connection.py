@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from kop.admin.metrics import RequestSeries
 from kop.byte_budget import ByteBudget
 from kop.handlers.context import BrokerServices, RequestContext
+from kop.security.listeners import ListenerSpec
 from protocol.api import (ProtocolError, UnsupportedVersion, decode_body, encode_response, parse_header,
                           response_class)
 from protocol.errors import ErrorCode
@@ -40,9 +41,10 @@ class SlowRequest(Exception):
 
 
 class Connection:
-    def __init__(self, broker: "Broker", reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, broker: "Broker", listener: ListenerSpec, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> None:
         self.broker = broker
-        self._services = BrokerServices.of(broker)  # all a handler gets of the broker
+        self._services = BrokerServices.of(broker, listener)  # all a handler gets of the broker
         self.reader = reader
         self.writer = writer
         self.id = next(_ids)

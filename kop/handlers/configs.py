@@ -25,7 +25,7 @@ def _broker_configs(ctx: RequestContext) -> dict[str, tuple[str, int, int]]:
     """(value, type, source): STATIC_BROKER_CONFIG where the properties file or command line set the value,
     DEFAULT_CONFIG where it is the broker's default, as Kafka reports them."""
     config, defaults = ctx.config, BrokerConfig()
-    listener = f"PLAINTEXT://{ctx.endpoint.host}:{ctx.endpoint.port}"
+    listener = f"{ctx.endpoint.listener}://{ctx.endpoint.host}:{ctx.endpoint.port}"
     entries = [  # (Kafka's name, value, type, BrokerConfig fields it comes from)
         ("broker.id", str(config.node_id), INT, ("node_id",)),
         ("advertised.listeners", listener, STRING, ("advertised_host", "advertised_port")),

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from kop.config import BrokerConfig
     from kop.groups import GroupCoordinator
     from kop.producer_ids import ProducerIdAllocator
+    from kop.security.listeners import ListenerSpec
     from kop.topics import TopicManager
     from kop.transactions.coordinator import TransactionCoordinator
 
@@ -24,6 +25,7 @@ class Endpoint:
     node_id: int
     host: str
     port: int
+    listener: str  # the listener's name: clients are told the address of the listener they came in by
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,11 +42,12 @@ class BrokerServices:
     metrics: "BrokerMetrics"
 
     @classmethod
-    def of(cls, broker: "Broker") -> "BrokerServices":
+    def of(cls, broker: "Broker", listener: "ListenerSpec") -> "BrokerServices":
         config = broker.config
         assert broker.producer_ids is not None and broker.transactions is not None, \
             "the broker serves requests only once started"
-        return cls(config, Endpoint(config.node_id, config.advertised, broker.advertised_port), broker.topics,
+        endpoint = Endpoint(config.node_id, listener.advertised_host, broker.advertised_port(listener), listener.name)
+        return cls(config, endpoint, broker.topics,
                    broker.groups, broker.producer_ids, broker.transactions, broker.api_router.versions,
                    broker.metrics)
 
