@@ -20,6 +20,7 @@ from kop.policies import PolicyBook
 from kop.producer_ids import ProducerIdAllocator
 from kop.security.listeners import ListenerSpec
 from kop.security.tls import TlsSettings, server_context
+from kop.security.users import UserStore
 from kop.startup import StartupError, bind_failure, reading
 from kop.topics import TopicManager, deletes_by_retention
 from kop.transactions.coordinator import TransactionCoordinator
@@ -41,6 +42,7 @@ class Broker:
         self.topics = TopicManager(config, self.policies, self.metrics.observe_flush)
         self.groups = GroupCoordinator(config, self.topics)
         self.api_router = handlers.build_api_router()
+        self.users = UserStore(config.data_dir, durable=config.fsync)
         self.producer_ids: ProducerIdAllocator | None = None
         self.transactions: TransactionCoordinator | None = None
         self.listeners = listener_specs(config)
@@ -138,6 +140,8 @@ class Broker:
             self.producer_ids = ProducerIdAllocator(producer_ids, durable=self.config.fsync)
         with reading(self.policies.path):
             self.policies.load()
+        with reading(self.users.path):
+            self.users.load()
         if self._admin is not None:  # its probes answer while the topics load; the rest waits for them
             await _listen(self._admin.start(), self.config.host, self.admin_port, "the admin API")
         await self.topics.load_all()

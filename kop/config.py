@@ -41,8 +41,9 @@ class BrokerConfig:
     advertised_listeners: str = setting("", None, doc="What clients are told per listener name (Kafka's "
                                                       "`advertised.listeners`).")
     listener_security_protocol_map: str = setting(
-        "", parse_protocol_map, doc="`NAME:PROTOCOL,...`: the security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) of each "
-                      "listener name that is not a protocol's own name.")
+        "", parse_protocol_map,
+        doc="`NAME:PROTOCOL,...`: the security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) of each listener "
+            "name that is not a protocol's own name.")
     # TLS (SSL and SASL_SSL listeners): Kafka's keys, PEM files
     ssl_keystore_location: str = setting("", None, doc="PEM file with the broker's certificate chain and private key.")
     ssl_key_password: str = setting("", None, doc="Password of the private key, if it is encrypted.")
@@ -60,8 +61,13 @@ class BrokerConfig:
     connections_max_reauth_ms: int = setting(0, Range(0, INT64_MAX),
                                              doc="A SASL session lasts this long; the client must authenticate again "
                                                  "before it ends (KIP-368). 0: sessions do not expire.")
+    connection_failed_authentication_delay_ms: int = setting(
+        100, Range(0, INT32_MAX), doc="After a failed authentication is answered, wait this long before closing the "
+                                      "connection.")
     sasl_server_max_receive_size: int = setting(524288, SIZE, doc="The largest request accepted before a client "
                                                                   "has authenticated.")
+    super_users: str = setting("", None, doc="Principals allowed everything, `User:NAME;User:OTHER` (a client "
+                                             "certificate's principal is `User:` + its subject).")
     node_id: int = setting(1, Range(0), "node.id", "broker.id", doc="The broker id clients see in Metadata.")
     cluster_id: str = setting("kop-standalone", NAME, doc="The cluster id answered in Metadata and DescribeCluster.")
     cluster_name: str = setting("standalone", NAME, "clusterName",

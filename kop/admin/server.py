@@ -9,6 +9,7 @@ from kop.admin.policy_routes import PolicyRoutes
 from kop.admin.probe_routes import PROBE_PATHS, ProbeRoutes
 from kop.admin.router import AdminRouter
 from kop.admin.topic_routes import TopicRoutes
+from kop.admin.user_routes import UserRoutes
 
 if TYPE_CHECKING:
     from kop.broker import Broker
@@ -18,7 +19,8 @@ log = logging.getLogger(__name__)
 
 def build_admin_router(broker: "Broker") -> AdminRouter:
     router = AdminRouter()
-    for routes in (ProbeRoutes(broker), PolicyRoutes(broker), TopicRoutes(broker), FailpointRoutes(broker)):
+    for routes in (ProbeRoutes(broker), PolicyRoutes(broker), TopicRoutes(broker), UserRoutes(broker),
+                   FailpointRoutes(broker)):
         routes.register(router)
     return router
 

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from kop.groups import GroupCoordinator
     from kop.producer_ids import ProducerIdAllocator
     from kop.security.listeners import ListenerSpec
+    from kop.security.session import Session
+    from kop.security.users import UserStore
     from kop.topics import TopicManager
     from kop.transactions.coordinator import TransactionCoordinator
 
@@ -40,6 +42,7 @@ class BrokerServices:
     transactions: "TransactionCoordinator"
     api_versions: Mapping[int, tuple[int, int]]  # api key -> (min, max) version served
     metrics: "BrokerMetrics"
+    users: "UserStore"
 
     @classmethod
     def of(cls, broker: "Broker", listener: "ListenerSpec") -> "BrokerServices":
@@ -49,7 +52,7 @@ class BrokerServices:
         endpoint = Endpoint(config.node_id, listener.advertised_host, broker.advertised_port(listener), listener.name)
         return cls(config, endpoint, broker.topics,
                    broker.groups, broker.producer_ids, broker.transactions, broker.api_router.versions,
-                   broker.metrics)
+                   broker.metrics, broker.users)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,19 @@ class RequestContext:
     connection_id: int
     # `extra=` for a log line about this request: who sent it (the client id and the client's address)
     log_fields: Mapping[str, str]
+    session: "Session"  # the connection's security state: its principal, an authentication under way
+
+    @property
+    def principal(self) -> str:
+        return self.session.principal
+
+    @property
+    def session_is_super_user(self) -> bool:
+        return self.session.principal in self.config.super_users.split(";")
+
+    @property
+    def users(self) -> "UserStore":
+        return self.services.users
 
     @property
     def version(self) -> int:
