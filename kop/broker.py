@@ -18,6 +18,7 @@ from kop.data_dir import DataDirLock
 from kop.groups import GroupCoordinator
 from kop.policies import PolicyBook
 from kop.producer_ids import ProducerIdAllocator
+from kop.security.acls import Authorizer
 from kop.security.listeners import ListenerSpec
 from kop.security.tls import TlsSettings, server_context
 from kop.security.users import UserStore
@@ -43,6 +44,8 @@ class Broker:
         self.groups = GroupCoordinator(config, self.topics)
         self.api_router = handlers.build_api_router()
         self.users = UserStore(config.data_dir, durable=config.fsync)
+        self.authorizer = Authorizer(config.data_dir, config.super_users, config.allow_everyone_if_no_acl_found,
+                                     config.authorizer_enabled, durable=config.fsync)
         self.producer_ids: ProducerIdAllocator | None = None
         self.transactions: TransactionCoordinator | None = None
         self.listeners = listener_specs(config)
@@ -142,6 +145,8 @@ class Broker:
             self.policies.load()
         with reading(self.users.path):
             self.users.load()
+        with reading(self.authorizer.path):
+            self.authorizer.load()
         if self._admin is not None:  # its probes answer while the topics load; the rest waits for them
             await _listen(self._admin.start(), self.config.host, self.admin_port, "the admin API")
         await self.topics.load_all()

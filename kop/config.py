@@ -68,6 +68,10 @@ class BrokerConfig:
                                                                   "has authenticated.")
     super_users: str = setting("", None, doc="Principals allowed everything, `User:NAME;User:OTHER` (a client "
                                              "certificate's principal is `User:` + its subject).")
+    authorizer_enabled: bool = setting(False, None, doc="Enforce ACLs on every request. Off: every client may do "
+                                                        "everything, and the ACL requests answer SECURITY_DISABLED.")
+    allow_everyone_if_no_acl_found: bool = setting(False, None, doc="With the authorizer on, allow what no ACL "
+                                                                    "names at all (Kafka's key).")
     node_id: int = setting(1, Range(0), "node.id", "broker.id", doc="The broker id clients see in Metadata.")
     cluster_id: str = setting("kop-standalone", NAME, doc="The cluster id answered in Metadata and DescribeCluster.")
     cluster_name: str = setting("standalone", NAME, "clusterName",

@@ -11,6 +11,7 @@ from kafka.protocol.admin import (AlterConfigsRequest, AlterConfigsResponse, Des
 
 from kop.config import BrokerConfig
 from kop.handlers.context import RequestContext
+from kop.security.acls import Operation, ResourceType
 from kop.topics import TOPIC_CONFIG_DEFAULTS, Topic, TopicError
 from protocol.errors import ErrorCode
 
@@ -84,6 +85,19 @@ def _topic_configs(config: BrokerConfig, topic: Topic) -> dict[str, tuple[str, i
     return out
 
 
+def _authorized(ctx: RequestContext, operation: Operation, resource_type: int, name: str) -> bool:
+    """Topics are authorized by name, the broker as the cluster."""
+    if resource_type == TOPIC:
+        return ctx.authorized(operation, ResourceType.TOPIC, name)
+    return ctx.authorized_on_cluster(operation)
+
+
+def _refusal(resource_type: int) -> tuple[ErrorCode, str]:
+    if resource_type == TOPIC:
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized for this topic's configs"
+    return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "not authorized for the broker's configs"
+
+
 async def describe_configs(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     cls = DescribeConfigsResponse[ctx.version]
     entry_cls = cls.DescribeConfigsResult.DescribeConfigsResourceResult
@@ -92,6 +106,10 @@ async def describe_configs(ctx: RequestContext, request: DescribeConfigsRequest)
         result = cls.DescribeConfigsResult(error_code=ErrorCode.NONE, error_message=None,
                                            resource_type=res.resource_type, resource_name=res.resource_name,
                                            configs=[])
+        if not _authorized(ctx, Operation.DESCRIBE_CONFIGS, res.resource_type, res.resource_name):
+            result.error_code, result.error_message = _refusal(res.resource_type)
+            results.append(result)
+            continue
         if res.resource_type == TOPIC:
             topic = ctx.topics.get(res.resource_name)
             if topic is None:
@@ -166,6 +184,8 @@ async def _alter(ctx: RequestContext, request: AlterConfigsRequest | Incremental
         result = cls.AlterConfigsResourceResponse(error_code=ErrorCode.NONE, error_message=None,
                                                   resource_type=res.resource_type, resource_name=res.resource_name)
         try:
+            if not _authorized(ctx, Operation.ALTER_CONFIGS, res.resource_type, res.resource_name):
+                raise TopicError(*_refusal(res.resource_type))
             if res.resource_type == BROKER:
                 raise TopicError(ErrorCode.INVALID_REQUEST, "broker configs are static: set them in the properties "
                                                             "file and restart")

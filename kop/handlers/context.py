@@ -5,6 +5,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kop.security.acls import CLUSTER_NAME, Operation, ResourceType
 from protocol.api import RequestHeader
 
 if TYPE_CHECKING:
@@ -13,6 +14,7 @@ if TYPE_CHECKING:
     from kop.config import BrokerConfig
     from kop.groups import GroupCoordinator
     from kop.producer_ids import ProducerIdAllocator
+    from kop.security.acls import Authorizer
     from kop.security.listeners import ListenerSpec
     from kop.security.session import Session
     from kop.security.users import UserStore
@@ -43,6 +45,7 @@ class BrokerServices:
     api_versions: Mapping[int, tuple[int, int]]  # api key -> (min, max) version served
     metrics: "BrokerMetrics"
     users: "UserStore"
+    authorizer: "Authorizer"
 
     @classmethod
     def of(cls, broker: "Broker", listener: "ListenerSpec") -> "BrokerServices":
@@ -52,7 +55,7 @@ class BrokerServices:
         endpoint = Endpoint(config.node_id, listener.advertised_host, broker.advertised_port(listener), listener.name)
         return cls(config, endpoint, broker.topics,
                    broker.groups, broker.producer_ids, broker.transactions, broker.api_router.versions,
-                   broker.metrics, broker.users)
+                   broker.metrics, broker.users, broker.authorizer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +73,25 @@ class RequestContext:
         return self.session.principal
 
     @property
-    def session_is_super_user(self) -> bool:
-        return self.session.principal in self.config.super_users.split(";")
+    def authorizer(self) -> "Authorizer":
+        return self.services.authorizer
+
+    @property
+    def client_host(self) -> str:
+        return self.peer.rpartition(":")[0] or self.peer
+
+    def authorized(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        """May this request's principal do `operation` on the resource (always, without the authorizer)."""
+        return self.authorizer.authorize(self.session.principal, self.client_host, operation, resource_type, name)
+
+    def authorized_on_cluster(self, operation: Operation) -> bool:
+        return self.authorized(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def may_manage_users(self, operation: Operation) -> bool:
+        """Users are managed by principals with the operation on the cluster, or (no authorizer) by super users."""
+        if self.authorizer.enabled:
+            return self.authorized_on_cluster(operation)
+        return self.authorizer.is_super_user(self.session.principal)
 
     @property
     def users(self) -> "UserStore":

@@ -1,11 +1,13 @@
 """DescribeUserScramCredentials (key 50) and AlterUserScramCredentials (key 51), v0 only, flexible. Version notes:
 an upsertion carries the salt, the iteration count and the salted password the client computed (never the
 password); a deletion names the user and mechanism. Results are per user; a user named twice in one request gets
-DUPLICATE_RESOURCE for all its entries, as Kafka answers. Both need a super user (super.users)."""
+DUPLICATE_RESOURCE for all its entries, as Kafka answers. Describing needs DESCRIBE on the cluster, altering ALTER;
+without the authorizer, a super user (super.users)."""
 from kafka.protocol.admin.users import (AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse,
                                         DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse)
 
 from kop.handlers.context import RequestContext
+from kop.security.acls import Operation
 from kop.security.users import MECHANISM_IDS, CredentialError, ScramCredential, check_credential
 from protocol.errors import ErrorCode
 
@@ -15,9 +17,10 @@ MECHANISM_NAMES = {number: name for name, number in MECHANISM_IDS.items()}
 async def describe(ctx: RequestContext, request: DescribeUserScramCredentialsRequest):
     cls = DescribeUserScramCredentialsResponse[ctx.version]
     Result = cls.DescribeUserScramCredentialsResult
-    if not ctx.session_is_super_user:
+    if not ctx.may_manage_users(Operation.DESCRIBE):
         return cls(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                   error_message="describing SCRAM credentials needs a super user", results=[])
+                   error_message="describing SCRAM credentials needs DESCRIBE on the cluster (a super user "
+                                 "without the authorizer)", results=[])
     stored = ctx.users.users()
     wanted = [user.name for user in request.users] if request.users else list(stored)
     results = []
@@ -39,10 +42,11 @@ async def alter(ctx: RequestContext, request: AlterUserScramCredentialsRequest):
     cls = AlterUserScramCredentialsResponse[ctx.version]
     Result = cls.AlterUserScramCredentialsResult
     names = [d.name for d in request.deletions] + [u.name for u in request.upsertions]
-    if not ctx.session_is_super_user:
+    if not ctx.may_manage_users(Operation.ALTER):
         return cls(throttle_time_ms=0, results=[
             Result(user=name, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                   error_message="altering SCRAM credentials needs a super user") for name in dict.fromkeys(names)])
+                   error_message="altering SCRAM credentials needs ALTER on the cluster (a super user without the "
+                                 "authorizer)") for name in dict.fromkeys(names)])
     errors: dict[str, tuple[ErrorCode, str]] = {}
     for name in names:
         if names.count(name) > 1:
