@@ -128,7 +128,7 @@ class Broker:
             await admin.bind()
         except OSError as exc:
             if not (self._admin_port_may_be_taken and exc.errno == errno.EADDRINUSE):
-                raise bind_failure(exc, self.config.host, self.config.admin_port, "the admin API") from None
+                raise bind_failure(exc, self.config.admin_host, self.config.admin_port, "the admin API") from None
             log.warning("admin port %d is in use; running without the admin API (set --admin-port)",
                         self.config.admin_port)
             return
@@ -148,7 +148,7 @@ class Broker:
         with reading(self.authorizer.path):
             self.authorizer.load()
         if self._admin is not None:  # its probes answer while the topics load; the rest waits for them
-            await _listen(self._admin.start(), self.config.host, self.admin_port, "the admin API")
+            await _listen(self._admin.start(), self.config.admin_host, self.admin_port, "the admin API")
         await self.topics.load_all()
         self.groups.start()  # needs the topics: groups are found from their partitions' cursors
         self.transactions = TransactionCoordinator(self.config, self.topics, self.groups, self.producer_ids)

@@ -84,6 +84,13 @@ class BrokerConfig:
     admin_port: int = setting(0, Range(-1, 65535), "webServicePort",
                               doc="Admin REST API port; 0: no admin API, -1: any free port. `kop standalone` "
                                   "uses 8080 when it is not set.")
+    admin_host: str = setting("127.0.0.1", HostName(), doc="Interface the admin REST API listens on.")
+    admin_authentication_enabled: bool = setting(
+        False, None, doc="The admin API (all but /health, /ready, /metrics) asks for HTTP Basic credentials of a kop "
+                         "user, or the admin token; reads need DESCRIBE on the cluster, changes ALTER (super users "
+                         "without the authorizer).")
+    admin_token: str = setting("", None, doc="A secret that authenticates admin API requests as "
+                                             "`Authorization: Bearer <token>`, with every right; empty: none.")
     admin_failpoints_enabled: bool = setting(False, None, "adminFailpointsEnabled",
                                              doc="Serve the fault-injection routes of the admin API (tests only).")
     # topics

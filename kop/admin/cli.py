@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from kop.admin.client import (DEFAULT_ADMIN_URL, AdminClient, AdminError, namespace_resource, namespace_topics,
-                              topic_resource)
+from kop.admin.client import (DEFAULT_ADMIN_URL, AdminClient, AdminError, basic_credentials, namespace_resource,
+                              namespace_topics, topic_resource)
 from kop.admin.user_routes import USERS
 from kop.security.users import DEFAULT_ITERATIONS
 
@@ -62,6 +62,9 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
     admin.add_argument("--admin-url", default=os.environ.get("KOP_ADMIN_URL", DEFAULT_ADMIN_URL),
                        help=f"the broker's admin API (default $KOP_ADMIN_URL or {DEFAULT_ADMIN_URL})")
     admin.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for an answer")
+    admin.add_argument("--user", default=os.environ.get("KOP_ADMIN_USER"),
+                       help="a kop user to authenticate as (default $KOP_ADMIN_USER); the password comes from "
+                            "$KOP_ADMIN_PASSWORD or is asked for. $KOP_ADMIN_TOKEN sends the admin token instead")
     groups = admin.add_subparsers(dest="admin_group", required=True, metavar="{namespaces,topics,users}")
     _add_policy_commands(groups.add_parser("namespaces", help="namespace policies", description="Namespace policies.",
                                            epilog=_examples("namespaces", EXAMPLE_NAMESPACE, "set-deduplication "
@@ -82,7 +85,7 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_admin(args: argparse.Namespace) -> int:
-    client = AdminClient(args.admin_url, timeout=args.timeout)
+    client = AdminClient(args.admin_url, timeout=args.timeout, authorization=_authorization(args))
     try:
         result = args.admin_action(client, args)
     except (AdminError, ValueError) as exc:
@@ -192,6 +195,14 @@ def _user_command(commands: argparse._SubParsersAction, name: str, help_: str, *
     epilog = f"example{'s' if len(examples) > 1 else ''}:{lines}"
     return commands.add_parser(name, help=help_, description=help_, epilog=epilog,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _authorization(args: argparse.Namespace) -> str | None:
+    if args.user:
+        password = os.environ.get("KOP_ADMIN_PASSWORD") or getpass.getpass(f"password of {args.user}: ")
+        return basic_credentials(args.user, password)
+    token = os.environ.get("KOP_ADMIN_TOKEN")
+    return f"Bearer {token}" if token else None
 
 
 def _password(args: argparse.Namespace) -> str:

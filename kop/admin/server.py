@@ -3,6 +3,7 @@ health, readiness and metrics probes."""
 import logging
 from typing import TYPE_CHECKING
 
+from kop.admin.auth import AdminAuth
 from kop.admin.failpoint_routes import FailpointRoutes
 from kop.admin.http import HttpError, HttpServer, Request, Response
 from kop.admin.policy_routes import PolicyRoutes
@@ -26,16 +27,19 @@ def build_admin_router(broker: "Broker") -> AdminRouter:
 
 
 class AdminServer:
-    """Serves on `config.admin_port` (-1: any free port) at `config.host`; `port` is the port bound."""
+    """Serves on `config.admin_port` (-1: any free port) at `config.admin_host`; `port` is the port bound."""
 
     def __init__(self, broker: "Broker") -> None:
         config = broker.config
         self._broker = broker
         self.router = build_admin_router(broker)
-        self._http = HttpServer(self._handle, config.host, max(config.admin_port, 0))
+        self._auth = AdminAuth(broker.users, broker.authorizer, config.admin_token,
+                               config.admin_authentication_enabled)
+        self._http = HttpServer(self._handle, config.admin_host, max(config.admin_port, 0))
 
     async def _handle(self, request: Request) -> Response:
         """Until the topics are loaded only the probes answer: anything else would see half the broker."""
+        self._auth.check(request, exempt=PROBE_PATHS)
         if not self._broker.loaded and request.path not in PROBE_PATHS:
             raise HttpError(503, "the broker is loading its topics; retry")
         return await self.router(request)
