@@ -159,3 +159,19 @@ def test_acl_requests_without_the_authorizer_answer_security_disabled(tmp_path):
         assert clients.kp_produce(plain.bootstrap("PLAINTEXT"), "open", [(None, b"x", [], 0)])  # anyone writes
     finally:
         plain.process.stop()
+
+
+def test_cluster_admin_apis_need_their_acls(broker):
+    """DescribeLogDirs needs DESCRIBE on the cluster: kafka-python shows a refusal as an empty list, so ask raw."""
+    from kafka.protocol.admin import DescribeLogDirsRequest, DescribeLogDirsResponse
+
+    from integration.test_security_sasl import call, sasl_socket, scram_login
+
+    def describe_log_dirs(user, password):
+        with sasl_socket(broker) as sock:
+            assert scram_login(sock, MECHANISM, user, password).error_code == 0
+            return call(sock, DescribeLogDirsRequest[4](topics=None), DescribeLogDirsResponse, 4, 7)
+    refused = describe_log_dirs(USER, PASSWORD)
+    assert refused.error_code == KafkaError.CLUSTER_AUTHORIZATION_FAILED and refused.results == []
+    answered = describe_log_dirs(ADMIN, ADMIN_PASSWORD)  # the control: a super user is answered
+    assert answered.error_code == 0 and len(answered.results) == 1

@@ -149,7 +149,11 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
 async def offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
     cls = OffsetDeleteResponse[ctx.version]
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
-    error, results = await ctx.groups.delete_offsets(request.group_id, wanted)
+    if not ctx.authorized(Operation.DELETE, ResourceType.GROUP, request.group_id):
+        return cls(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, throttle_time_ms=0, topics=[])
+    readable = {name for name, _ in wanted if ctx.authorized(Operation.READ, ResourceType.TOPIC, name)}
+    error, results = await ctx.groups.delete_offsets(request.group_id, [tp for tp in wanted if tp[0] in readable])
+    results.update({tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED for tp in wanted if tp[0] not in readable})
     Topic = cls.OffsetDeleteResponseTopic
     topics = [] if error != ErrorCode.NONE else [
         Topic(name=t.name, partitions=[Topic.OffsetDeleteResponsePartition(
