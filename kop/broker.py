@@ -20,6 +20,7 @@ from kop.policies import PolicyBook
 from kop.producer_ids import ProducerIdAllocator
 from kop.security.acls import Authorizer
 from kop.security.listeners import ListenerSpec
+from kop.security.quotas import QuotaBook, QuotaMeter
 from kop.security.tls import TlsSettings, server_context
 from kop.security.users import UserStore
 from kop.startup import StartupError, bind_failure, reading
@@ -44,6 +45,8 @@ class Broker:
         self.groups = GroupCoordinator(config, self.topics)
         self.api_router = handlers.build_api_router()
         self.users = UserStore(config.data_dir, durable=config.fsync)
+        self.quota_book = QuotaBook(config.data_dir, durable=config.fsync)
+        self.quota_meter = QuotaMeter(self.quota_book)
         self.authorizer = Authorizer(config.data_dir, config.super_users, config.allow_everyone_if_no_acl_found,
                                      config.authorizer_enabled, durable=config.fsync)
         self.producer_ids: ProducerIdAllocator | None = None
@@ -147,6 +150,8 @@ class Broker:
             self.users.load()
         with reading(self.authorizer.path):
             self.authorizer.load()
+        with reading(self.quota_book.path):
+            self.quota_book.load()
         if self._admin is not None:  # its probes answer while the topics load; the rest waits for them
             await _listen(self._admin.start(), self.config.admin_host, self.admin_port, "the admin API")
         await self.topics.load_all()

@@ -59,6 +59,7 @@ class Connection:
         self._bytes = ByteBudget(config.max_in_flight_bytes_per_connection)
         self._idle_timeout = config.connections_max_idle_ms / 1000
         self._read_timeout = config.socket_request_read_timeout_ms / 1000
+        self._quiet_until = 0.0  # time.monotonic(): a throttled client is not read before (KIP-219)
         self._paused_by: set[str] = set()  # the limits that have paused this connection, each logged once
         self._client_id: str | None = None  # of the last request, and the log fields naming it: kept, not rebuilt
         self.log_fields: dict[str, str] = {"client_id": "", "addr": self.peer}
@@ -89,6 +90,9 @@ class Connection:
     async def _read_requests(self) -> None:
         config = self.broker.config
         while True:
+            if self._quiet_until:
+                await asyncio.sleep(self._quiet_until - time.monotonic())
+                self._quiet_until = 0.0
             size = int.from_bytes(await self._read(4, self._idle_timeout), "big", signed=True)
             max_size, key = ((config.sasl_server_max_receive_size, "sasl.server.max.receive.size before "
                               "authentication") if self.session.receiving_limit_applies
@@ -183,14 +187,22 @@ class Connection:
             return None
         if inspect.isawaitable(result):
             return asyncio.ensure_future(self._encode_later(result, header.correlation_id, series, started))
+        self._throttled(result)
         series.answered(started, result)
         return _done(encode_response(result, header.correlation_id))
 
-    @staticmethod
-    async def _encode_later(awaitable, correlation_id: int, series: RequestSeries, started: float) -> bytes | None:
+    async def _encode_later(self, awaitable, correlation_id: int, series: RequestSeries,
+                            started: float) -> bytes | None:
         response = await awaitable
+        self._throttled(response)
         series.answered(started, response)
         return None if response is None else encode_response(response, correlation_id)
+
+    def _throttled(self, response) -> None:
+        """A response that tells the client to wait (a quota) also keeps the broker from reading it meanwhile."""
+        throttle_ms = getattr(response, "throttle_time_ms", 0)
+        if throttle_ms:
+            self._quiet_until = max(self._quiet_until, time.monotonic() + throttle_ms / 1000)
 
     def _raw_token(self, token: bytes) -> bytes:
         """A SASL token sent bare after SaslHandshake v0; the answer goes back bare too (size, then bytes). There is

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from kop.producer_ids import ProducerIdAllocator
     from kop.security.acls import Authorizer
     from kop.security.listeners import ListenerSpec
+    from kop.security.quotas import QuotaBook, QuotaMeter
     from kop.security.session import Session
     from kop.security.users import UserStore
     from kop.topics import TopicManager
@@ -46,6 +47,8 @@ class BrokerServices:
     metrics: "BrokerMetrics"
     users: "UserStore"
     authorizer: "Authorizer"
+    quota_book: "QuotaBook"
+    quota_meter: "QuotaMeter"
 
     @classmethod
     def of(cls, broker: "Broker", listener: "ListenerSpec") -> "BrokerServices":
@@ -55,7 +58,8 @@ class BrokerServices:
         endpoint = Endpoint(config.node_id, listener.advertised_host, broker.advertised_port(listener), listener.name)
         return cls(config, endpoint, broker.topics,
                    broker.groups, broker.producer_ids, broker.transactions, broker.api_router.versions,
-                   broker.metrics, broker.users, broker.authorizer)
+                   broker.metrics, broker.users, broker.authorizer,
+                   broker.quota_book, broker.quota_meter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,15 @@ class RequestContext:
     @property
     def principal(self) -> str:
         return self.session.principal
+
+    @property
+    def quota_book(self) -> "QuotaBook":
+        return self.services.quota_book
+
+    def throttle(self, key: str, size: int) -> int:
+        """throttle_time_ms this request earns by moving `size` bytes under quota `key` (user and client id)."""
+        return self.services.quota_meter.record(key, self.session.principal.partition(":")[2], self.client_id,
+                                                size)
 
     @property
     def authorizer(self) -> "Authorizer":

@@ -17,6 +17,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from kop.handlers.context import RequestContext
 from kop.security.acls import Operation, ResourceType
+from kop.security.quotas import FETCH_RATE
 from kop.ledger import Entry
 from kop.partition import PartitionLog
 from protocol.errors import ErrorCode
@@ -129,7 +130,8 @@ def _response(ctx: RequestContext, topics: list[Any], served: Served) -> FetchRe
     for partition, size in served:
         partition.bytes_out += size
     cls = FetchResponse[ctx.version]
-    return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics)
+    throttle_ms = ctx.throttle(FETCH_RATE, sum(size for _partition, size in served))
+    return cls(throttle_time_ms=throttle_ms, error_code=ErrorCode.NONE, session_id=0, responses=topics)
 
 
 async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaitable[FetchResponse]:

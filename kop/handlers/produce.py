@@ -15,6 +15,7 @@ from kafka.protocol.producer import ProduceRequest
 
 from kop.handlers.context import RequestContext
 from kop.security.acls import Operation, ResourceType
+from kop.security.quotas import PRODUCE_RATE
 from kop.partition import AppendResult, PartitionLog
 from kop.topics import TopicSettings
 from protocol.errors import ErrorCode
@@ -125,12 +126,14 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> Awaitable[Prod
                 future = _publish_one(ctx, partition, topic.settings, pdata.records, request.timeout_ms)
             per_partition.append((index, partition, future))
         results.append((name, per_partition))
+    throttle_ms = ctx.throttle(PRODUCE_RATE, sum(len(p.records or b"") for t in request.topic_data
+                                                  for p in t.partition_data))
     if acks == 0:
         return None
-    return _respond(ctx, results)
+    return _respond(ctx, results, throttle_ms)
 
 
-async def _respond(ctx: RequestContext, results: Outcomes) -> ProduceResponse:
+async def _respond(ctx: RequestContext, results: Outcomes, throttle_ms: int) -> ProduceResponse:
     topics = []
     for name, per_partition in results:
         partitions = []
@@ -141,7 +144,7 @@ async def _respond(ctx: RequestContext, results: Outcomes) -> ProduceResponse:
                 partition.log_start_offset if partition else -1, outcome.record_errors,
                 outcome.message if outcome.error else None))
         topics.append((name, partitions))
-    return ProduceResponse(ctx.version, topics)
+    return ProduceResponse(ctx.version, topics, throttle_ms)
 
 
 ROUTES = [(ProduceRequest.API_KEY, MIN_VERSION, MAX_VERSION, handle)]
