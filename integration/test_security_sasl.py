@@ -306,3 +306,39 @@ def test_an_expired_session_closes_the_connection_and_clients_reauthenticate(tmp
         assert delivered == [None] * 12 and not errors
     finally:
         broker.process.stop()
+
+
+def test_kafka_python_and_aiokafka_consume_in_groups_over_sasl_ssl(sasl):
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+    from kafka import KafkaConsumer
+    security = sasl.security("SASL_SSL", "SCRAM-SHA-512")
+    bootstrap = sasl.bootstrap("SASL_SSL")
+    clients.kp_produce(bootstrap, "sasl-groups", clients.sample_records(10), **security.kafka_python())
+    consumer = KafkaConsumer("sasl-groups", bootstrap_servers=bootstrap, group_id="kp-group",
+                             auto_offset_reset="earliest", consumer_timeout_ms=15000, **security.kafka_python())
+    seen = []
+    for message in consumer:
+        seen.append(message.offset)
+        if len(seen) == 10:
+            break
+    consumer.commit()
+    consumer.close()
+    assert seen == list(range(10))
+
+    async def aio_group() -> list[int]:
+        consumer = AIOKafkaConsumer("sasl-groups", bootstrap_servers=bootstrap, group_id="aio-group",
+                                    auto_offset_reset="earliest", **security.aiokafka())
+        await consumer.start()
+        try:
+            offsets = []
+            async with asyncio.timeout(30):
+                async for message in consumer:
+                    offsets.append(message.offset)
+                    if len(offsets) == 10:
+                        await consumer.commit()
+                        return offsets
+        finally:
+            await consumer.stop()
+    assert asyncio.run(aio_group()) == list(range(10))

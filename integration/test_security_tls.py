@@ -9,7 +9,7 @@ import pytest
 
 from integration import clients
 from integration.broker_process import BrokerProcess, free_port
-from integration.certificates import make_certificates
+from integration.certificates import CLIENT_SUBJECT, make_certificates
 from integration.java_client import java_available, java_consume_all, java_produce
 from integration.security_clients import ClientSecurity
 
@@ -132,3 +132,30 @@ def _read_until_closed(sock: socket.socket) -> bytes:
     while chunk := sock.recv(4096):
         data += chunk
     return data
+
+
+def test_the_certificate_subject_is_the_principal_acls_name(tmp_path, certificates):
+    from confluent_kafka import KafkaError, Producer
+    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic,
+                                       ResourcePatternType, ResourceType)
+    broker = tls_broker(tmp_path, certificates, client_auth="required",
+                        **{"authorizer.enabled": "true", "super.users": "User:ANONYMOUS"})  # the plaintext admin
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        grant = AclBinding(ResourceType.TOPIC, "alices", ResourcePatternType.LITERAL, f"User:{CLIENT_SUBJECT}", "*",
+                           AclOperation.WRITE, AclPermissionType.ALLOW)
+        for future in admin.create_acls([grant]).values():
+            future.result(10)
+        for future in admin.create_topics([NewTopic("alices", 1), NewTopic("not-alices", 1)]).values():
+            future.result(10)  # alice may write, not create
+        security = ClientSecurity("SSL", certificates, client_certificate=True)
+        reports = []
+        producer = Producer({"bootstrap.servers": f"127.0.0.1:{broker.tls_port}", **security.confluent(),
+                             "message.timeout.ms": 5000, "retries": 0})
+        for topic in ("alices", "not-alices"):
+            producer.produce(topic, b"x", on_delivery=lambda err, msg: reports.append((msg.topic(), err)))
+        producer.flush(10)
+        outcome = {topic: err.code() if err else None for topic, err in reports}
+        assert outcome == {"alices": None, "not-alices": KafkaError.TOPIC_AUTHORIZATION_FAILED}
+    finally:
+        broker.stop()
