@@ -25,6 +25,7 @@ from bench.stats import interleaved_order
 from integration.broker_process import BrokerProcess, free_port
 from integration.certificates import make_certificates
 from integration.security_clients import ClientSecurity
+from integration.test_bad_input import recv_exact
 
 USER, PASSWORD = "bench", "bench-password"
 
@@ -74,18 +75,8 @@ def frame(request, correlation_id: int) -> bytes:
 
 def call(sock, request, response_class, version, correlation_id):
     sock.sendall(frame(request, correlation_id))
-    size = int.from_bytes(_exactly(sock, 4), "big")
-    return response_class[version].decode(_exactly(sock, size), version=version, header=True)
-
-
-def _exactly(sock, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    return data
+    size = int.from_bytes(recv_exact(sock, 4), "big")
+    return response_class[version].decode(recv_exact(sock, size), version=version, header=True)
 
 
 def login(port: int, mechanism: str) -> None:

@@ -19,6 +19,7 @@ from bench.procstat import open_descriptors, rss_bytes
 from bench.report import Table
 from integration.broker_process import BrokerProcess, free_port
 from integration.certificates import make_certificates
+from integration.test_bad_input import recv_exact
 
 
 def log(message: str) -> None:
@@ -27,15 +28,7 @@ def log(message: str) -> None:
 
 def read_answer(sock: socket.socket) -> None:
     """One framed answer (TLS sockets take no recv flags, so read in a loop)."""
-    def exactly(n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("closed")
-            data += chunk
-        return data
-    exactly(int.from_bytes(exactly(4), "big"))
+    recv_exact(sock, int.from_bytes(recv_exact(sock, 4), "big"))
 
 
 def open_idle(port: int, count: int, tls: ssl.SSLContext | None) -> list[socket.socket]:
