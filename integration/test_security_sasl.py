@@ -342,3 +342,35 @@ def test_kafka_python_and_aiokafka_consume_in_groups_over_sasl_ssl(sasl):
         finally:
             await consumer.stop()
     assert asyncio.run(aio_group()) == list(range(10))
+
+
+def test_connections_from_one_address_are_capped(tmp_path):
+    broker = SaslBroker(str(tmp_path), **{"max.connections.per.ip": "3"})
+    broker.process.start()
+
+    def served_connection() -> socket.socket | None:
+        """A connection whose ApiVersions is answered, or None when the broker closes it."""
+        sock = sasl_socket(broker)
+        try:
+            sock.sendall(frame_of(ApiVersionsRequest[0]()))
+            read_frame(sock)
+            return sock
+        except (ConnectionError, OSError):
+            sock.close()
+            return None
+
+    def eventually_served() -> socket.socket:  # the broker may not have seen an earlier close yet
+        deadline = time.monotonic() + 10
+        while (sock := served_connection()) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sock is not None
+        return sock
+    try:
+        held = [eventually_served() for _ in range(3)]
+        assert served_connection() is None  # a fourth from the same address is closed
+        held.pop().close()
+        held.append(eventually_served())  # the control: below the cap again, served
+        for sock in held:
+            sock.close()
+    finally:
+        broker.process.stop()

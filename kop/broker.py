@@ -1,6 +1,7 @@
 """The broker: configuration, storage, the request router and the TCP listener, as one object that a test can start
 twice in one process."""
 import asyncio
+import collections
 import contextlib
 import errno
 import functools
@@ -55,6 +56,7 @@ class Broker:
         self._servers: list[tuple[ListenerSpec, asyncio.AbstractServer]] = []
         self.ports: dict[str, int] = {}  # listener name -> the port bound
         self._connections: set[asyncio.Task] = set()
+        self._per_address: collections.Counter[str] = collections.Counter()  # open connections per client address
         self.request_bytes = ByteBudget(config.queued_max_request_bytes)  # unanswered request bytes, all connections
         self._background: list[asyncio.Task] = []
         self.port = config.port
@@ -181,14 +183,25 @@ class Broker:
             log.warning("refusing a connection: %d open (max_connections)", len(self._connections))
             writer.close()
             return
+        peer = writer.get_extra_info("peername")
+        address = peer[0] if isinstance(peer, tuple) else str(peer)
+        if self._per_address[address] >= self.config.max_connections_per_ip:
+            log.info("refusing a connection from %s: %d open from there (max.connections.per.ip)", address,
+                     self._per_address[address])
+            writer.close()
+            return
         task = asyncio.current_task()
         self._connections.add(task)
+        self._per_address[address] += 1
         try:
             # stop() cancels every connection; asyncio would log each one as an error
             with contextlib.suppress(asyncio.CancelledError):
                 await Connection(self, listener, reader, writer).run()
         finally:
             self._connections.discard(task)
+            self._per_address[address] -= 1
+            if not self._per_address[address]:
+                del self._per_address[address]
 
     async def _retention_loop(self) -> None:
         interval = max(1.0, self.config.retention_check_interval_ms / 1000)

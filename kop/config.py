@@ -121,6 +121,8 @@ class BrokerConfig:
                                                   doc="Close a connection whose request body, once its size is read, "
                                                       "does not arrive in this time.")
     max_connections: int = setting(10000, SIZE, doc="Connections beyond this many are closed at once.")
+    max_connections_per_ip: int = setting(INT32_MAX, SIZE, doc="Connections from one address beyond this many are "
+                                                               "closed at once (Kafka's key).")
     # storage
     fsync: bool = setting(True, doc="Acknowledge a write only after an fsync covers it (group commit). Off: faster, "
                                     "and a machine crash can lose acknowledged records.")

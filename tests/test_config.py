@@ -174,7 +174,7 @@ FOREIGN_KEYS = """process.roles controller.quorum.voters inter.broker.listener.n
 num.network.threads num.io.threads socket.send.buffer.bytes socket.receive.buffer.bytes
 num.recovery.threads.per.data.dir offsets.topic.replication.factor transaction.state.log.replication.factor
 transaction.state.log.min.isr log.flush.interval.messages log.flush.interval.ms zookeeper.connect
-zookeeper.connection.timeout.ms max.connections.per.ip queued.max.requests default.replication.factor
+zookeeper.connection.timeout.ms queued.max.requests default.replication.factor
 min.insync.replicas offsets.retention.minutes log.cleanup.policy compression.type webServicePortTls
 brokerServicePort managedLedgerMaxEntriesPerLedger brokerDeleteInactiveTopicsEnabled metadataStoreUrl""".split()
 
