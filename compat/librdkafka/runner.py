@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 
 from compat.broker import KopBroker
@@ -81,12 +82,36 @@ def scenario_properties(tests_dir: Path, scenario: str) -> dict[str, str]:
     return properties
 
 
-def write_test_conf(path: Path, bootstrap: str) -> None:
+@dataclass(frozen=True)
+class SaslAccess:
+    """How the `sasl` pass's clients reach the broker: its SASL_PLAINTEXT listener as a SCRAM user (the tests'
+    own clients read it from test.conf; the kafka-topics.sh and kafka-acls.sh shims keep the plaintext one)."""
+
+    port: int
+    mechanism: str = "SCRAM-SHA-256"
+    user: str = "librdkafka-tests"
+    password: str = "librdkafka-tests-password"
+
+    def broker_properties(self) -> dict[str, str]:
+        # sessions short enough that 0142 sees its clients re-authenticate (it asks for a non-zero lifetime)
+        return {"listeners": f"PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:{self.port}",
+                "connections.max.reauth.ms": "10000"}
+
+    def create_user(self, data_dir: Path) -> None:
+        from kop.security.users import UserStore
+        data_dir.mkdir(parents=True, exist_ok=True)
+        UserStore(str(data_dir)).set_password(self.user, self.password)
+
+    def client_conf(self) -> dict[str, str]:
+        return {"bootstrap.servers": f"127.0.0.1:{self.port}", "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": self.mechanism, "sasl.username": self.user, "sasl.password": self.password}
+
+
+def write_test_conf(path: Path, bootstrap: str, sasl: SaslAccess | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        f"bootstrap.servers={bootstrap}\n"
-        f"test.timeout.multiplier={TIMEOUT_MULTIPLIER}\n"
-    )
+    conf = {"bootstrap.servers": bootstrap, "test.timeout.multiplier": str(TIMEOUT_MULTIPLIER),
+            **(sasl.client_conf() if sasl else {})}
+    path.write_text("".join(f"{key}={value}\n" for key, value in conf.items()))
 
 
 def parse_summary(output: str) -> dict[str, TestOutcome]:
@@ -150,10 +175,11 @@ def run_tests(
     idempotent: bool,
     scenario: str = "default",
     full: frozenset[str] = frozenset(),
+    sasl: SaslAccess | None = None,
 ) -> list[TestOutcome]:
     log_dir.mkdir(parents=True, exist_ok=True)
     conf_path = log_dir / f"test-{scenario}.conf"
-    write_test_conf(conf_path, broker.bootstrap)
+    write_test_conf(conf_path, broker.bootstrap, sasl)
     by_number: OrderedDict[str, list[CatalogTest]] = OrderedDict()
     for test in tests:
         by_number.setdefault(test.number, []).append(test)

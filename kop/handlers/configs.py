@@ -19,7 +19,7 @@ TOPIC, BROKER = 2, 4
 # Kafka's ConfigSource codes
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 # Kafka's ConfigType codes
-BOOLEAN, STRING, INT, LONG = 1, 2, 3, 5
+BOOLEAN, STRING, INT, LONG, LIST = 1, 2, 3, 5, 7
 
 
 def _broker_configs(ctx: RequestContext) -> dict[str, tuple[str, int, int]]:
@@ -38,6 +38,8 @@ def _broker_configs(ctx: RequestContext) -> dict[str, tuple[str, int, int]]:
         ("max.in.flight.bytes.per.connection", str(config.max_in_flight_bytes_per_connection), LONG,
          ("max_in_flight_bytes_per_connection",)),
         ("connections.max.idle.ms", str(config.connections_max_idle_ms), LONG, ("connections_max_idle_ms",)),
+        ("connections.max.reauth.ms", str(config.connections_max_reauth_ms), LONG, ("connections_max_reauth_ms",)),
+        ("sasl.enabled.mechanisms", config.sasl_enabled_mechanisms, LIST, ("sasl_enabled_mechanisms",)),
         ("socket.request.read.timeout.ms", str(config.socket_request_read_timeout_ms), LONG,
          ("socket_request_read_timeout_ms",)),
         ("log.retention.ms", str(config.retention_ms), LONG, ("retention_ms",)),
