@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 LISTEN ?= 127.0.0.1:9092
 DATA ?= ./data
 
-.PHONY: run test test-slow test-fast faketime soak bench proto compat compat-quick java kcat clean pipeline-demo
+.PHONY: run test test-slow test-fast fuzz faketime soak bench proto compat compat-quick java kcat clean pipeline-demo
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,12 @@ test-slow: $(VENV)/.test-installed java
 
 test-fast: $(VENV)/.test-installed
 	$(PY) -m pytest -q tests
+
+# The fuzzing properties of tests/test_fuzz.py (request decoder, record-batch validator, codecs) at length: make test
+# runs them with a few hundred examples each, this with FUZZ_EXAMPLES.
+FUZZ_EXAMPLES ?= 20000
+fuzz: $(VENV)/.test-installed
+	KOP_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py
 
 # The nemesis soak: idempotent producers and a consumer group through a seeded schedule of random faults (cuts,
 # kill -9, SIGSTOP, a full disk when a tmpfs can be mounted, policy flips). SOAK_SECONDS=600 by default; a failure

@@ -4,14 +4,15 @@
     0003_msgmaxsize         plain-only   # why it is plain-only
 
 Tags: `quick` (part of `--quick`), `plain-only` (left out of the idempotent `-P` pass), `full` (librdkafka:
-run without test-runner's -Q, which would skip all of the test's sub-tests).
+run without test-runner's -Q, which would skip all of the test's sub-tests), `sasl` (librdkafka: only in the pass
+whose clients authenticate on a SASL listener).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-KNOWN_TAGS = frozenset({"quick", "plain-only", "full"})
+KNOWN_TAGS = frozenset({"quick", "plain-only", "full", "sasl"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,12 +13,13 @@ import re
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from compat import completeness
 from compat.allowlist import AllowedTest, read_allowlist
-from compat.broker import KopBroker, export_commit, kop_revision
+from compat.broker import HOST, KopBroker, export_commit, kop_revision
 from compat.kafka_python import fetch as kp_fetch
 from compat.kafka_python import runner as kp_runner
 from compat.librdkafka import build as rdk_build
@@ -27,6 +28,7 @@ from compat.librdkafka.catalog import CatalogTest, read_catalog
 from compat.librdkafka.kafka_libs import ensure_kafka_libs
 from compat.paths import COMPAT_DIR, REPO_ROOT, build_cache_dir, run_logs_dir
 from compat.results import FAILED, SuiteResult, total_line, write_compatibility_md
+from compat.system import free_port
 
 RDK_ALLOW = COMPAT_DIR / "librdkafka" / "tests.allow"
 RDK_FINDINGS = COMPAT_DIR / "librdkafka" / "FINDINGS.md"
@@ -128,10 +130,17 @@ def run_librdkafka(args: argparse.Namespace, requested: list[str], command: str,
         idempotent = [by_name[entry.name] for entry in chosen if "plain-only" not in entry.tags]
 
     version = f"librdkafka {rdk_build.LIBRDKAFKA_VERSION} (node-rdkafka {rdk_build.NPM_VERSION})"
+    # Tests tagged `sasl` need their clients on a SASL listener: they run in a pass of their own.
+    sasl_names = {entry.name for entry in allow if "sasl" in entry.tags}
+    secured = [test for test in plain if test.name in sasl_names]
+    plain = [test for test in plain if test.name not in sasl_names]
+    idempotent = [test for test in idempotent if test.name not in sasl_names]
     passes = [] if args.idempotent_only else [("librdkafka", "librdkafka test suite", plain, False)]
     if not args.plain_only:
         passes.append(("librdkafka-idempotent", "librdkafka test suite, idempotent producer (-P)", idempotent, True))
     results = []
+    if secured and not args.idempotent_only:
+        results.append(_run_sasl_pass(tests_dir, secured, logs, version, command, len(broker_tests), full))
     for label, suite, tests, idem in passes:
         print(f"compat: {label}: {len(tests)} tests (test-runner "
               f"{' '.join(rdk_runner.runner_args(idempotent=idem, allow_sockem=False))})", flush=True)
@@ -145,6 +154,21 @@ def run_librdkafka(args: argparse.Namespace, requested: list[str], command: str,
                                                  scenario=scenario, full=full)
         results.append(SuiteResult(label, suite, version, command, tuple(outcomes), len(broker_tests)))
     return results
+
+
+def _run_sasl_pass(tests_dir: Path, tests: list[CatalogTest], logs: Path, version: str, command: str,
+                   total: int, full: frozenset[str]) -> SuiteResult:
+    label = "librdkafka-sasl"
+    access = rdk_runner.SaslAccess(free_port(HOST))
+    print(f"compat: {label}: {len(tests)} tests over SASL_PLAINTEXT ({access.mechanism})", flush=True)
+    data_dir = Path(tempfile.mkdtemp(prefix="kop-compat-data-"))
+    access.create_user(data_dir)
+    properties = {**rdk_runner.scenario_properties(tests_dir, "default"), **access.broker_properties()}
+    with KopBroker(log_path=logs / f"{label}-broker.log", properties=properties, data_dir=data_dir) as broker:
+        outcomes = rdk_runner.run_tests(tests_dir, tests, broker, logs / label, idempotent=False, sasl=access,
+                                        full=full)
+    return SuiteResult(label, "librdkafka test suite, clients on a SASL_PLAINTEXT listener (SCRAM-SHA-256)",
+                       version, command, tuple(outcomes), total)
 
 
 def _select_librdkafka(requested: list[str], broker_tests: list[CatalogTest]) -> list[CatalogTest]:

@@ -41,10 +41,10 @@ def kp_produce(bootstrap, topic, records, partition=0, **config):
         producer.close(timeout=10)
 
 
-def kp_consume_all(bootstrap, topic, expected, timeout=30.0):
+def kp_consume_all(bootstrap, topic, expected, timeout=30.0, **config):
     from kafka import KafkaConsumer, TopicPartition
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                             auto_offset_reset="earliest", consumer_timeout_ms=1000)
+                             auto_offset_reset="earliest", consumer_timeout_ms=1000, **config)
     try:
         parts = consumer.partitions_for_topic(topic) or {0}
         consumer.assign([TopicPartition(topic, p) for p in sorted(parts)])
@@ -78,10 +78,10 @@ def ck_produce(bootstrap, topic, records, partition=0, **config):
     return reports
 
 
-def ck_consume_all(bootstrap, topic, expected, partitions=(0,), timeout=30.0):
+def ck_consume_all(bootstrap, topic, expected, partitions=(0,), timeout=30.0, **config):
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kop-test-reader",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest", **config})
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         out = []
@@ -115,12 +115,12 @@ def aio_produce(bootstrap, topic, records, partition=0, **config):
     return asyncio.run(go())
 
 
-def aio_consume_all(bootstrap, topic, expected, partitions=(0,), timeout=30.0):
+def aio_consume_all(bootstrap, topic, expected, partitions=(0,), timeout=30.0, **config):
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     async def go():
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                                    auto_offset_reset="earliest")
+                                    auto_offset_reset="earliest", **config)
         await consumer.start()
         try:
             consumer.assign([TopicPartition(topic, p) for p in partitions])

@@ -1,8 +1,10 @@
 """The broker: configuration, storage, the request router and the TCP listener, as one object that a test can start
 twice in one process."""
 import asyncio
+import collections
 import contextlib
 import errno
+import functools
 import logging
 import os
 from collections.abc import Awaitable
@@ -11,7 +13,7 @@ from kop import clock, handlers
 from kop.admin.metrics import BrokerCollector, BrokerMetrics
 from kop.admin.server import AdminServer
 from kop.byte_budget import ByteBudget
-from kop.config import BrokerConfig
+from kop.config import BrokerConfig, listener_specs
 from kop.connection import Connection
 from kop.data_dir import DataDirLock
 from kop.groups import GroupCoordinator
@@ -19,7 +21,12 @@ from kop.policies import PolicyBook
 from kop.producer_ids import ProducerIdAllocator
 from kop.replication.clusters import ClusterRegistry
 from kop.replication.service import ReplicationService
-from kop.startup import bind_failure, reading
+from kop.security.acls import Authorizer
+from kop.security.listeners import ListenerSpec
+from kop.security.quotas import QuotaBook, QuotaMeter
+from kop.security.tls import TlsSettings, server_context
+from kop.security.users import UserStore
+from kop.startup import StartupError, bind_failure, reading
 from kop.topics import TopicManager, deletes_by_retention
 from kop.transactions.coordinator import TransactionCoordinator
 
@@ -42,10 +49,18 @@ class Broker:
         self.clusters = ClusterRegistry(config.data_dir, durable=config.fsync)
         self.replication = ReplicationService(config, self.topics, self.policies, self.clusters, self.groups)
         self.api_router = handlers.build_api_router()
+        self.users = UserStore(config.data_dir, durable=config.fsync)
+        self.quota_book = QuotaBook(config.data_dir, durable=config.fsync)
+        self.quota_meter = QuotaMeter(self.quota_book)
+        self.authorizer = Authorizer(config.data_dir, config.super_users, config.allow_everyone_if_no_acl_found,
+                                     config.authorizer_enabled, durable=config.fsync)
         self.producer_ids: ProducerIdAllocator | None = None
         self.transactions: TransactionCoordinator | None = None
-        self._server: asyncio.AbstractServer | None = None
+        self.listeners = listener_specs(config)
+        self._servers: list[tuple[ListenerSpec, asyncio.AbstractServer]] = []
+        self.ports: dict[str, int] = {}  # listener name -> the port bound
         self._connections: set[asyncio.Task] = set()
+        self._per_address: collections.Counter[str] = collections.Counter()  # open connections per client address
         self.request_bytes = ByteBudget(config.queued_max_request_bytes)  # unanswered request bytes, all connections
         self._background: list[asyncio.Task] = []
         self.port = config.port
@@ -74,9 +89,8 @@ class Broker:
             more = f" and {len(recovering) - MAX_NAMED} more" if len(recovering) > MAX_NAMED else ""
             reasons.append(f"deduplication state not recovered: {shown}{more}")
         return reasons
-    @property
-    def advertised_port(self) -> int:
-        return self.config.advertised_port or self.port
+    def advertised_port(self, listener: ListenerSpec) -> int:
+        return listener.advertised_port or self.ports[listener.name]
 
     async def bind(self) -> None:
         """Claim the data directory and the ports before anything is read, so a second broker on the directory or a
@@ -84,12 +98,10 @@ class Broker:
         until `start` has loaded the topics: clients are refused, never served half-loaded state."""
         self._lock = DataDirLock.acquire(self.config.data_dir)
         try:
-            try:
-                self._server = await asyncio.start_server(self._on_client, self.config.host, self.config.port,
-                                                          backlog=1024, limit=1 << 20, start_serving=False)
-            except OSError as exc:
-                raise bind_failure(exc, self.config.host, self.config.port, "Kafka clients") from None
-            self.port = self._server.sockets[0].getsockname()[1]
+            tls = self._tls_context() if any(listener.tls for listener in self.listeners) else None
+            for listener in self.listeners:
+                await self._bind_listener(listener, tls if listener.tls else None)
+            self.port = self.ports[self.listeners[0].name]
             if self.config.admin_port != 0:
                 await self._bind_admin()
         except BaseException:
@@ -97,13 +109,35 @@ class Broker:
             self._release_data_dir()
             raise
 
+    def _tls_context(self):
+        config = self.config
+        try:
+            return server_context(TlsSettings(config.ssl_keystore_location, config.ssl_key_password,
+                                              config.ssl_truststore_location, config.ssl_client_auth))
+        except ValueError as exc:
+            raise StartupError(f"cannot serve TLS: {exc}") from None
+
+    async def _bind_listener(self, listener: ListenerSpec, tls) -> None:
+        tls_options = {"ssl": tls, "ssl_handshake_timeout": self.config.ssl_handshake_timeout_ms / 1000} if tls else {}
+        try:
+            server = await asyncio.start_server(functools.partial(self._on_client, listener), listener.host,
+                                                listener.port, backlog=1024, limit=1 << 20, start_serving=False,
+                                                **tls_options)
+        except OSError as exc:
+            raise bind_failure(exc, listener.host, listener.port, self._purpose(listener)) from None
+        self._servers.append((listener, server))
+        self.ports[listener.name] = server.sockets[0].getsockname()[1]
+
+    def _purpose(self, listener: ListenerSpec) -> str:
+        return f"Kafka clients ({listener.name} listener)" if len(self.listeners) > 1 else "Kafka clients"
+
     async def _bind_admin(self) -> None:
         admin = AdminServer(self)
         try:
             await admin.bind()
         except OSError as exc:
             if not (self._admin_port_may_be_taken and exc.errno == errno.EADDRINUSE):
-                raise bind_failure(exc, self.config.host, self.config.admin_port, "the admin API") from None
+                raise bind_failure(exc, self.config.admin_host, self.config.admin_port, "the admin API") from None
             log.warning("admin port %d is in use; running without the admin API (set --admin-port)",
                         self.config.admin_port)
             return
@@ -120,40 +154,61 @@ class Broker:
             self.policies.load()
         with reading(self.clusters.path):
             self.clusters.load()
+        with reading(self.users.path):
+            self.users.load()
+        with reading(self.authorizer.path):
+            self.authorizer.load()
+        with reading(self.quota_book.path):
+            self.quota_book.load()
         if self._admin is not None:  # its probes answer while the topics load; the rest waits for them
-            await _listen(self._admin.start(), self.config.host, self.admin_port, "the admin API")
+            await _listen(self._admin.start(), self.config.admin_host, self.admin_port, "the admin API")
         await self.topics.load_all()
         self.groups.start()  # needs the topics: groups are found from their partitions' cursors
         self.transactions = TransactionCoordinator(self.config, self.topics, self.groups, self.producer_ids)
         self.transactions.start()  # needs both: prepared transactions write markers and offsets
         self.loaded = True
-        await _listen(self._server.start_serving(), self.config.host, self.port, "Kafka clients")
+        for listener, server in self._servers:
+            await _listen(server.start_serving(), listener.host, self.ports[listener.name], self._purpose(listener))
         self.serving = True
         self.replication.start()
         self._background.append(asyncio.create_task(self._retention_loop()))
         self._background.append(asyncio.create_task(self._dedup_snapshot_loop()))
         self._background.append(asyncio.create_task(self._dedup_purge_loop()))
-        log.info("kop listening on %s:%d (data in %s)", self.config.host, self.port, self.config.data_dir)
+        listening = ", ".join(f"{listener.name}://{listener.host}:{self.ports[listener.name]}"
+                              for listener in self.listeners)
+        log.info("kop listening on %s (data in %s)", listening, self.config.data_dir)
 
     async def _close_listeners(self) -> None:
         if self._admin is not None:
             await self._admin.stop()
-        if self._server is not None:
-            self._server.close()
+        for _listener, server in self._servers:
+            server.close()
 
-    async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _on_client(self, listener: ListenerSpec, reader: asyncio.StreamReader,
+                         writer: asyncio.StreamWriter) -> None:
         if len(self._connections) >= self.config.max_connections:
             log.warning("refusing a connection: %d open (max_connections)", len(self._connections))
             writer.close()
             return
+        peer = writer.get_extra_info("peername")
+        address = peer[0] if isinstance(peer, tuple) else str(peer)
+        if self._per_address[address] >= self.config.max_connections_per_ip:
+            log.info("refusing a connection from %s: %d open from there (max.connections.per.ip)", address,
+                     self._per_address[address])
+            writer.close()
+            return
         task = asyncio.current_task()
         self._connections.add(task)
+        self._per_address[address] += 1
         try:
             # stop() cancels every connection; asyncio would log each one as an error
             with contextlib.suppress(asyncio.CancelledError):
-                await Connection(self, reader, writer).run()
+                await Connection(self, listener, reader, writer).run()
         finally:
             self._connections.discard(task)
+            self._per_address[address] -= 1
+            if not self._per_address[address]:
+                del self._per_address[address]
 
     async def _retention_loop(self) -> None:
         interval = max(1.0, self.config.retention_check_interval_ms / 1000)

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from kop.admin.cli import add_admin_parser, run_admin
 from kop.config import BrokerConfig, parse_setting
 from kop.config_file import read_properties, unknown_key_warnings
-from kop.listeners import split_host_port
+from kop.security.listeners import split_host_port
 from kop.logs import LOG_FORMATS, configure_logging
 from kop.perf.options import add_perf_parser
 from kop.spark.cli import add_pipeline_parser, run_pipeline
@@ -160,9 +160,10 @@ STANDALONE_EPILOG = f"""examples:
   kop standalone --config server.properties --log-level DEBUG
 
 The properties file takes kop's keys (kop/config.py) and the Kafka and Pulsar keys they mirror, among them Kafka's
-listeners=PLAINTEXT://HOST:PORT, advertised.listeners and log.dirs (one directory); the command line overrides it.
-Every value is checked: a value out of range, two keys that disagree (broker.id and node.id), several listeners or
-data directories, or a protocol other than PLAINTEXT stop the start. An unknown key is logged as a warning (with the
+listeners=NAME://HOST:PORT,... (with listener.security.protocol.map), advertised.listeners and log.dirs (one
+directory); the command line overrides it (--listen moves the first listener). Every value is checked: a value out
+of range, two keys that disagree (broker.id and node.id), several data directories or a listener kop cannot serve
+stop the start. An unknown key is logged as a warning (with the
 nearest known key when it looks like a typo) and ignored.
 
 The data directory is locked (<data-dir>/.lock holds the broker's pid): a second broker on it is refused. Its

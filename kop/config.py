@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from kop.config_checks import INT32_MAX, INT64_MAX, WILDCARD_HOSTS, HostName, Matches, Range
+from kop.security.listeners import ListenerSpec, parse_protocol_map, resolve_listeners
 
 Check = Callable[[Any], None]
 PORT = Range(0, 65535)
@@ -35,6 +36,42 @@ class BrokerConfig:
                                        "empty: the host listened on.")
     advertised_port: int = setting(0, PORT, doc="Port clients are told to connect to, e.g. a proxy's; 0: the port "
                                                 "listened on.")
+    listeners: str = setting("", None, doc="More listeners (Kafka's `listeners` list, `NAME://HOST:PORT,...`); the "
+                                           "first one is `host`:`port`. Empty: one PLAINTEXT listener.")
+    advertised_listeners: str = setting("", None, doc="What clients are told per listener name (Kafka's "
+                                                      "`advertised.listeners`).")
+    listener_security_protocol_map: str = setting(
+        "", parse_protocol_map,
+        doc="`NAME:PROTOCOL,...`: the security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) of each listener "
+            "name that is not a protocol's own name.")
+    # TLS (SSL and SASL_SSL listeners): Kafka's keys, PEM files
+    ssl_keystore_location: str = setting("", None, doc="PEM file with the broker's certificate chain and private key.")
+    ssl_key_password: str = setting("", None, doc="Password of the private key, if it is encrypted.")
+    ssl_truststore_location: str = setting("", None, doc="PEM file of the CA certificates that client certificates "
+                                                         "are checked against.")
+    ssl_client_auth: str = setting("none", Matches("none|requested|required", "none, requested or required"),
+                                   doc="Client certificates (mTLS): required, requested (checked when sent) or none. "
+                                       "A client with a certificate is the principal `User:` + its subject.")
+    ssl_handshake_timeout_ms: int = setting(10_000, MILLIS, doc="Close a connection whose TLS handshake takes longer.")
+    # SASL (SASL_PLAINTEXT and SASL_SSL listeners)
+    sasl_enabled_mechanisms: str = setting("PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+                                           Matches(r"((PLAIN|SCRAM-SHA-256|SCRAM-SHA-512),?)+",
+                                                   "a list of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
+                                           doc="The SASL mechanisms clients may use.")
+    connections_max_reauth_ms: int = setting(0, Range(0, INT64_MAX),
+                                             doc="A SASL session lasts this long; the client must authenticate again "
+                                                 "before it ends (KIP-368). 0: sessions do not expire.")
+    connection_failed_authentication_delay_ms: int = setting(
+        100, Range(0, INT32_MAX), doc="After a failed authentication is answered, wait this long before closing the "
+                                      "connection.")
+    sasl_server_max_receive_size: int = setting(524288, SIZE, doc="The largest request accepted before a client "
+                                                                  "has authenticated.")
+    super_users: str = setting("", None, doc="Principals allowed everything, `User:NAME;User:OTHER` (a client "
+                                             "certificate's principal is `User:` + its subject).")
+    authorizer_enabled: bool = setting(False, None, doc="Enforce ACLs on every request. Off: every client may do "
+                                                        "everything, and the ACL requests answer SECURITY_DISABLED.")
+    allow_everyone_if_no_acl_found: bool = setting(False, None, doc="With the authorizer on, allow what no ACL "
+                                                                    "names at all (Kafka's key).")
     node_id: int = setting(1, Range(0), "node.id", "broker.id", doc="The broker id clients see in Metadata.")
     cluster_id: str = setting("kop-standalone", NAME, doc="The cluster id answered in Metadata and DescribeCluster.")
     cluster_name: str = setting("standalone", NAME, "clusterName",
@@ -48,6 +85,13 @@ class BrokerConfig:
     admin_port: int = setting(0, Range(-1, 65535), "webServicePort",
                               doc="Admin REST API port; 0: no admin API, -1: any free port. `kop standalone` "
                                   "uses 8080 when it is not set.")
+    admin_host: str = setting("127.0.0.1", HostName(), doc="Interface the admin REST API listens on.")
+    admin_authentication_enabled: bool = setting(
+        False, None, doc="The admin API (all but /health, /ready, /metrics) asks for HTTP Basic credentials of a kop "
+                         "user, or the admin token; reads need DESCRIBE on the cluster, changes ALTER (super users "
+                         "without the authorizer).")
+    admin_token: str = setting("", None, doc="A secret that authenticates admin API requests as "
+                                             "`Authorization: Bearer <token>`, with every right; empty: none.")
     admin_failpoints_enabled: bool = setting(False, None, "adminFailpointsEnabled",
                                              doc="Serve the fault-injection routes of the admin API (tests only).")
     # topics
@@ -78,6 +122,8 @@ class BrokerConfig:
                                                   doc="Close a connection whose request body, once its size is read, "
                                                       "does not arrive in this time.")
     max_connections: int = setting(10000, SIZE, doc="Connections beyond this many are closed at once.")
+    max_connections_per_ip: int = setting(INT32_MAX, SIZE, doc="Connections from one address beyond this many are "
+                                                               "closed at once (Kafka's key).")
     # storage
     fsync: bool = setting(True, doc="Acknowledge a write only after an fsync covers it (group commit). Off: faster, "
                                     "and a machine crash can lose acknowledged records.")
@@ -179,10 +225,26 @@ RULES: tuple[tuple[Callable[[BrokerConfig], bool], Callable[[BrokerConfig], str]
     (lambda c: c.group_min_session_timeout_ms <= c.group_max_session_timeout_ms,
      lambda c: f"group.min.session.timeout.ms ({c.group_min_session_timeout_ms}) exceeds "
                f"group.max.session.timeout.ms ({c.group_max_session_timeout_ms})"),
+    (lambda c: listener_problem(c) is None, lambda c: str(listener_problem(c))),
     (lambda c: c.host not in WILDCARD_HOSTS or c.advertised_host != "",
      lambda c: f"listening on every interface ({c.host}) needs an advertised host clients can connect to: set "
                f"--advertised-host or advertised.listeners"),
 )
+
+def listener_specs(config: BrokerConfig) -> list[ListenerSpec]:
+    return resolve_listeners(config.listeners, config.advertised_listeners, config.listener_security_protocol_map,
+                             config.host, config.port, config.advertised_host, config.advertised_port)
+
+
+def listener_problem(config: BrokerConfig) -> str | None:
+    try:
+        specs = listener_specs(config)
+    except ValueError as exc:
+        return f"listeners: {exc}"
+    if any(spec.tls for spec in specs) and not config.ssl_keystore_location:
+        return "an SSL or SASL_SSL listener needs ssl.keystore.location (a PEM certificate chain and key)"
+    return None
+
 
 FIELDS = {f.name: f for f in fields(BrokerConfig)}
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from kop.config import BrokerConfig, check_setting, parse_integer, parse_setting
-from kop.listeners import EVERY_INTERFACE, parse_listener
+from kop.security.listeners import EVERY_INTERFACE, parse_listeners
 
 # A typo is close to a known key in letters (difflib's ratio) and in length: Kafka's and Pulsar's own keys that extend
 # a known one (queued.max.requests, webServicePortTls) differ more in length and get no suggestion.
@@ -45,10 +45,11 @@ def _in_units(name: str, millis_per_unit: int, rank: int, doc: str) -> Key:
     return Key(parse, rank, doc)
 
 
-def _listener(host_field: str, port_field: str, empty_host: str, doc: str) -> Key:
+def _listener(list_field: str, host_field: str, port_field: str, empty_host: str, doc: str) -> Key:
+    """The whole list, and the first listener's address in the fields `--listen` and `--advertised-*` also set."""
     def parse(raw: str) -> dict[str, Any]:
-        listener = parse_listener(raw)
-        return _checked({host_field: listener.host or empty_host, port_field: listener.port})
+        first = parse_listeners(raw)[0]
+        return _checked({list_field: raw.strip(), host_field: first.host or empty_host, port_field: first.port})
     return Key(parse, doc=doc)
 
 
@@ -63,12 +64,12 @@ def _log_dirs(rank: int, doc: str) -> Key:
 
 KAFKA_KEYS = {
     # Kafka binds every interface for an empty host
-    "listeners": _listener("host", "port", EVERY_INTERFACE,
-                           "`PLAINTEXT://HOST:PORT`, one listener: sets `host` and `port` (an empty host is every "
-                           "interface, as in Kafka)"),
-    "advertised.listeners": _listener("advertised_host", "advertised_port", "",
-                                      "`PLAINTEXT://HOST:PORT`, one listener: sets `advertised.host` and "
-                                      "`advertised.port`"),
+    "listeners": _listener("listeners", "host", "port", EVERY_INTERFACE,
+                           "`NAME://HOST:PORT,...`: the listeners; the first one's address sets `host` and `port` "
+                           "(an empty host is every interface, as in Kafka)"),
+    "advertised.listeners": _listener("advertised_listeners", "advertised_host", "advertised_port", "",
+                                      "`NAME://HOST:PORT,...`: what clients are told per listener; the first one's "
+                                      "address sets `advertised.host` and `advertised.port`"),
     "log.dirs": _log_dirs(0, "one directory: sets `data.dir` (wins over `log.dir`)"),
     "log.dir": _log_dirs(-1, "one directory: sets `data.dir`"),
     "log.retention.minutes": _in_units("retention_ms", 60_000, -1,

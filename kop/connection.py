@@ -22,6 +22,10 @@ from typing import TYPE_CHECKING
 from kop.admin.metrics import RequestSeries
 from kop.byte_budget import ByteBudget
 from kop.handlers.context import BrokerServices, RequestContext
+from kop.security.listeners import ListenerSpec
+from kop.security.sasl import AuthenticationFailed
+from kop.security.session import Session, SessionClosed
+from kop.security.tls import subject_name
 from protocol.api import (ProtocolError, UnsupportedVersion, decode_body, encode_response, parse_header,
                           response_class)
 from protocol.errors import ErrorCode
@@ -40,9 +44,10 @@ class SlowRequest(Exception):
 
 
 class Connection:
-    def __init__(self, broker: "Broker", reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, broker: "Broker", listener: ListenerSpec, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> None:
         self.broker = broker
-        self._services = BrokerServices.of(broker)  # all a handler gets of the broker
+        self._services = BrokerServices.of(broker, listener)  # all a handler gets of the broker
         self.reader = reader
         self.writer = writer
         self.id = next(_ids)
@@ -54,9 +59,12 @@ class Connection:
         self._bytes = ByteBudget(config.max_in_flight_bytes_per_connection)
         self._idle_timeout = config.connections_max_idle_ms / 1000
         self._read_timeout = config.socket_request_read_timeout_ms / 1000
+        self._quiet_until = 0.0  # time.monotonic(): a throttled client is not read before (KIP-219)
         self._paused_by: set[str] = set()  # the limits that have paused this connection, each logged once
         self._client_id: str | None = None  # of the last request, and the log fields naming it: kept, not rebuilt
         self.log_fields: dict[str, str] = {"client_id": "", "addr": self.peer}
+        certificate = writer.get_extra_info("peercert")
+        self.session = Session.start(listener, subject_name(certificate) if certificate else None)
 
     async def run(self) -> None:
         writer_task = asyncio.create_task(self._write_responses())
@@ -64,7 +72,7 @@ class Connection:
             await self._read_requests()
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.TimeoutError):
             pass
-        except (ProtocolError, SlowRequest) as exc:
+        except (ProtocolError, SlowRequest, SessionClosed) as exc:
             log.warning("closing connection %s from %s: %s", self.id, self.peer, exc, extra=self.log_fields)
         except Exception:
             log.exception("closing connection %s from %s after an internal error", self.id, self.peer,
@@ -75,14 +83,22 @@ class Connection:
                 await asyncio.wait_for(writer_task, 30)
             except (asyncio.TimeoutError, Exception):
                 writer_task.cancel()
+            if self.session.close_after_response:  # the client reads the answer before it sees the close
+                await asyncio.sleep(self.broker.config.connection_failed_authentication_delay_ms / 1000)
             self.writer.close()
 
     async def _read_requests(self) -> None:
-        max_size = self.broker.config.socket_request_max_bytes
+        config = self.broker.config
         while True:
+            if self._quiet_until:
+                await asyncio.sleep(self._quiet_until - time.monotonic())
+                self._quiet_until = 0.0
             size = int.from_bytes(await self._read(4, self._idle_timeout), "big", signed=True)
+            max_size, key = ((config.sasl_server_max_receive_size, "sasl.server.max.receive.size before "
+                              "authentication") if self.session.receiving_limit_applies
+                             else (config.socket_request_max_bytes, "socket.request.max.bytes"))
             if size < 0 or size > max_size:
-                raise ProtocolError(f"request size {size} outside 0..{max_size} (socket.request.max.bytes)")
+                raise ProtocolError(f"request size {size} outside 0..{max_size} ({key})")
             await self._slots.acquire()
             try:
                 await self._reserve(size)
@@ -103,6 +119,8 @@ class Connection:
                 self._slots.release()
             else:
                 self._responses.put_nowait(pending)
+            if self.session.close_after_response:
+                return  # the answer is sent, then the connection closes
 
     async def _read_body(self, size: int) -> bytes:
         try:
@@ -146,6 +164,8 @@ class Connection:
 
     async def _dispatch(self, frame: bytes):
         """Run a request's ordered phase; returns an awaitable of the response frame, or None for no response."""
+        if self.session.raw_tokens:
+            return _done(self._raw_token(frame))
         started = time.perf_counter()
         router = self.broker.api_router
         try:
@@ -154,11 +174,12 @@ class Connection:
             if exc.api_key == API_VERSIONS_KEY:
                 return _done(self._api_versions_fallback(exc.correlation_id))
             raise ProtocolError(str(exc)) from None
+        self.session.admit(header.api_key)
         request = decode_body(header, frame, body_offset)
         if header.client_id != self._client_id:
             self._client_id = header.client_id
             self.log_fields = {"client_id": header.client_id or "", "addr": self.peer}
-        ctx = RequestContext(self._services, header, self.peer, self.id, self.log_fields)
+        ctx = RequestContext(self._services, header, self.peer, self.id, self.log_fields, self.session)
         series = self.broker.metrics.request_series(header.api_key)
         result = await router.routes[header.api_key].handler(ctx, request)
         if result is None:
@@ -166,14 +187,31 @@ class Connection:
             return None
         if inspect.isawaitable(result):
             return asyncio.ensure_future(self._encode_later(result, header.correlation_id, series, started))
+        self._throttled(result)
         series.answered(started, result)
         return _done(encode_response(result, header.correlation_id))
 
-    @staticmethod
-    async def _encode_later(awaitable, correlation_id: int, series: RequestSeries, started: float) -> bytes | None:
+    async def _encode_later(self, awaitable, correlation_id: int, series: RequestSeries,
+                            started: float) -> bytes | None:
         response = await awaitable
+        self._throttled(response)
         series.answered(started, response)
         return None if response is None else encode_response(response, correlation_id)
+
+    def _throttled(self, response) -> None:
+        """A response that tells the client to wait (a quota) also keeps the broker from reading it meanwhile."""
+        throttle_ms = getattr(response, "throttle_time_ms", 0)
+        if throttle_ms:
+            self._quiet_until = max(self._quiet_until, time.monotonic() + throttle_ms / 1000)
+
+    def _raw_token(self, token: bytes) -> bytes:
+        """A SASL token sent bare after SaslHandshake v0; the answer goes back bare too (size, then bytes). There is
+        no field for an error: a failure closes the connection."""
+        try:
+            step = self.session.step(token, self.broker.config.connections_max_reauth_ms)
+        except AuthenticationFailed as exc:
+            raise SessionClosed(f"SASL authentication failed: {exc}") from None
+        return len(step.challenge).to_bytes(4, "big") + step.challenge
 
     def _api_versions_fallback(self, correlation_id: int) -> bytes:
         """UNSUPPORTED_VERSION with a v0 body listing what we serve; clients retry with a version from it."""

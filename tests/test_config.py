@@ -3,7 +3,7 @@ with Kafka's and Pulsar's keys (listeners, log.dirs, unit variants, precedence, 
 import pytest
 
 from kop.cli import build_config, build_parser
-from kop.config import FIELDS, BrokerConfig, parse_setting
+from kop.config import FIELDS, BrokerConfig, listener_specs, parse_setting
 from kop.config_checks import Range
 from kop.config_file import read_properties, unknown_key_warnings
 
@@ -78,20 +78,49 @@ def test_kafka_listeners_and_log_dirs_set_where_kop_listens_and_keeps_its_data(t
                                   "advertised.listeners=PLAINTEXT://kafka.example.com:29092\n"
                                   "log.dirs=/var/lib/kop\n").values
     assert values == {"host": "0.0.0.0", "port": 19092, "advertised_host": "kafka.example.com",
-                      "advertised_port": 29092, "data_dir": "/var/lib/kop"}
+                      "advertised_port": 29092, "data_dir": "/var/lib/kop", "listeners": "PLAINTEXT://0.0.0.0:19092",
+                      "advertised_listeners": "PLAINTEXT://kafka.example.com:29092"}
     # Kafka binds every interface for an empty host; v6 addresses are bracketed; the protocol's case is free.
-    assert properties(tmp_path, "listeners=PLAINTEXT://:9092\n").values == {"host": "0.0.0.0", "port": 9092}
-    assert properties(tmp_path, "listeners=plaintext://[::1]:9093\n").values == {"host": "::1", "port": 9093}
+    assert properties(tmp_path, "listeners=PLAINTEXT://:9092\n").values == {
+        "host": "0.0.0.0", "port": 9092, "listeners": "PLAINTEXT://:9092"}
+    assert properties(tmp_path, "listeners=plaintext://[::1]:9093\n").values == {
+        "host": "::1", "port": 9093, "listeners": "plaintext://[::1]:9093"}
     assert properties(tmp_path, "advertised.listeners=PLAINTEXT://:9094\n").values == {
-        "advertised_host": "", "advertised_port": 9094}
+        "advertised_host": "", "advertised_port": 9094, "advertised_listeners": "PLAINTEXT://:9094"}
+
+
+def test_several_listeners_each_with_its_security_protocol_and_advertised_address():
+    config = BrokerConfig(listeners="CLIENT://127.0.0.1:19092,SECURE://:19093,SASL_PLAINTEXT://127.0.0.1:19094",
+                          port=19092, advertised_listeners="SECURE://kafka.example.com:443",
+                          listener_security_protocol_map="CLIENT:PLAINTEXT,SECURE:SASL_SSL",
+                          ssl_keystore_location="/etc/kop/broker.pem")
+    specs = {spec.name: spec for spec in listener_specs(config)}
+    assert [(s.protocol, s.host, s.port, s.advertised_host, s.advertised_port) for s in specs.values()] == [
+        ("PLAINTEXT", "127.0.0.1", 19092, "127.0.0.1", 0),
+        ("SASL_SSL", "0.0.0.0", 19093, "kafka.example.com", 443),
+        ("SASL_PLAINTEXT", "127.0.0.1", 19094, "127.0.0.1", 0)]
+    assert specs["SECURE"].tls and specs["SECURE"].sasl and not specs["CLIENT"].tls
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"listeners": "INTERNAL://:9093"}, "listener name INTERNAL has no security protocol"),
+    ({"listeners": "SSL://127.0.0.1:9093"}, "needs ssl.keystore.location"),
+    ({"listeners": "A://127.0.0.1:9093,B://127.0.0.1:9093",
+      "port": 9093, "listener_security_protocol_map": "A:PLAINTEXT,B:SSL", "ssl_keystore_location": "k.pem"},
+     "two listeners on one port"),
+    ({"listeners": "PLAINTEXT://127.0.0.1:9092,SSL://:9093", "ssl_keystore_location": "k.pem"},
+     "listener SSL listens on every interface"),
+    ({"listener_security_protocol_map": "A:TLS"}, "unknown security protocol 'TLS'"),
+    ({"advertised_listeners": "SSL://example.com:9093"}, "advertised listener SSL is not in listeners"),
+])
+def test_listener_lists_kop_cannot_serve_as_written_are_refused(settings, message):
+    with pytest.raises(ValueError, match=message):
+        BrokerConfig(**settings)
 
 
 @pytest.mark.parametrize("line, message", [
-    ("listeners=PLAINTEXT://:9092,CONTROLLER://:9093", "kop serves one listener, got 2"),
-    ("listeners=SASL_SSL://:9093", "SASL_SSL listeners are not supported yet"),
-    ("listeners=SSL://:9093", "SSL listeners are not supported yet"),
-    ("listeners=INTERNAL://:9093", "listener name INTERNAL"),
-    ("listeners=127.0.0.1:9092", "expected PROTOCOL://HOST:PORT"),
+    ("listeners=PLAINTEXT://:9092,plaintext://:9093", "listener name PLAINTEXT appears twice"),
+    ("listeners=127.0.0.1:9092", "expected NAME://HOST:PORT"),
     ("listeners=PLAINTEXT://host", "expected HOST:PORT"),
     ("listeners=PLAINTEXT://:70000", "must be at most 65535"),
     ("advertised.listeners=PLAINTEXT://0.0.0.0:9092", "clients need an address"),
@@ -142,10 +171,10 @@ def test_field_names_with_dots_or_underscores_and_declared_aliases_are_keys(tmp_
 # The keys of Kafka's stock KRaft server.properties and a Pulsar standalone.conf that kop does not implement:
 # ignored with a warning, and not mistaken for typos of kop's keys.
 FOREIGN_KEYS = """process.roles controller.quorum.voters inter.broker.listener.name controller.listener.names
-listener.security.protocol.map num.network.threads num.io.threads socket.send.buffer.bytes socket.receive.buffer.bytes
+num.network.threads num.io.threads socket.send.buffer.bytes socket.receive.buffer.bytes
 num.recovery.threads.per.data.dir offsets.topic.replication.factor transaction.state.log.replication.factor
 transaction.state.log.min.isr log.flush.interval.messages log.flush.interval.ms zookeeper.connect
-zookeeper.connection.timeout.ms max.connections.per.ip queued.max.requests default.replication.factor
+zookeeper.connection.timeout.ms queued.max.requests default.replication.factor
 min.insync.replicas offsets.retention.minutes log.cleanup.policy compression.type webServicePortTls
 brokerServicePort managedLedgerMaxEntriesPerLedger brokerDeleteInactiveTopicsEnabled metadataStoreUrl""".split()
 

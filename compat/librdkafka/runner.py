@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 
 from compat.broker import KopBroker
@@ -69,7 +70,10 @@ def scenario_properties(tests_dir: Path, scenario: str) -> dict[str, str]:
     # trivup runs a stock Kafka: where kop's default differs from Kafka's, the suite expects Kafka's.
     # With kop's 0 ms initial rebalance delay the first of two consumers that subscribe together gets a
     # generation of its own, and 0089/0102 see a revoke they do not expect.
-    properties = {"group.initial.rebalance.delay.ms": "3000"}
+    # trivup's Kafka also runs an authorizer that allows what no ACL names: 0081 creates ACLs, and 0109, 0115 and
+    # 0119 deny topics to everyone with kafka-acls.sh.
+    properties = {"group.initial.rebalance.delay.ms": "3000", "authorizer.enabled": "true",
+                  "allow.everyone.if.no.acl.found": "true"}
     auto_create = re.search(r'"auto_create_topics"\s*:\s*"?(true|false)"?', text)
     partitions = re.search(r'"num_partitions"\s*:\s*(\d+)', text)
     if auto_create:
@@ -79,12 +83,36 @@ def scenario_properties(tests_dir: Path, scenario: str) -> dict[str, str]:
     return properties
 
 
-def write_test_conf(path: Path, bootstrap: str) -> None:
+@dataclass(frozen=True)
+class SaslAccess:
+    """How the `sasl` pass's clients reach the broker: its SASL_PLAINTEXT listener as a SCRAM user (the tests'
+    own clients read it from test.conf; the kafka-topics.sh and kafka-acls.sh shims keep the plaintext one)."""
+
+    port: int
+    mechanism: str = "SCRAM-SHA-256"
+    user: str = "librdkafka-tests"
+    password: str = "librdkafka-tests-password"
+
+    def broker_properties(self) -> dict[str, str]:
+        # sessions short enough that 0142 sees its clients re-authenticate (it asks for a non-zero lifetime)
+        return {"listeners": f"PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:{self.port}",
+                "connections.max.reauth.ms": "10000"}
+
+    def create_user(self, data_dir: Path) -> None:
+        from kop.security.users import UserStore
+        data_dir.mkdir(parents=True, exist_ok=True)
+        UserStore(str(data_dir)).set_password(self.user, self.password)
+
+    def client_conf(self) -> dict[str, str]:
+        return {"bootstrap.servers": f"127.0.0.1:{self.port}", "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": self.mechanism, "sasl.username": self.user, "sasl.password": self.password}
+
+
+def write_test_conf(path: Path, bootstrap: str, sasl: SaslAccess | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        f"bootstrap.servers={bootstrap}\n"
-        f"test.timeout.multiplier={TIMEOUT_MULTIPLIER}\n"
-    )
+    conf = {"bootstrap.servers": bootstrap, "test.timeout.multiplier": str(TIMEOUT_MULTIPLIER),
+            **(sasl.client_conf() if sasl else {})}
+    path.write_text("".join(f"{key}={value}\n" for key, value in conf.items()))
 
 
 def parse_summary(output: str) -> dict[str, TestOutcome]:
@@ -148,10 +176,11 @@ def run_tests(
     idempotent: bool,
     scenario: str = "default",
     full: frozenset[str] = frozenset(),
+    sasl: SaslAccess | None = None,
 ) -> list[TestOutcome]:
     log_dir.mkdir(parents=True, exist_ok=True)
     conf_path = log_dir / f"test-{scenario}.conf"
-    write_test_conf(conf_path, broker.bootstrap)
+    write_test_conf(conf_path, broker.bootstrap, sasl)
     by_number: OrderedDict[str, list[CatalogTest]] = OrderedDict()
     for test in tests:
         by_number.setdefault(test.number, []).append(test)

@@ -11,14 +11,18 @@ Answers are printed as JSON; set and remove print what they changed (this level'
 where it is not set). Errors go to stderr with exit 1.
 """
 import argparse
+import getpass
 import json
 import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import quote
 
-from kop.admin.client import (CLUSTERS_PATH, DEFAULT_ADMIN_URL, AdminClient, AdminError, cluster_resource,
-                              group_resource, namespace_resource, namespace_topics, topic_resource)
+from kop.admin.client import (CLUSTERS_PATH, DEFAULT_ADMIN_URL, AdminClient, AdminError, basic_credentials,
+                              cluster_resource, group_resource, namespace_resource, namespace_topics, topic_resource)
+from kop.admin.user_routes import USERS
+from kop.security.users import DEFAULT_ITERATIONS
 
 
 def _enable_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,7 +73,10 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
     admin.add_argument("--admin-url", default=os.environ.get("KOP_ADMIN_URL", DEFAULT_ADMIN_URL),
                        help=f"the broker's admin API (default $KOP_ADMIN_URL or {DEFAULT_ADMIN_URL})")
     admin.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for an answer")
-    groups = admin.add_subparsers(dest="admin_group", required=True, metavar="{namespaces,topics,clusters,groups}")
+    admin.add_argument("--user", default=os.environ.get("KOP_ADMIN_USER"),
+                       help="a kop user to authenticate as (default $KOP_ADMIN_USER); the password comes from "
+                            "$KOP_ADMIN_PASSWORD or is asked for. $KOP_ADMIN_TOKEN sends the admin token instead")
+    groups = admin.add_subparsers(dest="admin_group", required=True, metavar="{namespaces,topics,clusters,groups,users}")
     _add_policy_commands(groups.add_parser("namespaces", help="namespace policies", description="Namespace policies.",
                                            epilog=_examples("namespaces", EXAMPLE_NAMESPACE, "set-deduplication "
                                                             "{target} --disable", "get-deduplication {target}"),
@@ -89,10 +96,15 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
         "groups", help="consumer groups' geo-replication", description="Consumer groups' geo-replication (PIP-33).",
         epilog=_examples("groups", "orders-app", "set-replicated {target} --enable", "get-replicated {target}"),
         formatter_class=argparse.RawDescriptionHelpFormatter))
+    _add_user_commands(groups.add_parser("users", help="SASL users (SCRAM-SHA-256/512 and PLAIN)",
+                                         description="SASL users: one password per user, kept as SCRAM credentials.",
+                                         epilog=_examples("users", "alice", "set {target}", "list",
+                                                          "delete {target}"),
+                                         formatter_class=argparse.RawDescriptionHelpFormatter))
 
 
 def run_admin(args: argparse.Namespace) -> int:
-    client = AdminClient(args.admin_url, timeout=args.timeout)
+    client = AdminClient(args.admin_url, timeout=args.timeout, authorization=_authorization(args))
     try:
         result = args.admin_action(client, args)
     except (AdminError, ValueError) as exc:
@@ -219,6 +231,45 @@ def _add_cluster_commands(group: argparse.ArgumentParser) -> None:
                                  epilog=_examples("clusters", "", "list"),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     lister.set_defaults(admin_action=lambda c, a: c.get(CLUSTERS_PATH))
+def _add_user_commands(group: argparse.ArgumentParser) -> None:
+    commands = group.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
+    listing = _user_command(commands, "list", "users and their SCRAM mechanisms and iterations", "users list")
+    listing.set_defaults(admin_action=lambda c, a: c.get(USERS))
+    set_ = _user_command(commands, "set", "create a user or change its password (asked for, never an argument)",
+                         "users set alice", "users set alice --password-stdin --iterations 16384")
+    set_.add_argument("user")
+    set_.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+    set_.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS,
+                      help=f"SCRAM iterations (default {DEFAULT_ITERATIONS})")
+    set_.set_defaults(admin_action=lambda c, a: c.post(f"{USERS}/{quote(a.user, safe='')}",
+                                                       {"password": _password(a), "iterations": a.iterations}))
+    delete = _user_command(commands, "delete", "remove a user's credentials", "users delete alice")
+    delete.add_argument("user")
+    delete.set_defaults(admin_action=lambda c, a: c.delete(f"{USERS}/{quote(a.user, safe='')}"))
+
+
+def _user_command(commands: argparse._SubParsersAction, name: str, help_: str, *examples: str):
+    lines = "".join(f"\n  kop admin {example}" for example in examples)
+    epilog = f"example{'s' if len(examples) > 1 else ''}:{lines}"
+    return commands.add_parser(name, help=help_, description=help_, epilog=epilog,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _authorization(args: argparse.Namespace) -> str | None:
+    if args.user:
+        password = os.environ.get("KOP_ADMIN_PASSWORD") or getpass.getpass(f"password of {args.user}: ")
+        return basic_credentials(args.user, password)
+    token = os.environ.get("KOP_ADMIN_TOKEN")
+    return f"Bearer {token}" if token else None
+
+
+def _password(args: argparse.Namespace) -> str:
+    if args.password_stdin:
+        return sys.stdin.readline().rstrip("\r\n")
+    first = getpass.getpass(f"password for {args.user}: ")
+    if getpass.getpass("again: ") != first:
+        raise ValueError("the passwords differ")
+    return first
 
 
 def _command(commands: argparse._SubParsersAction, name: str, action: Action, metavar: str,

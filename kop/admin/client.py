@@ -1,4 +1,5 @@
 """A blocking client for kop's admin REST API (stdlib urllib only), used by `kop admin` and by tests."""
+import base64
 import json
 import urllib.error
 import urllib.request
@@ -66,10 +67,16 @@ def namespace_topics(namespace: str) -> str:
     return f"/admin/v2/persistent/{namespace_path(namespace)}"
 
 
+def basic_credentials(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
 class AdminClient:
-    def __init__(self, url: str = DEFAULT_ADMIN_URL, timeout: float = 30.0) -> None:
+    def __init__(self, url: str = DEFAULT_ADMIN_URL, timeout: float = 30.0, authorization: str | None = None) -> None:
+        """authorization: the Authorization header's value (see basic_credentials), None for none."""
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.authorization = authorization
 
     def get(self, path: str, **query: object) -> object:
         if query:
@@ -89,6 +96,8 @@ class AdminClient:
         request = urllib.request.Request(self.url + path, data=body, method=method)
         if body is not None:
             request.add_header("Content-Type", "application/json")
+        if self.authorization:
+            request.add_header("Authorization", self.authorization)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 raw = response.read()

@@ -32,6 +32,7 @@ class Request:
     query: dict[str, str]
     headers: dict[str, str]  # names lower-cased
     body: bytes
+    peer_host: str = ""  # the client's address
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +129,9 @@ class HttpServer:
         try:
             return await self._handler(request)
         except HttpError as exc:
-            return error_response(exc.status, exc.reason)
+            response = error_response(exc.status, exc.reason)
+            response.headers.update(getattr(exc, "headers", {}))
+            return response
         except Exception:
             log.exception("admin %s %s failed", request.method, request.path)
             return error_response(500, "internal error, see the broker log")
@@ -163,7 +166,9 @@ async def _read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
     body = await asyncio.wait_for(reader.readexactly(length), BODY_TIMEOUT) if length else b""
     url = urlsplit(target)
     query = dict(parse_qsl(url.query, keep_blank_values=True))
-    return Request(method.upper(), version, url.path, query, headers, body)
+    peer = writer.get_extra_info("peername")
+    return Request(method.upper(), version, url.path, query, headers, body,
+                   peer[0] if isinstance(peer, tuple) else "")
 
 
 async def _read_headers(reader: asyncio.StreamReader) -> dict[str, str]:

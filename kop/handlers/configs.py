@@ -11,6 +11,7 @@ from kafka.protocol.admin import (AlterConfigsRequest, AlterConfigsResponse, Des
 
 from kop.config import BrokerConfig
 from kop.handlers.context import RequestContext
+from kop.security.acls import Operation, ResourceType
 from kop.topics import TOPIC_CONFIG_DEFAULTS, Topic, TopicError
 from protocol.errors import ErrorCode
 
@@ -18,14 +19,14 @@ TOPIC, BROKER = 2, 4
 # Kafka's ConfigSource codes
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 # Kafka's ConfigType codes
-BOOLEAN, STRING, INT, LONG = 1, 2, 3, 5
+BOOLEAN, STRING, INT, LONG, LIST = 1, 2, 3, 5, 7
 
 
 def _broker_configs(ctx: RequestContext) -> dict[str, tuple[str, int, int]]:
     """(value, type, source): STATIC_BROKER_CONFIG where the properties file or command line set the value,
     DEFAULT_CONFIG where it is the broker's default, as Kafka reports them."""
     config, defaults = ctx.config, BrokerConfig()
-    listener = f"PLAINTEXT://{ctx.endpoint.host}:{ctx.endpoint.port}"
+    listener = f"{ctx.endpoint.listener}://{ctx.endpoint.host}:{ctx.endpoint.port}"
     entries = [  # (Kafka's name, value, type, BrokerConfig fields it comes from)
         ("broker.id", str(config.node_id), INT, ("node_id",)),
         ("advertised.listeners", listener, STRING, ("advertised_host", "advertised_port")),
@@ -37,6 +38,8 @@ def _broker_configs(ctx: RequestContext) -> dict[str, tuple[str, int, int]]:
         ("max.in.flight.bytes.per.connection", str(config.max_in_flight_bytes_per_connection), LONG,
          ("max_in_flight_bytes_per_connection",)),
         ("connections.max.idle.ms", str(config.connections_max_idle_ms), LONG, ("connections_max_idle_ms",)),
+        ("connections.max.reauth.ms", str(config.connections_max_reauth_ms), LONG, ("connections_max_reauth_ms",)),
+        ("sasl.enabled.mechanisms", config.sasl_enabled_mechanisms, LIST, ("sasl_enabled_mechanisms",)),
         ("socket.request.read.timeout.ms", str(config.socket_request_read_timeout_ms), LONG,
          ("socket_request_read_timeout_ms",)),
         ("log.retention.ms", str(config.retention_ms), LONG, ("retention_ms",)),
@@ -84,6 +87,19 @@ def _topic_configs(config: BrokerConfig, topic: Topic) -> dict[str, tuple[str, i
     return out
 
 
+def _authorized(ctx: RequestContext, operation: Operation, resource_type: int, name: str) -> bool:
+    """Topics are authorized by name, the broker as the cluster."""
+    if resource_type == TOPIC:
+        return ctx.authorized(operation, ResourceType.TOPIC, name)
+    return ctx.authorized_on_cluster(operation)
+
+
+def _refusal(resource_type: int) -> tuple[ErrorCode, str]:
+    if resource_type == TOPIC:
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized for this topic's configs"
+    return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "not authorized for the broker's configs"
+
+
 async def describe_configs(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     cls = DescribeConfigsResponse[ctx.version]
     entry_cls = cls.DescribeConfigsResult.DescribeConfigsResourceResult
@@ -92,6 +108,10 @@ async def describe_configs(ctx: RequestContext, request: DescribeConfigsRequest)
         result = cls.DescribeConfigsResult(error_code=ErrorCode.NONE, error_message=None,
                                            resource_type=res.resource_type, resource_name=res.resource_name,
                                            configs=[])
+        if not _authorized(ctx, Operation.DESCRIBE_CONFIGS, res.resource_type, res.resource_name):
+            result.error_code, result.error_message = _refusal(res.resource_type)
+            results.append(result)
+            continue
         if res.resource_type == TOPIC:
             topic = ctx.topics.get(res.resource_name)
             if topic is None:
@@ -166,6 +186,8 @@ async def _alter(ctx: RequestContext, request: AlterConfigsRequest | Incremental
         result = cls.AlterConfigsResourceResponse(error_code=ErrorCode.NONE, error_message=None,
                                                   resource_type=res.resource_type, resource_name=res.resource_name)
         try:
+            if not _authorized(ctx, Operation.ALTER_CONFIGS, res.resource_type, res.resource_name):
+                raise TopicError(*_refusal(res.resource_type))
             if res.resource_type == BROKER:
                 raise TopicError(ErrorCode.INVALID_REQUEST, "broker configs are static: set them in the properties "
                                                             "file and restart")

@@ -5,6 +5,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kop.security.acls import CLUSTER_NAME, Operation, ResourceType
 from protocol.api import RequestHeader
 
 if TYPE_CHECKING:
@@ -14,6 +15,11 @@ if TYPE_CHECKING:
     from kop.groups import GroupCoordinator
     from kop.producer_ids import ProducerIdAllocator
     from kop.replication.service import ReplicationService
+    from kop.security.acls import Authorizer
+    from kop.security.listeners import ListenerSpec
+    from kop.security.quotas import QuotaBook, QuotaMeter
+    from kop.security.session import Session
+    from kop.security.users import UserStore
     from kop.topics import TopicManager
     from kop.transactions.coordinator import TransactionCoordinator
 
@@ -25,6 +31,7 @@ class Endpoint:
     node_id: int
     host: str
     port: int
+    listener: str  # the listener's name: clients are told the address of the listener they came in by
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,15 +47,21 @@ class BrokerServices:
     api_versions: Mapping[int, tuple[int, int]]  # api key -> (min, max) version served
     metrics: "BrokerMetrics"
     replication: "ReplicationService"
+    users: "UserStore"
+    authorizer: "Authorizer"
+    quota_book: "QuotaBook"
+    quota_meter: "QuotaMeter"
 
     @classmethod
-    def of(cls, broker: "Broker") -> "BrokerServices":
+    def of(cls, broker: "Broker", listener: "ListenerSpec") -> "BrokerServices":
         config = broker.config
         assert broker.producer_ids is not None and broker.transactions is not None, \
             "the broker serves requests only once started"
-        return cls(config, Endpoint(config.node_id, config.advertised, broker.advertised_port), broker.topics,
+        endpoint = Endpoint(config.node_id, listener.advertised_host, broker.advertised_port(listener), listener.name)
+        return cls(config, endpoint, broker.topics,
                    broker.groups, broker.producer_ids, broker.transactions, broker.api_router.versions,
-                   broker.metrics, broker.replication)
+                   broker.metrics, broker.replication, broker.users, broker.authorizer,
+                   broker.quota_book, broker.quota_meter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +72,45 @@ class RequestContext:
     connection_id: int
     # `extra=` for a log line about this request: who sent it (the client id and the client's address)
     log_fields: Mapping[str, str]
+    session: "Session"  # the connection's security state: its principal, an authentication under way
+
+    @property
+    def principal(self) -> str:
+        return self.session.principal
+
+    @property
+    def quota_book(self) -> "QuotaBook":
+        return self.services.quota_book
+
+    def throttle(self, key: str, size: int) -> int:
+        """throttle_time_ms this request earns by moving `size` bytes under quota `key` (user and client id)."""
+        return self.services.quota_meter.record(key, self.session.principal.partition(":")[2], self.client_id,
+                                                size)
+
+    @property
+    def authorizer(self) -> "Authorizer":
+        return self.services.authorizer
+
+    @property
+    def client_host(self) -> str:
+        return self.peer.rpartition(":")[0] or self.peer
+
+    def authorized(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        """May this request's principal do `operation` on the resource (always, without the authorizer)."""
+        return self.authorizer.authorize(self.session.principal, self.client_host, operation, resource_type, name)
+
+    def authorized_on_cluster(self, operation: Operation) -> bool:
+        return self.authorized(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def may_manage_users(self, operation: Operation) -> bool:
+        """Users are managed by principals with the operation on the cluster, or (no authorizer) by super users."""
+        if self.authorizer.enabled:
+            return self.authorized_on_cluster(operation)
+        return self.authorizer.is_super_user(self.session.principal)
+
+    @property
+    def users(self) -> "UserStore":
+        return self.services.users
 
     @property
     def version(self) -> int:

@@ -16,6 +16,8 @@ from typing import Any
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from kop.handlers.context import RequestContext
+from kop.security.acls import Operation, ResourceType
+from kop.security.quotas import FETCH_RATE
 from kop.ledger import Entry
 from kop.partition import PartitionLog
 from protocol.errors import ErrorCode
@@ -49,11 +51,16 @@ def _collect(ctx: RequestContext, request: FetchRequest) -> tuple[list[Any], int
     for ftopic in request.topics:
         parts = []
         name = _topic_name(ctx, ftopic)
+        readable = name is None or ctx.authorized(Operation.READ, ResourceType.TOPIC, name)
         for fpart in ftopic.partitions:
             partition = topics.partition(name, fpart.partition) if name is not None else None
             data = cls.FetchableTopicResponse.PartitionData(
                 partition_index=fpart.partition, error_code=ErrorCode.NONE, high_watermark=-1, last_stable_offset=-1,
                 log_start_offset=-1, aborted_transactions=None, records=b"")
+            if not readable:
+                data.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                parts.append(data)
+                continue
             if partition is None:
                 data.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None \
                     else ErrorCode.UNKNOWN_TOPIC_ID
@@ -123,7 +130,8 @@ def _response(ctx: RequestContext, topics: list[Any], served: Served) -> FetchRe
     for partition, size in served:
         partition.bytes_out += size
     cls = FetchResponse[ctx.version]
-    return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics)
+    throttle_ms = ctx.throttle(FETCH_RATE, sum(size for _partition, size in served))
+    return cls(throttle_time_ms=throttle_ms, error_code=ErrorCode.NONE, session_id=0, responses=topics)
 
 
 async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaitable[FetchResponse]:
@@ -139,7 +147,8 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | 
 async def _long_poll(ctx: RequestContext, request: FetchRequest, topics: list[Any], total: int,
                      served: Served) -> FetchResponse:
     deadline = time.monotonic() + request.max_wait_ms / 1000
-    partitions = [p for t in request.topics if (name := _topic_name(ctx, t)) is not None for fp in t.partitions
+    partitions = [p for t in request.topics if (name := _topic_name(ctx, t)) is not None
+                  and ctx.authorized(Operation.READ, ResourceType.TOPIC, name) for fp in t.partitions
                   if (p := ctx.topics.partition(name, fp.partition)) is not None]
     loop = asyncio.get_running_loop()
     while not _ready(request, topics, total):

@@ -26,6 +26,7 @@ from kafka.protocol.consumer import (HeartbeatRequest, HeartbeatResponse, JoinGr
 from kop.groups import JoinRequest, JoinResult, SyncResult
 from kop.groups.coordinator import CLASSIC_GROUP_TYPE
 from kop.handlers.context import RequestContext
+from kop.security.acls import Operation, ResourceType
 from protocol.errors import ErrorCode
 
 GROUP_OPERATIONS = {3, 6, 8}  # READ, DELETE, DESCRIBE: bits of Kafka's AclOperation codes
@@ -33,8 +34,11 @@ NOT_REQUESTED = None  # encoded as Integer.MIN_VALUE
 
 
 def client_host(ctx: RequestContext) -> str:
-    host = ctx.peer.rpartition(":")[0] or ctx.peer
-    return "/" + host  # as Kafka prints an InetAddress
+    return "/" + ctx.client_host  # as Kafka prints an InetAddress
+
+
+def may_read_group(ctx: RequestContext, group_id: str) -> bool:
+    return ctx.authorized(Operation.READ, ResourceType.GROUP, group_id)
 
 
 # ---- JoinGroup
@@ -43,6 +47,8 @@ async def join_group(ctx: RequestContext,
                      request: JoinGroupRequest) -> JoinGroupResponse | Awaitable[JoinGroupResponse]:
     v = ctx.version
     cls = JoinGroupResponse[v]
+    if not may_read_group(ctx, request.group_id):
+        return cls(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     req = JoinRequest(
         group_id=request.group_id, member_id=request.member_id or "",
         group_instance_id=request.group_instance_id if v >= 5 else None,
@@ -80,6 +86,8 @@ async def sync_group(ctx: RequestContext,
                      request: SyncGroupRequest) -> SyncGroupResponse | Awaitable[SyncGroupResponse]:
     v = ctx.version
     cls = SyncGroupResponse[v]
+    if not may_read_group(ctx, request.group_id):
+        return cls(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     assignments = {a.member_id: bytes(a.assignment or b"") for a in request.assignments}
     future = ctx.groups.sync(request.group_id, request.generation_id, request.member_id,
                              request.group_instance_id if v >= 3 else None,
@@ -103,6 +111,8 @@ def _sync_response(cls: type[SyncGroupResponse], result: SyncResult) -> SyncGrou
 
 async def heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
     cls = HeartbeatResponse[ctx.version]
+    if not may_read_group(ctx, request.group_id):
+        return cls(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     error = ctx.groups.heartbeat(request.group_id, request.generation_id, request.member_id,
                                  request.group_instance_id if ctx.version >= 3 else None)
     return cls(throttle_time_ms=0, error_code=error)
@@ -113,6 +123,8 @@ async def heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> Heartbeat
 async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
     v = ctx.version
     cls = LeaveGroupResponse[v]
+    if not may_read_group(ctx, request.group_id):
+        return cls(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if v >= 3:
         leaving = [(m.member_id or "", m.group_instance_id) for m in request.members]
     else:
@@ -137,8 +149,10 @@ async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGr
         return cls(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, groups=[])
     listed = coordinator.list_groups(request.states_filter if v >= 4 else None,
                                      request.types_filter if v >= 5 else None)
+    every = ctx.authorized_on_cluster(Operation.DESCRIBE)
     groups = [cls.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
-                              group_type=CLASSIC_GROUP_TYPE) for g in listed]
+                              group_type=CLASSIC_GROUP_TYPE) for g in listed
+              if every or ctx.authorized(Operation.DESCRIBE, ResourceType.GROUP, g.group_id)]
     return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=groups)
 
 
@@ -148,6 +162,10 @@ async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -
     operations = GROUP_OPERATIONS if v >= 3 and request.include_authorized_operations else NOT_REQUESTED
     described = []
     for group_id in request.groups:
+        if not ctx.authorized(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+            described.append(cls.DescribedGroup(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=group_id,
+                                                authorized_operations=operations))
+            continue
         d = ctx.groups.describe(group_id)
         error, message = d.error, None
         if error == ErrorCode.GROUP_ID_NOT_FOUND:
@@ -168,7 +186,10 @@ async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -
 
 async def delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     cls = DeleteGroupsResponse[ctx.version]
-    results = await ctx.groups.delete_groups(list(request.groups_names))
+    names = list(request.groups_names)
+    allowed = [g for g in names if ctx.authorized(Operation.DELETE, ResourceType.GROUP, g)]
+    deleted = iter(await ctx.groups.delete_groups(allowed))  # in the order asked, a name asked twice twice
+    results = [next(deleted) if g in allowed else (g, ErrorCode.GROUP_AUTHORIZATION_FAILED) for g in names]
     return cls(throttle_time_ms=0,
                results=[cls.DeletableGroupResult(group_id=g, error_code=e) for g, e in results])
 

@@ -18,6 +18,7 @@ import logging
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
 from kop.handlers.context import RequestContext
+from kop.security.acls import Operation, ResourceType
 from kop.handlers.transactions import fencing_for_version
 from kop.topics import TopicManager
 from protocol.errors import ErrorCode
@@ -34,12 +35,25 @@ def _higher_epoch_in_use(topics: TopicManager, producer_id: int, epoch: int) -> 
     return False
 
 
+def _may_init(ctx: RequestContext, transactional_id: str | None) -> bool:
+    """WRITE on the transactional id; an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some
+    topic (Kafka's rule since 2.8)."""
+    if transactional_id is not None:
+        return ctx.authorized(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+    return ctx.authorized_on_cluster(Operation.IDEMPOTENT_WRITE) or ctx.authorizer.allows_some(
+        ctx.principal, ctx.client_host, Operation.WRITE, ResourceType.TOPIC)
+
+
 async def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
     cls = InitProducerIdResponse[ctx.version]
     pid = request.producer_id if ctx.version >= 3 else -1
     epoch = request.producer_epoch if ctx.version >= 3 else -1
     if request.transactional_id == "":  # Kafka's answer: an id that names no one
         return cls(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST, producer_id=-1, producer_epoch=-1)
+    if not _may_init(ctx, request.transactional_id):
+        error = (ErrorCode.CLUSTER_AUTHORIZATION_FAILED if request.transactional_id is None
+                 else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        return cls(throttle_time_ms=0, error_code=error, producer_id=-1, producer_epoch=-1)
     if request.transactional_id is not None:
         error, pid, epoch = await ctx.transactions.init_producer_id(
             request.transactional_id, request.transaction_timeout_ms, pid, epoch)

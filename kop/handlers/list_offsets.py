@@ -6,6 +6,7 @@ its records the offset (as Kafka's time index and LogSegment.findOffsetByTimesta
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
 from kop.handlers.context import RequestContext
+from kop.security.acls import Operation, ResourceType
 from kop.partition import PartitionLog
 from protocol.errors import ErrorCode
 from protocol.records import iter_records
@@ -45,7 +46,9 @@ async def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffset
             result = cls.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
                 partition_index=p.partition_index, error_code=ErrorCode.NONE, timestamp=-1, offset=-1, leader_epoch=0)
             partition = ctx.topics.partition(topic.name, p.partition_index)
-            if partition is None:
+            if not ctx.authorized(Operation.DESCRIBE, ResourceType.TOPIC, topic.name):
+                result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif partition is None:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif p.timestamp == EARLIEST:
                 result.offset = partition.log_start_offset

@@ -6,6 +6,7 @@ from typing import Any
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from kop.handlers.context import RequestContext
+from kop.security.acls import Operation, ResourceType
 from kop.topics import Topic, TopicError, validate_topic_name
 from protocol.errors import ErrorCode
 
@@ -33,7 +34,7 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
     topics_mgr = ctx.topics
     wanted = request.topics
     if wanted is None or (ctx.version == 0 and not wanted):
-        names = sorted(topics_mgr.topics)
+        names = [n for n in sorted(topics_mgr.topics) if ctx.authorized(Operation.DESCRIBE, ResourceType.TOPIC, n)]
         entries = [topic_entry(ctx, cls, n, topics_mgr.get(n)) for n in names]
     else:
         auto = ctx.version < 4 or request.allow_auto_topic_creation
@@ -45,9 +46,14 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
                 entries.append(topic_entry(ctx, cls, match.name if match else None, match,
                                            ErrorCode.NONE if match else ErrorCode.UNKNOWN_TOPIC_ID))
                 continue
+            if not ctx.authorized(Operation.DESCRIBE, ResourceType.TOPIC, name):
+                entries.append(topic_entry(ctx, cls, name, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
+            creatable = auto and (ctx.authorized_on_cluster(Operation.CREATE)
+                                  or ctx.authorized(Operation.CREATE, ResourceType.TOPIC, name))
             try:
                 validate_topic_name(name)
-                topic = await topics_mgr.get_or_create(name) if auto else topics_mgr.get(name)
+                topic = await topics_mgr.get_or_create(name) if creatable else topics_mgr.get(name)
             except TopicError as exc:
                 entries.append(topic_entry(ctx, cls, name, None, exc.code))
                 continue

@@ -23,6 +23,8 @@ from kafka.protocol.consumer import (OffsetCommitRequest, OffsetCommitResponse, 
 
 from kop.groups import CommittedOffset
 from kop.handlers.context import RequestContext
+from kop.handlers.groups import may_read_group
+from kop.security.acls import Operation, ResourceType
 from protocol.errors import ErrorCode
 
 NO_OFFSET = -1
@@ -41,14 +43,17 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Aw
     groups = ctx.groups
     generation = request.generation_id_or_member_epoch if v >= 1 else -1
     member_id = request.member_id if v >= 1 else ""
-    error = groups.validate_commit(request.group_id, generation, member_id or "",
-                                   request.group_instance_id if v >= 7 else None)
+    error = ErrorCode.GROUP_AUTHORIZATION_FAILED if not may_read_group(ctx, request.group_id) else \
+        groups.validate_commit(request.group_id, generation, member_id or "",
+                               request.group_instance_id if v >= 7 else None)
     pending: PendingCommits = []
     for topic in request.topics:
         per_partition: list[PartitionCommit] = []
+        readable = ctx.authorized(Operation.READ, ResourceType.TOPIC, topic.name)
         for p in topic.partitions:
-            if error != ErrorCode.NONE:
-                per_partition.append((p.partition_index, error))
+            if error != ErrorCode.NONE or not readable:
+                per_partition.append((p.partition_index, error if error != ErrorCode.NONE
+                                      else ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 continue
             per_partition.append((p.partition_index, groups.commit(
                 request.group_id, topic.name, p.partition_index, p.committed_offset,
@@ -77,6 +82,8 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Sequence[Any] | Non
     partition when topics is None."""
     groups = ctx.groups
     error = groups.check(group_id, allow_empty=True)
+    if not ctx.authorized(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+        error = ErrorCode.GROUP_AUTHORIZATION_FAILED
     if error is not None:
         requested: Committed = [(t.name, [(i, None) for i in t.partition_indexes]) for t in topics or []]
         return error, requested
@@ -85,8 +92,10 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Sequence[Any] | Non
         for (topic, index), committed in groups.fetch_all_offsets(group_id).items():
             by_topic.setdefault(topic, []).append((index, committed))
         return ErrorCode.NONE, sorted(by_topic.items())
-    return ErrorCode.NONE, [(t.name, [(i, groups.fetch_offset(group_id, t.name, i)) for i in t.partition_indexes])
-                            for t in topics]
+    # a topic the principal may not describe reads as having no committed offset, as in Kafka
+    return ErrorCode.NONE, [(t.name, [(i, groups.fetch_offset(group_id, t.name, i)
+                                       if ctx.authorized(Operation.DESCRIBE, ResourceType.TOPIC, t.name) else None)
+                                      for i in t.partition_indexes]) for t in topics]
 
 
 def _answer(ctx: RequestContext, group_id: str, topic: str, index: int, committed: CommittedOffset | None,
@@ -140,7 +149,11 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
 async def offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
     cls = OffsetDeleteResponse[ctx.version]
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
-    error, results = await ctx.groups.delete_offsets(request.group_id, wanted)
+    if not ctx.authorized(Operation.DELETE, ResourceType.GROUP, request.group_id):
+        return cls(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, throttle_time_ms=0, topics=[])
+    readable = {name for name, _ in wanted if ctx.authorized(Operation.READ, ResourceType.TOPIC, name)}
+    error, results = await ctx.groups.delete_offsets(request.group_id, [tp for tp in wanted if tp[0] in readable])
+    results.update({tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED for tp in wanted if tp[0] not in readable})
     Topic = cls.OffsetDeleteResponseTopic
     topics = [] if error != ErrorCode.NONE else [
         Topic(name=t.name, partitions=[Topic.OffsetDeleteResponsePartition(

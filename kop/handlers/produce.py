@@ -14,6 +14,8 @@ from collections.abc import Awaitable
 from kafka.protocol.producer import ProduceRequest
 
 from kop.handlers.context import RequestContext
+from kop.security.acls import Operation, ResourceType
+from kop.security.quotas import PRODUCE_RATE
 from kop.partition import AppendResult, PartitionLog
 from kop.topics import TopicSettings
 from protocol.errors import ErrorCode
@@ -100,27 +102,38 @@ Outcomes = list[tuple[str, list[tuple[int, PartitionLog | None, asyncio.Future]]
 async def handle(ctx: RequestContext, request: ProduceRequest) -> Awaitable[ProduceResponse] | None:
     acks = request.acks
     results: Outcomes = []
+    transactional_id = request.transactional_id
+    transaction_refused = transactional_id is not None and not ctx.authorized(
+        Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
     for topic_data in request.topic_data:
         name = topic_data.name
         topic = ctx.topics.get(name)
+        writable = ctx.authorized(Operation.WRITE, ResourceType.TOPIC, name)
         per_partition = []
         for pdata in topic_data.partition_data:
             index = pdata.index
             partition = topic.partition(index) if topic is not None else None
             if acks not in (-1, 0, 1):
                 future = _rejected(ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, got {acks}")
+            elif transaction_refused:
+                future = _rejected(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                   f"{ctx.principal} may not write as transactional id {transactional_id}")
+            elif not writable:
+                future = _rejected(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{ctx.principal} may not write to {name}")
             elif topic is None or partition is None:
                 future = _rejected(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic or partition {name}-{index}")
             else:
                 future = _publish_one(ctx, partition, topic.settings, pdata.records, request.timeout_ms)
             per_partition.append((index, partition, future))
         results.append((name, per_partition))
+    throttle_ms = ctx.throttle(PRODUCE_RATE, sum(len(p.records or b"") for t in request.topic_data
+                                                  for p in t.partition_data))
     if acks == 0:
         return None
-    return _respond(ctx, results)
+    return _respond(ctx, results, throttle_ms)
 
 
-async def _respond(ctx: RequestContext, results: Outcomes) -> ProduceResponse:
+async def _respond(ctx: RequestContext, results: Outcomes, throttle_ms: int) -> ProduceResponse:
     topics = []
     for name, per_partition in results:
         partitions = []
@@ -131,7 +144,7 @@ async def _respond(ctx: RequestContext, results: Outcomes) -> ProduceResponse:
                 partition.log_start_offset if partition else -1, outcome.record_errors,
                 outcome.message if outcome.error else None))
         topics.append((name, partitions))
-    return ProduceResponse(ctx.version, topics)
+    return ProduceResponse(ctx.version, topics, throttle_ms)
 
 
 ROUTES = [(ProduceRequest.API_KEY, MIN_VERSION, MAX_VERSION, handle)]

@@ -15,6 +15,8 @@ from kafka.protocol.admin import (AlterPartitionReassignmentsRequest, AlterParti
                                   ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse)
 
 from kop.handlers.context import RequestContext
+from kop.handlers.guards import requires_cluster
+from kop.security.acls import Operation
 from kop.partition import PartitionLog
 from protocol.errors import ErrorCode
 
@@ -131,9 +133,11 @@ async def list_partition_reassignments(ctx: RequestContext, request: ListPartiti
 
 
 ROUTES = [
-    (AlterReplicaLogDirsRequest.API_KEY, 0, 2, alter_replica_log_dirs),
-    (DescribeLogDirsRequest.API_KEY, 0, 4, describe_log_dirs),
-    (ElectLeadersRequest.API_KEY, 0, 2, elect_leaders),
-    (AlterPartitionReassignmentsRequest.API_KEY, 0, 0, alter_partition_reassignments),
-    (ListPartitionReassignmentsRequest.API_KEY, 0, 0, list_partition_reassignments),
+    (AlterReplicaLogDirsRequest.API_KEY, 0, 2, requires_cluster(Operation.ALTER, alter_replica_log_dirs)),
+    (DescribeLogDirsRequest.API_KEY, 0, 4, requires_cluster(Operation.DESCRIBE, describe_log_dirs)),
+    (ElectLeadersRequest.API_KEY, 0, 2, requires_cluster(Operation.ALTER, elect_leaders)),
+    (AlterPartitionReassignmentsRequest.API_KEY, 0, 0, requires_cluster(Operation.ALTER,
+                                                                         alter_partition_reassignments)),
+    (ListPartitionReassignmentsRequest.API_KEY, 0, 0, requires_cluster(Operation.DESCRIBE,
+                                                                        list_partition_reassignments)),
 ]

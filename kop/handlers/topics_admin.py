@@ -12,8 +12,14 @@ from kafka.protocol.admin import (CreatePartitionsRequest, CreatePartitionsRespo
 
 from kop.handlers.configs import DEFAULT_CONFIG
 from kop.handlers.context import RequestContext
+from kop.security.acls import Operation, ResourceType
 from kop.topics import TOPIC_CONFIG_DEFAULTS, TopicError
 from protocol.errors import ErrorCode
+
+
+def _require(ctx: RequestContext, operation: Operation, topic: str) -> None:
+    if not ctx.authorized(operation, ResourceType.TOPIC, topic):
+        raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{ctx.principal} may not {operation.name} {topic}")
 
 
 async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
@@ -23,6 +29,9 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
         configs = {c.name: c.value for c in item.configs if c.value is not None}
         result = cls.CreatableTopicResult(name=item.name, error_code=ErrorCode.NONE, error_message=None)
         try:
+            if not (ctx.authorized_on_cluster(Operation.CREATE)
+                    or ctx.authorized(Operation.CREATE, ResourceType.TOPIC, item.name)):
+                raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{ctx.principal} may not create {item.name}")
             num_partitions = item.num_partitions
             if item.assignments:
                 if item.num_partitions != -1 or item.replication_factor != -1:
@@ -87,6 +96,7 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
         try:
             if name is None:
                 raise TopicError(ErrorCode.UNKNOWN_TOPIC_ID, "unknown topic id")
+            _require(ctx, Operation.DELETE, name)
             await topics.delete(name)
         except TopicError as exc:
             result.error_code = exc.code
@@ -102,6 +112,7 @@ async def create_partitions(ctx: RequestContext, request: CreatePartitionsReques
     for item in request.topics:
         result = cls.CreatePartitionsTopicResult(name=item.name, error_code=ErrorCode.NONE, error_message=None)
         try:
+            _require(ctx, Operation.ALTER, item.name)
             topic = ctx.topics.get(item.name)
             if topic is None:
                 raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {item.name!r}")
@@ -132,7 +143,9 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
             result = Result.DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=-1,
                                                          error_code=ErrorCode.NONE)
             partition = ctx.topics.partition(item.name, p.partition_index)
-            if partition is None:
+            if not ctx.authorized(Operation.DELETE, ResourceType.TOPIC, item.name):
+                result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif partition is None:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 offset = partition.high_watermark if p.offset == -1 else p.offset

@@ -15,6 +15,7 @@ from kafka.protocol.admin.transactions import (DescribeProducersRequest, Describ
 from dedup.sequences import to_wire
 from kop import clock
 from kop.handlers.context import RequestContext
+from kop.security.acls import Operation, ResourceType
 from kop.transactions.state import TxnState
 from protocol.errors import ErrorCode
 
@@ -36,6 +37,8 @@ async def list_transactions(ctx: RequestContext, request: ListTransactionsReques
             continue
         if min_duration >= 0 and not (meta.state is TxnState.ONGOING and now - meta.start_ms > min_duration):
             continue
+        if not ctx.authorized(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, meta.transactional_id):
+            continue  # listed only to who may describe it, as in Kafka
         listed.append(cls.TransactionState(transactional_id=meta.transactional_id, producer_id=meta.producer_id,
                                            transaction_state=meta.state.kafka_name))
     return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, unknown_state_filters=unknown,
@@ -49,8 +52,10 @@ async def describe_transactions(ctx: RequestContext,
     out = []
     for transactional_id in request.transactional_ids:
         meta = ctx.transactions.states.get(transactional_id)
-        if meta is None:
-            out.append(State(error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, transactional_id=transactional_id,
+        authorized = ctx.authorized(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+        if meta is None or not authorized:
+            out.append(State(error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND if authorized
+                             else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, transactional_id=transactional_id,
                              transaction_state="", transaction_timeout_ms=0, transaction_start_time_ms=-1,
                              producer_id=-1, producer_epoch=-1, topics=[]))
             continue
@@ -74,6 +79,10 @@ async def describe_producers(ctx: RequestContext, request: DescribeProducersRequ
         partitions = []
         for index in wanted.partition_indexes:
             partition = ctx.topics.partition(wanted.name, index)
+            if not ctx.authorized(Operation.READ, ResourceType.TOPIC, wanted.name):
+                partitions.append(Partition(partition_index=index, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                            error_message=None, active_producers=[]))
+                continue
             if partition is None:
                 partitions.append(Partition(partition_index=index, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                             error_message=f"unknown partition {wanted.name}-{index}",

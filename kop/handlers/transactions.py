@@ -16,6 +16,8 @@ from kafka.protocol.producer.transaction import (AddOffsetsToTxnRequest, AddOffs
                                                  EndTxnResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse)
 
 from kop.handlers.context import RequestContext
+from kop.security.acls import Operation, ResourceType
+from kop.handlers.groups import may_read_group
 from kop.transactions.state import PendingOffset
 from protocol.errors import ErrorCode
 
@@ -29,13 +31,25 @@ def fencing_for_version(error: ErrorCode, version: int, first_fenced_version: in
     return error
 
 
+def _refused(ctx: RequestContext, transactional_id: str) -> ErrorCode | None:
+    if ctx.authorized(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return None
+    return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
 async def add_partitions(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
     v = ctx.version
     cls = AddPartitionsToTxnResponse[v]
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-    results = await ctx.transactions.add_partitions(request.v3_and_below_transactional_id,
-                                                     request.v3_and_below_producer_id,
-                                                     request.v3_and_below_producer_epoch, wanted)
+    refused = _refused(ctx, request.v3_and_below_transactional_id)
+    unwritable = {name for name, _ in wanted if not ctx.authorized(Operation.WRITE, ResourceType.TOPIC, name)}
+    if refused or unwritable:  # Kafka adds none of them then; the others get OPERATION_NOT_ATTEMPTED
+        results = {(name, p): refused or (ErrorCode.TOPIC_AUTHORIZATION_FAILED if name in unwritable
+                                          else ErrorCode.OPERATION_NOT_ATTEMPTED) for name, p in wanted}
+    else:
+        results = await ctx.transactions.add_partitions(request.v3_and_below_transactional_id,
+                                                         request.v3_and_below_producer_id,
+                                                         request.v3_and_below_producer_epoch, wanted)
     by_topic: dict[str, list] = {}
     Topic = cls.AddPartitionsToTxnTopicResult
     for (topic, partition), error in results.items():
@@ -47,15 +61,17 @@ async def add_partitions(ctx: RequestContext, request: AddPartitionsToTxnRequest
 
 
 async def add_offsets(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
-    error = await ctx.transactions.add_offsets(request.transactional_id, request.producer_id, request.producer_epoch,
-                                               request.group_id)
+    error = _refused(ctx, request.transactional_id) or (
+        None if may_read_group(ctx, request.group_id) else ErrorCode.GROUP_AUTHORIZATION_FAILED) or \
+        await ctx.transactions.add_offsets(request.transactional_id, request.producer_id, request.producer_epoch,
+                                           request.group_id)
     return AddOffsetsToTxnResponse[ctx.version](
         throttle_time_ms=0, error_code=fencing_for_version(error, ctx.version, FIRST_VERSION_WITH_PRODUCER_FENCED))
 
 
 async def end_txn(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
-    error = await ctx.transactions.end_txn(request.transactional_id, request.producer_id, request.producer_epoch,
-                                           request.committed)
+    error = _refused(ctx, request.transactional_id) or await ctx.transactions.end_txn(
+        request.transactional_id, request.producer_id, request.producer_epoch, request.committed)
     return EndTxnResponse[ctx.version](
         throttle_time_ms=0, error_code=fencing_for_version(error, ctx.version, FIRST_VERSION_WITH_PRODUCER_FENCED))
 
@@ -67,7 +83,9 @@ async def txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommitRequest
                                                           p.committed_leader_epoch if v >= 2 else -1,
                                                           p.committed_metadata or "")
                for t in request.topics for p in t.partitions}
-    error = ctx.groups.check(request.group_id)
+    error = _refused(ctx, request.transactional_id) or (
+        None if may_read_group(ctx, request.group_id) else ErrorCode.GROUP_AUTHORIZATION_FAILED) or \
+        ctx.groups.check(request.group_id)
     if error is None and v >= 3 and request.generation_id >= 0:
         error = ctx.groups.validate_commit(request.group_id, request.generation_id, request.member_id,
                                            request.group_instance_id)

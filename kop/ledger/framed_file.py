@@ -68,9 +68,9 @@ def append_at(fd: int, data: bytes | memoryview, pos: int) -> None:
         raise
 
 
-def write_synced(path: str, data: bytes, flags: int, durable: bool) -> None:
-    """Open path with flags, write all of data, and fsync it when durable."""
-    fd = os.open(path, flags, 0o644)
+def write_synced(path: str, data: bytes, flags: int, durable: bool, mode: int = 0o644) -> None:
+    """Open path with flags (a new file gets `mode`), write all of data, and fsync it when durable."""
+    fd = os.open(path, flags, mode)
     try:
         write_all(fd, data)
         if durable:
@@ -79,10 +79,12 @@ def write_synced(path: str, data: bytes, flags: int, durable: bool) -> None:
         os.close(fd)
 
 
-def replace_atomically(path: str, data: bytes, durable: bool = True) -> None:
+def replace_atomically(path: str, data: bytes, durable: bool = True, mode: int = 0o644) -> None:
     """Write data to path so that readers see either the old or the new content, never a mix."""
     tmp = f"{path}.tmp"
-    write_synced(tmp, data, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, durable)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # a leftover keeps its mode: the new file must get `mode`
+    write_synced(tmp, data, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, durable, mode)
     os.replace(tmp, path)
     if durable:
         fsync_dir(os.path.dirname(path) or ".")
