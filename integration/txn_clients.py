@@ -42,6 +42,19 @@ def ck_read_to_end(bootstrap: str, topic: str, partitions=(0,), isolation: str =
         consumer.close()
 
 
+def ck_open_transaction(bootstrap: str, topic: str, prefix: str, count: int):
+    """A confluent-kafka producer (transactional id f"{topic}-{prefix}") with a transaction open that holds `count`
+    stored records f"{prefix}{i}" in partition 0; the caller commits or aborts it."""
+    from confluent_kafka import Producer
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-{prefix}"})
+    producer.init_transactions(15)
+    producer.begin_transaction()
+    for i in range(count):
+        producer.produce(topic, f"{prefix}{i}".encode(), partition=0)
+    assert producer.flush(15) == 0
+    return producer
+
+
 def values(records: list[tuple[int, int, bytes]]) -> list[bytes]:
     return [value for _, _, value in records]
 
