@@ -6,6 +6,7 @@ from confluent_kafka import Producer
 from pyspark.errors import PySparkException
 
 from integration.clients import COMPRESSIONS
+from integration.txn_clients import ck_open_transaction
 from kop.client.sequences import sequence_headers
 from kop.spark.drills import end_offsets
 from kop.spark.sequencing import kafka_partition
@@ -132,3 +133,26 @@ def test_reads_skip_holes_left_by_dropped_duplicates(spark, spark_broker, tmp_pa
              .trigger(availableNow=True).start())
     query.awaitTermination(120)
     assert sorted(seen) == expected
+
+
+def test_reads_skip_aborted_transactions_and_end_before_an_open_one(spark, spark_broker):
+    """A topic written by transactions: a read (read_committed unless kafka.isolation.level says otherwise) gets the
+    committed records only, and `latest` stops at the last stable offset, so an open transaction's records come in
+    a later read once it commits. Control: read_uncommitted gets them all."""
+    topic = "ds-transactions"
+    ensure_topic(spark_broker.bootstrap, topic, 1)
+    ck_open_transaction(spark_broker.bootstrap, topic, "c", 3).commit_transaction(15)
+    ck_open_transaction(spark_broker.bootstrap, topic, "a", 2).abort_transaction(15)
+    still_open = ck_open_transaction(spark_broker.bootstrap, topic, "o", 2)
+    ck_open_transaction(spark_broker.bootstrap, topic, "l", 1).commit_transaction(15)
+
+    def read_values(**options: str) -> list[str]:
+        return [row.value.decode() for row in read(spark, spark_broker.bootstrap, topic, **options).orderBy("offset")
+                .collect()]
+
+    assert read_values() == ["c0", "c1", "c2"]
+    assert read_values(**{"kafka.isolation.level": "read_uncommitted"}) == ["c0", "c1", "c2", "a0", "a1", "o0", "o1",
+                                                                            "l0"]
+    still_open.commit_transaction(15)
+    assert read_values() == ["c0", "c1", "c2", "o0", "o1", "l0"]
+

@@ -12,6 +12,7 @@ import threading
 import pytest
 from pyspark.sql import functions as F
 
+from integration.txn_clients import ck_open_transaction
 from kop.spark.audit import audit, read_topic
 from kop.spark.drills import end_offsets, kill_broker_mid_job, kill_driver_mid_ingest
 from kop.spark.examples import enrich_and_aggregate, generate_orders
@@ -19,6 +20,7 @@ from kop.spark.faults import Faults
 from kop.spark.ingest import IngestJob, run_ingest, source_records
 from kop.spark.report import write_chart, write_json
 from kop.spark.sequencing import PRODUCER_NAME, SEQUENCE_ID
+from kop.spark.topics import ensure_topic
 from kop.spark.transform import TransformJob, expected_outputs, run_transform
 
 pytestmark = pytest.mark.slow  # Spark in local mode: minutes; make test-slow runs it
@@ -248,6 +250,26 @@ def test_transform_restarts_from_old_checkpoint_and_from_none(spark, spark_broke
     report = audit(spark, expected_outputs(spark, output, transform_input, spark_broker.bootstrap,
                                            enrich_and_aggregate), spark_broker.bootstrap, output)
     check(report, sequence_ids)
+
+
+def test_transform_of_a_transactional_input_reads_committed_records_only(spark, spark_broker, tmp_path):
+    """The input written by transactions: the transform skips the aborted one and stops before the open one, whose
+    records the next run picks up once it commits."""
+    input_topic, output = "transform-txn-input", "transform-txn-output"
+    ensure_topic(spark_broker.bootstrap, input_topic, 1)
+    ck_open_transaction(spark_broker.bootstrap, input_topic, "c", 3).commit_transaction(15)
+    ck_open_transaction(spark_broker.bootstrap, input_topic, "a", 2).abort_transaction(15)
+    still_open = ck_open_transaction(spark_broker.bootstrap, input_topic, "o", 2)
+    job = TransformJob(name=output, input_topic=input_topic, output_topic=output, bootstrap=spark_broker.bootstrap,
+                       checkpoint=str(tmp_path / "checkpoint"), partitions=1,
+                       function=lambda batch: batch.select("key", "value", "partition", "offset"))
+    assert run_transform(spark, job).records_in == 3
+    assert sorted(row.value for row in read_topic(spark, spark_broker.bootstrap, output).collect()) == \
+        ["c0", "c1", "c2"]
+    still_open.commit_transaction(15)
+    assert run_transform(spark, job).records_in == 2
+    assert sorted(row.value for row in read_topic(spark, spark_broker.bootstrap, output).collect()) == \
+        ["c0", "c1", "c2", "o0", "o1"]
 
 
 def test_audit_report_and_chart(spark, spark_broker, orders, tmp_path):

@@ -15,6 +15,7 @@ from integration.fetch_requests import FETCH_VERSION, fetch_request
 from integration.idem_raw import RawKafka, idempotent_batch
 from integration.txn_clients import (READ_COMMITTED, READ_UNCOMMITTED, RawTxnProducer, ck_read_to_end,
                                      init_transactional_id, values)
+from kop.producer_ids import MAX_EPOCH
 from protocol.api import REQUEST_CLASSES as REQ
 from protocol.api import RESPONSE_CLASSES as RESP
 from protocol.errors import ErrorCode
@@ -469,3 +470,34 @@ def test_a_transactional_id_unused_past_its_expiration_is_forgotten(broker_facto
 def _failpoint(broker, topic: str, **faults) -> None:
     from kop.admin.client import AdminClient
     AdminClient(broker.admin_url).post(f"/admin/v2/kop/failpoints/{topic}/0", faults)
+
+
+@pytest.mark.slow  # 32,767 InitProducerId round trips, each a state-log write: ~15 s
+def test_an_exhausted_epoch_rotates_to_a_new_producer_id_through_the_protocol(broker_factory):
+    """KIP-360 InitProducerId with the current id and epoch bumps the epoch each time; the bump that would reach the
+    last epoch hands out a new producer id at epoch 0 instead (as Kafka does), a retry of that bump gets the same
+    answer, the old id is refused, and the new one runs a transaction."""
+    broker = broker_factory({"fsync": "false"})  # the state-log writes of 32k bumps, minus 32k fsyncs
+    with RawKafka(broker.port) as kafka:
+        kafka.create_topic("exhausted")
+        error, first_id, epoch = init_transactional_id(kafka, "exhausted")
+        assert (error, epoch) == (ErrorCode.NONE, 0)
+        while epoch < MAX_EPOCH - 1:
+            answer = init_transactional_id(kafka, "exhausted", producer_id=first_id, producer_epoch=epoch)
+            assert answer == (ErrorCode.NONE, first_id, epoch + 1), answer
+            epoch = answer[2]
+        error, new_id, new_epoch = init_transactional_id(kafka, "exhausted", producer_id=first_id,
+                                                         producer_epoch=epoch)
+        assert (error, new_epoch) == (ErrorCode.NONE, 0) and new_id != first_id
+        retry = init_transactional_id(kafka, "exhausted", producer_id=first_id, producer_epoch=epoch)
+        assert retry == (ErrorCode.NONE, new_id, 0)  # the bump's answer was lost: the same new identity
+        described = _describe(kafka, "exhausted")
+        assert (described.producer_id, described.producer_epoch) == (new_id, 0)
+
+        old = RawTxnProducer(kafka, "exhausted", identity=(first_id, epoch))
+        assert old.add_partitions("exhausted", [0]) == {0: ErrorCode.INVALID_PRODUCER_ID_MAPPING}
+        txn = RawTxnProducer(kafka, "exhausted", identity=(new_id, 0))
+        assert txn.add_partitions("exhausted", [0]) == {0: ErrorCode.NONE}
+        assert kafka.produce("exhausted", 0, _txn_batch([b"after"], txn, 0)).error_code == ErrorCode.NONE
+        assert txn.end(commit=True) == ErrorCode.NONE
+    assert values(ck_read_to_end(broker.bootstrap, "exhausted")) == [b"after"]

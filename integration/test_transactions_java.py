@@ -6,7 +6,7 @@ import pytest
 from confluent_kafka import Producer
 
 from integration.java_client import java_available, java_read_to_end, java_transactions, java_unavailable_reason
-from integration.txn_clients import READ_COMMITTED, READ_UNCOMMITTED, ck_read_to_end, values
+from integration.txn_clients import READ_COMMITTED, READ_UNCOMMITTED, ck_open_transaction, ck_read_to_end, values
 
 pytestmark = pytest.mark.skipif(not java_available(), reason=java_unavailable_reason())
 
@@ -49,20 +49,11 @@ def test_java_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(br
 
 
 def test_java_read_committed_skips_aborted_transactions_and_stops_at_an_open_one(broker):
-    def transaction(transactional_id: str, prefix: str, count: int) -> Producer:
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": transactional_id})
-        producer.init_transactions(15)
-        producer.begin_transaction()
-        for i in range(count):
-            producer.produce("java-rc", f"{prefix}{i}".encode(), partition=0)
-        assert producer.flush(15) == 0
-        return producer
-
-    transaction("rc-committed", "c", 3).commit_transaction(15)  # offsets 0-2, marker 3
-    transaction("rc-aborted", "a", 2).abort_transaction(15)  # 4-5, marker 6
-    transaction("rc-committed", "d", 1).commit_transaction(15)  # 7, marker 8
-    still_open = transaction("rc-open", "o", 2)  # 9-10, no marker yet: the last stable offset is 9
-    transaction("rc-later", "l", 1).commit_transaction(15)  # 11, marker 12: committed, but after the open one
+    ck_open_transaction(broker.bootstrap, "java-rc", "c", 3).commit_transaction(15)  # offsets 0-2, marker 3
+    ck_open_transaction(broker.bootstrap, "java-rc", "a", 2).abort_transaction(15)  # 4-5, marker 6
+    ck_open_transaction(broker.bootstrap, "java-rc", "d", 1).commit_transaction(15)  # 7, marker 8
+    still_open = ck_open_transaction(broker.bootstrap, "java-rc", "o", 2)  # 9-10, open: the last stable offset is 9
+    ck_open_transaction(broker.bootstrap, "java-rc", "l", 1).commit_transaction(15)  # 11, marker 12: after the open
 
     read_committed = {"isolation.level": READ_COMMITTED}
     records, ends = java_read_to_end(broker.bootstrap, "java-rc", extra_props=read_committed)

@@ -1,6 +1,5 @@
 """Helpers for transaction tests: reading a topic to its end as a read_committed or read_uncommitted consumer,
 and the raw transactional requests a test sends when it must control every field."""
-import copy
 import time
 from dataclasses import dataclass, field
 
@@ -42,6 +41,19 @@ def ck_read_to_end(bootstrap: str, topic: str, partitions=(0,), isolation: str =
         consumer.close()
 
 
+def ck_open_transaction(bootstrap: str, topic: str, prefix: str, count: int):
+    """A confluent-kafka producer (transactional id f"{topic}-{prefix}") with a transaction open that holds `count`
+    stored records f"{prefix}{i}" in partition 0; the caller commits or aborts it."""
+    from confluent_kafka import Producer
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-{prefix}"})
+    producer.init_transactions(15)
+    producer.begin_transaction()
+    for i in range(count):
+        producer.produce(topic, f"{prefix}{i}".encode(), partition=0)
+    assert producer.flush(15) == 0
+    return producer
+
+
 def values(records: list[tuple[int, int, bytes]]) -> list[bytes]:
     return [value for _, _, value in records]
 
@@ -59,17 +71,20 @@ class RawTxnProducer:
     """A transactional producer speaking the protocol itself, for the requests clients never send on their own
     (a batch arriving after its transaction ended, a partition never added)."""
 
-    def __init__(self, kafka: RawKafka, transactional_id: str, timeout_ms: int = 60_000) -> None:
+    def __init__(self, kafka: RawKafka, transactional_id: str, timeout_ms: int = 60_000,
+                 identity: tuple[int, int] | None = None) -> None:
+        """InitProducerId for `transactional_id`, or a producer of an `identity` (producer id, epoch) handed out
+        before, which sends no InitProducerId."""
         self.kafka = kafka
         self.transactional_id = transactional_id
-        error, self.producer_id, self.epoch = init_transactional_id(kafka, transactional_id, timeout_ms)
-        assert error == ErrorCode.NONE, (transactional_id, error)
+        if identity is None:
+            error, *identity = init_transactional_id(kafka, transactional_id, timeout_ms)
+            assert error == ErrorCode.NONE, (transactional_id, error)
+        self.producer_id, self.epoch = identity
 
     def over(self, kafka: RawKafka) -> "RawTxnProducer":
         """The same producer (id and epoch) on another connection, for a request sent while one is in flight."""
-        twin = copy.copy(self)
-        twin.kafka = kafka
-        return twin
+        return RawTxnProducer(kafka, self.transactional_id, identity=(self.producer_id, self.epoch))
 
     def add_partitions(self, topic: str, partitions: list[int], version: int = 3) -> dict[int, int]:
         request = AddPartitionsToTxnRequest[version](

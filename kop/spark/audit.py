@@ -13,7 +13,7 @@ from kop.client.sequences import PRODUCER_NAME_HEADER, SEQUENCE_ID_HEADER
 from kop.spark.offsets import TopicOffsets
 from kop.spark.options import OffsetSpec, EARLIEST
 from kop.spark.sequencing import PRODUCER_NAME, SEQUENCE_ID
-from kop.spark.session import kafka_format
+from kop.spark.session import kafka_source
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,8 @@ class AuditReport:
 
 def read_topic(spark: SparkSession, bootstrap: str, topic: str) -> DataFrame:
     """Everything in `topic` now, with key and value as strings and the sequence-id headers as columns."""
-    rows = (spark.read.format(kafka_format(spark)).option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic).option("startingOffsets", "earliest").option("endingOffsets", "latest")
-            .option("includeHeaders", "true").load())
+    rows = (kafka_source(spark, bootstrap, topic).option("startingOffsets", "earliest")
+            .option("endingOffsets", "latest").option("includeHeaders", "true").load())
     return rows.select(
         F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("value"), "partition",
         "offset", _header(PRODUCER_NAME_HEADER).alias(PRODUCER_NAME),

@@ -5,7 +5,9 @@ client (confluent-kafka) in the executors. Same options and schema as `format("k
     df.write.format("kop").option("kafka.bootstrap.servers", ...).option("topic", "t").save()
 
 Batch reads plan one task per partition with records between startingOffsets and endingOffsets; streaming reads
-checkpoint {topic: {partition: next offset}} and support Trigger.AvailableNow. Writes take the columns key, value,
+checkpoint {topic: {partition: next offset}} and support Trigger.AvailableNow. Reads are read_committed unless
+kafka.isolation.level says otherwise: records of aborted transactions are skipped and `latest` is the last stable
+offset, so a read ends before a transaction still open (Spark's own connector defaults to read_uncommitted). Writes take the columns key, value,
 headers, partition and topic of Spark's Kafka sink."""
 from collections.abc import Iterator
 
@@ -17,7 +19,7 @@ from pyspark.sql.types import StructType
 
 from kop.spark.faults import FAIL_AFTER_OPTION, ROW_DELAY_OPTION, Faults
 from kop.spark.offsets import OffsetRange, Positions, TopicOffsets, ranges_between
-from kop.spark.options import OptionError, flag, kafka_config, offset_spec, subscribed_topics
+from kop.spark.options import OptionError, flag, kafka_config, offset_spec, reader_config, subscribed_topics
 from kop.spark.range_reader import read_range
 from kop.spark.task_writer import WrittenRecord, write_records
 
@@ -52,7 +54,7 @@ class RangePartition(InputPartition):
 
 class KopBatchReader(DataSourceReader):
     def __init__(self, options) -> None:
-        self.config = kafka_config(options)
+        self.config = reader_config(options)
         self.include_headers = flag(options, "includeHeaders")
         topics = subscribed_topics(options)
         starting = offset_spec(options, "startingOffsets", "earliest")
@@ -77,7 +79,7 @@ class KopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     the end kop reports now (or to the end fixed when an AvailableNow trigger started)."""
 
     def __init__(self, options) -> None:
-        self.config = kafka_config(options)
+        self.config = reader_config(options)
         self.include_headers = flag(options, "includeHeaders")
         self.topics = subscribed_topics(options)
         self.starting = offset_spec(options, "startingOffsets", "latest")

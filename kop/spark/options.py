@@ -32,6 +32,12 @@ def kafka_config(options: Mapping[str, str]) -> dict[str, str]:
     return config
 
 
+def reader_config(options: Mapping[str, str]) -> dict[str, str]:
+    """kafka_config for a read: committed records only unless `kafka.isolation.level` says otherwise, so the planner's
+    `latest` (the last stable offset) and the tasks' reads agree, whatever the Kafka client's own default."""
+    return {"isolation.level": "read_committed", **kafka_config(options)}
+
+
 def subscribed_topics(options: Mapping[str, str]) -> list[str]:
     topics = [t.strip() for t in options.get("subscribe", "").split(",") if t.strip()]
     if not topics:

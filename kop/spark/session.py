@@ -37,6 +37,15 @@ def spark_session(settings: SparkSettings = SparkSettings()) -> SparkSession:
     return spark
 
 
+def kafka_source(spark: SparkSession, bootstrap: str, topic: str, stream: bool = False):
+    """A batch (or streaming) reader of `topic` in the Kafka source's format, reading committed records only: Spark's
+    own connector reads with the Java consumer's default, read_uncommitted, which would hand a job the records of
+    aborted transactions and of open ones."""
+    reader = spark.readStream if stream else spark.read
+    return (reader.format(kafka_format(spark)).option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic).option("kafka.isolation.level", "read_committed"))
+
+
 def kafka_format(spark: SparkSession) -> str:
     """`kafka` when Spark's Kafka connector (spark-sql-kafka) is on the classpath, else kop's `kop`: same options,
     same columns."""

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from kop.spark.faults import Faults
 from kop.spark.options import OptionError
 from kop.spark.sequencing import PRODUCER_NAME, SEQUENCE_ID, sink_rows
-from kop.spark.session import kafka_format
+from kop.spark.session import kafka_source
 from kop.spark.sink import save
 from kop.spark.topics import ensure_topic
 
@@ -78,8 +78,7 @@ def sequenced_outputs(batch: DataFrame, job_name: str, input_topic: str, functio
 def expected_outputs(spark: SparkSession, job_name: str, input_topic: str, bootstrap: str,
                      function: UserFunction) -> DataFrame:
     """What a transform job should have written for everything now in its input topic (for the audit)."""
-    inputs = (spark.read.format(kafka_format(spark)).option("kafka.bootstrap.servers", bootstrap)
-              .option("subscribe", input_topic).option("startingOffsets", "earliest")
+    inputs = (kafka_source(spark, bootstrap, input_topic).option("startingOffsets", "earliest")
               .option("endingOffsets", "latest").load())
     return sequenced_outputs(inputs, job_name, input_topic, function)
 
@@ -100,8 +99,8 @@ def run_transform(spark: SparkSession, job: TransformJob, faults: Faults = Fault
         outputs.unpersist()
         batch.unpersist()
 
-    stream = (spark.readStream.format(kafka_format(spark)).option("kafka.bootstrap.servers", job.bootstrap)
-              .option("subscribe", job.input_topic).option("startingOffsets", job.starting_offsets).load())
+    stream = (kafka_source(spark, job.bootstrap, job.input_topic, stream=True)
+              .option("startingOffsets", job.starting_offsets).load())
     query = (stream.writeStream.foreachBatch(write_batch).option("checkpointLocation", job.checkpoint)
              .trigger(availableNow=True).start())
     query.awaitTermination()
