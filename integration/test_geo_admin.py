@@ -157,3 +157,21 @@ def test_bad_replicated_entries_are_refused_and_the_broker_goes_on(east):
         request = Request[0](source_cluster="west", target_cluster="north", timeout_ms=5000, topics=[])
         answer = kafka.call(request, ReplicateEntriesResponse, 0)
         assert answer.error_code == ErrorCode.INVALID_REQUEST and "not 'north'" in answer.error_message
+
+
+@pytest.mark.parametrize("everyone_allowed", [False, True])
+def test_replication_needs_cluster_action_when_an_authorizer_runs(tmp_path, everyone_allowed):
+    """Replicating acts for a whole cluster: with the authorizer on, a principal without CLUSTER_ACTION on the
+    cluster is refused before anything is looked at (control: allowed, the request reaches the registry check)."""
+    from protocol.replication import ReplicateEntriesRequest as Request, ReplicateEntriesResponse
+    broker = BrokerProcess(str(tmp_path / "data"), options=("--cluster-name", "east"),
+                           config={"authorizer.enabled": "true",
+                                   "allow.everyone.if.no.acl.found": str(everyone_allowed).lower()}).start()
+    try:
+        with RawKafka(broker.port) as kafka:
+            request = Request[0](source_cluster="west", target_cluster="east", timeout_ms=5000, topics=[])
+            answer = kafka.call(request, ReplicateEntriesResponse, 0)
+        expected = ErrorCode.INVALID_REQUEST if everyone_allowed else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        assert answer.error_code == expected, answer
+    finally:
+        broker.stop()

@@ -14,6 +14,7 @@ from google.protobuf.message import DecodeError
 
 from kop.handlers.context import RequestContext
 from kop.partition import AppendResult, source_position_key
+from kop.security.acls import Operation
 from kop.topics import Topic, TopicError
 from protocol.errors import ErrorCode
 from protocol.records import RecordBatchError, marker_payload, split_batches
@@ -104,6 +105,11 @@ def _snapshot_request(metadata: MessageMetadata, view: memoryview) -> str | None
 
 
 async def handle(ctx: RequestContext, request: ReplicateEntriesRequest):
+    if not ctx.authorized_on_cluster(Operation.CLUSTER_ACTION):  # what Kafka's brokers need among themselves
+        log.warning("replication request refused: %s lacks CLUSTER_ACTION on the cluster", ctx.session.principal,
+                    extra=ctx.log_fields)
+        return Response[0](throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                           error_message="replicating to this cluster needs CLUSTER_ACTION on it", topics=[])
     local, source = ctx.config.cluster_name, request.source_cluster
     if request.target_cluster != local:
         return _refused(ctx, f"this broker belongs to cluster {local!r}, not {request.target_cluster!r}: check the "
