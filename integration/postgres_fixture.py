@@ -1,0 +1,34 @@
+"""pytest fixtures for the PostgreSQL engine: one real server per test session (see postgres_server), a database per
+user of it. Registered for the whole repository by the root conftest.py."""
+import itertools
+import os
+
+import pytest
+
+from integration.broker_process import free_port
+from integration.postgres_server import PostgresServer, server_binaries
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """The session's PostgreSQL server; skipped with the reason where Debian's binaries are not installed (`make
+    postgres` installs them)."""
+    bin_dir = server_binaries()
+    if bin_dir is None:
+        pytest.skip("no PostgreSQL server binaries under /usr/lib/postgresql (`make postgres` installs them)")
+    server = PostgresServer(bin_dir, free_port()).init().start()
+    yield server
+    server.stop()
+    server.remove()
+
+
+def new_database(server: PostgresServer) -> str:
+    """A fresh database's URL: each test (each broker) starts from an empty schema."""
+    return server.create_database(f"kop_{os.getpid()}_{next(_names)}")
+
+
+@pytest.fixture
+def postgres_url(postgres_server):
+    return new_database(postgres_server)
