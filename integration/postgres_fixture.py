@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from integration import broker_process
 from integration.broker_process import free_port
 from integration.postgres_server import PostgresServer, server_binaries
 
@@ -32,3 +33,21 @@ def new_database(server: PostgresServer) -> str:
 @pytest.fixture
 def postgres_url(postgres_server):
     return new_database(postgres_server)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--storage", choices=("file", "postgresql"), default="file",
+                     help="the storage engine of the brokers integration tests start (default file; `make "
+                          "test-postgres` runs them on postgresql)")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def storage_engine(request):
+    """The session's storage engine for every broker the tests start: `--storage postgresql` gives each data
+    directory a database of its own on the session's PostgreSQL server."""
+    engine = request.config.getoption("--storage")
+    if engine == "postgresql":
+        server = request.getfixturevalue("postgres_server")
+        broker_process.new_postgres_database = lambda: new_database(server)
+    yield engine
+    broker_process.new_postgres_database = None

@@ -78,6 +78,10 @@ class BrokerConfig:
                                                       "does not arrive in this time.")
     max_connections: int = setting(10000, SIZE, doc="Connections beyond this many are closed at once.")
     # storage
+    storage: str = setting("file", Matches(r"file|postgres(ql)?://.+", "`file` or a postgresql:// URL"),
+                           doc="Where topics and their partitions' managed ledgers are kept: `file` (the data "
+                               "directory, one machine) or a PostgreSQL URL (`postgresql://user:password@host:port/"
+                               "database`); kop creates and migrates its tables there.")
     fsync: bool = setting(True, doc="Acknowledge a write only after an fsync covers it (group commit). Off: faster, "
                                     "and a machine crash can lose acknowledged records.")
     ledger_max_bytes: int = setting(256 * 1024 * 1024, Range(14), "log.segment.bytes",  # Kafka's lower bound

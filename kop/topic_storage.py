@@ -1,0 +1,187 @@
+"""Where topics live: their metadata records and their partitions' managed ledgers, in files or in PostgreSQL.
+
+The metadata record is a topic's commit point in both: a topic exists exactly while its record does. Deletion
+removes the record before the ledgers, creation writes it after them, so a crash can leave only ledgers that belong to
+no topic; `remove_orphans` removes those at start-up, and a new partition starts from nothing whatever an earlier
+topic of the same name left.
+"""
+import logging
+import os
+import re
+import shutil
+from abc import ABC, abstractmethod
+from concurrent.futures import Executor
+
+from kop.ledger import FileLedgerConfig, FileManagedLedger, ManagedLedger
+from kop.ledger.file_pool import FilePool
+from kop.ledger.framed_file import fsync_dir, makedirs_durable, replace_atomically
+from kop.ledger.postgres import PgManagedLedger, PgStore
+from kop.startup import StartupError, reading
+from proto.kop_pb2 import TopicMetadata
+
+log = logging.getLogger("kop.topics")
+
+LEDGER_NAME = re.compile(r"^(.+)-partition-(\d+)$")
+TOPIC_RECORD = "topic"  # kop_record kind of the PostgreSQL engine's topic metadata
+
+
+def ledger_name(topic: str, partition: int) -> str:
+    return f"{topic}-partition-{partition}"
+
+
+class TopicStorage(ABC):
+    """One namespace's topics in one storage engine."""
+
+    @abstractmethod
+    async def start(self) -> None: ...
+
+    @abstractmethod
+    async def load_metadata(self) -> list[TopicMetadata]: ...
+
+    @abstractmethod
+    async def remove_orphans(self, partitions: dict[str, int]) -> None:
+        """Remove managed ledgers of no topic's partition (`partitions`: each topic's partition count)."""
+
+    @abstractmethod
+    def where(self, topic: str, partition: int) -> str:
+        """Where a partition is stored, as start-up errors name it."""
+
+    @abstractmethod
+    async def open_ledger(self, topic: str, partition: int, new: bool) -> ManagedLedger:
+        """The partition's managed ledger; a new one starts empty."""
+
+    @abstractmethod
+    async def remove_ledger(self, topic: str, partition: int) -> None: ...
+
+    @abstractmethod
+    async def write_metadata(self, meta: TopicMetadata) -> None: ...
+
+    @abstractmethod
+    async def delete_metadata(self, name: str) -> None: ...
+
+    async def close(self) -> None:
+        """After every ledger is closed."""
+
+
+class FileTopicStorage(TopicStorage):
+    """`<data>/topics/<namespace>/T` holds T's metadata, `<data>/ledgers/<namespace>/T-partition-p` its ledgers."""
+
+    def __init__(self, data_dir: str, namespace: str, config: FileLedgerConfig, executor: Executor,
+                 files: FilePool) -> None:
+        self._meta_dir = os.path.join(data_dir, "topics", namespace)
+        self._ledger_dir = os.path.join(data_dir, "ledgers", namespace)
+        self._config = config
+        self._executor = executor
+        self._files = files
+
+    async def start(self) -> None:
+        makedirs_durable(self._meta_dir, durable=self._config.fsync)
+        makedirs_durable(self._ledger_dir, durable=self._config.fsync)
+
+    async def load_metadata(self) -> list[TopicMetadata]:
+        metas = []
+        for name in sorted(os.listdir(self._meta_dir)):
+            if name.endswith(".tmp"):
+                continue
+            meta = TopicMetadata()
+            path = os.path.join(self._meta_dir, name)
+            with reading(path), open(path, "rb") as f:
+                meta.ParseFromString(f.read())
+            metas.append(meta)
+        return metas
+
+    async def remove_orphans(self, partitions: dict[str, int]) -> None:
+        for entry in os.listdir(self._ledger_dir):
+            match = LEDGER_NAME.match(entry)
+            path = os.path.join(self._ledger_dir, entry)
+            if match and int(match[2]) >= partitions.get(match[1], 0) and os.path.isdir(path):
+                _log_orphan(path)
+                shutil.rmtree(path, ignore_errors=True)
+
+    def where(self, topic: str, partition: int) -> str:
+        return os.path.join(self._ledger_dir, ledger_name(topic, partition))
+
+    async def open_ledger(self, topic: str, partition: int, new: bool) -> ManagedLedger:
+        directory = self.where(topic, partition)
+        if new:
+            shutil.rmtree(directory, ignore_errors=True)
+        return FileManagedLedger.open(ledger_name(topic, partition), directory, self._config, self._executor,
+                                      files=self._files)
+
+    async def remove_ledger(self, topic: str, partition: int) -> None:
+        shutil.rmtree(self.where(topic, partition), ignore_errors=True)
+
+    async def write_metadata(self, meta: TopicMetadata) -> None:
+        replace_atomically(os.path.join(self._meta_dir, meta.name), meta.SerializeToString(),
+                           durable=self._config.fsync)
+
+    async def delete_metadata(self, name: str) -> None:
+        os.unlink(os.path.join(self._meta_dir, name))
+        if self._config.fsync:
+            fsync_dir(self._meta_dir)
+
+
+class PgTopicStorage(TopicStorage):
+    """Topic metadata as kop_record rows (kind `topic`, key `<namespace>/T`), ledgers named `<namespace>/T-partition-p`
+    in the PostgreSQL engine's tables."""
+
+    def __init__(self, url: str, namespace: str, config: FileLedgerConfig) -> None:
+        self._store = PgStore(url)
+        self._prefix = namespace + "/"
+        self._config = config
+
+    async def start(self) -> None:
+        try:
+            await self._store.open()
+        except (OSError, ConnectionError) as exc:
+            raise StartupError(f"cannot reach PostgreSQL at {_without_password(self._store.url)}: {exc}") from exc
+        except Exception as exc:  # asyncpg's errors: authentication, unknown database, ...
+            if isinstance(exc, StartupError):
+                raise
+            raise StartupError(f"PostgreSQL at {_without_password(self._store.url)}: {exc}") from exc
+        log.info("topics and ledgers in PostgreSQL at %s", _without_password(self._store.url))
+
+    async def load_metadata(self) -> list[TopicMetadata]:
+        records = await self._store.records(TOPIC_RECORD)
+        return [TopicMetadata.FromString(value) for key, value in sorted(records.items())
+                if key.startswith(self._prefix)]
+
+    async def remove_orphans(self, partitions: dict[str, int]) -> None:
+        for name in await self._store.names_like(self._prefix.replace("%", r"\%").replace("_", r"\_") + "%"):
+            match = LEDGER_NAME.match(name[len(self._prefix):])
+            if match and int(match[2]) >= partitions.get(match[1], 0):
+                _log_orphan(name)
+                await self._store.remove(name)
+
+    def where(self, topic: str, partition: int) -> str:
+        return f"managed ledger {self._prefix}{ledger_name(topic, partition)} in PostgreSQL"
+
+    async def open_ledger(self, topic: str, partition: int, new: bool) -> ManagedLedger:
+        name = self._prefix + ledger_name(topic, partition)
+        if new:
+            await self._store.remove(name)
+        return await PgManagedLedger.open(name, self._store, self._config)
+
+    async def remove_ledger(self, topic: str, partition: int) -> None:
+        await self._store.remove(self._prefix + ledger_name(topic, partition))
+
+    async def write_metadata(self, meta: TopicMetadata) -> None:
+        await self._store.put_record(TOPIC_RECORD, self._prefix + meta.name, meta.SerializeToString())
+
+    async def delete_metadata(self, name: str) -> None:
+        await self._store.delete_record(TOPIC_RECORD, self._prefix + name)
+
+    async def close(self) -> None:
+        await self._store.close()
+
+
+def _log_orphan(where: str) -> None:
+    log.warning("removing %s: it belongs to no topic", where)
+
+
+def _without_password(url: str) -> str:
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+def is_postgres_url(storage: str) -> bool:
+    return storage.startswith(("postgresql://", "postgres://"))
