@@ -1,0 +1,106 @@
+"""The PostgreSQL engine's own faults: kill -9 of kop mid-produce, and PostgreSQL itself restarted mid-produce.
+Acknowledged records are all stored exactly once, in order per partition. These run in `make test` too, whatever
+engine the rest of the session uses: they are its smoke test."""
+import threading
+import time
+
+import pytest
+
+from integration.broker_process import BrokerProcess, free_port
+from integration.idem_raw import RawKafka, read_topic
+from integration.idem_stream import Report, check_stream, stream_values
+from integration.postgres_server import PostgresServer, server_binaries
+from integration.test_idempotence_crash import PARTITIONS, STREAM_TIMEOUT_S, _crash_run, confluent_reports, \
+    stored_count
+from integration.waiting import wait_until
+from protocol.errors import ErrorCode
+
+COUNT = 10_000
+
+
+@pytest.fixture
+def pg_broker_factory(tmp_path, postgres_url):
+    """Brokers on the PostgreSQL engine (one database for all of this test's brokers)."""
+    started = []
+
+    def make(config: dict[str, str] | None = None, name: str = "data") -> BrokerProcess:
+        proc = BrokerProcess(str(tmp_path / name), config=dict(config or {}), options=("--storage", postgres_url))
+        started.append(proc.start())
+        return proc
+
+    yield make
+    for proc in started:
+        proc.stop()
+
+
+def test_topics_and_records_live_in_postgresql_not_in_the_data_directory(pg_broker_factory, tmp_path):
+    broker = pg_broker_factory()
+    with RawKafka(broker.port) as kafka:
+        assert kafka.create_topic("t", 2) == ErrorCode.NONE
+    from integration.clients import ck_consume_all, ck_produce, sample_records
+    records = sample_records(20)
+    ck_produce(broker.bootstrap, "t", records, partition=1)
+    broker.stop()
+    assert not (tmp_path / "data" / "ledgers").exists() and not (tmp_path / "data" / "topics").exists()
+    # A new data directory on the same database: the broker is stateless, everything comes from PostgreSQL.
+    moved = pg_broker_factory(name="elsewhere")
+    got = ck_consume_all(moved.bootstrap, "t", len(records), partitions=(1,))
+    assert [r.value for r in got] == [r[1] for r in records]
+
+
+def test_idempotent_stream_survives_three_kill_9_of_kop(pg_broker_factory):
+    check, _ = _crash_run(pg_broker_factory, "confluent", dedup=True)
+    assert check.lost == 0 and check.foreign == 0 and check.duplicated == 0, check.summary()
+    assert check.out_of_order == 0 and check.holes == 0 and check.offset_mismatches == 0, check.summary()
+    assert check.failed == 0, check.summary()
+
+
+@pytest.fixture
+def own_postgres():
+    """A PostgreSQL server of this test's own, which it restarts."""
+    bin_dir = server_binaries()
+    if bin_dir is None:
+        pytest.skip("no PostgreSQL server binaries under /usr/lib/postgresql (`make postgres` installs them)")
+    server = PostgresServer(bin_dir, free_port()).init().start()
+    yield server
+    server.stop("immediate")
+    server.remove()
+
+
+def test_idempotent_stream_survives_postgresql_restarts(own_postgres, tmp_path):
+    url = own_postgres.create_database("kop")
+    broker = BrokerProcess(str(tmp_path / "data"), options=("--storage", url)).start()
+    try:
+        topic = "pg-restart"
+        with RawKafka(broker.port) as kafka:
+            assert kafka.create_topic(topic, PARTITIONS) == ErrorCode.NONE
+        values = stream_values(topic, COUNT)
+        reports: list[Report] = []
+        running = threading.Event()
+        running.set()
+        thread = threading.Thread(target=confluent_reports, args=(broker.bootstrap, topic, values, running, reports),
+                                  daemon=True)
+        thread.start()
+        at_restarts = []
+        try:
+            for k in (1, 2):
+                assert wait_until(lambda: (stored_count(broker.port, topic) or 0) >= COUNT * k // 3
+                                  or not running.is_set(), timeout=STREAM_TIMEOUT_S / 2)
+                assert running.is_set(), f"the stream ended before restart {k}"
+                at_restarts.append(stored_count(broker.port, topic))
+                own_postgres.stop("immediate")  # as a crash: no checkpoint, recovery from the WAL at start
+                time.sleep(1)
+                own_postgres.start()
+        finally:
+            thread.join(STREAM_TIMEOUT_S + 30)
+        assert not thread.is_alive(), "the producer did not finish"
+        check = check_stream(values, reports, read_topic(broker.port, topic, range(PARTITIONS)))
+        log = open(broker.log_path, errors="replace").read()
+    finally:
+        broker.stop()
+    print(f"\n[PostgreSQL restarted x2] stored at restarts={at_restarts} {check.summary()}")
+    assert "write failed" in log, "no write failed: the restarts did not land mid-produce"  # the control
+    assert all(n is not None and n < COUNT for n in at_restarts)
+    assert check.lost == 0 and check.foreign == 0 and check.duplicated == 0, check.summary()
+    assert check.out_of_order == 0 and check.holes == 0 and check.offset_mismatches == 0, check.summary()
+    assert check.failed == 0 and check.stored == COUNT, check.summary()
