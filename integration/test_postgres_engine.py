@@ -104,3 +104,19 @@ def test_idempotent_stream_survives_postgresql_restarts(own_postgres, tmp_path):
     assert check.lost == 0 and check.foreign == 0 and check.duplicated == 0, check.summary()
     assert check.out_of_order == 0 and check.holes == 0 and check.offset_mismatches == 0, check.summary()
     assert check.failed == 0 and check.stored == COUNT, check.summary()
+
+
+def test_a_second_broker_on_the_same_database_is_refused_with_one_line(pg_broker_factory, tmp_path, postgres_url):
+    pg_broker_factory()
+    second = BrokerProcess(str(tmp_path / "second"), options=("--storage", postgres_url))
+    with pytest.raises(RuntimeError, match="in use by another kop: one broker per database"):
+        second.start(timeout=15)
+    assert "Traceback" not in second.log_tail()
+
+
+def test_an_unreachable_database_stops_the_start_with_one_line(tmp_path):
+    broker = BrokerProcess(str(tmp_path / "data"),
+                           options=("--storage", f"postgresql://kop:secret@127.0.0.1:{free_port()}/kop"))
+    with pytest.raises(RuntimeError, match="cannot use PostgreSQL at postgresql://kop:\\*\\*\\*@127.0.0.1"):
+        broker.start(timeout=15)
+    assert "Traceback" not in broker.log_tail() and "secret" not in broker.log_tail()

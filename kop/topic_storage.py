@@ -12,6 +12,8 @@ import shutil
 from abc import ABC, abstractmethod
 from concurrent.futures import Executor
 
+import asyncpg
+
 from kop.ledger import FileLedgerConfig, FileManagedLedger, ManagedLedger
 from kop.ledger.file_pool import FilePool
 from kop.ledger.framed_file import fsync_dir, makedirs_durable, replace_atomically
@@ -131,15 +133,19 @@ class PgTopicStorage(TopicStorage):
         self._config = config
 
     async def start(self) -> None:
+        where = _without_password(self._store.url)
         try:
             await self._store.open()
-        except (OSError, ConnectionError) as exc:
-            raise StartupError(f"cannot reach PostgreSQL at {_without_password(self._store.url)}: {exc}") from exc
-        except Exception as exc:  # asyncpg's errors: authentication, unknown database, ...
-            if isinstance(exc, StartupError):
-                raise
-            raise StartupError(f"PostgreSQL at {_without_password(self._store.url)}: {exc}") from exc
-        log.info("topics and ledgers in PostgreSQL at %s", _without_password(self._store.url))
+            locked = await self._store.hold_broker_lock()
+        except StartupError:
+            raise
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:  # unreachable, refused, no database
+            await self._store.close()
+            raise StartupError(f"cannot use PostgreSQL at {where}: {exc}") from exc
+        if not locked:
+            await self._store.close()
+            raise StartupError(f"PostgreSQL database {where} is in use by another kop: one broker per database")
+        log.info("topics and ledgers in PostgreSQL at %s", where)
 
     async def load_metadata(self) -> list[TopicMetadata]:
         records = await self._store.records(TOPIC_RECORD)

@@ -13,6 +13,7 @@ from kop.ledger.errors import ManagedLedgerError
 from kop.ledger.postgres.schema import migrate
 
 POOL_SIZE = 8
+BROKER_LOCK = 0x6B6F7062  # session advisory lock a broker holds on its database ("kopb")
 
 
 class LedgerFencedOut(ManagedLedgerError):
@@ -67,6 +68,7 @@ class PgStore:
     def __init__(self, url: str) -> None:
         self.url = url
         self._pool: asyncpg.Pool | None = None
+        self._lock_conn: asyncpg.Connection | None = None
 
     async def open(self) -> "PgStore":
         self._pool = await asyncpg.create_pool(self.url, min_size=1, max_size=POOL_SIZE)
@@ -74,7 +76,16 @@ class PgStore:
             await migrate(conn)
         return self
 
+    async def hold_broker_lock(self) -> bool:
+        """Take the database's broker lock for as long as this store is open (the server drops it when the
+        connection ends, however the broker ends); False when another broker holds it."""
+        self._lock_conn = await asyncpg.connect(self.url)
+        return bool(await self._lock_conn.fetchval("SELECT pg_try_advisory_lock($1)", BROKER_LOCK))
+
     async def close(self) -> None:
+        if self._lock_conn is not None:
+            await self._lock_conn.close()
+            self._lock_conn = None
         if self._pool is not None:
             await asyncio.wait_for(self._pool.close(), 10)
             self._pool = None
