@@ -51,3 +51,9 @@ def storage_engine(request):
         broker_process.new_postgres_database = lambda: new_database(server)
     yield engine
     broker_process.new_postgres_database = None
+
+
+@pytest.fixture(autouse=True)
+def file_storage_only(request, storage_engine):
+    if storage_engine != "file" and request.node.get_closest_marker("file_storage"):
+        pytest.skip("inspects or damages the file engine's files (runs with --storage file)")

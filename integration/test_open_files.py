@@ -18,6 +18,8 @@ from integration.test_metrics import sample, scrape
 from integration.waiting import wait_until
 from protocol.errors import ErrorCode
 
+pytestmark = pytest.mark.file_storage  # the file engine's own files and descriptors
+
 OPEN_FILES = 400  # the broker's hard and soft limit: it cannot raise it, and keeps a quarter for its files
 TOPICS, PARTITIONS = 30, 5
 

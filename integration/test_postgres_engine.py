@@ -120,3 +120,56 @@ def test_an_unreachable_database_stops_the_start_with_one_line(tmp_path):
     with pytest.raises(RuntimeError, match="cannot use PostgreSQL at postgresql://kop:\\*\\*\\*@127.0.0.1"):
         broker.start(timeout=15)
     assert "Traceback" not in broker.log_tail() and "secret" not in broker.log_tail()
+
+
+def test_a_deleted_topic_leaves_no_rows_and_comes_back_empty(pg_broker_factory, postgres_url):
+    import asyncio
+
+    import asyncpg
+
+    async def rows() -> dict[str, int]:
+        conn = await asyncpg.connect(postgres_url)
+        try:
+            return {table: await conn.fetchval(f"SELECT count(*) FROM {table}")
+                    for table in ("kop_managed_ledger", "kop_ledger", "kop_entry", "kop_cursor", "kop_record")}
+        finally:
+            await conn.close()
+
+    broker = pg_broker_factory()
+    from integration.clients import ck_consume_all, ck_produce, sample_records
+    with RawKafka(broker.port) as kafka:
+        assert kafka.create_topic("phoenix", 2) == ErrorCode.NONE
+    ck_produce(broker.bootstrap, "phoenix", sample_records(5), partition=0)
+    stored = asyncio.run(rows())
+    assert stored["kop_entry"] > 0 and stored["kop_record"] == 1  # the control: the topic was there
+    from kafka.admin import KafkaAdminClient
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.delete_topics(["phoenix"])
+    finally:
+        admin.close()
+    assert asyncio.run(rows()) == {"kop_managed_ledger": 0, "kop_ledger": 0, "kop_entry": 0, "kop_cursor": 0,
+                                   "kop_record": 0}
+    with RawKafka(broker.port) as kafka:
+        assert kafka.create_topic("phoenix", 2) == ErrorCode.NONE
+    ck_produce(broker.bootstrap, "phoenix", sample_records(1, prefix="new"), partition=0)
+    assert [r.value for r in ck_consume_all(broker.bootstrap, "phoenix", 1)] == [b"new-0"]
+
+
+def test_describe_log_dirs_names_the_database(pg_broker_factory, postgres_url):
+    from kafka.admin import KafkaAdminClient
+    broker = pg_broker_factory()
+    with RawKafka(broker.port) as kafka:
+        assert kafka.create_topic("placed", 1) == ErrorCode.NONE
+    from integration.clients import ck_produce, sample_records
+    ck_produce(broker.bootstrap, "placed", sample_records(3), partition=0)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        (described,) = admin.describe_log_dirs()
+    finally:
+        admin.close()
+    (log_dir,) = described["log_dirs"]
+    assert log_dir["error_code"] == ErrorCode.NONE and log_dir["log_dir"] == postgres_url
+    assert log_dir["total_bytes"] == -1 and log_dir["usable_bytes"] == -1
+    (topic,) = log_dir["topics"]
+    assert topic["name"] == "placed" and topic["partitions"][0]["partition_size"] > 0

@@ -44,6 +44,15 @@ class TopicStorage(ABC):
     async def remove_orphans(self, partitions: dict[str, int]) -> None:
         """Remove managed ledgers of no topic's partition (`partitions`: each topic's partition count)."""
 
+    @property
+    @abstractmethod
+    def log_dir(self) -> str:
+        """The one log directory DescribeLogDirs names: where every partition is."""
+
+    @abstractmethod
+    def space(self) -> tuple[int, int]:
+        """(total, usable) bytes where the ledgers are; -1 each when unknown."""
+
     @abstractmethod
     def where(self, topic: str, partition: int) -> str:
         """Where a partition is stored, as start-up errors name it."""
@@ -71,7 +80,8 @@ class FileTopicStorage(TopicStorage):
     def __init__(self, data_dir: str, namespace: str, config: FileLedgerConfig, executor: Executor,
                  files: FilePool) -> None:
         self._meta_dir = os.path.join(data_dir, "topics", namespace)
-        self._ledger_dir = os.path.join(data_dir, "ledgers", namespace)
+        self._ledger_root = os.path.abspath(os.path.join(data_dir, "ledgers"))
+        self._ledger_dir = os.path.join(self._ledger_root, namespace)
         self._config = config
         self._executor = executor
         self._files = files
@@ -99,6 +109,14 @@ class FileTopicStorage(TopicStorage):
             if match and int(match[2]) >= partitions.get(match[1], 0) and os.path.isdir(path):
                 _log_orphan(path)
                 shutil.rmtree(path, ignore_errors=True)
+
+    @property
+    def log_dir(self) -> str:
+        return self._ledger_root
+
+    def space(self) -> tuple[int, int]:
+        disk = os.statvfs(self._ledger_dir)
+        return disk.f_blocks * disk.f_frsize, disk.f_bavail * disk.f_frsize
 
     def where(self, topic: str, partition: int) -> str:
         return os.path.join(self._ledger_dir, ledger_name(topic, partition))
@@ -158,6 +176,13 @@ class PgTopicStorage(TopicStorage):
             if match and int(match[2]) >= partitions.get(match[1], 0):
                 _log_orphan(name)
                 await self._store.remove(name)
+
+    @property
+    def log_dir(self) -> str:
+        return _without_password(self._store.url)
+
+    def space(self) -> tuple[int, int]:
+        return -1, -1  # the database's, which PostgreSQL does not tell its clients
 
     def where(self, topic: str, partition: int) -> str:
         return f"managed ledger {self._prefix}{ledger_name(topic, partition)} in PostgreSQL"

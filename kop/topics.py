@@ -256,6 +256,10 @@ class TopicManager:
             created_ms=int(time.time() * 1000), configs=[KeyValue(key=k, value=v) for k, v in topic.configs.items()]))
 
     @property
+    def storage(self) -> TopicStorage:
+        return self._storage
+
+    @property
     def file_pool(self) -> FilePool:
         return self._files
 

@@ -15,6 +15,7 @@ retention deletes whole closed ledgers.
 import asyncio
 import errno
 import logging
+import time
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -239,7 +240,10 @@ class PgManagedLedger(ManagedLedger):
             if self._injected_failures > 0:
                 self._injected_failures -= 1
                 raise OSError(errno.EIO, "injected write failure")
+            started = time.perf_counter()
             await self._store.append(self.name, self._epoch, self._last_append_ms or clock.now_ms(), end, rows)
+            if self.config.flush_observer is not None:  # the broker's group-commit metrics
+                self.config.flush_observer(time.perf_counter() - started, len(adds))
         except Exception as exc:  # noqa: BLE001 - whatever went wrong, the outcome is unknown: clean up
             self._on_write_failed(exc, adds + self._appends.take_pending())
             return
