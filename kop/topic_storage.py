@@ -14,7 +14,7 @@ from concurrent.futures import Executor
 
 import asyncpg
 
-from kop.ledger import FileLedgerConfig, FileManagedLedger, ManagedLedger
+from kop.ledger import LedgerConfig, FileManagedLedger, ManagedLedger
 from kop.ledger.file_pool import FilePool
 from kop.ledger.framed_file import fsync_dir, makedirs_durable, replace_atomically
 from kop.ledger.postgres import PgManagedLedger, PgStore
@@ -77,7 +77,7 @@ class TopicStorage(ABC):
 class FileTopicStorage(TopicStorage):
     """`<data>/topics/<namespace>/T` holds T's metadata, `<data>/ledgers/<namespace>/T-partition-p` its ledgers."""
 
-    def __init__(self, data_dir: str, namespace: str, config: FileLedgerConfig, executor: Executor,
+    def __init__(self, data_dir: str, namespace: str, config: LedgerConfig, executor: Executor,
                  files: FilePool) -> None:
         self._meta_dir = os.path.join(data_dir, "topics", namespace)
         self._ledger_root = os.path.abspath(os.path.join(data_dir, "ledgers"))
@@ -145,7 +145,7 @@ class PgTopicStorage(TopicStorage):
     """Topic metadata as kop_record rows (kind `topic`, key `<namespace>/T`), ledgers named `<namespace>/T-partition-p`
     in the PostgreSQL engine's tables."""
 
-    def __init__(self, url: str, namespace: str, config: FileLedgerConfig) -> None:
+    def __init__(self, url: str, namespace: str, config: LedgerConfig) -> None:
         self._store = PgStore(url)
         self._prefix = namespace + "/"
         self._config = config

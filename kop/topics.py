@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from dedup import DedupConfig
 from kop.config import BrokerConfig
-from kop.ledger import FileLedgerConfig
+from kop.ledger import LedgerConfig
 from kop.ledger.file_pool import OUT_OF_DESCRIPTORS, FilePool, capacity_for_open_files_limit
 from kop.partition import PartitionLog
 from kop.policies import PolicyBook
@@ -140,7 +140,7 @@ class TopicManager:
             snapshot_interval_seconds=config.broker_deduplication_snapshot_interval_seconds,
             max_producers=config.broker_deduplication_max_number_of_producers)
         ns = config.namespace.strip("/")
-        ledger_config = FileLedgerConfig(max_ledger_bytes=config.ledger_max_bytes,
+        ledger_config = LedgerConfig(max_ledger_bytes=config.ledger_max_bytes,
                                          max_entry_bytes=max(config.socket_request_max_bytes, 1 << 20),
                                          fsync=config.fsync, flush_observer=flush_observer)
         self._files = FilePool(capacity_for_open_files_limit())  # every partition's ledger files share it

@@ -5,12 +5,13 @@ import asyncio
 import asyncpg
 import pytest
 
-from kop.ledger import FileLedgerConfig, InvalidMarkDeleteError, LedgerWriteError, Position
+from kop.ledger import LedgerConfig, InvalidMarkDeleteError, LedgerWriteError, Position
 from kop.ledger.postgres import LedgerFencedOut, PgManagedLedger, PgStore
 from kop.ledger.postgres.schema import SCHEMA_VERSION
 from kop.startup import StartupError
+from test_ledger import append  # the file engine's tests: the same appends
 
-CONFIG = FileLedgerConfig(max_ledger_bytes=4096)
+CONFIG = LedgerConfig(max_ledger_bytes=4096)
 
 
 @pytest.fixture
@@ -18,14 +19,6 @@ async def store(postgres_url):
     store = await PgStore(postgres_url).open()
     yield store
     await store.close()
-
-
-async def append(ml, count, span=2, size=100):
-    futures = []
-    for _ in range(count):
-        first = ml.written_end_index
-        futures.append(ml.add_entry(first, span, b"meta", bytes([first % 256]) * size))
-    return await asyncio.gather(*futures)
 
 
 async def test_append_read_and_reopen_keep_offsets(store):

@@ -17,18 +17,17 @@ import errno
 import logging
 import time
 from bisect import bisect_right
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from kop import clock
 from kop.ledger.errors import LedgerClosedError, LedgerFencedError, LedgerWriteError
-from kop.ledger.file_ledger import FileLedgerConfig
 from kop.ledger.framed_file import unframe
-from kop.ledger.interface import CursorStats, Entry, LedgerInternalStats, LedgerStats, ManagedLedger, TrimResult
+from kop.ledger.interface import Entry, TrimResult
+from kop.ledger.ledger_base import LedgerBase, LedgerConfig
 from kop.ledger.ledger_file import RawEntry, decode_entry, encode_entry
-from kop.ledger.position import BEFORE_FIRST, Position
+from kop.ledger.position import Position
 from kop.ledger.postgres.batcher import Batcher
-from kop.ledger.postgres.cursors import PgCursor, PgCursors
+from kop.ledger.postgres.cursors import PgCursors
 from kop.ledger.postgres.store import LedgerFencedOut, PgStore
 from kop.ledger.time_index import NO_TIMESTAMP, TimeIndex, batch_max_timestamp
 
@@ -42,22 +41,26 @@ class _Ledger:
     """One ledger's durable (or in-flight) entries, in memory."""
 
     ledger_id: int
-    entries: list[RawEntry] = field(default_factory=list)
+    raws: list[RawEntry] = field(default_factory=list)
     first_indexes: list[int] = field(default_factory=list)
     times: TimeIndex = field(default_factory=TimeIndex)
     size: int = 0
     closed_ms: int | None = None
 
+    @property
+    def entries(self) -> int:
+        return len(self.raws)
+
     def append(self, raw: RawEntry) -> None:
-        self.entries.append(raw)
+        self.raws.append(raw)
         self.first_indexes.append(raw.first_index)
         self.times.append(batch_max_timestamp(raw.data))
         self.size += len(raw.data)
 
     def truncate(self, count: int) -> None:
-        for raw in self.entries[count:]:
+        for raw in self.raws[count:]:
             self.size -= len(raw.data)
-        del self.entries[count:]
+        del self.raws[count:]
         del self.first_indexes[count:]
         self.times.truncate(count)
 
@@ -66,7 +69,7 @@ class _Ledger:
         i = bisect_right(self.first_indexes, index) - 1
         if i < 0:
             return -1
-        raw = self.entries[i]
+        raw = self.raws[i]
         return i if index < raw.first_index + raw.span else -1
 
 
@@ -78,38 +81,24 @@ class _PendingAdd:
     payload: bytes
 
 
-class PgManagedLedger(ManagedLedger):
-    def __init__(self, name: str, store: PgStore, config: FileLedgerConfig) -> None:
-        self.name = name
-        self.config = config
+class PgManagedLedger(LedgerBase):
+    def __init__(self, name: str, store: PgStore, config: LedgerConfig) -> None:
+        super().__init__(name, config)
         self._store = store
         self._epoch = 0
-        self._ledgers: list[_Ledger] = []
-        self._current: _Ledger | None = None
-        self._first_append_ms = 0
-        self._last_append_ms = 0
-        self._lac = BEFORE_FIRST
-        self._confirmed_end = 0
-        self._written_end = 0
-        self._start_index = 0
-        self._deleted_before = 0
-        self._last_ledger_id = -1
-        self._listeners: list[Callable[[], None]] = []
-        self._failure_listeners: list[Callable[[Exception], None]] = []
         self._appends = Batcher(self._commit)
         self._cursors = PgCursors(lambda: self._lac, self._write_cursors)
         self._recovering: asyncio.Task | None = None  # cleaning up after a failed write: appends are refused
         self._fenced: LedgerFencedOut | None = None  # another broker took the ledger: nothing more is written
         self._closed = False
         self._injected_failures = 0  # failpoints (admin API)
-        self._replay_read_failures = 0
         self._released = asyncio.Event()
         self._released.set()
 
     # ---- opening
 
     @classmethod
-    async def open(cls, name: str, store: PgStore, config: FileLedgerConfig,
+    async def open(cls, name: str, store: PgStore, config: LedgerConfig,
                    initial_index: int = 0) -> "PgManagedLedger":
         """Take ownership of the managed ledger (fencing out any earlier owner) and load it."""
         ml = cls(name, store, config)
@@ -132,8 +121,8 @@ class PgManagedLedger(ManagedLedger):
         end = row.end_floor
         if ml._ledgers:
             last = ml._ledgers[-1]
-            ml._lac = Position(last.ledger_id, len(last.entries) - 1)
-            end = max(end, last.entries[-1].first_index + last.entries[-1].span)
+            ml._lac = Position(last.ledger_id, last.entries - 1)
+            end = max(end, last.raws[-1].first_index + last.raws[-1].span)
             ml._start_index = ml._ledgers[0].first_indexes[0]
         elif ml._last_ledger_id >= 0:
             ml._lac = Position(ml._last_ledger_id, -1)
@@ -159,53 +148,12 @@ class PgManagedLedger(ManagedLedger):
         self._ledgers.append(self._current)
         self._first_append_ms = self._last_append_ms = 0
 
-    # ---- properties
-
-    @property
-    def start_index(self) -> int:
-        return self._start_index
-
-    @property
-    def confirmed_end_index(self) -> int:
-        return self._confirmed_end
-
-    @property
-    def written_end_index(self) -> int:
-        return self._written_end
-
-    @property
-    def last_confirmed(self) -> Position:
-        return self._lac
-
-    @property
-    def cursors(self) -> dict[str, PgCursor]:
-        return self._cursors.cursors
-
     @property
     def epoch(self) -> int:
         """This owner's fencing epoch."""
         return self._epoch
 
-    def internal_stats(self) -> LedgerInternalStats:
-        return LedgerInternalStats(
-            ledgers=tuple(LedgerStats(l.ledger_id, len(l.entries), l.size) for l in self._ledgers),
-            current_ledger_id=self._current.ledger_id if self._current is not None else -1,
-            last_confirmed=self._lac,
-            start_index=self._start_index,
-            confirmed_end_index=self._confirmed_end,
-            cursors=tuple(CursorStats(c.name, Position(*c.mark_delete_position), dict(c.properties),
-                                      dict(c.string_properties))
-                          for c in sorted(self.cursors.values(), key=lambda c: c.name)))
-
     # ---- writing
-
-    def set_rollover(self, max_bytes: int, max_age_ms: int) -> None:
-        self.config = replace(self.config, max_ledger_bytes=max_bytes, max_ledger_age_ms=max_age_ms)
-
-    def _roll_due(self, now_ms: int) -> bool:
-        ledger = self._current
-        return bool(ledger.entries) and (ledger.size >= self.config.max_ledger_bytes
-                                         or now_ms - self._first_append_ms >= self.config.max_ledger_age_ms)
 
     def add_entry(self, first_index: int, span: int, metadata: bytes, data: bytes | memoryview) -> asyncio.Future:
         if self._closed:
@@ -223,7 +171,7 @@ class PgManagedLedger(ManagedLedger):
             self._start_new_ledger()
         ledger = self._current
         payload = encode_entry(first_index, span, metadata, data)
-        raw = decode_entry(len(ledger.entries), unframe(payload))
+        raw = decode_entry(ledger.entries, unframe(payload))
         ledger.append(raw)  # readers see only entries up to the LAC
         self._written_end = first_index + span
         self._first_append_ms = self._first_append_ms or now_ms
@@ -270,12 +218,7 @@ class PgManagedLedger(ManagedLedger):
             self._fenced = exc
         elif not self._closed:
             self._recovering = asyncio.get_running_loop().create_task(self._drop_failed_tail())
-        error = LedgerWriteError(f"{self.name}: {exc}")
-        for listener in self._failure_listeners:
-            listener(error)
-        for add in adds:
-            if not add.future.done():
-                add.future.set_exception(error)
+        self._fail_writes(LedgerWriteError(f"{self.name}: {exc}"), [add.future for add in adds])
 
     async def _drop_failed_tail(self) -> None:
         """Make sure the failed entries are not stored (their commit may have happened after all), then start a new
@@ -304,9 +247,6 @@ class PgManagedLedger(ManagedLedger):
         """Failpoint (admin API, tests): the next `count` commits fail as a lost connection would."""
         self._injected_failures += count
 
-    def inject_replay_read_failures(self, count: int) -> None:
-        self._replay_read_failures += count
-
     def hold_flushes(self, hold: bool) -> None:
         """Failpoint: while held, commits wait before reaching the database, as on a stalled server."""
         if hold:
@@ -316,33 +256,14 @@ class PgManagedLedger(ManagedLedger):
 
     # ---- reading (from memory: only durable entries, up to the LAC)
 
-    def _last_durable_entry(self, ledger: _Ledger) -> int:
-        if ledger.ledger_id == self._lac.ledger_id:
-            return self._lac.entry_id
-        return len(ledger.entries) - 1 if ledger.ledger_id < self._lac.ledger_id else -1
-
-    def _locate(self, index: int) -> tuple[int, int] | None:
-        if index < self._start_index or index >= self._confirmed_end:
-            return None
-        lo, hi = 0, len(self._ledgers) - 1
-        while lo < hi:  # the last ledger whose first index <= index
-            mid = (lo + hi + 1) // 2
-            ledger = self._ledgers[mid]
-            if ledger.entries and ledger.first_indexes[0] <= index:
-                lo = mid
-            else:
-                hi = mid - 1
-        entry_id = self._ledgers[lo].find(index)
-        return (lo, entry_id) if entry_id >= 0 else None
-
     def _read(self, pos: int, entry_id: int, max_bytes: int, max_entries: int) -> list[Entry]:
         out: list[Entry] = []
         budget = max_bytes
         while pos < len(self._ledgers) and len(out) < max_entries:
             ledger = self._ledgers[pos]
-            last = self._last_durable_entry(ledger)
+            last = self._last_durable_entry(pos)
             while entry_id <= last and len(out) < max_entries:
-                raw = ledger.entries[entry_id]
+                raw = ledger.raws[entry_id]
                 if out and len(raw.data) > budget:  # only the first entry may exceed the limit (KIP-74)
                     return out
                 out.append(_entry(ledger, raw))
@@ -353,60 +274,16 @@ class PgManagedLedger(ManagedLedger):
             pos, entry_id = pos + 1, 0
         return out
 
-    def read_from_index(self, index: int, max_bytes: int, max_entries: int = 1 << 30) -> list[Entry]:
-        found = self._locate(index)
-        return [] if found is None else self._read(found[0], found[1], max_bytes, max_entries)
-
-    def read_after(self, position: Position, max_entries: int) -> list[Entry]:
-        if self._replay_read_failures:
-            self._replay_read_failures -= 1
-            raise OSError(errno.EIO, "injected read error")
-        for pos, ledger in enumerate(self._ledgers):
-            if ledger.ledger_id > position.ledger_id:
-                return self._read(pos, 0, 1 << 62, max_entries)
-            if ledger.ledger_id == position.ledger_id:
-                return self._read(pos, position.entry_id + 1, 1 << 62, max_entries)
-        return []
-
-    def position_of_index(self, index: int) -> Position | None:
-        found = self._locate(index)
-        return None if found is None else Position(self._ledgers[found[0]].ledger_id, found[1])
-
-    def _durable_spans(self, from_index: int):
-        found = self._locate(max(from_index, self._start_index))
-        if found is None:
-            return
-        pos, entry_id = found
-        for ledger in self._ledgers[pos:]:
-            last = self._last_durable_entry(ledger)
-            if last >= entry_id:
-                yield ledger, entry_id, last
-            entry_id = 0
-
     async def find_by_timestamp(self, timestamp: int, from_index: int) -> Entry | None:
         for ledger, first, last in self._durable_spans(from_index):
             entry_id = ledger.times.first_at_least(timestamp, first, last)
             if entry_id >= 0:
-                return _entry(ledger, ledger.entries[entry_id])
+                return _entry(ledger, ledger.raws[entry_id])
         return None
 
     async def max_timestamp(self, from_index: int) -> int:
         return max((ledger.times.max_between(first, last) for ledger, first, last in self._durable_spans(from_index)),
                    default=NO_TIMESTAMP)
-
-    # ---- cursors
-
-    def open_cursor(self, name: str, initial: Position | None = None) -> PgCursor:
-        return self._cursors.open_cursor(name, self._lac if initial is None else initial)
-
-    async def delete_cursor(self, name: str) -> None:
-        await self._cursors.delete_cursor(name)
-
-    def add_confirm_listener(self, listener: Callable[[], None]) -> None:
-        self._listeners.append(listener)
-
-    def add_failure_listener(self, listener: Callable[[Exception], None]) -> None:
-        self._failure_listeners.append(listener)
 
     # ---- retention and lifecycle
 
@@ -423,33 +300,24 @@ class PgManagedLedger(ManagedLedger):
         current = self._current
         expired = retention_ms >= 0 and now_ms - self._last_append_ms > retention_ms
         if (self._roll_due(now_ms) or (current.entries and expired)) and self._recovering is None \
-                and current.ledger_id <= self._lac.ledger_id and self._lac.entry_id == len(current.entries) - 1:
+                and current.ledger_id <= self._lac.ledger_id and self._lac.entry_id == current.entries - 1:
             # An idle current ledger, all durable: close it so retention can reach its records.
             closed_ms = self._last_append_ms or now_ms
             await self._store.close_ledger(self.name, self._epoch, current.ledger_id, closed_ms)
-            if self._current is current and len(current.entries) - 1 == self._lac.entry_id:
+            if self._current is current and current.entries - 1 == self._lac.entry_id:
                 self._start_new_ledger()
-        total = sum(l.size for l in self._ledgers)
-        deleted = 0
-        while len(self._ledgers) > 1:
-            oldest = self._ledgers[0]
-            if oldest is self._current or oldest.closed_ms is None:
-                break
-            last = oldest.entries[-1]
-            expired = retention_ms >= 0 and now_ms - oldest.closed_ms > retention_ms
-            oversized = retention_bytes >= 0 and total - oldest.size >= retention_bytes
-            below_deleted = last.first_index + last.span <= self._deleted_before
-            if not (expired or oversized or below_deleted):
-                break
-            if keep_from is not None and keep_from < Position(oldest.ledger_id, len(oldest.entries) - 1):
-                return TrimResult(deleted, held_back=True)
-            await self._store.delete_ledger(self.name, self._epoch, oldest.ledger_id)
-            self._ledgers.remove(oldest)
-            total -= oldest.size
-            nxt = self._ledgers[0]
-            self._start_index = max(nxt.first_indexes[0] if nxt.entries else self._written_end, self._deleted_before)
-            deleted += 1
-        return TrimResult(deleted, held_back=False)
+        return await self._delete_old_ledgers(now_ms, retention_ms, retention_bytes, keep_from)
+
+    def _end_of(self, ledger: _Ledger) -> int:
+        last = ledger.raws[-1]
+        return last.first_index + last.span
+
+    def _closed_ms(self, ledger: _Ledger, now_ms: int) -> int | None:
+        return ledger.closed_ms
+
+    async def _delete_oldest(self) -> None:
+        await self._store.delete_ledger(self.name, self._epoch, self._ledgers[0].ledger_id)
+        del self._ledgers[0]
 
     async def close(self) -> None:
         if self._closed:
