@@ -121,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     results = run(spec, args.rounds)
     table_ = table(spec, results)
     print(table_.markdown() if args.markdown else table_.text())
+    if args.markdown:  # text() carries its notes already
+        print("\n".join(f"\n_{note}_" for note in table_.notes))
     return 0
 
 
