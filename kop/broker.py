@@ -62,7 +62,9 @@ class Broker:
         if not self.serving:
             reasons.append("the Kafka port is not serving yet")
         loaded, total = self.topics.load_progress
-        if loaded < total:
+        if not self.topics.storage_open:
+            reasons.append("opening the storage")
+        elif loaded < total:
             reasons.append(f"loading partitions: {loaded} of {total} loaded")
         recovering = [p.name for p in self.topics.all_partitions() if p.dedup.awaiting_recovery]
         if recovering:

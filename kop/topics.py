@@ -153,6 +153,7 @@ class TopicManager:
         self._names_by_id: dict[bytes, str] = {}
         self._lock = asyncio.Lock()
         self.load_progress = (0, 0)  # (partitions loaded, partitions to load) by load_all
+        self.storage_open = False  # load_all has opened the storage and read the topic list
 
     # ---- loading
 
@@ -162,6 +163,7 @@ class TopicManager:
         await self._storage.remove_orphans({meta.name: meta.partitions for meta in metas})
         loaded, total = 0, sum(meta.partitions for meta in metas)
         self.load_progress = (loaded, total)
+        self.storage_open = True
         for meta in metas:
             configs = {kv.key: kv.value for kv in meta.configs}
             topic = Topic(meta.name, meta.topic_id or uuid.uuid4().bytes, configs, self._settings(configs))
