@@ -40,12 +40,31 @@ def test_topics_and_records_live_in_postgresql_not_in_the_data_directory(pg_brok
     from integration.clients import ck_consume_all, ck_produce, sample_records
     records = sample_records(20)
     ck_produce(broker.bootstrap, "t", records, partition=1)
+    with RawKafka(broker.port) as kafka:
+        first_pid = kafka.init_producer_id().producer_id
+        stable_generation(kafka, "g")
     broker.stop()
     assert not (tmp_path / "data" / "ledgers").exists() and not (tmp_path / "data" / "topics").exists()
     # A new data directory on the same database: the broker is stateless, everything comes from PostgreSQL.
     moved = pg_broker_factory(name="elsewhere")
     got = ck_consume_all(moved.bootstrap, "t", len(records), partitions=(1,))
     assert [r.value for r in got] == [r[1] for r in records]
+    with RawKafka(moved.port) as kafka:  # ids come from the database too: never one an earlier producer had
+        assert kafka.init_producer_id().producer_id > first_pid
+        assert stable_generation(kafka, "g") == 2  # and group generations: they keep rising
+
+
+def stable_generation(kafka: RawKafka, group: str) -> int:
+    """Join `group` alone and sync: the generation it reached."""
+    from integration.test_groups_protocol import REQ, RESP, join
+    Sync = REQ[14][0]
+    joined = join(kafka, 0, group)
+    assert joined.error_code == ErrorCode.NONE
+    synced = kafka.call(Sync(group_id=group, generation_id=joined.generation_id, member_id=joined.member_id,
+                             assignments=[Sync.SyncGroupRequestAssignment(member_id=joined.member_id,
+                                                                          assignment=b"a")]), RESP[14], 0)
+    assert synced.error_code == ErrorCode.NONE
+    return joined.generation_id
 
 
 def test_idempotent_stream_survives_three_kill_9_of_kop(pg_broker_factory):

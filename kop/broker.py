@@ -111,15 +111,13 @@ class Broker:
     async def start(self) -> None:
         if self._lock is None:
             await self.bind()
-        producer_ids = os.path.join(self.config.data_dir, "producer-ids")
-        with reading(producer_ids):
-            self.producer_ids = ProducerIdAllocator(producer_ids, durable=self.config.fsync)
         with reading(self.policies.path):
             self.policies.load()
         if self._admin is not None:  # its probes answer while the topics load; the rest waits for them
             await _listen(self._admin.start(), self.config.host, self.admin_port, "the admin API")
         await self.topics.load_all()
-        self.groups.start()  # needs the topics: groups are found from their partitions' cursors
+        self.producer_ids = ProducerIdAllocator(self.topics.storage.producer_id_blocks())
+        await self.groups.start()  # needs the topics: groups are found from their partitions' cursors
         self.transactions = TransactionCoordinator(self.config, self.topics, self.groups, self.producer_ids)
         self.transactions.start()  # needs both: prepared transactions write markers and offsets
         self.loaded = True

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 
 import asyncpg
@@ -18,6 +19,8 @@ from kop.ledger import LedgerConfig, FileManagedLedger, ManagedLedger
 from kop.ledger.file_pool import FilePool
 from kop.ledger.framed_file import fsync_dir, makedirs_durable, replace_atomically
 from kop.ledger.postgres import PgManagedLedger, PgStore
+from kop.groups.generations import GenerationLog, StoredGenerations
+from kop.producer_ids import FileProducerIdBlocks
 from kop.startup import StartupError, reading
 from proto.kop_pb2 import TopicMetadata
 
@@ -70,6 +73,14 @@ class TopicStorage(ABC):
     @abstractmethod
     async def delete_metadata(self, name: str) -> None: ...
 
+    @abstractmethod
+    def group_generations(self) -> GenerationLog | StoredGenerations:
+        """Where each consumer group's latest generation is kept."""
+
+    @abstractmethod
+    def producer_id_blocks(self) -> Callable[[int], Awaitable[int]]:
+        """reserve(size) of ProducerIdAllocator: where producer-id blocks are reserved (after start)."""
+
     async def close(self) -> None:
         """After every ledger is closed."""
 
@@ -79,6 +90,8 @@ class FileTopicStorage(TopicStorage):
 
     def __init__(self, data_dir: str, namespace: str, config: LedgerConfig, executor: Executor,
                  files: FilePool) -> None:
+        self._producer_ids = os.path.join(data_dir, "producer-ids")
+        self._generations = os.path.join(data_dir, "groups", "generations.log")
         self._meta_dir = os.path.join(data_dir, "topics", namespace)
         self._ledger_root = os.path.abspath(os.path.join(data_dir, "ledgers"))
         self._ledger_dir = os.path.join(self._ledger_root, namespace)
@@ -89,6 +102,14 @@ class FileTopicStorage(TopicStorage):
     async def start(self) -> None:
         makedirs_durable(self._meta_dir, durable=self._config.fsync)
         makedirs_durable(self._ledger_dir, durable=self._config.fsync)
+        with reading(self._producer_ids):
+            self._blocks = FileProducerIdBlocks(self._producer_ids, durable=self._config.fsync)
+
+    def producer_id_blocks(self) -> Callable[[int], Awaitable[int]]:
+        return self._blocks.reserve
+
+    def group_generations(self) -> GenerationLog:
+        return GenerationLog(self._generations, self._config.fsync)
 
     async def load_metadata(self) -> list[TopicMetadata]:
         metas = []
@@ -164,6 +185,12 @@ class PgTopicStorage(TopicStorage):
             await self._store.close()
             raise StartupError(f"PostgreSQL database {where} is in use by another kop: one broker per database")
         log.info("topics and ledgers in PostgreSQL at %s", where)
+
+    def producer_id_blocks(self) -> Callable[[int], Awaitable[int]]:
+        return self._store.reserve_producer_ids
+
+    def group_generations(self) -> StoredGenerations:
+        return StoredGenerations(self._store)
 
     async def load_metadata(self) -> list[TopicMetadata]:
         records = await self._store.records(TOPIC_RECORD)

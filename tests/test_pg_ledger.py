@@ -158,3 +158,34 @@ async def test_a_database_of_a_newer_schema_is_refused(postgres_url):
         await conn.close()
     with pytest.raises(StartupError, match="newer than this kop"):
         await PgStore(postgres_url).open()
+
+
+async def test_a_database_of_the_first_schema_is_migrated(postgres_url):
+    from kop.ledger.postgres.schema import MIGRATIONS
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        await conn.execute("CREATE TABLE kop_schema (version integer NOT NULL); INSERT INTO kop_schema VALUES (1)")
+        await conn.execute(MIGRATIONS[0])
+        await conn.execute("INSERT INTO kop_record VALUES ('topic', 'public/default/t', 'x')")
+    finally:
+        await conn.close()
+    store = await PgStore(postgres_url).open()
+    try:
+        assert await store.records("topic") == {"public/default/t": b"x"}  # kept
+        assert await store.reserve_producer_ids(1000) == 0  # the table version 2 added
+    finally:
+        await store.close()
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        assert await conn.fetchval("SELECT version FROM kop_schema") == SCHEMA_VERSION == 2
+    finally:
+        await conn.close()
+
+
+async def test_producer_id_blocks_are_never_handed_out_twice(store, postgres_url):
+    other = await PgStore(postgres_url).open()  # another broker on the same database
+    try:
+        starts = await asyncio.gather(*(s.reserve_producer_ids(1000) for s in [store, other] * 5))
+    finally:
+        await other.close()
+    assert sorted(starts) == list(range(0, 10_000, 1000))

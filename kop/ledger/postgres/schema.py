@@ -51,6 +51,13 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (kind, key)
     );
     """,
+    # 2: counters shared by every broker on the database (producer-id blocks)
+    """
+    CREATE TABLE kop_counter (
+        name text PRIMARY KEY,
+        value bigint NOT NULL
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -180,6 +180,14 @@ class PgStore:
         if await conn.fetchval(_OWNER_SHARED, name, epoch) is None:
             raise LedgerFencedOut(f"{name}: another broker owns it now")
 
+    async def reserve_producer_ids(self, size: int) -> int:
+        """The first id of a block of `size` producer ids no other reservation got, durably."""
+        async with self.pool.acquire() as conn:
+            end = await conn.fetchval(
+                "INSERT INTO kop_counter AS c VALUES ('producer_id', $1) ON CONFLICT (name) "
+                "DO UPDATE SET value = c.value + $1 RETURNING value", size)
+        return end - size
+
     # ---- small records (topic metadata, ...)
 
     async def records(self, kind: str) -> dict[str, bytes]:
