@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 LISTEN ?= 127.0.0.1:9092
 DATA ?= ./data
 
-.PHONY: run test test-slow test-fast fuzz faketime soak bench proto compat compat-quick java kcat clean pipeline-demo
+.PHONY: run test test-slow test-fast test-postgres postgres fuzz faketime soak bench proto compat compat-quick java kcat clean pipeline-demo
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,8 +40,20 @@ faketime:
 	  [ "$$(id -u)" = 0 ] && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime) \
 	  >/dev/null 2>&1; } || echo "libfaketime not installed: the clock-jump tests will be skipped"
 
-test: $(VENV)/.test-installed java kcat faketime
+# Debian's PostgreSQL server binaries: the PostgreSQL engine's tests start a server of their own from them (as the
+# `postgres` user when run as root); without them those tests skip with the reason.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql) >/dev/null 2>&1; } || \
+	  echo "PostgreSQL not installed: the PostgreSQL engine's tests will be skipped"
+
+test: $(VENV)/.test-installed java kcat faketime postgres
 	$(PY) -m pytest -q -m "not slow"
+
+# The integration suite again with every broker on the PostgreSQL engine (a database each, one server per session),
+# plus the engine's own crash tests. Its own target: both runs together would not fit make test's budget.
+test-postgres: $(VENV)/.test-installed java kcat faketime postgres
+	$(PY) -m pytest -q -m "not slow" --storage postgresql integration
 
 # The scenarios of minutes (Spark in local mode), kept out of `make test` so it stays quick; CI runs both.
 test-slow: $(VENV)/.test-installed java

@@ -28,7 +28,7 @@ from bench.report import Table, fmt
 from bench.stats import median
 from dedup import Accept, DedupConfig, KafkaProducers, MessageDeduplication
 from dedup.memory import InMemoryDedupLedger
-from kop.ledger.file_ledger import FileLedgerConfig, FileManagedLedger
+from kop.ledger.file_ledger import LedgerConfig, FileManagedLedger
 from kop.partition import PartitionLog
 from proto.kop_pb2 import MessageMetadata
 from protocol.records import Record, build_batch, split_batches
@@ -94,7 +94,7 @@ class _Partition:
 
     def __init__(self, enabled: bool, directory: str) -> None:
         self.enabled = enabled
-        ledger = FileManagedLedger.open("bench-0", directory, FileLedgerConfig(fsync=False), None)
+        ledger = FileManagedLedger.open("bench-0", directory, LedgerConfig(fsync=False), None)
         self.partition = PartitionLog("bench", 0, ledger, DedupConfig())
         self.spent = 0.0
 

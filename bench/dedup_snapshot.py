@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from bench.report import Table, fmt
 from dedup import DEDUP_CURSOR_NAME, DedupConfig, KafkaProducers, MessageDeduplication
 from kop.dedup_storage import LedgerDedupStorage
-from kop.ledger.file_ledger import FileLedgerConfig, FileManagedLedger
+from kop.ledger.file_ledger import LedgerConfig, FileManagedLedger
 from proto.kop_pb2 import MessageMetadata
 
 BATCHES_PER_PRODUCER = 5  # Kafka's window: what a snapshot keeps of each producer
@@ -44,7 +44,7 @@ class SnapshotCost:
 async def _load(kind: str, names: int, directory: str, config: DedupConfig) -> float:
     """Write the entries that give the partition `names` names (fsync off); returns the dedup state's memory per
     name."""
-    ledger = FileManagedLedger.open(PARTITION, directory, FileLedgerConfig(fsync=False), None)
+    ledger = FileManagedLedger.open(PARTITION, directory, LedgerConfig(fsync=False), None)
     dedup = MessageDeduplication(LedgerDedupStorage(ledger), config)
     producers = KafkaProducers(dedup) if kind == "kafka" else None
     await dedup.check_status(True)
@@ -77,7 +77,7 @@ async def _load(kind: str, names: int, directory: str, config: DedupConfig) -> f
 
 
 async def _open(kind: str, directory: str, config: DedupConfig) -> tuple[FileManagedLedger, MessageDeduplication]:
-    ledger = FileManagedLedger.open(PARTITION, directory, FileLedgerConfig(fsync=True), None)
+    ledger = FileManagedLedger.open(PARTITION, directory, LedgerConfig(fsync=True), None)
     dedup = MessageDeduplication(LedgerDedupStorage(ledger), config)
     if kind == "kafka":
         KafkaProducers(dedup)

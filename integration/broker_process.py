@@ -5,10 +5,28 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KOP_SCRIPT = os.path.join(os.path.dirname(sys.executable), "kop")  # installed next to the interpreter, as pip puts it
+
+
+# The storage engine of the brokers tests start: None keeps each broker's ledgers in its data directory; otherwise a
+# function that creates an empty PostgreSQL database and returns its URL (set by `pytest --storage postgresql`, see
+# integration/postgres_fixture.py). A data directory keeps its database across restarts, as it keeps its files.
+new_postgres_database: Callable[[], str] | None = None
+_databases: dict[str, str] = {}
+
+
+def storage_options(data_dir: str) -> list[str]:
+    """The `--storage` option for a broker of this data directory under the session's engine."""
+    if new_postgres_database is None:
+        return []
+    key = os.path.abspath(data_dir)
+    if key not in _databases:
+        _databases[key] = new_postgres_database()
+    return ["--storage", _databases[key]]
 
 
 def free_port() -> int:
@@ -48,6 +66,8 @@ class BrokerProcess:
             self.admin_port = free_port()
         args = [*self.program, "standalone", "--listen", f"127.0.0.1:{self.port}",
                 "--data-dir", self.data_dir, "--admin-port", str(self.admin_port or 0), *self.options]
+        if "--storage" not in self.options:
+            args += storage_options(self.data_dir)
         if self.config:
             path = os.path.join(self.data_dir, "..", f"kop-{self.port}.properties")
             with open(path, "w") as f:

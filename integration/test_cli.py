@@ -4,6 +4,8 @@ import os
 import subprocess
 from importlib import metadata
 
+import pytest
+
 from integration.broker_process import BrokerProcess
 from integration.clients import kp_consume_all, kp_produce
 
@@ -47,6 +49,7 @@ def test_every_command_has_help_with_examples():
             build_parser().parse_args(words[1:])
 
 
+@pytest.mark.file_storage
 def test_kop_standalone_from_the_console_script_serves_clients(kop_script, tmp_path):
     broker = BrokerProcess(str(tmp_path / "data"), program=(kop_script,)).start()
     try:

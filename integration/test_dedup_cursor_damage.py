@@ -14,6 +14,8 @@ from integration.idem_raw import RawKafka, idempotent_batch
 from proto.kop_pb2 import ManagedCursorInfo
 from protocol.errors import ErrorCode
 
+pytestmark = pytest.mark.file_storage  # the file engine's own files and descriptors
+
 DEDUP_CURSOR = "pulsar.dedup"
 BATCHES = 10
 RECORDS_PER_BATCH = 5

@@ -7,6 +7,7 @@ import os
 import threading
 import time
 
+import pytest
 from confluent_kafka import Producer
 
 from integration.idem_raw import RawKafka, idempotent_batch, plain_batch, read_topic
@@ -140,6 +141,7 @@ def test_the_snapshot_cap_keeps_the_newest_producers_across_kill_9(start_broker)
     assert len(read_topic(broker.port, topic, [0])) == 8
 
 
+@pytest.mark.file_storage
 def test_a_full_replay_over_an_era_without_dedup_does_not_move_a_producer_backwards(start_broker):
     """While dedup was off a retried batch was stored twice (seq 5 after 9). A full replay (the dedup cursor lost
     to damage) must leave the producer at 9: its retry of 6 is a duplicate, its next batch 10 is next."""

@@ -18,6 +18,8 @@ from integration.waiting import wait_for
 from kop.admin.client import AdminClient, topic_resource
 from protocol.errors import ErrorCode
 
+pytestmark = pytest.mark.file_storage  # the file engine's own files and descriptors
+
 TOPIC = "full"
 PARTITIONS = 2
 COUNT = 6000

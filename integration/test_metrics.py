@@ -14,7 +14,7 @@ from integration.broker_process import BrokerProcess
 from integration.idem_raw import RawKafka, idempotent_batch, plain_batch
 from integration.test_dedup_policies import set_topic_dedup
 from integration.test_dedup_recovery import FAILPOINTS, failpoint
-from integration.waiting import wait_until
+from integration.waiting import wait_for, wait_until
 from protocol.errors import ErrorCode
 
 
@@ -118,9 +118,13 @@ def test_ready_answers_503_while_partitions_load_then_200(start_broker):
     broker.stop()
     broker.start(wait=False)
     wait_until(lambda: _answers(broker), 20)
-    status, body = get(broker, "/ready")
-    assert status == 503, body
-    reasons = json.loads(body)["reasons"]
+
+    def loading_reasons() -> list[str] | None:  # after "opening the storage", which a database takes a moment for
+        status, body = get(broker, "/ready")
+        assert status == 503, body
+        reasons = json.loads(body)["reasons"]
+        return reasons if any(r.startswith("loading partitions: ") for r in reasons) else None
+    reasons = wait_for(loading_reasons, "the partitions' load to show in /ready", timeout=10)
     assert any(r.startswith("loading partitions: ") and r.endswith(" of 3 loaded") for r in reasons), reasons
     assert get(broker, "/health")[0] == 200  # alive while loading
     assert get(broker, "/admin/v2/persistent/public/default/slow/stats")[0] == 503  # the rest waits for the load

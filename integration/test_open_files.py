@@ -21,8 +21,9 @@ from protocol.errors import ErrorCode
 OPEN_FILES = 400  # the broker's hard and soft limit: it cannot raise it, and keeps a quarter for its files
 TOPICS, PARTITIONS = 30, 5
 
-pytestmark = pytest.mark.skipif(shutil.which("prlimit") is None or not os.path.exists("/proc/self/fd"),
-                                reason="needs util-linux's prlimit and /proc")
+pytestmark = [pytest.mark.file_storage,
+              pytest.mark.skipif(shutil.which("prlimit") is None or not os.path.exists("/proc/self/fd"),
+                                 reason="needs util-linux's prlimit and /proc")]
 
 
 @pytest.fixture

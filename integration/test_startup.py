@@ -256,6 +256,7 @@ DAMAGED_FILES = {
 
 
 @pytest.mark.parametrize("damaged", DAMAGED_FILES)
+@pytest.mark.file_storage
 def test_a_damaged_data_file_stops_the_start_with_one_line_naming_it(kop_script, tmp_path, damaged):
     data = str(tmp_path / "data")
     broker = BrokerProcess(data, program=(kop_script,)).start()
@@ -273,6 +274,7 @@ def test_a_damaged_data_file_stops_the_start_with_one_line_naming_it(kop_script,
     assert last.startswith("kop standalone: error: cannot load") and path in last and "not a valid" in last, last
 
 
+@pytest.mark.file_storage
 def test_sigterm_while_partitions_load_stops_the_broker_cleanly(kop_script, tmp_path):
     """An orchestrator giving up on a slow start: SIGTERM during the load ends it with a clean stop (exit 0), and
     the next start serves every record."""

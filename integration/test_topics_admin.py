@@ -277,6 +277,7 @@ def test_delete_records_moves_the_log_start_for_every_reader_and_survives_a_rest
     assert sorted((r.partition, r.offset) for r in records) == [(0, 6), (0, 7), (0, 8), (0, 9)]
 
 
+@pytest.mark.file_storage
 def test_replica_placement_apis_answer_as_a_single_broker_does(broker):
     """ElectLeaders, DescribeLogDirs, AlterReplicaLogDirs and the partition reassignment APIs: on one broker an
     election is never needed, the one log directory holds every partition, and the only valid reassignment is to
@@ -328,6 +329,7 @@ def test_incremental_set_without_a_value_is_refused_not_stored(broker):
         assert raw.produce("nulls", 0, plain_batch([b"still serving"])).error_code == ErrorCode.NONE
 
 
+@pytest.mark.file_storage
 def test_a_topic_recreated_after_a_crash_in_the_middle_of_its_deletion_starts_empty(broker):
     """A crash after a deletion removed the topic's metadata but before its ledgers went (the state a kill -9 left
     between the two steps) must not bring the old records back when a topic of that name is created again."""
@@ -359,6 +361,7 @@ def test_a_topic_recreated_after_a_crash_in_the_middle_of_its_deletion_starts_em
     assert [m.value for m in ck_consume_all(broker.bootstrap, "phoenix", 1)] == [b"new"]
 
 
+@pytest.mark.file_storage
 def test_a_deleted_topic_leaves_nothing_behind_and_comes_back_empty(broker):
     import os
 

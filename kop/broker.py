@@ -81,7 +81,9 @@ class Broker:
         if not self.serving:
             reasons.append("the Kafka port is not serving yet")
         loaded, total = self.topics.load_progress
-        if loaded < total:
+        if not self.topics.storage_open:
+            reasons.append("opening the storage")
+        elif loaded < total:
             reasons.append(f"loading partitions: {loaded} of {total} loaded")
         recovering = [p.name for p in self.topics.all_partitions() if p.dedup.awaiting_recovery]
         if recovering:
@@ -147,9 +149,6 @@ class Broker:
     async def start(self) -> None:
         if self._lock is None:
             await self.bind()
-        producer_ids = os.path.join(self.config.data_dir, "producer-ids")
-        with reading(producer_ids):
-            self.producer_ids = ProducerIdAllocator(producer_ids, durable=self.config.fsync)
         with reading(self.policies.path):
             self.policies.load()
         with reading(self.clusters.path):
@@ -163,7 +162,8 @@ class Broker:
         if self._admin is not None:  # its probes answer while the topics load; the rest waits for them
             await _listen(self._admin.start(), self.config.admin_host, self.admin_port, "the admin API")
         await self.topics.load_all()
-        self.groups.start()  # needs the topics: groups are found from their partitions' cursors
+        self.producer_ids = ProducerIdAllocator(self.topics.storage.producer_id_blocks())
+        await self.groups.start()  # needs the topics: groups are found from their partitions' cursors
         self.transactions = TransactionCoordinator(self.config, self.topics, self.groups, self.producer_ids)
         self.transactions.start()  # needs both: prepared transactions write markers and offsets
         self.loaded = True

@@ -72,7 +72,7 @@ def build_config(args: argparse.Namespace) -> Standalone:
     values = dict(properties.values) if properties else {}
     if args.listen:
         values["host"], values["port"] = args.listen
-    cli_values = {"data_dir": args.data_dir, "advertised_host": args.advertised_host,
+    cli_values = {"data_dir": args.data_dir, "storage": args.storage, "advertised_host": args.advertised_host,
                   "advertised_port": args.advertised_port, "admin_port": args.admin_port,
                   "cluster_name": args.cluster_name}
     values.update((name, value) for name, value in cli_values.items() if value is not None)
@@ -188,6 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
                             help=f"where Kafka clients connect (default {DEFAULT_LISTEN_HOST}:9092; an empty host is "
                                  f"{DEFAULT_LISTEN_HOST}, port 0 any free port)")
     standalone.add_argument("--data-dir", type=setting_argument("data_dir"), metavar="DIR", help="data directory (default ./data)")
+    standalone.add_argument("--storage", type=setting_argument("storage"), metavar="ENGINE",
+                            help="file (default: ledgers in the data directory) or postgresql://USER@HOST:PORT/DB")
     standalone.add_argument("--config", metavar="FILE", help="properties file (key=value lines)")
     standalone.add_argument("--advertised-host", type=setting_argument("advertised_host"), metavar="HOST",
                             help="host name clients are told to connect to (default: the --listen host)")

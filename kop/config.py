@@ -125,6 +125,10 @@ class BrokerConfig:
     max_connections_per_ip: int = setting(INT32_MAX, SIZE, doc="Connections from one address beyond this many are "
                                                                "closed at once (Kafka's key).")
     # storage
+    storage: str = setting("file", Matches(r"file|postgres(ql)?://.+", "`file` or a postgresql:// URL"),
+                           doc="Where topics and their partitions' managed ledgers are kept: `file` (the data "
+                               "directory, one machine) or a PostgreSQL URL (`postgresql://user:password@host:port/"
+                               "database`); kop creates and migrates its tables there.")
     fsync: bool = setting(True, doc="Acknowledge a write only after an fsync covers it (group commit). Off: faster, "
                                     "and a machine crash can lose acknowledged records.")
     ledger_max_bytes: int = setting(256 * 1024 * 1024, Range(14), "log.segment.bytes",  # Kafka's lower bound

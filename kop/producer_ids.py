@@ -1,13 +1,17 @@
 """Producer ids, allocated durably in blocks so that no id is ever handed out twice, even across crashes, and the
 epoch last handed out for each, so a KIP-360 bump is granted only to the producer that holds that epoch.
 
-Before the first id of a block is handed out, the end of the block is written (atomically, fsynced) as the next
-block's start; after a restart allocation resumes there, skipping whatever was left of the old block. The epochs are
+Before the first id of a block is handed out, the block is reserved durably: in the data directory its end is
+written (atomically, fsynced) as the next block's start; in PostgreSQL one counter row is raised by the block size in
+one statement, so brokers sharing the database never get the same block. After a restart allocation resumes after
+the last reserved block, skipping whatever was left of the old one. The epochs are
 kept in memory only: after a restart no (id, epoch) is known, and a bump request gets a new id, which is what Kafka
 answers every idempotent producer anyway.
 """
+import asyncio
 import os
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 
 from kop.ledger.framed_file import replace_atomically
 from proto.kop_pb2 import ProducerIdBlock
@@ -17,25 +21,42 @@ MAX_EPOCH = 32767  # Short.MAX_VALUE: an id whose epoch would reach it is replac
 MAX_TRACKED_EPOCHS = 100_000  # the oldest are forgotten first; a forgotten id's bump gets a new id
 
 
-class ProducerIdAllocator:
+class FileProducerIdBlocks:
+    """Blocks reserved in `<data>/producer-ids`: the next block's start."""
+
     def __init__(self, path: str, durable: bool = True) -> None:
         self._path = path
         self._durable = durable
-        self._next = 0
-        self._block_end = 0
-        self._epochs: OrderedDict[int, int] = OrderedDict()  # id -> the epoch last handed out with it
+        self._next_start = 0
         if os.path.exists(path):
             block = ProducerIdBlock()
             with open(path, "rb") as f:
                 block.ParseFromString(f.read())
-            self._next = self._block_end = block.next_block_start
+            self._next_start = block.next_block_start
 
-    def allocate(self) -> int:
+    async def reserve(self, size: int) -> int:
+        start, end = self._next_start, self._next_start + size
+        replace_atomically(self._path, ProducerIdBlock(next_block_start=end).SerializeToString(), self._durable)
+        self._next_start = end
+        return start
+
+
+class ProducerIdAllocator:
+    def __init__(self, reserve: Callable[[int], Awaitable[int]]) -> None:
+        """reserve(size): durably reserve the next block of `size` ids and return its first."""
+        self._reserve = reserve
+        self._next = 0
+        self._block_end = 0
+        self._reserving = asyncio.Lock()
+        self._epochs: OrderedDict[int, int] = OrderedDict()  # id -> the epoch last handed out with it
+
+    async def allocate(self) -> int:
         """A new producer id, with epoch 0."""
-        if self._next >= self._block_end:
-            end = self._next + BLOCK_SIZE
-            replace_atomically(self._path, ProducerIdBlock(next_block_start=end).SerializeToString(), self._durable)
-            self._block_end = end
+        while self._next >= self._block_end:
+            async with self._reserving:  # one reservation at a time: a block is never handed out twice
+                if self._next >= self._block_end:
+                    self._next = await self._reserve(BLOCK_SIZE)
+                    self._block_end = self._next + BLOCK_SIZE
         pid = self._next
         self._next += 1
         self._remember(pid, 0)

@@ -1,18 +1,12 @@
 """Topics and their partitions: names, creation, deletion, and where their managed ledgers live.
 
 Kafka topic T lives in namespace public/default (configurable); partition p is the managed ledger
-`T-partition-p` under `<data>/ledgers/<namespace>/`. A topic's metadata is a TopicMetadata record under
-`<data>/topics/<namespace>/T`.
-
-The metadata file is a topic's commit point: a topic exists exactly while it is there. Deletion removes it durably
-before the ledgers, and creation writes it after them, so a crash can leave only ledger directories that belong to no
-topic; load_all removes those, and create clears its partitions' directories, so a re-created topic starts empty.
+`T-partition-p`. Topic metadata and ledgers are kept by a TopicStorage (kop/topic_storage.py): files under the data
+directory, or PostgreSQL. The metadata record is a topic's commit point (see there).
 """
 import asyncio
 import logging
-import os
 import re
-import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -21,19 +15,19 @@ from dataclasses import dataclass, field
 
 from dedup import DedupConfig
 from kop.config import BrokerConfig
-from kop.ledger import FileLedgerConfig, FileManagedLedger
+from kop.ledger import LedgerConfig
 from kop.ledger.file_pool import OUT_OF_DESCRIPTORS, FilePool, capacity_for_open_files_limit
-from kop.ledger.framed_file import fsync_dir, makedirs_durable, replace_atomically
 from kop.partition import PartitionLog
 from kop.policies import PolicyBook
 from kop.startup import reading
+from kop.topic_storage import (FileTopicStorage, PgTopicStorage, TopicStorage, is_postgres_url,
+                               ledger_name)
 from protocol.errors import ErrorCode
 from proto.kop_pb2 import KeyValue, TopicMetadata
 
 log = logging.getLogger(__name__)
 
 LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-LEDGER_DIR = re.compile(r"^(.+)-partition-(\d+)$")
 INTERNAL_PREFIX = "__"
 
 # Topic configs we accept on CreateTopics and report in DescribeConfigs, with their defaults (Kafka's names).
@@ -146,72 +140,50 @@ class TopicManager:
             snapshot_interval_seconds=config.broker_deduplication_snapshot_interval_seconds,
             max_producers=config.broker_deduplication_max_number_of_producers)
         ns = config.namespace.strip("/")
-        self._meta_dir = os.path.join(config.data_dir, "topics", ns)
-        self._ledger_dir = os.path.join(config.data_dir, "ledgers", ns)
-        self._ledger_config = FileLedgerConfig(max_ledger_bytes=config.ledger_max_bytes,
-                                               max_entry_bytes=max(config.socket_request_max_bytes, 1 << 20),
-                                               fsync=config.fsync, flush_observer=flush_observer)
+        ledger_config = LedgerConfig(max_ledger_bytes=config.ledger_max_bytes,
+                                         max_entry_bytes=max(config.socket_request_max_bytes, 1 << 20),
+                                         fsync=config.fsync, flush_observer=flush_observer)
         self._files = FilePool(capacity_for_open_files_limit())  # every partition's ledger files share it
         # fsyncs run here; enough threads that one slow partition does not hold up the others
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fsync")
+        self._storage: TopicStorage = (
+            PgTopicStorage(config.storage, ns, ledger_config) if is_postgres_url(config.storage)
+            else FileTopicStorage(config.data_dir, ns, ledger_config, self._executor, self._files))
         self.topics: dict[str, Topic] = {}
         self._names_by_id: dict[bytes, str] = {}
         self._lock = asyncio.Lock()
         self.load_progress = (0, 0)  # (partitions loaded, partitions to load) by load_all
+        self.storage_open = False  # load_all has opened the storage and read the topic list
 
     # ---- loading
 
     async def load_all(self) -> None:
-        makedirs_durable(self._meta_dir, durable=self.config.fsync)
-        makedirs_durable(self._ledger_dir, durable=self.config.fsync)
-        metas = []
-        for name in sorted(os.listdir(self._meta_dir)):
-            if name.endswith(".tmp"):
-                continue
-            meta = TopicMetadata()
-            path = os.path.join(self._meta_dir, name)
-            with reading(path), open(path, "rb") as f:
-                meta.ParseFromString(f.read())
-            metas.append(meta)
-        self._remove_orphan_ledgers({meta.name: meta.partitions for meta in metas})
+        await self._storage.start()
+        metas = await self._storage.load_metadata()
+        await self._storage.remove_orphans({meta.name: meta.partitions for meta in metas})
         loaded, total = 0, sum(meta.partitions for meta in metas)
         self.load_progress = (loaded, total)
+        self.storage_open = True
         for meta in metas:
             configs = {kv.key: kv.value for kv in meta.configs}
             topic = Topic(meta.name, meta.topic_id or uuid.uuid4().bytes, configs, self._settings(configs))
             for p in range(meta.partitions):
                 if self.config.test_partition_load_delay_ms:  # a slow disk, for tests of readiness
                     await asyncio.sleep(self.config.test_partition_load_delay_ms / 1000)
-                with reading(self._partition_dir(meta.name, p)):
+                with reading(self._storage.where(meta.name, p)):
                     topic.partitions.append(await self._open_partition(meta.name, p))
                 loaded += 1
                 self.load_progress = (loaded, total)
             self._apply_configs(topic)
             self.topics[meta.name] = topic
             self._names_by_id[topic.topic_id] = meta.name
-        log.info("loaded %d topics from %s", len(self.topics), self.config.data_dir)
-
-    def _remove_orphan_ledgers(self, partitions: dict[str, int]) -> None:
-        """Remove ledger directories of no topic's partition: what a crash left of a deletion (after the metadata
-        went) or of a creation (before it was written)."""
-        for entry in os.listdir(self._ledger_dir):
-            match = LEDGER_DIR.match(entry)
-            path = os.path.join(self._ledger_dir, entry)
-            if match and int(match[2]) >= partitions.get(match[1], 0) and os.path.isdir(path):
-                log.warning("removing ledger directory %s: it belongs to no topic", path)
-                shutil.rmtree(path, ignore_errors=True)
-
-    def _partition_dir(self, topic: str, partition: int) -> str:
-        return os.path.join(self._ledger_dir, f"{topic}-partition-{partition}")
+        log.info("loaded %d topics", len(self.topics))
 
     async def _open_partition(self, topic: str, partition: int, new: bool = False) -> PartitionLog:
         """Open the partition's managed ledger and recover its dedup state before it takes any write. A new
         partition starts from an empty directory, whatever an earlier topic of the same name left there."""
-        name = f"{topic}-partition-{partition}"
-        directory = self._partition_dir(topic, partition)
-        if new:
-            shutil.rmtree(directory, ignore_errors=True)
-        ledger = FileManagedLedger.open(name, directory, self._ledger_config, self._executor, files=self._files)
+        name = ledger_name(topic, partition)
+        ledger = await self._storage.open_ledger(topic, partition, new)
         log_ = PartitionLog(topic, partition, ledger, self._dedup_config,
                             system_topic=topic.startswith(INTERNAL_PREFIX))
         try:
@@ -252,7 +224,7 @@ class TopicManager:
             for partition in opened:
                 await partition.close()
             for p in range(first, end):
-                shutil.rmtree(self._partition_dir(topic, p), ignore_errors=True)
+                await self._storage.remove_ledger(topic, p)
             raise
         return opened
 
@@ -280,12 +252,14 @@ class TopicManager:
             partition.log_append_time = settings.log_append_time
             partition.ledger.set_rollover(settings.segment_bytes, settings.segment_ms)
 
-    def _write_meta(self, topic: Topic) -> None:
-        meta = TopicMetadata(name=topic.name, partitions=len(topic.partitions), topic_id=topic.topic_id,
-                             created_ms=int(time.time() * 1000),
-                             configs=[KeyValue(key=k, value=v) for k, v in topic.configs.items()])
-        replace_atomically(os.path.join(self._meta_dir, topic.name), meta.SerializeToString(),
-                           durable=self.config.fsync)
+    async def _write_meta(self, topic: Topic) -> None:
+        await self._storage.write_metadata(TopicMetadata(
+            name=topic.name, partitions=len(topic.partitions), topic_id=topic.topic_id,
+            created_ms=int(time.time() * 1000), configs=[KeyValue(key=k, value=v) for k, v in topic.configs.items()]))
+
+    @property
+    def storage(self) -> TopicStorage:
+        return self._storage
 
     @property
     def file_pool(self) -> FilePool:
@@ -335,7 +309,7 @@ class TopicManager:
             partitions = self.check_create(name, partitions, configs)
             topic = Topic(name, uuid.uuid4().bytes, dict(configs), self._settings(configs))
             topic.partitions.extend(await self._open_new_partitions(name, 0, partitions))
-            self._write_meta(topic)
+            await self._write_meta(topic)
             self._apply_configs(topic)
             self.topics[name] = topic
             self._names_by_id[topic.topic_id] = name
@@ -353,11 +327,9 @@ class TopicManager:
                 await partition.close()
             # The commit point, durable before any ledger goes: a crash after it leaves orphans that load_all
             # removes; before it, the whole topic.
-            os.unlink(os.path.join(self._meta_dir, name))
-            if self.config.fsync:
-                fsync_dir(self._meta_dir)
-            for partition in topic.partitions:
-                shutil.rmtree(partition.ledger.directory, ignore_errors=True)
+            await self._storage.delete_metadata(name)
+            for p in range(len(topic.partitions)):
+                await self._storage.remove_ledger(name, p)
             self.policies.drop_topic(name)
             log.info("deleted topic %s", name)
 
@@ -372,7 +344,7 @@ class TopicManager:
             if count > self.config.max_partitions_per_topic:
                 raise TopicError(ErrorCode.INVALID_PARTITIONS, f"at most {self.config.max_partitions_per_topic}")
             topic.partitions.extend(await self._open_new_partitions(name, len(topic.partitions), count))
-            self._write_meta(topic)
+            await self._write_meta(topic)
             self._apply_configs(topic)
 
     async def set_configs(self, name: str, configs: dict[str, str], validate_only: bool = False) -> None:
@@ -385,7 +357,7 @@ class TopicManager:
             if validate_only:
                 return
             topic.configs, topic.settings = dict(configs), self._settings(configs)
-            self._write_meta(topic)
+            await self._write_meta(topic)
             self._apply_configs(topic)
             log.info("topic %s configs now %s", name, topic.configs)
 
@@ -393,4 +365,5 @@ class TopicManager:
         for topic in self.topics.values():
             for partition in topic.partitions:
                 await partition.close()
+        await self._storage.close()
         self._executor.shutdown(wait=True)

@@ -14,7 +14,7 @@ import pytest
 
 import kop.ledger.cursor_log as cursor_log
 from kop.dedup_storage import LedgerDedupStorage
-from kop.ledger import BEFORE_FIRST, FileLedgerConfig, FileManagedLedger, Position
+from kop.ledger import BEFORE_FIRST, LedgerConfig, FileManagedLedger, Position
 from kop.ledger.cursor_scan import MARKER_NAME, recover
 from kop.ledger.file_pool import FilePool
 from proto.kop_pb2 import ManagedCursorInfo, MessageMetadata
@@ -24,7 +24,7 @@ HEADER = struct.Struct(">II")
 
 
 def open_ml(path, fsync=True, executor=None):
-    return FileManagedLedger.open("t", str(path), FileLedgerConfig(fsync=fsync), executor)
+    return FileManagedLedger.open("t", str(path), LedgerConfig(fsync=fsync), executor)
 
 
 async def append(ml, count):
@@ -475,7 +475,7 @@ async def test_compaction_through_a_descriptor_pool_that_keeps_closing_the_log(t
     commits and compactions still land in order on the live file, and a reopen finds the last of each."""
     monkeypatch.setattr(cursor_log, "COMPACT_MIN_BYTES", 2000)
     pool = FilePool(capacity=1)
-    config = FileLedgerConfig(fsync=True)
+    config = LedgerConfig(fsync=True)
     a = FileManagedLedger.open("a", str(tmp_path / "a"), config, None, files=pool)
     b = FileManagedLedger.open("b", str(tmp_path / "b"), config, None, files=pool)
     pa, pb = (await append(a, 1))[0], (await append(b, 1))[0]

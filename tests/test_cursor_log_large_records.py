@@ -5,14 +5,14 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import kop.ledger.cursor_log as cursor_log
-from kop.ledger import FileLedgerConfig, FileManagedLedger
+from kop.ledger import LedgerConfig, FileManagedLedger
 from proto.kop_pb2 import MessageMetadata
 
 LARGE = {f"producer-{i}": i for i in range(cursor_log.LARGE_RECORD_PROPERTIES)}
 
 
 def open_ml(path, executor):
-    return FileManagedLedger.open("t", str(path), FileLedgerConfig(), executor)
+    return FileManagedLedger.open("t", str(path), LedgerConfig(), executor)
 
 
 async def one_entry(ml):

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from kop.ledger import FileLedgerConfig, FileManagedLedger
+from kop.ledger import LedgerConfig, FileManagedLedger
 from kop.ledger.file_pool import FilePool
 
 
@@ -52,7 +52,7 @@ async def test_many_managed_ledgers_share_a_small_pool_across_restarts(tmp_path)
     """Forty partitions, three ledgers each (one per open) and a cursor log, on a pool of eight descriptors: every
     entry and cursor move is made durable and read back, and the pool stays bounded (plus the files a pending fsync
     pins)."""
-    config = FileLedgerConfig(fsync=True)
+    config = LedgerConfig(fsync=True)
     pool = FilePool(capacity=8)
     names = [f"p{i}" for i in range(40)]
     for round_ in range(3):

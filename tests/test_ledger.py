@@ -5,10 +5,10 @@ import time
 
 import pytest
 
-from kop.ledger import (BEFORE_FIRST, FileLedgerConfig, FileManagedLedger, InvalidMarkDeleteError, LedgerWriteError,
+from kop.ledger import (BEFORE_FIRST, LedgerConfig, FileManagedLedger, InvalidMarkDeleteError, LedgerWriteError,
                         Position)
 
-CONFIG = FileLedgerConfig(max_ledger_bytes=4096)
+CONFIG = LedgerConfig(max_ledger_bytes=4096)
 
 
 def open_ml(path, config=CONFIG):
@@ -42,7 +42,7 @@ async def test_append_read_and_reopen_keep_offsets(tmp_path):
 
 
 async def test_read_respects_byte_limit_but_returns_at_least_one_entry(tmp_path):
-    ml = open_ml(tmp_path, FileLedgerConfig())
+    ml = open_ml(tmp_path, LedgerConfig())
     await append(ml, 10, size=1000)
     assert len(ml.read_from_index(0, 1)) == 1
     assert len(ml.read_from_index(0, 3500)) == 3
@@ -51,7 +51,7 @@ async def test_read_respects_byte_limit_but_returns_at_least_one_entry(tmp_path)
 
 
 async def test_torn_tail_is_truncated_and_acknowledged_entries_survive(tmp_path):
-    ml = open_ml(tmp_path, FileLedgerConfig())
+    ml = open_ml(tmp_path, LedgerConfig())
     await append(ml, 5)
     ledger_id = ml.last_confirmed.ledger_id
     await ml.close()
@@ -59,7 +59,7 @@ async def test_torn_tail_is_truncated_and_acknowledged_entries_survive(tmp_path)
     good = log.stat().st_size
     with open(log, "ab") as f:  # a crash mid-write: a length prefix and part of a payload
         f.write(b"\x00\x00\x01\x00\x12\x34\x56\x78partial")
-    ml = open_ml(tmp_path, FileLedgerConfig())
+    ml = open_ml(tmp_path, LedgerConfig())
     assert ml.confirmed_end_index == 10
     assert log.stat().st_size == good
     assert [e.first_index for e in ml.read_from_index(0, 1 << 20)] == [0, 2, 4, 6, 8]
@@ -67,7 +67,7 @@ async def test_torn_tail_is_truncated_and_acknowledged_entries_survive(tmp_path)
 
 
 async def test_corrupt_last_entry_is_dropped_not_served(tmp_path):
-    ml = open_ml(tmp_path, FileLedgerConfig())
+    ml = open_ml(tmp_path, LedgerConfig())
     await append(ml, 3)
     ledger_id = ml.last_confirmed.ledger_id
     await ml.close()
@@ -75,25 +75,25 @@ async def test_corrupt_last_entry_is_dropped_not_served(tmp_path):
     data = bytearray(log.read_bytes())
     data[-5] ^= 0xFF  # bit rot in the last entry's payload
     log.write_bytes(bytes(data))
-    ml = open_ml(tmp_path, FileLedgerConfig())
+    ml = open_ml(tmp_path, LedgerConfig())
     assert ml.confirmed_end_index == 4
     await ml.close()
 
 
 async def test_missing_index_is_rebuilt_from_the_log(tmp_path):
-    ml = open_ml(tmp_path, FileLedgerConfig())
+    ml = open_ml(tmp_path, LedgerConfig())
     await append(ml, 7)
     ledger_id = ml.last_confirmed.ledger_id
     await ml.close()
     os.unlink(tmp_path / f"{ledger_id}.idx")
-    ml = open_ml(tmp_path, FileLedgerConfig())
+    ml = open_ml(tmp_path, LedgerConfig())
     assert ml.position_of_index(9) == Position(ledger_id, 4)
     assert ml.confirmed_end_index == 14
     await ml.close()
 
 
 async def test_failed_write_fails_pending_entries_and_rolls(tmp_path):
-    ml = open_ml(tmp_path, FileLedgerConfig())
+    ml = open_ml(tmp_path, LedgerConfig())
     first = await append(ml, 2)
     ml.inject_write_failures(1)
     doomed = [ml.add_entry(ml.written_end_index, 2, b"", b"x") for _ in range(1)]
@@ -103,7 +103,7 @@ async def test_failed_write_fails_pending_entries_and_rolls(tmp_path):
     again = await append(ml, 1)
     assert again[0].ledger_id > first[-1].ledger_id
     await ml.close()
-    ml = open_ml(tmp_path, FileLedgerConfig())
+    ml = open_ml(tmp_path, LedgerConfig())
     assert [e.first_index for e in ml.read_from_index(0, 1 << 20)] == [0, 2, 4]
     await ml.close()
 
@@ -122,7 +122,7 @@ async def test_a_failed_entry_never_comes_back_even_if_its_truncation_was_lost(t
             saved[self.ledger_id] = f.read()
         truncate(self, entries)
 
-    ml = open_ml(tmp_path, FileLedgerConfig())
+    ml = open_ml(tmp_path, LedgerConfig())
     await append(ml, 2)
     ml.inject_write_failures(1)
     monkeypatch.setattr(LedgerFile, "truncate", remembering_truncate)
@@ -134,7 +134,7 @@ async def test_a_failed_entry_never_comes_back_even_if_its_truncation_was_lost(t
     (ledger_id, content), = saved.items()
     with open(os.path.join(str(tmp_path), f"{ledger_id}.log"), "wb") as f:
         f.write(content)  # the failed entry is back on disk, as if the truncation had been lost
-    ml = open_ml(tmp_path, FileLedgerConfig())
+    ml = open_ml(tmp_path, LedgerConfig())
     entries = ml.read_from_index(0, 1 << 20)
     assert [e.first_index for e in entries] == [0, 2, 4]
     assert entries[-1].data == b"retried"
@@ -142,7 +142,7 @@ async def test_a_failed_entry_never_comes_back_even_if_its_truncation_was_lost(t
 
 
 async def test_cursor_position_and_properties_are_one_atomic_record(tmp_path):
-    ml = open_ml(tmp_path, FileLedgerConfig())
+    ml = open_ml(tmp_path, LedgerConfig())
     positions = await append(ml, 4)
     cursor = ml.open_cursor("pulsar.dedup", BEFORE_FIRST)
     await cursor.mark_delete(positions[1], {"p1": 10})
@@ -153,7 +153,7 @@ async def test_cursor_position_and_properties_are_one_atomic_record(tmp_path):
     data = bytearray(path.read_bytes())
     data[-3] ^= 0xFF
     path.write_bytes(bytes(data))
-    ml = open_ml(tmp_path, FileLedgerConfig())
+    ml = open_ml(tmp_path, LedgerConfig())
     cursor = ml.cursors["pulsar.dedup"]
     assert cursor.mark_delete_position == positions[1]
     assert cursor.properties == {"p1": 10}
@@ -161,7 +161,7 @@ async def test_cursor_position_and_properties_are_one_atomic_record(tmp_path):
 
 
 async def test_mark_delete_never_moves_backwards_or_past_the_last_confirmed_entry(tmp_path):
-    ml = open_ml(tmp_path, FileLedgerConfig())
+    ml = open_ml(tmp_path, LedgerConfig())
     positions = await append(ml, 3)
     cursor = ml.open_cursor("g", BEFORE_FIRST)
     await cursor.mark_delete(positions[2])
@@ -178,7 +178,7 @@ async def test_cursor_log_compacts_and_keeps_latest_state(tmp_path, monkeypatch)
     import kop.ledger.cursor_log as cursor_log
     monkeypatch.setattr(cursor_log, "COMPACT_MIN_BYTES", 2000)
 
-    ml = open_ml(tmp_path, FileLedgerConfig())
+    ml = open_ml(tmp_path, LedgerConfig())
     positions = await append(ml, 1)
     cursors = [ml.open_cursor(f"group-{i}", BEFORE_FIRST) for i in range(3)]
     for round_ in range(200):
@@ -186,7 +186,7 @@ async def test_cursor_log_compacts_and_keeps_latest_state(tmp_path, monkeypatch)
     await ml.delete_cursor("group-2")
     await ml.close()
     assert (tmp_path / "cursors.log").stat().st_size < 2000 * 2
-    ml = open_ml(tmp_path, FileLedgerConfig())
+    ml = open_ml(tmp_path, LedgerConfig())
     assert sorted(ml.cursors) == ["group-0", "group-1"]
     assert ml.cursors["group-1"].properties == {"round": 199}
     await ml.close()
@@ -258,7 +258,7 @@ async def test_delete_before_hides_records_durably_and_trim_removes_whole_ledger
 
 async def test_a_read_crossing_into_the_next_ledger_stays_within_the_byte_limit(tmp_path):
     """Only a response's first entry may exceed the limit (KIP-74): not the first entry of the next ledger."""
-    ml = open_ml(tmp_path, FileLedgerConfig(max_ledger_bytes=1000))
+    ml = open_ml(tmp_path, LedgerConfig(max_ledger_bytes=1000))
     positions = await append(ml, 6, size=400)  # three entries per ledger
     last_of_first = max(i for i, p in enumerate(positions) if p.ledger_id == positions[0].ledger_id)
     start = 2 * last_of_first
@@ -271,7 +271,7 @@ async def test_a_read_crossing_into_the_next_ledger_stays_within_the_byte_limit(
 
 
 async def test_retention_by_size_deletes_the_oldest_ledgers_beyond_retention_bytes(tmp_path):
-    ml = open_ml(tmp_path, FileLedgerConfig(max_ledger_bytes=1000))
+    ml = open_ml(tmp_path, LedgerConfig(max_ledger_bytes=1000))
     await append(ml, 30, size=400)  # ~12 KB in ten ledgers of three entries
     sizes = [l.size for l in ml.internal_stats().ledgers if l.entries]
     assert len(sizes) >= 10
@@ -286,7 +286,7 @@ async def test_retention_by_size_deletes_the_oldest_ledgers_beyond_retention_byt
     assert (await ml.trim(now_ms=0, retention_ms=-1, retention_bytes=limit, keep_from=None)).deleted == 0
     assert (await ml.trim(now_ms=0, retention_ms=-1, retention_bytes=-1, keep_from=None)).deleted == 0  # no limit
     await ml.close()
-    ml = open_ml(tmp_path, FileLedgerConfig(max_ledger_bytes=1000))
+    ml = open_ml(tmp_path, LedgerConfig(max_ledger_bytes=1000))
     assert [l.size for l in ml.internal_stats().ledgers if l.entries] == remaining
     await ml.close()
 
@@ -294,7 +294,7 @@ async def test_retention_by_size_deletes_the_oldest_ledgers_beyond_retention_byt
 async def test_an_idle_current_ledger_is_rolled_by_age_so_retention_reaches_it(tmp_path):
     """A quiet topic never fills its ledger: trim closes it once it is older than the roll time (segment.ms), and
     retention then deletes it; offsets go on from where they were."""
-    ml = open_ml(tmp_path, FileLedgerConfig())  # 256 MB ledgers: never full here
+    ml = open_ml(tmp_path, LedgerConfig())  # 256 MB ledgers: never full here
     ml.set_rollover(256 * 1024 * 1024, 60_000)
     await append(ml, 3)
     now = int(time.time() * 1000)
@@ -317,7 +317,7 @@ async def test_an_idle_current_ledger_is_rolled_by_age_so_retention_reaches_it(t
 
 async def test_a_current_ledger_wholly_past_retention_is_rolled_and_deleted(tmp_path):
     """As Kafka rolls its active segment when retention must delete it: retention.ms below the roll time works."""
-    ml = open_ml(tmp_path, FileLedgerConfig())
+    ml = open_ml(tmp_path, LedgerConfig())
     await append(ml, 3)
     now = int(time.time() * 1000)
     early, due = now + 10_000, now + 120_000
@@ -328,7 +328,7 @@ async def test_a_current_ledger_wholly_past_retention_is_rolled_and_deleted(tmp_
 
 
 async def test_rollover_limits_change_at_run_time_and_age_rolls_at_the_next_append(tmp_path):
-    ml = open_ml(tmp_path, FileLedgerConfig())
+    ml = open_ml(tmp_path, LedgerConfig())
     positions = await append(ml, 4, size=400)
     assert len({p.ledger_id for p in positions}) == 1
     ml.set_rollover(1000, 7 * 24 * 3600 * 1000)  # segment.bytes lowered by AlterConfigs

@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from kop.ledger import FileLedgerConfig, FileManagedLedger, LedgerWriteError, Position
+from kop.ledger import LedgerConfig, FileManagedLedger, LedgerWriteError, Position
 from kop.ledger import file_ledger, framed_file
 
-CONFIG = FileLedgerConfig(max_ledger_bytes=1 << 20)
+CONFIG = LedgerConfig(max_ledger_bytes=1 << 20)
 REAL_PWRITE = os.pwrite
 
 

@@ -4,11 +4,11 @@ target, even when timestamps are out of order."""
 import asyncio
 import random
 
-from kop.ledger import FileLedgerConfig, FileManagedLedger
+from kop.ledger import LedgerConfig, FileManagedLedger
 from protocol.compression import LZ4, NONE
 from protocol.records import Record, build_batch, iter_records
 
-CONFIG = FileLedgerConfig(max_ledger_bytes=2048)
+CONFIG = LedgerConfig(max_ledger_bytes=2048)
 
 
 def open_ml(path):

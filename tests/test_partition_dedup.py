@@ -12,7 +12,7 @@ import errno
 import time
 
 from dedup import DedupConfig, Status
-from kop.ledger import FileLedgerConfig, FileManagedLedger, cursor_log
+from kop.ledger import LedgerConfig, FileManagedLedger, cursor_log
 from kop.ledger.ledger_file import LedgerFile
 from kop.partition import PartitionLog
 from protocol.errors import ErrorCode
@@ -32,7 +32,7 @@ def batch(seq: int, *values: bytes, pid: int = PID):
 
 
 async def open_partition(directory, enabled: bool = True, **config) -> PartitionLog:
-    ledger = FileManagedLedger.open("t-partition-0", str(directory), FileLedgerConfig(), None)
+    ledger = FileManagedLedger.open("t-partition-0", str(directory), LedgerConfig(), None)
     partition = PartitionLog("t", 0, ledger, DedupConfig(**config))
     await partition.apply_dedup_policy(enabled)
     return partition

@@ -1,7 +1,7 @@
 """Only a partition that a transaction ever added reads its stored batches at load to rebuild its open transactions
 and aborted index; every other partition loads without reading its log."""
 from dedup import DedupConfig
-from kop.ledger import FileLedgerConfig, FileManagedLedger
+from kop.ledger import LedgerConfig, FileManagedLedger
 from kop.partition import PartitionLog
 from kop.transactions.partition_index import PartitionTransactions
 from protocol.errors import ErrorCode
@@ -9,7 +9,7 @@ from protocol.records import Record, build_batch, split_batches
 
 
 def open_partition(path) -> PartitionLog:
-    ledger = FileManagedLedger.open("t-0", str(path), FileLedgerConfig(fsync=False), None)
+    ledger = FileManagedLedger.open("t-0", str(path), LedgerConfig(fsync=False), None)
     return PartitionLog("t", 0, ledger, DedupConfig())
 
 

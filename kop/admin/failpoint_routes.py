@@ -48,7 +48,11 @@ class FailpointRoutes:
             raise HttpError(404, f"no partition {topic}-{partition}")
         target.ledger.inject_write_failures(count)
         target.ledger.inject_replay_read_failures(read_failures)
-        target.ledger.inject_cursor_write_failures(cursor_failures)
+        if cursor_failures:
+            inject = getattr(target.ledger, "inject_cursor_write_failures", None)  # the file engine's cursor log
+            if inject is None:
+                raise HttpError(400, "cursor_write_failures: this storage engine has no cursor log")
+            inject(cursor_failures)
         if hold is not None:
             target.ledger.hold_flushes(hold)
         return json_response({"topic": topic, "partition": int(partition), **body})

@@ -110,8 +110,8 @@ class BrokerMetrics:
                                      "sent, before deduplication)", buckets=BYTES_BUCKETS, registry=registry)
         self.batch_records = Histogram("kop_produce_batch_size_records", "Records in each record batch produced",
                                        buckets=COUNT_BUCKETS, registry=registry)
-        self.fsync_latency = Histogram("kop_ledger_fsync_latency_seconds", "Duration of each group commit's fsync "
-                                       "of a partition's ledger", buckets=FSYNC_BUCKETS, registry=registry)
+        self.fsync_latency = Histogram("kop_ledger_fsync_latency_seconds", "Duration of each group commit of a "
+                                       "partition's ledger (its fsync, or its PostgreSQL commit)", buckets=FSYNC_BUCKETS, registry=registry)
         self.fsync_entries = Histogram("kop_ledger_fsync_entries", "Entries made durable by each group commit's "
                                        "fsync (the group-commit size)", buckets=COUNT_BUCKETS, registry=registry)
         self._series: dict[int, RequestSeries] = {}

@@ -11,16 +11,17 @@ committed).
 """
 import asyncio
 import logging
-import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kop.config import BrokerConfig
-from kop.groups.generations import GenerationLog
 from kop.groups.group import Group, GroupState, JoinResult, SyncResult
 from kop.groups.membership import JoinRequest, Membership, resolved
 from kop.groups.offsets import SYSTEM_CURSOR_PREFIX, CommittedOffset, OffsetStore
-from kop.topics import TopicManager
 from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:  # kop.topics imports kop.groups (generations) for the storage engines
+    from kop.topics import TopicManager
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +56,12 @@ class GroupDescription:
 
 
 class GroupCoordinator:
-    def __init__(self, config: BrokerConfig, topics: TopicManager) -> None:
+    def __init__(self, config: BrokerConfig, topics: "TopicManager") -> None:
         self.config = config
         self.topics = topics
         self.groups: dict[str, Group] = {}
         self.offsets = OffsetStore(topics, config.offset_metadata_max_bytes)
-        self.generations = GenerationLog(os.path.join(config.data_dir, "groups", "generations.log"), config.fsync)
+        self.generations = topics.storage.group_generations()
         self.membership = Membership(self.groups, config.group_initial_rebalance_delay_ms,
                                      config.group_min_session_timeout_ms, config.group_max_session_timeout_ms,
                                      config.group_max_size, self._store_generation)
@@ -71,11 +72,11 @@ class GroupCoordinator:
 
     # ---- lifecycle
 
-    def start(self) -> None:
+    async def start(self) -> None:
         """Find the groups that have committed offsets (topics must be loaded), then serve."""
         for group_id, protocol_type in self.offsets.load().items():
             self.groups.setdefault(group_id, Group(group_id, protocol_type=protocol_type))
-        for group_id, (generation, protocol_type) in self.generations.load().items():
+        for group_id, (generation, protocol_type) in (await self.generations.load()).items():
             group = self.groups.setdefault(group_id, Group(group_id, protocol_type=protocol_type or None))
             group.generation_id = generation  # the next rebalance moves past every generation handed out before
         self.loaded = True

@@ -17,11 +17,14 @@ import logging
 import time
 import weakref
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kop.ledger import BEFORE_FIRST, LedgerClosedError, ManagedLedger, Position
 from kop.ledger.errors import CursorNotFoundError
-from kop.topics import TopicManager
 from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:  # kop.topics imports kop.groups (generations) for the storage engines
+    from kop.topics import TopicManager
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +82,7 @@ def _done(value) -> asyncio.Future:
 
 
 class OffsetStore:
-    def __init__(self, topics: TopicManager, metadata_max_bytes: int = 4096) -> None:
+    def __init__(self, topics: "TopicManager", metadata_max_bytes: int = 4096) -> None:
         self._topics = topics
         self.metadata_max_bytes = metadata_max_bytes
         # group -> partitions that may hold its cursor; verified against the live cursor on every read

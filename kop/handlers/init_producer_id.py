@@ -65,7 +65,7 @@ async def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitPro
         if bumped is not None:
             log.info("producer %d: epoch %d bumped to %d (KIP-360)", pid, epoch, bumped, extra=ctx.log_fields)
             return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=pid, producer_epoch=bumped)
-    fresh = allocator.allocate()
+    fresh = await allocator.allocate()
     if pid >= 0:
         log.info("producer %d epoch %d is not the current epoch kop issued for it: new producer id %d", pid, epoch,
                  fresh, extra=ctx.log_fields)

@@ -60,7 +60,7 @@ async def elect_leaders(ctx: RequestContext, request: ElectLeadersRequest) -> El
 
 
 def _log_dir(ctx: RequestContext) -> str:
-    return os.path.abspath(os.path.join(ctx.config.data_dir, "ledgers"))
+    return ctx.topics.storage.log_dir
 
 
 async def describe_log_dirs(ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
@@ -73,11 +73,10 @@ async def describe_log_dirs(ctx: RequestContext, request: DescribeLogDirsRequest
             size = sum(ledger.size for ledger in partition.ledger.internal_stats().ledgers)
             parts.append((topic, Topic.DescribeLogDirsPartition(partition_index=index, partition_size=size,
                                                                 offset_lag=0, is_future_key=False)))
-    log_dir = _log_dir(ctx)
-    disk = os.statvfs(log_dir)
-    result = Result(error_code=ErrorCode.NONE, log_dir=log_dir,
+    total, usable = ctx.topics.storage.space()
+    result = Result(error_code=ErrorCode.NONE, log_dir=_log_dir(ctx),
                     topics=[Topic(name=name, partitions=p) for name, p in _by_topic(parts).items()],
-                    total_bytes=disk.f_blocks * disk.f_frsize, usable_bytes=disk.f_bavail * disk.f_frsize)
+                    total_bytes=total, usable_bytes=usable)
     return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, results=[result])
 
 
@@ -92,7 +91,7 @@ async def alter_replica_log_dirs(ctx: RequestContext,
             for index in topic.partitions:
                 if ctx.topics.partition(topic.name, index) is None:
                     error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                elif os.path.abspath(wanted.path) != here:
+                elif here not in (wanted.path, os.path.abspath(wanted.path)):
                     error = ErrorCode.LOG_DIR_NOT_FOUND
                 else:
                     error = ErrorCode.NONE  # already there

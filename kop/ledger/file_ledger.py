@@ -18,17 +18,18 @@ import shutil
 from array import array
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from kop import clock
-from kop.ledger.cursor_log import CursorLog, ManagedCursor
+from kop.ledger.cursor_log import CursorLog
 from kop.ledger.errors import LedgerClosedError, LedgerWriteError
 from kop.ledger.file_pool import FilePool
 from kop.ledger.framed_file import makedirs_durable, replace_atomically
 from kop.ledger.group_commit import GroupCommit
-from kop.ledger.interface import CursorStats, Entry, LedgerInternalStats, LedgerStats, ManagedLedger, TrimResult
+from kop.ledger.interface import Entry, TrimResult
+from kop.ledger.ledger_base import LedgerBase, LedgerConfig
 from kop.ledger.ledger_file import LedgerFile, RawEntry
-from kop.ledger.position import BEFORE_FIRST, Position
+from kop.ledger.position import Position
 from kop.ledger.time_index import NO_TIMESTAMP
 from google.protobuf.message import DecodeError
 
@@ -41,17 +42,6 @@ log = logging.getLogger(__name__)
 END_FLOOR_KEY = "kop.end_floor"
 DELETED_BEFORE_KEY = "kop.deleted_before"
 LEDGER_FILE = re.compile(r"^(\d+)\.(log|idx)$")
-WEEK_MS = 7 * 24 * 3600 * 1000
-
-
-@dataclass(frozen=True)
-class FileLedgerConfig:
-    max_ledger_bytes: int = 256 * 1024 * 1024
-    max_ledger_age_ms: int = WEEK_MS  # from the current ledger's first entry
-    max_entry_bytes: int = 64 * 1024 * 1024
-    fsync: bool = True
-    # told of each group commit's fsync: (seconds, entries made durable); the broker's metrics
-    flush_observer: Callable[[float, int], None] | None = None
 
 
 @dataclass(slots=True)
@@ -63,39 +53,25 @@ class _PendingAdd:
     pinned: bool = False  # written: its ledger's descriptor stays open until the fsync covering it is done
 
 
-class FileManagedLedger(ManagedLedger):
-    def __init__(self, name: str, directory: str, config: FileLedgerConfig, executor: Executor | None,
+class FileManagedLedger(LedgerBase):
+    def __init__(self, name: str, directory: str, config: LedgerConfig, executor: Executor | None,
                  files: FilePool | None = None) -> None:
-        self.name = name
+        super().__init__(name, config)
         self.directory = directory
-        self.config = config
         self._executor = executor
         self._files = files if files is not None else FilePool()
-        self._ledgers: list[LedgerFile] = []
         self._closed_times: dict[int, int] = {}
-        self._current: LedgerFile | None = None
-        self._first_append_ms = 0  # wall-clock times of the current ledger's first and latest appends
-        self._last_append_ms = 0
-        self._lac = BEFORE_FIRST
-        self._confirmed_end = 0
-        self._written_end = 0
-        self._start_index = 0
-        self._deleted_before = 0  # DeleteRecords: readers see nothing below it (ledgers.info property)
-        self._last_ledger_id = -1
-        self._listeners: list[Callable[[], None]] = []
-        self._failure_listeners: list[Callable[[Exception], None]] = []
         self._group = GroupCommit(executor, config.fsync, self._on_durable, self._on_write_failed,
                                   config.flush_observer)
         self._cursors = CursorLog(os.path.join(directory, "cursors.log"), executor, config.fsync,
                                   lambda: self._lac, self._files)
         self._closed = False
         self._roll_pending = False  # a write failed: the next write starts a new ledger first, or is refused
-        self._replay_read_failures = 0  # test hook (admin failpoints)
 
     # ---- opening and recovery
 
     @classmethod
-    def open(cls, name: str, directory: str, config: FileLedgerConfig, executor: Executor | None,
+    def open(cls, name: str, directory: str, config: LedgerConfig, executor: Executor | None,
              initial_index: int = 0, files: FilePool | None = None) -> "FileManagedLedger":
         """Open (or create) the managed ledger in directory, recovering after a crash, and start a new ledger.
         Ledger files are opened through `files`, the broker's shared pool (a pool of its own when none is given)."""
@@ -237,49 +213,7 @@ class FileManagedLedger(ManagedLedger):
             info.properties.append(KeyValue(key=DELETED_BEFORE_KEY, value=str(self._deleted_before)))
         replace_atomically(self._info_path(), info.SerializeToString(), durable=self.config.fsync)
 
-    # ---- properties
-
-    @property
-    def start_index(self) -> int:
-        return self._start_index
-
-    @property
-    def confirmed_end_index(self) -> int:
-        return self._confirmed_end
-
-    @property
-    def written_end_index(self) -> int:
-        return self._written_end
-
-    @property
-    def last_confirmed(self) -> Position:
-        return self._lac
-
-    @property
-    def cursors(self) -> dict[str, ManagedCursor]:
-        return self._cursors.cursors
-
-    def internal_stats(self) -> LedgerInternalStats:
-        """A read-only copy of the ledger list, LAC and cursor states (durable positions and their properties)."""
-        return LedgerInternalStats(
-            ledgers=tuple(LedgerStats(l.ledger_id, l.entries, l.size) for l in self._ledgers),
-            current_ledger_id=self._current.ledger_id if self._current is not None else -1,
-            last_confirmed=self._lac,
-            start_index=self._start_index,
-            confirmed_end_index=self._confirmed_end,
-            cursors=tuple(CursorStats(c.name, Position(*c.mark_delete_position), dict(c.properties),
-                                      dict(c.string_properties))
-                          for c in sorted(self.cursors.values(), key=lambda c: c.name)))
-
     # ---- writing
-
-    def set_rollover(self, max_bytes: int, max_age_ms: int) -> None:
-        self.config = replace(self.config, max_ledger_bytes=max_bytes, max_ledger_age_ms=max_age_ms)
-
-    def _roll_due(self, now_ms: int) -> bool:
-        ledger = self._current
-        return bool(ledger.entries) and (ledger.size >= self.config.max_ledger_bytes
-                                         or now_ms - self._first_append_ms >= self.config.max_ledger_age_ms)
 
     def add_entry(self, first_index: int, span: int, metadata: bytes, data: bytes | memoryview) -> asyncio.Future:
         if self._closed:
@@ -342,12 +276,7 @@ class FileManagedLedger(ManagedLedger):
                 self._start_new_ledger()
             except OSError as roll_error:  # the next write tries again; until a roll succeeds, writes are refused
                 log.error("%s: cannot start a new ledger after the failed write: %s", self.name, roll_error)
-        error = LedgerWriteError(f"{self.name}: {exc}")
-        for listener in self._failure_listeners:
-            listener(error)
-        for add in adds:
-            if not add.future.done():
-                add.future.set_exception(error)
+        self._fail_writes(LedgerWriteError(f"{self.name}: {exc}"), [add.future for add in adds])
 
     def inject_write_failures(self, count: int) -> None:
         """Failpoint (admin API, tests): the next `count` flushes fail as a disk error would."""
@@ -356,11 +285,6 @@ class FileManagedLedger(ManagedLedger):
     def inject_cursor_write_failures(self, count: int) -> None:
         """Failpoint (admin API, tests): the next `count` flushes of the cursor log fail as a disk error would."""
         self._cursors.inject_write_failures(count)
-
-    def inject_replay_read_failures(self, count: int) -> None:
-        """Test hook: the next `count` reads of the entries after a position (the dedup replay's) fail as a disk
-        read error would."""
-        self._replay_read_failures += count
 
     def hold_flushes(self, hold: bool) -> None:
         """Failpoint (admin API, tests): while held, this ledger's flushes stall in their worker thread, as on a
@@ -371,33 +295,6 @@ class FileManagedLedger(ManagedLedger):
             self._group.released.set()
 
     # ---- reading
-
-    def _locate(self, index: int) -> tuple[int, int] | None:
-        """(ledger position in list, entry id) of the durable entry holding offset index."""
-        if index < self._start_index or index >= self._confirmed_end:
-            return None
-        lo, hi = 0, len(self._ledgers) - 1
-        while lo < hi:  # last ledger whose first index <= index
-            mid = (lo + hi + 1) // 2
-            ledger = self._ledgers[mid]
-            if ledger.entries and ledger.first_indexes[0] <= index:
-                lo = mid
-            else:
-                hi = mid - 1
-        entry_id = self._ledgers[lo].find(index)
-        return (lo, entry_id) if entry_id >= 0 else None
-
-    def _last_durable_entry(self, ledger_pos: int) -> int:
-        ledger = self._ledgers[ledger_pos]
-        if ledger.ledger_id == self._lac.ledger_id:
-            return self._lac.entry_id
-        return ledger.entries - 1 if ledger.ledger_id < self._lac.ledger_id else -1
-
-    def read_from_index(self, index: int, max_bytes: int, max_entries: int = 1 << 30) -> list[Entry]:
-        found = self._locate(index)
-        if found is None:
-            return []
-        return self._read(found[0], found[1], max_bytes, max_entries)
 
     def _read(self, ledger_pos: int, entry_id: int, max_bytes: int, max_entries: int) -> list[Entry]:
         out: list[Entry] = []
@@ -423,23 +320,6 @@ class FileManagedLedger(ManagedLedger):
             ledger_pos, entry_id = ledger_pos + 1, 0
         return out
 
-    def read_after(self, position: Position, max_entries: int) -> list[Entry]:
-        if self._replay_read_failures:
-            self._replay_read_failures -= 1
-            raise OSError(errno.EIO, "injected read error")
-        for pos, ledger in enumerate(self._ledgers):
-            if ledger.ledger_id > position.ledger_id:
-                return self._read(pos, 0, 1 << 62, max_entries)
-            if ledger.ledger_id == position.ledger_id:
-                return self._read(pos, position.entry_id + 1, 1 << 62, max_entries)
-        return []
-
-    def position_of_index(self, index: int) -> Position | None:
-        found = self._locate(index)
-        if found is None:
-            return None
-        return Position(self._ledgers[found[0]].ledger_id, found[1])
-
     # ---- timestamps (ListOffsets by time)
 
     async def find_by_timestamp(self, timestamp: int, from_index: int) -> Entry | None:
@@ -460,18 +340,6 @@ class FileManagedLedger(ManagedLedger):
                 self._executor, result.read_time_index, positions)
             if result.times is None:
                 result.times = times
-
-    def _durable_spans(self, from_index: int):
-        """(ledger, first entry, last durable entry) of each ledger holding durable entries from from_index on."""
-        found = self._locate(max(from_index, self._start_index))
-        if found is None:
-            return
-        pos, entry_id = found
-        for pos in range(pos, len(self._ledgers)):
-            last = self._last_durable_entry(pos)
-            if last >= entry_id:
-                yield self._ledgers[pos], entry_id, last
-            entry_id = 0
 
     def _find_by_timestamp(self, timestamp: int, from_index: int) -> Entry | LedgerFile | None:
         for ledger, first, last in self._durable_spans(from_index):
@@ -497,20 +365,6 @@ class FileManagedLedger(ManagedLedger):
                 best = max(best, ledger.times.max_between(first, last))
         return best
 
-    # ---- cursors
-
-    def open_cursor(self, name: str, initial: Position | None = None) -> ManagedCursor:
-        return self._cursors.open_cursor(name, self._lac if initial is None else initial)
-
-    async def delete_cursor(self, name: str) -> None:
-        await self._cursors.delete_cursor(name)
-
-    def add_confirm_listener(self, listener: Callable[[], None]) -> None:
-        self._listeners.append(listener)
-
-    def add_failure_listener(self, listener: Callable[[Exception], None]) -> None:
-        self._failure_listeners.append(listener)
-
     # ---- retention and lifecycle
 
     async def delete_before(self, index: int) -> int:
@@ -530,27 +384,15 @@ class FileManagedLedger(ManagedLedger):
                 self._start_new_ledger()  # an idle current ledger: due to roll, or every record in it past retention
             except OSError as exc:
                 log.warning("%s: cannot roll the idle ledger for retention (%s); trying again later", self.name, exc)
-        total = sum(l.size for l in self._ledgers)
-        deleted = 0
-        while len(self._ledgers) > 1:
-            oldest = self._ledgers[0]
-            if oldest is self._current or not oldest.closed:
-                break
-            expired = retention_ms >= 0 and now_ms - self._closed_times.get(oldest.ledger_id, now_ms) > retention_ms
-            oversized = retention_bytes >= 0 and total - oldest.size >= retention_bytes
-            deleted_records = self._end_of(oldest) <= self._deleted_before
-            if not (expired or oversized or deleted_records):
-                break
-            if keep_from is not None and keep_from < Position(oldest.ledger_id, oldest.entries - 1):
-                return TrimResult(deleted, held_back=True)  # a cursor that must be replayed from still needs it
-            self._ledgers.pop(0)
-            total -= oldest.size
-            nxt = self._ledgers[0]
-            self._start_index = max(nxt.first_indexes[0] if nxt.entries else self._written_end, self._deleted_before)
-            self._write_info()
-            oldest.delete_files()
-            deleted += 1
-        return TrimResult(deleted, held_back=False)
+        return await self._delete_old_ledgers(now_ms, retention_ms, retention_bytes, keep_from)
+
+    def _closed_ms(self, ledger: LedgerFile, now_ms: int) -> int | None:
+        return self._closed_times.get(ledger.ledger_id, now_ms) if ledger.closed else None
+
+    async def _delete_oldest(self) -> None:
+        oldest = self._ledgers.pop(0)
+        self._write_info()
+        oldest.delete_files()
 
     async def close(self) -> None:
         if self._closed:

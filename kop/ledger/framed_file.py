@@ -18,6 +18,17 @@ def frame(payload: bytes) -> bytes:
     return RECORD_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload
 
 
+def unframe(record: bytes) -> memoryview | None:
+    """The payload of one whole framed record held in memory, or None if its length or CRC does not match."""
+    if len(record) < HEADER_SIZE:
+        return None
+    length, crc = RECORD_HEADER.unpack_from(record, 0)
+    payload = memoryview(record)[HEADER_SIZE:]
+    if len(payload) != length or crc32c.crc32c(payload) != crc:
+        return None
+    return payload
+
+
 def read_record(fd: int, pos: int, file_size: int, max_record: int) -> bytes | None:
     """The payload of the record at pos, or None if it is torn, oversized or fails its CRC."""
     if pos + HEADER_SIZE > file_size:

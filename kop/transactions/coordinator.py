@@ -116,10 +116,10 @@ class TransactionCoordinator:
         self._by_producer[new.producer_id] = new.transactional_id
         return ErrorCode.NONE
 
-    def _next_identity(self, meta: TxnMetadata) -> dict:
+    async def _next_identity(self, meta: TxnMetadata) -> dict:
         """The fields of a bumped epoch: the same id with epoch + 1, or a new id when the epoch is exhausted."""
         if meta.producer_epoch + 1 >= MAX_EPOCH:
-            return dict(producer_id=self.producer_ids.allocate(), producer_epoch=0,
+            return dict(producer_id=await self.producer_ids.allocate(), producer_epoch=0,
                         last_producer_id=meta.producer_id, last_producer_epoch=meta.producer_epoch)
         return dict(producer_epoch=meta.producer_epoch + 1, last_producer_id=meta.producer_id,
                     last_producer_epoch=meta.producer_epoch)
@@ -132,7 +132,7 @@ class TransactionCoordinator:
             return ErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1
         meta = self.states.get(transactional_id)
         if meta is None:
-            new = TxnMetadata(transactional_id, self.producer_ids.allocate(), 0, timeout_ms)
+            new = TxnMetadata(transactional_id, await self.producer_ids.allocate(), 0, timeout_ms)
             error = await self._transition(None, new)
             return (error, new.producer_id, new.producer_epoch) if error == ErrorCode.NONE else (error, -1, -1)
         if meta.pending or meta.state.preparing:
@@ -153,7 +153,7 @@ class TransactionCoordinator:
                      transactional_id, meta.producer_id, meta.producer_epoch)
             await self._abort_fenced(meta)
             return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
-        new = _copy(meta, **self._next_identity(meta), timeout_ms=timeout_ms, state=TxnState.EMPTY,
+        new = _copy(meta, **(await self._next_identity(meta)), timeout_ms=timeout_ms, state=TxnState.EMPTY,
                     partitions=set(), groups=set(), pending_offsets={}, start_ms=-1)
         error = await self._transition(meta, new)
         if error != ErrorCode.NONE:

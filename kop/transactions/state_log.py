@@ -8,7 +8,7 @@ import logging
 import os
 from concurrent.futures import Executor
 
-from kop.ledger import FileLedgerConfig, FileManagedLedger
+from kop.ledger import LedgerConfig, FileManagedLedger
 from kop.transactions.state import TxnMetadata
 from proto.kop_pb2 import TransactionLogRecord
 
@@ -22,7 +22,7 @@ COMPACT_FACTOR = 4
 
 class TxnStateLog:
     def __init__(self, data_dir: str, fsync: bool, executor: Executor | None = None) -> None:
-        config = FileLedgerConfig(max_ledger_bytes=64 << 20, max_entry_bytes=16 << 20, fsync=fsync)
+        config = LedgerConfig(max_ledger_bytes=64 << 20, max_entry_bytes=16 << 20, fsync=fsync)
         self._ledger = FileManagedLedger.open(LEDGER_NAME, os.path.join(data_dir, "transactions"), config, executor)
         self._compacting = False
 

@@ -1,0 +1,59 @@
+"""pytest fixtures for the PostgreSQL engine: one real server per test session (see postgres_server), a database per
+user of it. Registered for the whole repository by the root conftest.py."""
+import itertools
+import os
+
+import pytest
+
+from integration import broker_process
+from integration.broker_process import free_port
+from integration.postgres_server import PostgresServer, server_binaries
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """The session's PostgreSQL server; skipped with the reason where Debian's binaries are not installed (`make
+    postgres` installs them)."""
+    bin_dir = server_binaries()
+    if bin_dir is None:
+        pytest.skip("no PostgreSQL server binaries under /usr/lib/postgresql (`make postgres` installs them)")
+    server = PostgresServer(bin_dir, free_port()).init().start()
+    yield server
+    server.stop()
+    server.remove()
+
+
+def new_database(server: PostgresServer) -> str:
+    """A fresh database's URL: each test (each broker) starts from an empty schema."""
+    return server.create_database(f"kop_{os.getpid()}_{next(_names)}")
+
+
+@pytest.fixture
+def postgres_url(postgres_server):
+    return new_database(postgres_server)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--storage", choices=("file", "postgresql"), default="file",
+                     help="the storage engine of the brokers integration tests start (default file; `make "
+                          "test-postgres` runs them on postgresql)")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def storage_engine(request):
+    """The session's storage engine for every broker the tests start: `--storage postgresql` gives each data
+    directory a database of its own on the session's PostgreSQL server."""
+    engine = request.config.getoption("--storage")
+    if engine == "postgresql":
+        server = request.getfixturevalue("postgres_server")
+        broker_process.new_postgres_database = lambda: new_database(server)
+    yield engine
+    broker_process.new_postgres_database = None
+
+
+@pytest.fixture(autouse=True)
+def file_storage_only(request, storage_engine):
+    if storage_engine != "file" and request.node.get_closest_marker("file_storage"):
+        pytest.skip("inspects or damages the file engine's files (runs with --storage file)")

@@ -1,0 +1,194 @@
+"""The PostgreSQL engine's own faults: kill -9 of kop mid-produce, and PostgreSQL itself restarted mid-produce.
+Acknowledged records are all stored exactly once, in order per partition. These run in `make test` too, whatever
+engine the rest of the session uses: they are its smoke test."""
+import threading
+import time
+
+import pytest
+
+from integration.broker_process import BrokerProcess, free_port
+from integration.idem_raw import RawKafka, read_topic
+from integration.idem_stream import Report, check_stream, stream_values
+from integration.postgres_server import PostgresServer, server_binaries
+from integration.test_idempotence_crash import PARTITIONS, STREAM_TIMEOUT_S, _crash_run, confluent_reports, \
+    stored_count
+from integration.waiting import wait_until
+from protocol.errors import ErrorCode
+
+COUNT = 10_000
+
+
+@pytest.fixture
+def pg_broker_factory(tmp_path, postgres_url):
+    """Brokers on the PostgreSQL engine (one database for all of this test's brokers)."""
+    started = []
+
+    def make(config: dict[str, str] | None = None, name: str = "data") -> BrokerProcess:
+        proc = BrokerProcess(str(tmp_path / name), config=dict(config or {}), options=("--storage", postgres_url))
+        started.append(proc.start())
+        return proc
+
+    yield make
+    for proc in started:
+        proc.stop()
+
+
+def test_topics_and_records_live_in_postgresql_not_in_the_data_directory(pg_broker_factory, tmp_path):
+    broker = pg_broker_factory()
+    with RawKafka(broker.port) as kafka:
+        assert kafka.create_topic("t", 2) == ErrorCode.NONE
+    from integration.clients import ck_consume_all, ck_produce, sample_records
+    records = sample_records(20)
+    ck_produce(broker.bootstrap, "t", records, partition=1)
+    with RawKafka(broker.port) as kafka:
+        first_pid = kafka.init_producer_id().producer_id
+        stable_generation(kafka, "g")
+    broker.stop()
+    assert not (tmp_path / "data" / "ledgers").exists() and not (tmp_path / "data" / "topics").exists()
+    # A new data directory on the same database: the broker is stateless, everything comes from PostgreSQL.
+    moved = pg_broker_factory(name="elsewhere")
+    got = ck_consume_all(moved.bootstrap, "t", len(records), partitions=(1,))
+    assert [r.value for r in got] == [r[1] for r in records]
+    with RawKafka(moved.port) as kafka:  # ids come from the database too: never one an earlier producer had
+        assert kafka.init_producer_id().producer_id > first_pid
+        assert stable_generation(kafka, "g") == 2  # and group generations: they keep rising
+
+
+def stable_generation(kafka: RawKafka, group: str) -> int:
+    """Join `group` alone and sync: the generation it reached."""
+    from integration.test_groups_protocol import REQ, RESP, join
+    Sync = REQ[14][0]
+    joined = join(kafka, 0, group)
+    assert joined.error_code == ErrorCode.NONE
+    synced = kafka.call(Sync(group_id=group, generation_id=joined.generation_id, member_id=joined.member_id,
+                             assignments=[Sync.SyncGroupRequestAssignment(member_id=joined.member_id,
+                                                                          assignment=b"a")]), RESP[14], 0)
+    assert synced.error_code == ErrorCode.NONE
+    return joined.generation_id
+
+
+def test_idempotent_stream_survives_three_kill_9_of_kop(pg_broker_factory):
+    check, _ = _crash_run(pg_broker_factory, "confluent", dedup=True)
+    assert check.lost == 0 and check.foreign == 0 and check.duplicated == 0, check.summary()
+    assert check.out_of_order == 0 and check.holes == 0 and check.offset_mismatches == 0, check.summary()
+    assert check.failed == 0, check.summary()
+
+
+@pytest.fixture
+def own_postgres():
+    """A PostgreSQL server of this test's own, which it restarts."""
+    bin_dir = server_binaries()
+    if bin_dir is None:
+        pytest.skip("no PostgreSQL server binaries under /usr/lib/postgresql (`make postgres` installs them)")
+    server = PostgresServer(bin_dir, free_port()).init().start()
+    yield server
+    server.stop("immediate")
+    server.remove()
+
+
+def test_idempotent_stream_survives_postgresql_restarts(own_postgres, tmp_path):
+    url = own_postgres.create_database("kop")
+    broker = BrokerProcess(str(tmp_path / "data"), options=("--storage", url)).start()
+    try:
+        topic = "pg-restart"
+        with RawKafka(broker.port) as kafka:
+            assert kafka.create_topic(topic, PARTITIONS) == ErrorCode.NONE
+        values = stream_values(topic, COUNT)
+        reports: list[Report] = []
+        running = threading.Event()
+        running.set()
+        thread = threading.Thread(target=confluent_reports, args=(broker.bootstrap, topic, values, running, reports),
+                                  daemon=True)
+        thread.start()
+        at_restarts = []
+        try:
+            for k in (1, 2):
+                assert wait_until(lambda: (stored_count(broker.port, topic) or 0) >= COUNT * k // 3
+                                  or not running.is_set(), timeout=STREAM_TIMEOUT_S / 2)
+                assert running.is_set(), f"the stream ended before restart {k}"
+                at_restarts.append(stored_count(broker.port, topic))
+                own_postgres.stop("immediate")  # as a crash: no checkpoint, recovery from the WAL at start
+                time.sleep(1)
+                own_postgres.start()
+        finally:
+            thread.join(STREAM_TIMEOUT_S + 30)
+        assert not thread.is_alive(), "the producer did not finish"
+        check = check_stream(values, reports, read_topic(broker.port, topic, range(PARTITIONS)))
+        log = open(broker.log_path, errors="replace").read()
+    finally:
+        broker.stop()
+    print(f"\n[PostgreSQL restarted x2] stored at restarts={at_restarts} {check.summary()}")
+    assert "write failed" in log, "no write failed: the restarts did not land mid-produce"  # the control
+    assert all(n is not None and n < COUNT for n in at_restarts)
+    assert check.lost == 0 and check.foreign == 0 and check.duplicated == 0, check.summary()
+    assert check.out_of_order == 0 and check.holes == 0 and check.offset_mismatches == 0, check.summary()
+    assert check.failed == 0 and check.stored == COUNT, check.summary()
+
+
+def test_a_second_broker_on_the_same_database_is_refused_with_one_line(pg_broker_factory, tmp_path, postgres_url):
+    pg_broker_factory()
+    second = BrokerProcess(str(tmp_path / "second"), options=("--storage", postgres_url))
+    with pytest.raises(RuntimeError, match="in use by another kop: one broker per database"):
+        second.start(timeout=15)
+    assert "Traceback" not in second.log_tail()
+
+
+def test_an_unreachable_database_stops_the_start_with_one_line(tmp_path):
+    broker = BrokerProcess(str(tmp_path / "data"),
+                           options=("--storage", f"postgresql://kop:secret@127.0.0.1:{free_port()}/kop"))
+    with pytest.raises(RuntimeError, match="cannot use PostgreSQL at postgresql://kop:\\*\\*\\*@127.0.0.1"):
+        broker.start(timeout=15)
+    assert "Traceback" not in broker.log_tail() and "secret" not in broker.log_tail()
+
+
+def test_a_deleted_topic_leaves_no_rows_and_comes_back_empty(pg_broker_factory, postgres_url):
+    import asyncio
+
+    import asyncpg
+
+    async def rows() -> dict[str, int]:
+        conn = await asyncpg.connect(postgres_url)
+        try:
+            return {table: await conn.fetchval(f"SELECT count(*) FROM {table}")
+                    for table in ("kop_managed_ledger", "kop_ledger", "kop_entry", "kop_cursor", "kop_record")}
+        finally:
+            await conn.close()
+
+    broker = pg_broker_factory()
+    from integration.clients import ck_consume_all, ck_produce, sample_records
+    with RawKafka(broker.port) as kafka:
+        assert kafka.create_topic("phoenix", 2) == ErrorCode.NONE
+    ck_produce(broker.bootstrap, "phoenix", sample_records(5), partition=0)
+    stored = asyncio.run(rows())
+    assert stored["kop_entry"] > 0 and stored["kop_record"] == 1  # the control: the topic was there
+    from kafka.admin import KafkaAdminClient
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.delete_topics(["phoenix"])
+    finally:
+        admin.close()
+    assert asyncio.run(rows()) == {"kop_managed_ledger": 0, "kop_ledger": 0, "kop_entry": 0, "kop_cursor": 0,
+                                   "kop_record": 0}
+    with RawKafka(broker.port) as kafka:
+        assert kafka.create_topic("phoenix", 2) == ErrorCode.NONE
+    ck_produce(broker.bootstrap, "phoenix", sample_records(1, prefix="new"), partition=0)
+    assert [r.value for r in ck_consume_all(broker.bootstrap, "phoenix", 1)] == [b"new-0"]
+
+
+def test_describe_log_dirs_names_the_database(pg_broker_factory, postgres_url):
+    from kafka.admin import KafkaAdminClient
+    broker = pg_broker_factory()
+    with RawKafka(broker.port) as kafka:
+        assert kafka.create_topic("placed", 1) == ErrorCode.NONE
+    from integration.clients import ck_produce, sample_records
+    ck_produce(broker.bootstrap, "placed", sample_records(3), partition=0)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        (described,) = admin.describe_log_dirs()
+    finally:
+        admin.close()
+    (log_dir,) = described["log_dirs"]
+    assert log_dir["error_code"] == ErrorCode.NONE and log_dir["log_dir"] == postgres_url
+    assert log_dir["total_bytes"] == -1 and log_dir["usable_bytes"] == -1
+    (topic,) = log_dir["topics"]
+    assert topic["name"] == "placed" and topic["partitions"][0]["partition_size"] > 0

@@ -1,0 +1,338 @@
+"""The PostgreSQL managed-ledger engine: stateless brokers, the log in the database.
+
+Every entry is a kop_entry row holding the file engine's framed entry bytes, keyed by its first offset (the offset
+index), with its position (ledger id, entry id). Appends are group-committed: the entries submitted while one commit
+is in flight go together in the next single statement, which also checks the owner's fencing epoch; an entry's
+future resolves only after that statement committed. The broker keeps the durable entries of the partitions it owns
+in memory, so reads (synchronous in the managed-ledger interface) never wait for the database.
+
+A failed commit's outcome is unknown (the connection may have dropped after the commit): the failed entries and every
+later one are failed to their writers, and before anything more is accepted the tail from the first failed offset is
+deleted in a fenced transaction, so what was reported failed is really not stored; then a new ledger starts, as the
+file engine rolls after a failed write. Ledgers roll on every open, on size and age, and after a failed write;
+retention deletes whole closed ledgers.
+"""
+import asyncio
+import errno
+import logging
+import time
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+from kop import clock
+from kop.ledger.errors import LedgerClosedError, LedgerFencedError, LedgerWriteError
+from kop.ledger.framed_file import unframe
+from kop.ledger.interface import Entry, TrimResult
+from kop.ledger.ledger_base import LedgerBase, LedgerConfig
+from kop.ledger.ledger_file import RawEntry, decode_entry, encode_entry
+from kop.ledger.position import Position
+from kop.ledger.postgres.batcher import Batcher
+from kop.ledger.postgres.cursors import PgCursors
+from kop.ledger.postgres.store import LedgerFencedOut, PgStore
+from kop.ledger.time_index import NO_TIMESTAMP, TimeIndex, batch_max_timestamp
+
+log = logging.getLogger(__name__)
+
+RETRY_SECONDS = 0.5  # between attempts to clean up after a failed write while the database is unreachable
+
+
+@dataclass(slots=True)
+class _Ledger:
+    """One ledger's durable (or in-flight) entries, in memory."""
+
+    ledger_id: int
+    raws: list[RawEntry] = field(default_factory=list)
+    first_indexes: list[int] = field(default_factory=list)
+    times: TimeIndex = field(default_factory=TimeIndex)
+    size: int = 0
+    closed_ms: int | None = None
+
+    @property
+    def entries(self) -> int:
+        return len(self.raws)
+
+    def append(self, raw: RawEntry) -> None:
+        self.raws.append(raw)
+        self.first_indexes.append(raw.first_index)
+        self.times.append(batch_max_timestamp(raw.data))
+        self.size += len(raw.data)
+
+    def truncate(self, count: int) -> None:
+        for raw in self.raws[count:]:
+            self.size -= len(raw.data)
+        del self.raws[count:]
+        del self.first_indexes[count:]
+        self.times.truncate(count)
+
+    def find(self, index: int) -> int:
+        """The entry holding offset index, -1 if none (past the end included)."""
+        i = bisect_right(self.first_indexes, index) - 1
+        if i < 0:
+            return -1
+        raw = self.raws[i]
+        return i if index < raw.first_index + raw.span else -1
+
+
+@dataclass(slots=True)
+class _PendingAdd:
+    future: asyncio.Future
+    ledger: _Ledger
+    raw: RawEntry
+    payload: bytes
+
+
+class PgManagedLedger(LedgerBase):
+    def __init__(self, name: str, store: PgStore, config: LedgerConfig) -> None:
+        super().__init__(name, config)
+        self._store = store
+        self._epoch = 0
+        self._appends = Batcher(self._commit)
+        self._cursors = PgCursors(lambda: self._lac, self._write_cursors)
+        self._recovering: asyncio.Task | None = None  # cleaning up after a failed write: appends are refused
+        self._fenced: LedgerFencedOut | None = None  # another broker took the ledger: nothing more is written
+        self._closed = False
+        self._injected_failures = 0  # failpoints (admin API)
+        self._released = asyncio.Event()
+        self._released.set()
+
+    # ---- opening
+
+    @classmethod
+    async def open(cls, name: str, store: PgStore, config: LedgerConfig,
+                   initial_index: int = 0) -> "PgManagedLedger":
+        """Take ownership of the managed ledger (fencing out any earlier owner) and load it."""
+        ml = cls(name, store, config)
+        loaded = await store.take_ownership(name, initial_index)
+        row = loaded.row
+        ml._epoch, ml._last_ledger_id, ml._deleted_before = row.epoch, row.last_ledger_id, row.deleted_before
+        by_id: dict[int, _Ledger] = {}
+        for stored in loaded.entries:
+            ledger = by_id.get(stored.ledger_id)
+            if ledger is None:
+                ledger = by_id[stored.ledger_id] = _Ledger(stored.ledger_id)
+                ml._ledgers.append(ledger)
+            payload = unframe(stored.payload)
+            if payload is None:  # never written so by kop: refuse rather than serve damaged records
+                raise ValueError(f"{name}: stored entry {stored.ledger_id}:{stored.entry_id} fails its CRC")
+            ledger.append(decode_entry(stored.entry_id, payload))
+        now = clock.now_ms()
+        for ledger in ml._ledgers:
+            ledger.closed_ms = loaded.closed_ms.get(ledger.ledger_id, now)
+        end = row.end_floor
+        if ml._ledgers:
+            last = ml._ledgers[-1]
+            ml._lac = Position(last.ledger_id, last.entries - 1)
+            end = max(end, last.raws[-1].first_index + last.raws[-1].span)
+            ml._start_index = ml._ledgers[0].first_indexes[0]
+        elif ml._last_ledger_id >= 0:
+            ml._lac = Position(ml._last_ledger_id, -1)
+        ml._confirmed_end = ml._written_end = max(end, ml._deleted_before)
+        if not ml._ledgers:
+            ml._start_index = ml._confirmed_end
+        ml._start_index = max(ml._start_index, ml._deleted_before)
+        ml._cursors.load(loaded.cursors)
+        ml._start_new_ledger()
+        return ml
+
+    def _start_new_ledger(self) -> None:
+        """Start the next ledger in memory; it is stored with its first entry (a ledger without entries is never
+        stored). Ledger ids never go back: positions in cursors stay behind every new entry."""
+        previous = self._current
+        if previous is not None:
+            if previous.entries:
+                previous.closed_ms = self._last_append_ms or clock.now_ms()
+            else:
+                self._ledgers.remove(previous)
+        self._last_ledger_id += 1
+        self._current = _Ledger(self._last_ledger_id)
+        self._ledgers.append(self._current)
+        self._first_append_ms = self._last_append_ms = 0
+
+    @property
+    def epoch(self) -> int:
+        """This owner's fencing epoch."""
+        return self._epoch
+
+    # ---- writing
+
+    def add_entry(self, first_index: int, span: int, metadata: bytes, data: bytes | memoryview) -> asyncio.Future:
+        if self._closed:
+            raise LedgerClosedError(self.name)
+        if self._fenced is not None:
+            raise LedgerClosedError(str(self._fenced))
+        if self._recovering is not None:
+            raise LedgerFencedError(f"{self.name}: recovering from a failed write; retry shortly")
+        if first_index != self._written_end:
+            raise ValueError(f"{self.name}: entry starts at {first_index}, expected {self._written_end}")
+        if len(data) > self.config.max_entry_bytes:
+            raise LedgerWriteError(f"{self.name}: entry of {len(data)} bytes exceeds {self.config.max_entry_bytes}")
+        now_ms = clock.now_ms()
+        if self._roll_due(now_ms):
+            self._start_new_ledger()
+        ledger = self._current
+        payload = encode_entry(first_index, span, metadata, data)
+        raw = decode_entry(ledger.entries, unframe(payload))
+        ledger.append(raw)  # readers see only entries up to the LAC
+        self._written_end = first_index + span
+        self._first_append_ms = self._first_append_ms or now_ms
+        self._last_append_ms = now_ms
+        future = asyncio.get_running_loop().create_future()
+        self._appends.add(_PendingAdd(future, ledger, raw, payload))
+        return future
+
+    async def _commit(self, adds: list[_PendingAdd]) -> None:
+        end = adds[-1].raw.first_index + adds[-1].raw.span
+        rows = [(a.raw.first_index, a.ledger.ledger_id, a.raw.entry_id, a.payload) for a in adds]
+        try:
+            await self._released.wait()
+            if self._injected_failures > 0:
+                self._injected_failures -= 1
+                raise OSError(errno.EIO, "injected write failure")
+            started = time.perf_counter()
+            await self._store.append(self.name, self._epoch, self._last_append_ms or clock.now_ms(), end, rows)
+            if self.config.flush_observer is not None:  # the broker's group-commit metrics
+                self.config.flush_observer(time.perf_counter() - started, len(adds))
+        except Exception as exc:  # noqa: BLE001 - whatever went wrong, the outcome is unknown: clean up
+            self._on_write_failed(exc, adds + self._appends.take_pending())
+            return
+        for add in adds:
+            self._lac = Position(add.ledger.ledger_id, add.raw.entry_id)
+        self._confirmed_end = end
+        for add in adds:
+            if not add.future.done():
+                add.future.set_result(Position(add.ledger.ledger_id, add.raw.entry_id))
+        for listener in self._listeners:
+            listener()
+        await asyncio.sleep(0)  # completions run before a later failure is reported
+
+    def _on_write_failed(self, exc: Exception, adds: list[_PendingAdd]) -> None:
+        log.error("%s: write failed (%s); failing %d pending entries", self.name, exc, len(adds))
+        first = adds[0]
+        first.ledger.truncate(first.raw.entry_id)
+        for ledger in {id(a.ledger): a.ledger for a in adds[1:] if a.ledger is not first.ledger}.values():
+            ledger.truncate(0)
+            if ledger is not self._current:
+                self._ledgers.remove(ledger)
+        self._written_end = self._confirmed_end
+        if isinstance(exc, LedgerFencedOut):
+            self._fenced = exc
+        elif not self._closed:
+            self._recovering = asyncio.get_running_loop().create_task(self._drop_failed_tail())
+        self._fail_writes(LedgerWriteError(f"{self.name}: {exc}"), [add.future for add in adds])
+
+    async def _drop_failed_tail(self) -> None:
+        """Make sure the failed entries are not stored (their commit may have happened after all), then start a new
+        ledger; until then appends are refused. Retried while the database is unreachable."""
+        self._start_new_ledger()
+        try:
+            while not self._closed:
+                try:
+                    await self._store.drop_tail(self.name, self._epoch, self._confirmed_end, self._last_ledger_id)
+                    log.info("%s: failed entries removed; writes resume in ledger %d", self.name,
+                             self._current.ledger_id)
+                    return
+                except LedgerFencedOut as exc:
+                    self._fenced = exc
+                    return
+                except Exception as exc:  # noqa: BLE001 - the database is unreachable: try again
+                    log.warning("%s: cannot clean up after the failed write yet (%s)", self.name, exc)
+                    await asyncio.sleep(RETRY_SECONDS)
+        finally:
+            self._recovering = None
+
+    async def _write_cursors(self, rows: list[tuple[str, bytes | None]]) -> None:
+        await self._store.write_cursors(self.name, self._epoch, rows)
+
+    def inject_write_failures(self, count: int) -> None:
+        """Failpoint (admin API, tests): the next `count` commits fail as a lost connection would."""
+        self._injected_failures += count
+
+    def hold_flushes(self, hold: bool) -> None:
+        """Failpoint: while held, commits wait before reaching the database, as on a stalled server."""
+        if hold:
+            self._released.clear()
+        else:
+            self._released.set()
+
+    # ---- reading (from memory: only durable entries, up to the LAC)
+
+    def _read(self, pos: int, entry_id: int, max_bytes: int, max_entries: int) -> list[Entry]:
+        out: list[Entry] = []
+        budget = max_bytes
+        while pos < len(self._ledgers) and len(out) < max_entries:
+            ledger = self._ledgers[pos]
+            last = self._last_durable_entry(pos)
+            while entry_id <= last and len(out) < max_entries:
+                raw = ledger.raws[entry_id]
+                if out and len(raw.data) > budget:  # only the first entry may exceed the limit (KIP-74)
+                    return out
+                out.append(_entry(ledger, raw))
+                budget -= len(raw.data)
+                if budget <= 0:
+                    return out
+                entry_id += 1
+            pos, entry_id = pos + 1, 0
+        return out
+
+    async def find_by_timestamp(self, timestamp: int, from_index: int) -> Entry | None:
+        for ledger, first, last in self._durable_spans(from_index):
+            entry_id = ledger.times.first_at_least(timestamp, first, last)
+            if entry_id >= 0:
+                return _entry(ledger, ledger.raws[entry_id])
+        return None
+
+    async def max_timestamp(self, from_index: int) -> int:
+        return max((ledger.times.max_between(first, last) for ledger, first, last in self._durable_spans(from_index)),
+                   default=NO_TIMESTAMP)
+
+    # ---- retention and lifecycle
+
+    async def delete_before(self, index: int) -> int:
+        index = min(index, self._confirmed_end)
+        if index > self._start_index:
+            await self._store.set_deleted_before(self.name, self._epoch, index)
+            self._deleted_before = self._start_index = max(index, self._start_index)
+            log.info("%s: records before offset %d deleted", self.name, index)
+        return self._start_index
+
+    async def trim(self, now_ms: int, retention_ms: int, retention_bytes: int,
+                   keep_from: Position | None) -> TrimResult:
+        current = self._current
+        expired = retention_ms >= 0 and now_ms - self._last_append_ms > retention_ms
+        if (self._roll_due(now_ms) or (current.entries and expired)) and self._recovering is None \
+                and current.ledger_id <= self._lac.ledger_id and self._lac.entry_id == current.entries - 1:
+            # An idle current ledger, all durable: close it so retention can reach its records.
+            closed_ms = self._last_append_ms or now_ms
+            await self._store.close_ledger(self.name, self._epoch, current.ledger_id, closed_ms)
+            if self._current is current and current.entries - 1 == self._lac.entry_id:
+                self._start_new_ledger()
+        return await self._delete_old_ledgers(now_ms, retention_ms, retention_bytes, keep_from)
+
+    def _end_of(self, ledger: _Ledger) -> int:
+        last = ledger.raws[-1]
+        return last.first_index + last.span
+
+    def _closed_ms(self, ledger: _Ledger, now_ms: int) -> int | None:
+        return ledger.closed_ms
+
+    async def _delete_oldest(self) -> None:
+        await self._store.delete_ledger(self.name, self._epoch, self._ledgers[0].ledger_id)
+        del self._ledgers[0]
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._released.set()
+        await self._appends.wait_idle()
+        if self._recovering is not None:
+            self._recovering.cancel()
+        await self._cursors.close()
+
+    async def delete(self) -> None:
+        await self.close()
+        await self._store.remove(self.name)
+
+
+def _entry(ledger: _Ledger, raw: RawEntry) -> Entry:
+    return Entry(Position(ledger.ledger_id, raw.entry_id), raw.first_index, raw.span, raw.metadata, raw.data)

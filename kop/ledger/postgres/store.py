@@ -1,0 +1,204 @@
+"""The PostgreSQL side of the engine: a connection pool and every statement the engine runs.
+
+Fencing: opening a managed ledger raises its epoch; every write names the epoch it was opened with and changes
+nothing unless that is still the current one (checked in the same statement, under the row's lock), so a broker that
+lost a partition can never write to it again. A write refused this way raises LedgerFencedOut.
+"""
+import asyncio
+from dataclasses import dataclass
+
+import asyncpg
+
+from kop.ledger.errors import ManagedLedgerError
+from kop.ledger.postgres.schema import migrate
+
+POOL_SIZE = 8
+BROKER_LOCK = 0x6B6F7062  # session advisory lock a broker holds on its database ("kopb")
+
+
+class LedgerFencedOut(ManagedLedgerError):
+    """Another owner opened the managed ledger since: this broker may not write to it any more."""
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRow:
+    epoch: int
+    last_ledger_id: int
+    end_floor: int
+    deleted_before: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEntry:
+    ledger_id: int
+    entry_id: int
+    payload: bytes  # the framed entry
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    row: LedgerRow
+    closed_ms: dict[int, int]  # ledger id -> closed time (closed ledgers only)
+    entries: list[StoredEntry]  # in offset order
+    cursors: list[bytes]  # ManagedCursorInfo
+
+
+_APPEND = """
+WITH owner AS (
+    UPDATE kop_managed_ledger SET last_ledger_id = greatest(last_ledger_id, $3), end_floor = greatest(end_floor, $4)
+    WHERE name = $1 AND epoch = $2 RETURNING name),
+closed AS (
+    UPDATE kop_ledger SET closed_ms = $5
+    WHERE name IN (SELECT name FROM owner) AND ledger_id < $3 AND closed_ms IS NULL),
+opened AS (
+    INSERT INTO kop_ledger (name, ledger_id) SELECT DISTINCT owner.name, l FROM owner, unnest($7::bigint[]) AS l
+    ON CONFLICT DO NOTHING),
+added AS (
+    INSERT INTO kop_entry (name, first_index, ledger_id, entry_id, entry)
+    SELECT owner.name, u.f, u.l, u.e, u.b FROM owner, unnest($6::bigint[], $7::bigint[], $8::int[], $9::bytea[])
+        AS u(f, l, e, b)
+    RETURNING 1)
+SELECT count(*) FROM owner
+"""
+
+_OWNER_SHARED = "SELECT 1 FROM kop_managed_ledger WHERE name = $1 AND epoch = $2 FOR SHARE"
+
+
+class PgStore:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._pool: asyncpg.Pool | None = None
+        self._lock_conn: asyncpg.Connection | None = None
+
+    async def open(self) -> "PgStore":
+        self._pool = await asyncpg.create_pool(self.url, min_size=1, max_size=POOL_SIZE)
+        async with self._pool.acquire() as conn:
+            await migrate(conn)
+        return self
+
+    async def hold_broker_lock(self) -> bool:
+        """Take the database's broker lock for as long as this store is open (the server drops it when the
+        connection ends, however the broker ends); False when another broker holds it."""
+        self._lock_conn = await asyncpg.connect(self.url)
+        return bool(await self._lock_conn.fetchval("SELECT pg_try_advisory_lock($1)", BROKER_LOCK))
+
+    async def close(self) -> None:
+        if self._lock_conn is not None:
+            await self._lock_conn.close()
+            self._lock_conn = None
+        if self._pool is not None:
+            await asyncio.wait_for(self._pool.close(), 10)
+            self._pool = None
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        assert self._pool is not None, "PgStore.open() first"
+        return self._pool
+
+    # ---- managed ledgers
+
+    async def take_ownership(self, name: str, initial_index: int) -> Loaded:
+        """Raise the epoch (fencing out any earlier owner, whose writes wait for this to commit and then fail) and
+        read everything stored, in one transaction."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(
+                "INSERT INTO kop_managed_ledger AS m (name, epoch, last_ledger_id, end_floor, deleted_before) "
+                "VALUES ($1, 1, -1, $2, 0) ON CONFLICT (name) DO UPDATE SET epoch = m.epoch + 1 "
+                "RETURNING epoch, last_ledger_id, end_floor, deleted_before", name, initial_index)
+            closed = await conn.fetch("SELECT ledger_id, closed_ms FROM kop_ledger WHERE name = $1 "
+                                      "AND closed_ms IS NOT NULL", name)
+            entries = await conn.fetch("SELECT ledger_id, entry_id, entry FROM kop_entry WHERE name = $1 "
+                                       "ORDER BY first_index", name)
+            cursors = await conn.fetch("SELECT info FROM kop_cursor WHERE name = $1", name)
+        return Loaded(LedgerRow(*row), {r[0]: r[1] for r in closed},
+                      [StoredEntry(*r) for r in entries], [r[0] for r in cursors])
+
+    async def append(self, name: str, epoch: int, closed_ms: int, end_index: int,
+                     entries: list[tuple[int, int, int, bytes]]) -> None:
+        """Store entries (first_index, ledger_id, entry_id, framed bytes) in one statement; ledgers before the last
+        one named are closed at closed_ms."""
+        first_indexes, ledger_ids, entry_ids, payloads = zip(*entries)
+        async with self.pool.acquire() as conn:
+            owned = await conn.fetchval(_APPEND, name, epoch, max(ledger_ids), end_index, closed_ms,
+                                        first_indexes, ledger_ids, entry_ids, payloads)
+        if not owned:
+            raise LedgerFencedOut(f"{name}: another broker owns it now")
+
+    async def drop_tail(self, name: str, epoch: int, end_index: int, next_ledger_id: int) -> None:
+        """After a failed append whose outcome is unknown: make sure nothing from end_index on is stored, so the
+        entries reported failed are really not there. Ledger ids up to next_ledger_id are never used again."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await self._check_owner(conn, name, epoch)
+            await conn.execute("DELETE FROM kop_entry WHERE name = $1 AND first_index >= $2", name, end_index)
+            await conn.execute("UPDATE kop_managed_ledger SET end_floor = $2, "
+                               "last_ledger_id = greatest(last_ledger_id, $3) WHERE name = $1",
+                               name, end_index, next_ledger_id)
+
+    async def write_cursors(self, name: str, epoch: int, rows: list[tuple[str, bytes | None]]) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await self._check_owner(conn, name, epoch)
+            upserts = [(cursor, info) for cursor, info in rows if info is not None]
+            if upserts:
+                await conn.executemany("INSERT INTO kop_cursor VALUES ($1, $2, $3) ON CONFLICT (name, cursor) "
+                                       "DO UPDATE SET info = excluded.info", [(name, c, i) for c, i in upserts])
+            deletes = [cursor for cursor, info in rows if info is None]
+            if deletes:
+                await conn.execute("DELETE FROM kop_cursor WHERE name = $1 AND cursor = ANY($2::text[])",
+                                   name, deletes)
+
+    async def set_deleted_before(self, name: str, epoch: int, index: int) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await self._check_owner(conn, name, epoch)
+            await conn.execute("UPDATE kop_managed_ledger SET deleted_before = $2 WHERE name = $1", name, index)
+
+    async def close_ledger(self, name: str, epoch: int, ledger_id: int, closed_ms: int) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await self._check_owner(conn, name, epoch)
+            await conn.execute("UPDATE kop_ledger SET closed_ms = $3 WHERE name = $1 AND ledger_id = $2",
+                               name, ledger_id, closed_ms)
+
+    async def delete_ledger(self, name: str, epoch: int, ledger_id: int) -> None:
+        """Retention: one whole ledger and its entries."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await self._check_owner(conn, name, epoch)
+            await conn.execute("DELETE FROM kop_entry WHERE name = $1 AND ledger_id = $2", name, ledger_id)
+            await conn.execute("DELETE FROM kop_ledger WHERE name = $1 AND ledger_id = $2", name, ledger_id)
+
+    async def remove(self, name: str) -> None:
+        """Everything of a managed ledger (its topic was deleted, or a new topic of the same name starts empty)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute("DELETE FROM kop_entry WHERE name = $1", name)
+            await conn.execute("DELETE FROM kop_managed_ledger WHERE name = $1", name)
+
+    async def names_like(self, pattern: str) -> list[str]:
+        async with self.pool.acquire() as conn:
+            return [r[0] for r in await conn.fetch("SELECT name FROM kop_managed_ledger WHERE name LIKE $1",
+                                                   pattern)]
+
+    @staticmethod
+    async def _check_owner(conn: asyncpg.Connection, name: str, epoch: int) -> None:
+        if await conn.fetchval(_OWNER_SHARED, name, epoch) is None:
+            raise LedgerFencedOut(f"{name}: another broker owns it now")
+
+    async def reserve_producer_ids(self, size: int) -> int:
+        """The first id of a block of `size` producer ids no other reservation got, durably."""
+        async with self.pool.acquire() as conn:
+            end = await conn.fetchval(
+                "INSERT INTO kop_counter AS c VALUES ('producer_id', $1) ON CONFLICT (name) "
+                "DO UPDATE SET value = c.value + $1 RETURNING value", size)
+        return end - size
+
+    # ---- small records (topic metadata, ...)
+
+    async def records(self, kind: str) -> dict[str, bytes]:
+        async with self.pool.acquire() as conn:
+            return {r[0]: r[1] for r in await conn.fetch("SELECT key, value FROM kop_record WHERE kind = $1", kind)}
+
+    async def put_record(self, kind: str, key: str, value: bytes) -> None:
+        async with self.pool.acquire() as conn:
+            await conn.execute("INSERT INTO kop_record VALUES ($1, $2, $3) ON CONFLICT (kind, key) "
+                               "DO UPDATE SET value = excluded.value", kind, key, value)
+
+    async def delete_record(self, kind: str, key: str) -> None:
+        async with self.pool.acquire() as conn:
+            await conn.execute("DELETE FROM kop_record WHERE kind = $1 AND key = $2", kind, key)
