@@ -9,7 +9,7 @@ import asyncio
 
 from dedup import DedupConfig
 from kop.groups.offsets import OFFSET_KEY, REPLICATED_KEY
-from kop.ledger import FileLedgerConfig, FileManagedLedger, Position
+from kop.ledger import FileManagedLedger, LedgerConfig, Position
 from kop.partition import PartitionLog, replicator_name, source_position_key
 from kop.replication.snapshots import SnapshotController, SnapshotSettings
 from proto.kop_pb2 import MarkerType, MessageMetadata, ReplicatedSubscriptionsSnapshot, ReplicatedSubscriptionsUpdate
@@ -20,7 +20,7 @@ SETTINGS = SnapshotSettings(frequency_s=0.1, timeout_s=30, max_cached=3)
 
 
 async def open_partition(directory) -> PartitionLog:
-    ledger = FileManagedLedger.open("t-partition-0", str(directory), FileLedgerConfig(), None)
+    ledger = FileManagedLedger.open("t-partition-0", str(directory), LedgerConfig(), None)
     partition = PartitionLog("t", 0, ledger, DedupConfig())
     await partition.apply_dedup_policy(True)
     return partition

@@ -42,7 +42,7 @@ class Ids:
     def __init__(self) -> None:
         self.last = 100
 
-    def allocate(self) -> int:
+    async def allocate(self) -> int:
         self.last += 1
         return self.last
 

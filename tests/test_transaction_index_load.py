@@ -1,7 +1,7 @@
 """Only a partition that a transaction ever added reads its stored batches at load to rebuild its open transactions
 and aborted index; every other partition loads without reading its log."""
 from dedup import DedupConfig
-from kop.ledger import LedgerConfig, FileManagedLedger
+from kop.ledger import FileManagedLedger, LedgerConfig
 from kop.partition import PartitionLog
 from kop.transactions.partition_index import PartitionTransactions
 from protocol.errors import ErrorCode
@@ -69,7 +69,7 @@ async def test_a_transaction_open_at_the_snapshot_and_ended_before_retention_del
     """Open when the 1,000th entry was snapshotted, committed after, then retention deletes every ledger with it and
     its marker: after a restart it must not be open again (no marker is left to close it, the LSO would stay)."""
     def small_ledgers(path) -> PartitionLog:
-        ledger = FileManagedLedger.open("t-0", str(path), FileLedgerConfig(fsync=False, max_ledger_bytes=20_000), None)
+        ledger = FileManagedLedger.open("t-0", str(path), LedgerConfig(fsync=False, max_ledger_bytes=20_000), None)
         return PartitionLog("t", 0, ledger, DedupConfig())
 
     partition = small_ledgers(tmp_path)
@@ -103,7 +103,7 @@ async def test_a_transactional_batch_that_waited_for_earlier_writes_is_refused_i
     open one no one ends: INVALID_TXN_STATE (without the check, the judgement of its sequence alone answers)."""
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(2) as executor:
-        ledger = FileManagedLedger.open("t-0", str(tmp_path), FileLedgerConfig(fsync=True), executor)
+        ledger = FileManagedLedger.open("t-0", str(tmp_path), LedgerConfig(fsync=True), executor)
         partition = PartitionLog("t", 0, ledger, DedupConfig())
         await partition.apply_dedup_policy(True)
         await partition.expect_transactions()
