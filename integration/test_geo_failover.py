@@ -155,6 +155,7 @@ def one_way(tmp_path):
         broker.stop()
 
 
+@pytest.mark.slow  # 10-12 s: two clusters, kills and group consumers
 def test_one_way_standby_takes_over_the_group(one_way):
     """Pulsar #9341: with replication one way only, Pulsar never completes a snapshot; kop's standby answers in the
     replication response."""
@@ -277,6 +278,7 @@ def test_admin_toggles_replication_of_a_group_and_of_every_group(pair):
     wait_for(lambda: west_position(west) == 3 * PER_ROUND, 20, "the group in west again, by policy")
 
 
+@pytest.mark.slow  # 10-12 s: two clusters, kills and group consumers
 def test_group_fails_over_with_data_written_in_both_clusters(pair):
     """Records come from both sides; the group consumes in east, which holds both, and resumes in west without
     missing west's own records (the RESPONSE marker travels behind them, as in Pulsar)."""
@@ -301,6 +303,7 @@ def test_group_fails_over_with_data_written_in_both_clusters(pair):
     assert len(consumed) - total <= 2 * PER_ROUND
 
 
+@pytest.mark.slow  # 10-12 s: two clusters, kills and group consumers
 def test_records_the_other_cluster_has_not_sent_yet_are_not_skipped_by_a_failover(pair):
     """west's own records that east has not received yet (west -> east is cut) must not be covered by a snapshot:
     west answers east's requests with a RESPONSE marker that waits behind them, so no update can move the group in

@@ -79,11 +79,13 @@ def wait_for_output(port: int, records: int, runner: threading.Thread, timeout: 
         time.sleep(0.1)
 
 
+@pytest.mark.slow  # about 10-18 s each; make test-slow runs them with the 20,000-record run
 @pytest.mark.parametrize("copy", CLIENTS)
 def test_copy_loop_through_three_kill_9s_copies_each_record_exactly_once(broker_factory, copy):
     copy_through_faults(broker_factory, copy, count=3000, kills=3, cuts=None, deadline_s=150)
 
 
+@pytest.mark.slow  # about 10-18 s each; make test-slow runs them with the 20,000-record run
 @pytest.mark.parametrize("copy", CLIENTS)
 def test_copy_loop_through_lost_answers_of_every_api_copies_each_record_exactly_once(broker_factory, copy):
     copy_through_faults(broker_factory, copy, count=3000, kills=0, cuts=FIVE_PERCENT_OF_EVERY_API, deadline_s=150)
