@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from integration.geo import (by_source, replicate, replicate_everywhere, start_clusters, topic_stats, wait_for,
+from integration.geo import (by_source, end_offsets, replicate, replicate_everywhere, start_clusters, topic_stats, wait_for,
                              wait_for_records)
 from integration.clients import ck_consume_all
 from integration.idem_raw import RawKafka, read_topic
@@ -110,6 +110,30 @@ def test_topic_and_partitions_created_on_the_remote(clusters):
     wait_for_records(brokers["west"], "fresh", 6, 100)
     assert topic_stats(brokers["west"], "fresh")["metadata"]["partitions"] == 6
     check_everything_once(brokers["west"], "fresh", 6, {"east": 40, "grown": 60})
+
+
+def test_a_topic_deleted_and_created_again_is_replicated_in_full(clusters):
+    """The re-created topic's positions start again at those of the old one: the remote, which still holds the old
+    topic's records, stores the new topic's after them rather than taking them for entries it has."""
+    brokers = clusters("east", "west")
+    east, west = brokers["east"], brokers["west"]
+    replicate(east, ["east", "west"])
+    with RawKafka(east.port) as kafka:
+        assert kafka.create_topic("reborn", 1) == ErrorCode.NONE
+    produce(east.bootstrap, "reborn", "first", 10, 1)
+    wait_for_records(west, "reborn", 1, 10)
+    admin = AdminClient({"bootstrap.servers": east.bootstrap})
+    admin.delete_topics(["reborn"])["reborn"].result(30)
+    wait_for(lambda: "reborn" not in Producer({"bootstrap.servers": east.bootstrap}).list_topics(timeout=10).topics,
+             10, "the topic deleted in east")
+    with RawKafka(east.port) as kafka:
+        assert kafka.create_topic("reborn", 1) == ErrorCode.NONE
+    produce(east.bootstrap, "reborn", "second", 10, 1)
+    assert end_offsets(east, "reborn", 1) == {0: 10}  # control: the new topic starts again at offset 0
+    wait_for_records(west, "reborn", 1, 20, timeout=20)
+    check_everything_once(west, "reborn", 1, {"first": 10, "second": 10})
+    values = [r.value for r in read_topic(west.port, "reborn", [0])]
+    assert values[:10] == [f"first:{i}".encode() for i in range(10)]
 
 
 def produce_with_sequence_ids(bootstrap: str, topic: str, ids: range) -> None:

@@ -9,6 +9,7 @@ after a write (dedup's persisted map, snapshots) runs in callbacks, whether or n
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -68,9 +69,10 @@ def _kafka_metadata(header: BatchHeader, accept: Accept) -> MessageMetadata:
                            producer_epoch=header.producer_epoch, is_transactional=header.is_transactional)
 
 
-def replicator_name(source_cluster: str) -> str:
-    """The dedup name a replicator's entries are judged under in the target (Pulsar's replicator producer)."""
-    return f"pulsar.repl.{source_cluster}"
+def replicator_name(source_cluster: str, topic_id: uuid.UUID) -> str:
+    """The dedup name a replicator's entries are judged under in the target (Pulsar's replicator producer): one per
+    incarnation of the source topic, whose positions start again when it is deleted and created anew."""
+    return f"pulsar.repl.{source_cluster}.{topic_id}"
 
 
 def source_position_key(ledger_id: int, entry_id: int) -> int:
@@ -218,14 +220,14 @@ class PartitionLog:
         self._markers_handed[producer_id] = self._markers_handed.get(producer_id, 0) + 1
         return result
 
-    def publish_replicated(self, source_cluster: str, ledger_id: int, entry_id: int, source: MessageMetadata,
-                           header: BatchHeader, view: memoryview) -> asyncio.Future:
+    def publish_replicated(self, source_cluster: str, topic_id: uuid.UUID, ledger_id: int, entry_id: int,
+                           source: MessageMetadata, header: BatchHeader, view: memoryview) -> asyncio.Future:
         """Append an entry a replicator of `source_cluster` sent, unless it is stored already: it is judged by its
-        source position under the replicator's name (Pulsar's dedup V2), so a resend after a reconnect, a rewind or a
+        source position under the replicator's name for the source topic's id (Pulsar's dedup V2), so a resend after a reconnect, a rewind or a
         restart of either side is stored once. Its producer's own identity is kept apart (producer ids and names are
         cluster-local); its application-chosen sequence ids are taken as they are, so that producer is deduplicated
         here too. Resolves to an AppendResult (`duplicate` when it was stored before)."""
-        name, key = replicator_name(source_cluster), source_position_key(ledger_id, entry_id)
+        name, key = replicator_name(source_cluster, topic_id), source_position_key(ledger_id, entry_id)
         status = self.dedup.is_duplicate(name, key, key)
         if status is DupStatus.DUP:
             return _resolved(AppendResult(duplicate=True))

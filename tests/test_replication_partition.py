@@ -6,6 +6,7 @@ completed snapshot."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 from dedup import DedupConfig
 from kop.groups.offsets import OFFSET_KEY, REPLICATED_KEY
@@ -14,8 +15,9 @@ from kop.partition import PartitionLog, replicator_name, source_position_key
 from kop.replication.snapshots import SnapshotController, SnapshotSettings
 from proto.kop_pb2 import MarkerType, MessageMetadata, ReplicatedSubscriptionsSnapshot, ReplicatedSubscriptionsUpdate
 from protocol.errors import ErrorCode
-from protocol.records import Record, build_batch, marker_payload, split_batches
+from protocol.records import Record, build_batch, iter_records, marker_payload, split_batches
 
+TOPIC_ID = uuid.UUID(int=7)  # the source topic's id: one incarnation of it
 SETTINGS = SnapshotSettings(frequency_s=0.1, timeout_s=30, max_cached=3)
 
 
@@ -31,9 +33,10 @@ def batch(*values: bytes):
     return split_batches(build_batch(records))[0]
 
 
-async def replicate(partition: PartitionLog, entry_id: int, *values: bytes):
+async def replicate(partition: PartitionLog, entry_id: int, *values: bytes, topic_id: uuid.UUID = TOPIC_ID):
     header, view = batch(*values)
-    return await partition.publish_replicated("east", 3, entry_id, MessageMetadata(producer_name="p"), header, view)
+    return await partition.publish_replicated("east", topic_id, 3, entry_id, MessageMetadata(producer_name="p"),
+                                              header, view)
 
 
 def markers(partition: PartitionLog) -> list[tuple[int, MessageMetadata, bytes]]:
@@ -56,9 +59,24 @@ async def test_replicated_entries_are_stored_once_per_source_position_across_a_r
     assert (await replicate(partition, 1, b"c")).duplicate  # the watermark was rebuilt from the log
     assert (await replicate(partition, 0, b"a", b"b")).duplicate
     assert partition.high_watermark == 3
-    assert partition.dedup.persisted[replicator_name("east")] == source_position_key(3, 1)
+    assert partition.dedup.persisted[replicator_name("east", TOPIC_ID)] == source_position_key(3, 1)
     stored = MessageMetadata.FromString(partition.read(0, 1 << 20)[0].metadata)
     assert stored.replicated_from == "east" and stored.original_producer_name == "p"
+    await partition.close()
+
+
+async def test_a_recreated_source_topic_is_stored_after_the_old_one_whose_positions_it_reuses(tmp_path):
+    partition = await open_partition(tmp_path)
+    assert not (await replicate(partition, 0, b"a")).duplicate
+    assert not (await replicate(partition, 1, b"b")).duplicate
+    recreated = uuid.UUID(int=8)
+    assert not (await replicate(partition, 0, b"c", topic_id=recreated)).duplicate  # same position, new topic
+    assert (await replicate(partition, 0, b"c", topic_id=recreated)).duplicate
+    assert (await replicate(partition, 1, b"b")).duplicate  # the old incarnation keeps its own watermark
+    await partition.close()
+    partition = await open_partition(tmp_path)
+    assert (await replicate(partition, 0, b"c", topic_id=recreated)).duplicate
+    assert [bytes(r.value) for e in partition.read(0, 1 << 20) for r in iter_records(e.data)] == [b"a", b"b", b"c"]
     await partition.close()
 
 

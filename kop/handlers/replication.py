@@ -1,6 +1,7 @@
 """ReplicateEntries (key 32000, kop's own, v0): entries a geo-replicator of another cluster sends, each judged by
-its source position under the replicator's dedup name (kop/partition.py `publish_replicated`), so resends are stored
-once. The topic is created, or grown to the source's partition count, on first use. A request meant for another
+its source position under the replicator's dedup name for the source topic's id (kop/partition.py
+`publish_replicated`), so resends are stored once, and a source topic deleted and created again is stored in full,
+after what its earlier incarnation left here. The topic is created, or grown to the source's partition count, on first use. A request meant for another
 cluster, coming from this one, or from a cluster this one does not know, is refused whole: a misconfigured cluster
 registry must not mix two clusters.
 
@@ -8,6 +9,7 @@ The ordered phase hands every entry to its partition in request order, so entrie
 the order the replicator sends them; a partition stops at its first refused entry (the replicator resends from it)."""
 import asyncio
 import logging
+import uuid
 from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
@@ -68,7 +70,7 @@ class Planned:
     answer: tuple[str, int, int] | None = None
 
 
-def _publish(ctx: RequestContext, source: str, topic: Topic, index: int, entries) -> list[Planned]:
+def _publish(ctx: RequestContext, source: str, topic: Topic, topic_id: uuid.UUID, index: int, entries) -> list[Planned]:
     partition = topic.partition(index)
     if partition is None:
         return [Planned(_failed(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {topic.name}-{index}"))]
@@ -89,7 +91,8 @@ def _publish(ctx: RequestContext, source: str, topic: Topic, index: int, entries
                         exc, extra=ctx.log_fields)
             planned.append(Planned(_failed(ErrorCode.CORRUPT_MESSAGE, str(exc))))
             break
-        future = partition.publish_replicated(source, entry.ledger_id, entry.entry_id, metadata, header, view)
+        future = partition.publish_replicated(source, topic_id, entry.ledger_id, entry.entry_id, metadata, header,
+                                              view)
         answer = (snapshot_id, entry.ledger_id, entry.entry_id) if snapshot_id is not None else None
         planned.append(Planned(future, answer))
         if future.done() and future.result().error:  # the rest would overtake it: the replicator resends them
@@ -121,8 +124,8 @@ async def handle(ctx: RequestContext, request: ReplicateEntriesRequest):
         except TopicError as exc:
             topic, refused = None, _failed(exc.code, str(exc))
         for pdata in topic_data.partitions:
-            entries = [Planned(refused)] if topic is None else _publish(ctx, source, topic, pdata.partition_index,
-                                                                        pdata.entries)
+            entries = [Planned(refused)] if topic is None else _publish(ctx, source, topic, topic_data.topic_id,
+                                                                        pdata.partition_index, pdata.entries)
             planned.append((topic_data.name, pdata.partition_index, entries))
     return _respond(planned)
 

@@ -89,8 +89,10 @@ class ReplicationService:
             self._refresh_links()
             wanted: dict[Key, PartitionLog] = {}
             controlled: dict[tuple[str, int], PartitionLog] = {}
+            topic_ids: dict[str, bytes] = {}
             for topic in list(self.topics.topics.values()):
                 remotes = self.remotes(topic.name)
+                topic_ids[topic.name] = topic.topic_id
                 for partition in topic.partitions:
                     partition.marker_listener = self._on_marker
                     if remotes:
@@ -104,16 +106,17 @@ class ReplicationService:
                     await self._retire(key, replicator)
             for key, partition in wanted.items():
                 if key not in self.replicators:
-                    self._start(key, partition)
+                    self._start(key, partition, topic_ids[key[0]])
 
-    def _start(self, key: Key, partition: PartitionLog) -> None:
+    def _start(self, key: Key, partition: PartitionLog, topic_id: bytes) -> None:
         name, _, remote = key
 
         def partition_count() -> int:
             topic = self.topics.get(name)
             return len(topic.partitions) if topic is not None else partition.partition + 1
 
-        replicator = Replicator(partition, partition_count, self.local, remote, lambda: self._links.get(remote),
+        replicator = Replicator(partition, topic_id, partition_count, self.local, remote,
+                                lambda: self._links.get(remote),
                                 lambda *answer: self._snapshot_answer(partition, *answer))
         self.replicators[key] = replicator
         replicator.start()
