@@ -166,3 +166,44 @@ async def test_snapshots_time_out_and_wait_for_data(tmp_path):
     await unreachable.tick(now=0)
     assert not unreachable.pending
     await partition.close()
+
+
+async def complete_snapshot(partition: PartitionLog, controller: SnapshotController, now: float, *values: bytes):
+    """New data, then a snapshot round that the one remote answers."""
+    header, view = batch(*values)
+    await partition.publish_normal(header, view)
+    done = controller.completed_count
+    await controller.tick(now=now)
+    [snapshot_id] = controller.pending
+    controller.received_response(snapshot_id, "b", Position(int(now), 0), partition.ledger.last_confirmed)
+    await until(lambda: controller.completed_count == done + 1)
+
+
+def updates(partition: PartitionLog) -> list[int]:
+    """The remote ledger ids the UPDATE markers carry (complete_snapshot answers with the tick's time)."""
+    return [ReplicatedSubscriptionsUpdate.FromString(payload).clusters[0].message_id.ledger_id
+            for kind, _, payload in markers(partition) if kind == MarkerType.REPLICATED_SUBSCRIPTION_UPDATE]
+
+
+async def test_a_group_far_behind_the_newest_data_keeps_snapshots_it_can_still_pass(tmp_path):
+    """Ten snapshots complete while the group sits at offset 0, three cached at most: the group keeps three spread
+    over what it has to consume, so committing part of the way replicates its position."""
+    partition = await open_partition(tmp_path)
+    header, view = batch(b"start")
+    await partition.publish_normal(header, view)
+    await _with_group(partition, 0)
+    controller = SnapshotController(partition, "a", lambda: ["b"], lambda _remote: True, SETTINGS)
+    for second in range(1, 11):  # snapshot k covers offsets up to k + 1
+        await complete_snapshot(partition, controller, second, f"r{second}".encode())
+    assert updates(partition) == []
+    assert controller.to_json()["cachedSnapshots"] == 3
+    await _with_group(partition, 6)  # halfway: passes snapshots 1-5, none of the newest three
+    await controller.tick(now=11)
+    [passed] = updates(partition)
+    assert 1 <= passed <= 5
+    await _with_group(partition, 11)  # the head
+    await controller.tick(now=12)
+    assert updates(partition)[1:] == [10]
+    await controller.tick(now=13)  # sent once
+    assert len(updates(partition)) == 2
+    await partition.close()

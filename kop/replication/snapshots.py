@@ -16,8 +16,13 @@ positions; the remote moves the group's committed offset there (never backwards)
 runs on every tick rather than on each commit, so a group that stopped committing still gets its last position
 replicated once a snapshot behind it completes (Pulsar #19551).
 
+Completed snapshots are kept per group, as Pulsar keeps them per subscription: those the group has not passed yet,
+at most `max_cached`, thinned evenly over the range between its committed offset and the head when there are more.
+A group far behind the newest data thus still passes snapshots and gets its position replicated as it catches up.
+
 Markers cover no Kafka offset (partition.publish_marker), so snapshots never disturb offsets, lag or fetches."""
 import asyncio
+import bisect
 import logging
 import time
 import uuid
@@ -64,6 +69,16 @@ class Snapshot:
     clusters: tuple[tuple[str, Position], ...]
 
 
+def add_thinned(cache: list[Snapshot], snapshot: Snapshot, limit: int) -> None:
+    """Add a snapshot to a group's cache (ordered by local offset); past `limit` (3 at least, the setting's
+    minimum), drop the inner snapshot whose neighbours are closest, so what is kept spreads evenly from the group's
+    position to the newest."""
+    bisect.insort(cache, snapshot, key=lambda s: s.local_offset)
+    while len(cache) > limit:
+        inner = min(range(1, len(cache) - 1), key=lambda i: cache[i + 1].local_offset - cache[i - 1].local_offset)
+        del cache[inner]
+
+
 @dataclass(frozen=True, slots=True)
 class SnapshotSettings:
     frequency_s: float
@@ -84,10 +99,10 @@ class SnapshotController:
         self._connected = connected
         self.settings = settings
         self.pending: dict[str, PendingSnapshot] = {}
-        self.completed: list[Snapshot] = []
+        self.recent: list[Snapshot] = []  # the newest completed, for a group first seen
+        self.cached: dict[str, list[Snapshot]] = {}  # group -> the snapshots it has not passed yet
         self.completed_count = self.timed_out_count = self.updates_written = 0
         self._end_at_last_request = -1
-        self._updated: dict[str, str] = {}  # group -> the snapshot its last UPDATE carried
         self._busy = False
         self._writes: set[asyncio.Task] = set()  # markers written from an answer, held until done
 
@@ -123,7 +138,7 @@ class SnapshotController:
         reachable = [remote for remote in remotes if self._connected(remote)]
         if end == self._end_at_last_request or not reachable:
             return
-        if self.pending and not self.completed:
+        if self.pending and not self.completed_count:
             return  # none ever completed: retry at the timeout's pace, not every tick (Pulsar #23839)
         pending = PendingSnapshot(uuid.uuid4().hex, frozenset(reachable), 2 if len(reachable) > 1 else 1, now)
         pending.missing = set(pending.remotes)
@@ -176,26 +191,32 @@ class SnapshotController:
         if result.error or local_offset is None:
             return  # complete only once its marker is durable (Pulsar #26119); retried after the timeout
         self.pending.pop(pending.snapshot_id, None)
-        self.completed.append(Snapshot(pending.snapshot_id, local_offset, tuple(clusters)))
-        del self.completed[:-self.settings.max_cached]
+        snapshot = Snapshot(pending.snapshot_id, local_offset, tuple(clusters))
+        add_thinned(self.recent, snapshot, self.settings.max_cached)
+        for cache in self.cached.values():
+            add_thinned(cache, snapshot, self.settings.max_cached)
         self.completed_count += 1
         await self._send_updates(self.replicated_groups())
 
     async def _send_updates(self, groups: dict[str, int]) -> None:
+        for gone in self.cached.keys() - groups.keys():
+            del self.cached[gone]
         for group, committed in groups.items():
-            passed = [s for s in self.completed if s.local_offset <= committed]
-            if not passed or self._updated.get(group) == passed[-1].snapshot_id:
+            cache = self.cached.setdefault(group, list(self.recent))
+            passed = bisect.bisect_right(cache, committed, key=lambda s: s.local_offset)
+            if not passed:
                 continue
-            snapshot = passed[-1]
+            snapshot = cache[passed - 1]
             payload = ReplicatedSubscriptionsUpdate(subscription_name=group, clusters=[
                 ClusterMessageId(cluster=name, message_id=message_id(p)) for name, p in snapshot.clusters])
             result = await self.partition.publish_marker(MarkerType.REPLICATED_SUBSCRIPTION_UPDATE,
                                                          payload.SerializeToString())
-            if not result.error:
-                self._updated[group] = snapshot.snapshot_id
+            if not result.error:  # otherwise tried again at the next tick
+                # By value: a snapshot may have completed meanwhile.
+                cache[:] = [s for s in cache if s.local_offset > snapshot.local_offset]
                 self.updates_written += 1
 
     def to_json(self) -> dict:
         return {"pendingSnapshots": len(self.pending), "completedSnapshots": self.completed_count,
                 "timedOutSnapshots": self.timed_out_count, "updatesWritten": self.updates_written,
-                "cachedSnapshots": len(self.completed)}
+                "cachedSnapshots": len({s.snapshot_id for cache in self.cached.values() for s in cache})}
