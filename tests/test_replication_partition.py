@@ -9,13 +9,17 @@ import asyncio
 import uuid
 
 from dedup import DedupConfig
+from dedup.named_sequences import core_name
+from kop.client.sequences import sequence_headers
 from kop.groups.offsets import OFFSET_KEY, REPLICATED_KEY
 from kop.ledger import FileLedgerConfig, FileManagedLedger, Position
 from kop.partition import PartitionLog, replicator_name, source_position_key
 from kop.replication.snapshots import SnapshotController, SnapshotSettings
-from proto.kop_pb2 import MarkerType, MessageMetadata, ReplicatedSubscriptionsSnapshot, ReplicatedSubscriptionsUpdate
+from proto.kop_pb2 import (MarkerType, MessageMetadata, NamedSequence, ReplicatedSubscriptionsSnapshot,
+                           ReplicatedSubscriptionsUpdate)
 from protocol.errors import ErrorCode
-from protocol.records import Record, build_batch, iter_records, marker_payload, split_batches
+from protocol.records import Record, build_batch, iter_records, marker_payload, split_batches, validate_batch
+from protocol.sequence_headers import SEQUENCE_HEADER_KEYS
 
 TOPIC_ID = uuid.UUID(int=7)  # the source topic's id: one incarnation of it
 SETTINGS = SnapshotSettings(frequency_s=0.1, timeout_s=30, max_cached=3)
@@ -206,4 +210,37 @@ async def test_a_group_far_behind_the_newest_data_keeps_snapshots_it_can_still_p
     assert updates(partition)[1:] == [10]
     await controller.tick(now=13)  # sent once
     assert len(updates(partition)) == 2
+    await partition.close()
+
+
+def sequenced_batch(ids: range):
+    """Records `i` that carry the application producer name `loader` and sequence id i."""
+    records = [Record(offset=n, timestamp=1_000, key=None, value=str(i).encode(),
+                      headers=tuple(sequence_headers("loader", i))) for n, i in enumerate(ids)]
+    return split_batches(build_batch(records))[0]
+
+
+async def test_replicated_records_already_written_here_under_their_sequence_ids_are_dropped(tmp_path):
+    """A producer failed over and wrote ids 0-2 here before east's entries with 0-3 and 0-1 arrived: 3 is stored,
+    the rest not again; an entry whose records are all here still counts as stored by its source position."""
+    partition = await open_partition(tmp_path)
+    header, view = sequenced_batch(range(3))
+    await partition.publish_normal(header, view, records=validate_batch(header, view, watch=SEQUENCE_HEADER_KEYS))
+    source = MessageMetadata(producer_name="p", named_sequences=[NamedSequence(name=core_name("loader"),
+                                                                               sequence_id=3)])
+    header, view = sequenced_batch(range(4))
+    stored = await partition.publish_replicated("east", TOPIC_ID, 3, 0, source, header, view)
+    assert stored.error == ErrorCode.NONE and not stored.duplicate
+    header, view = sequenced_batch(range(2))
+    source.named_sequences[0].sequence_id = 1
+    assert not (await partition.publish_replicated("east", TOPIC_ID, 3, 1, source, header, view)).duplicate
+    assert partition.sequences.dropped == 5
+    assert [bytes(r.value) for e in partition.read(0, 1 << 20) for r in iter_records(e.data)] == [b"0", b"1", b"2",
+                                                                                                   b"3"]
+    assert partition.high_watermark == 3 + 4 + 2  # the dropped records leave holes
+    assert partition.last_sequence_id("loader") == 3
+    await partition.close()
+    partition = await open_partition(tmp_path)
+    assert (await partition.publish_replicated("east", TOPIC_ID, 3, 1, source, header, view)).duplicate
+    assert partition.last_sequence_id("loader") == 3
     await partition.close()

@@ -1,9 +1,9 @@
 """ReplicateEntries (key 32000, kop's own, v0): entries a geo-replicator of another cluster sends, each judged by
 its source position under the replicator's dedup name for the source topic's id (kop/partition.py
 `publish_replicated`), so resends are stored once, and a source topic deleted and created again is stored in full,
-after what its earlier incarnation left here. The topic is created, or grown to the source's partition count, on first use. A request meant for another
-cluster, coming from this one, or from a cluster this one does not know, is refused whole: a misconfigured cluster
-registry must not mix two clusters.
+after what its earlier incarnation left here. The topic is created, or grown to the source's partition count, on
+first use. A request meant for another cluster, coming from this one, or from a cluster this one does not know, is
+refused whole: a misconfigured cluster registry must not mix two clusters.
 
 The ordered phase hands every entry to its partition in request order, so entries of one partition are appended in
 the order the replicator sends them; a partition stops at its first refused entry (the replicator resends from it)."""
