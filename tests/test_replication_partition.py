@@ -150,7 +150,9 @@ async def test_two_rounds_with_two_remotes_then_an_update(tmp_path):
     await partition.close()
 
 
-async def test_snapshots_time_out_and_wait_for_data(tmp_path):
+async def test_snapshots_time_out_are_taken_again_and_then_wait_for_data(tmp_path):
+    """A snapshot whose answer was lost is taken again without new data (traffic may have stopped for good); once
+    one completes, the next waits for data."""
     partition = await open_partition(tmp_path)
     header, view = batch(b"a")
     await partition.publish_normal(header, view)
@@ -160,11 +162,17 @@ async def test_snapshots_time_out_and_wait_for_data(tmp_path):
     [snapshot_id] = controller.pending
     await controller.tick(now=10)  # pending, none completed yet, no new data: nothing new
     assert list(controller.pending) == [snapshot_id]
-    await controller.tick(now=31)
-    assert controller.timed_out_count == 1 and not controller.pending
-    controller.received_response(snapshot_id, "b", Position(1, 1), Position(0, 0))  # late: ignored
+    await controller.tick(now=31)  # timed out, and taken again at once
+    assert controller.timed_out_count == 1
+    [again] = controller.pending
+    assert again != snapshot_id
+    controller.received_response(snapshot_id, "b", Position(1, 1), partition.ledger.last_confirmed)  # late: ignored
     assert controller.completed_count == 0
-    await controller.tick(now=32)  # no data since the last request: no snapshot
+    controller.received_response(again, "b", Position(2, 2), partition.ledger.last_confirmed)
+    await until(lambda: controller.completed_count == 1)
+    assert [ReplicatedSubscriptionsUpdate.FromString(p).subscription_name for kind, _, p in markers(partition)
+            if kind == MarkerType.REPLICATED_SUBSCRIPTION_UPDATE] == ["app"]  # the group's position went out
+    await controller.tick(now=32)  # no data since the snapshot that completed: no snapshot
     assert not controller.pending
     unreachable = SnapshotController(partition, "a", lambda: ["b"], lambda _remote: False, SETTINGS)
     await unreachable.tick(now=0)

@@ -20,7 +20,8 @@ from kop.policies import PolicyBook
 from kop.replication.clusters import ClusterRegistry
 from kop.replication.link import RemoteLink
 from kop.replication.replicator import Replicator, cursor_name
-from kop.replication.snapshots import SnapshotController, SnapshotSettings, message_id, offset_after
+from kop.replication.snapshots import (SnapshotController, SnapshotSettings, StoredRequests, message_id,
+                                       offset_after)
 from kop.topics import INTERNAL_PREFIX, TopicManager
 from proto.kop_pb2 import (ClusterMessageId, MarkerType, MessageMetadata, ReplicatedSubscriptionsSnapshotRequest,
                            ReplicatedSubscriptionsSnapshotResponse, ReplicatedSubscriptionsUpdate)
@@ -46,6 +47,7 @@ class ReplicationService:
                                          config.replicated_subscriptions_snapshot_max_cached_per_subscription)
         self.replicators: dict[Key, Replicator] = {}
         self.controllers: dict[tuple[str, int], SnapshotController] = {}
+        self.stored_requests = StoredRequests()  # REQUESTs answered in ReplicateEntries responses
         self._snapshot_task: asyncio.Task | None = None
         self._links: dict[str, RemoteLink] = {}
         self._task: asyncio.Task | None = None

@@ -14,7 +14,8 @@ the local position of the last answer; it stays here.
 A group's committed offset passing a snapshot's local position writes an UPDATE naming the group and the remote
 positions; the remote moves the group's committed offset there (never backwards), creating it if needed. The check
 runs on every tick rather than on each commit, so a group that stopped committing still gets its last position
-replicated once a snapshot behind it completes (Pulsar #19551).
+replicated once a snapshot behind it completes (Pulsar #19551). A snapshot that times out (an answer lost) is taken
+again at the next tick, with or without new data, so the data it covered still gets a snapshot once traffic stops.
 
 Completed snapshots are kept per group, as Pulsar keeps them per subscription: those the group has not passed yet,
 at most `max_cached`, thinned evenly over the range between its committed offset and the head when there are more.
@@ -26,6 +27,7 @@ import bisect
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -50,12 +52,32 @@ def message_id(position: Position) -> MarkersMessageIdData:
     return MarkersMessageIdData(ledger_id=position.ledger_id, entry_id=position.entry_id)
 
 
+class StoredRequests:
+    """Where this cluster stored the REQUEST markers it answered in ReplicateEntries responses (as a one-way
+    standby), the newest `limit`: a REQUEST sent again because the response was lost is found stored by its source
+    position, and is answered from here rather than not at all. After a restart, the requester's timeout retakes
+    the snapshot instead."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._limit = limit
+        self._positions: OrderedDict[tuple[str, str], Position] = OrderedDict()
+
+    def remember(self, partition: str, snapshot_id: str, position: Position) -> None:
+        self._positions[(partition, snapshot_id)] = position
+        if len(self._positions) > self._limit:
+            self._positions.popitem(last=False)
+
+    def position(self, partition: str, snapshot_id: str) -> Position | None:
+        return self._positions.get((partition, snapshot_id))
+
+
 @dataclass
 class PendingSnapshot:
     snapshot_id: str
     remotes: frozenset[str]
     rounds: int
     started: float
+    end: int  # the partition's high watermark when it was requested
     round: int = 1
     missing: set[str] = field(default_factory=set)
     clusters: dict[str, Position] = field(default_factory=dict)  # first-round answers win
@@ -125,6 +147,8 @@ class SnapshotController:
             if now - pending.started > self.settings.timeout_s:
                 del self.pending[snapshot_id]
                 self.timed_out_count += 1
+                if pending.end == self._end_at_last_request:  # taken again, even with no new data
+                    self._end_at_last_request = -1
                 log.info("%s: snapshot %s timed out waiting for %s", self.partition.name, snapshot_id,
                          sorted(pending.missing))
         remotes = self._remotes()
@@ -140,7 +164,7 @@ class SnapshotController:
             return
         if self.pending and not self.completed_count:
             return  # none ever completed: retry at the timeout's pace, not every tick (Pulsar #23839)
-        pending = PendingSnapshot(uuid.uuid4().hex, frozenset(reachable), 2 if len(reachable) > 1 else 1, now)
+        pending = PendingSnapshot(uuid.uuid4().hex, frozenset(reachable), 2 if len(reachable) > 1 else 1, now, end)
         pending.missing = set(pending.remotes)
         self.pending[pending.snapshot_id] = pending
         self._end_at_last_request = end
