@@ -27,6 +27,13 @@ def linked(tmp_path):
     yield from link_through_proxy(tmp_path, {})
 
 
+@pytest.fixture
+def linked_snapshots(tmp_path):
+    """As `linked`, with a snapshot every 100 ms and a snapshot timeout of 2 s."""
+    yield from link_through_proxy(tmp_path, {"replicatedSubscriptionsSnapshotFrequencyMillis": "100",
+                                             "replicatedSubscriptionsSnapshotTimeoutSeconds": "2"})
+
+
 def link_through_proxy(tmp_path, config: dict[str, str]):
     brokers = start_clusters(tmp_path, ("east", "west"), config)
     east, west = brokers["east"], brokers["west"]
@@ -154,3 +161,18 @@ def test_a_snapshot_request_sent_again_after_its_answer_was_lost_is_answered(lin
     wait_for(lambda: west_position(west) == 20, 15, "the group's position in west")
     assert resends_found_stored(east) >= PARTITIONS  # control: the REQUESTs were found stored, and answered
 
+
+def test_a_snapshot_whose_answer_is_lost_for_good_is_taken_again_without_new_data(linked_snapshots):
+    """west is killed while it holds the REQUESTs: restarted, it finds them stored but no longer knows where; the
+    snapshots time out and are taken again, though no data comes after them."""
+    east, west, proxy = linked_snapshots
+    snapshot_request_answer_held(east, west, proxy)
+    west.kill()
+    proxy.drop_held()
+    proxy.hold_responses(False)
+    west.start()
+    wait_for(lambda: west_position(west) == 20, 30, "the group's position in west")
+    timed_out = sum(p["replicatedSubscriptionSnapshots"]["timedOutSnapshots"]
+                    for p in topic_stats(east, "orders")["partitions"].values())
+    assert timed_out >= PARTITIONS  # control: the first snapshots were lost
+    assert resends_found_stored(east) >= PARTITIONS  # ... and their REQUESTs found stored after the restart

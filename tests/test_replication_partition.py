@@ -18,7 +18,8 @@ from kop.replication.snapshots import SnapshotController, SnapshotSettings
 from proto.kop_pb2 import (MarkerType, MessageMetadata, NamedSequence, ReplicatedSubscriptionsSnapshot,
                            ReplicatedSubscriptionsUpdate)
 from protocol.errors import ErrorCode
-from protocol.records import Record, build_batch, iter_records, marker_payload, split_batches, validate_batch
+from protocol.records import (Record, build_batch, build_marker_batch, iter_records, marker_payload, split_batches,
+                              validate_batch)
 from protocol.sequence_headers import SEQUENCE_HEADER_KEYS
 
 TOPIC_ID = uuid.UUID(int=7)  # the source topic's id: one incarnation of it
@@ -252,3 +253,18 @@ async def test_replicated_records_already_written_here_under_their_sequence_ids_
     assert (await partition.publish_replicated("east", TOPIC_ID, 3, 1, source, header, view)).duplicate
     assert partition.last_sequence_id("loader") == 3
     await partition.close()
+
+
+async def test_a_replicated_marker_counts_in_the_watermark_rebuilt_after_a_crash(tmp_path):
+    """Markers from this cluster stay out of the deduplication state, but a replicated one holds its source position:
+    a REQUEST resent after the target crashed must be found stored, not stored twice."""
+    crashed = await open_partition(tmp_path)
+    header, view = split_batches(build_marker_batch(MarkerType.REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST, b"x"))[0]
+    source = MessageMetadata(producer_name="pulsar.marker",
+                             marker_type=MarkerType.REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST)
+    assert not (await crashed.publish_replicated("east", TOPIC_ID, 3, 0, source, header, view)).duplicate
+    # no close (a crash): no snapshot of the deduplication state, it is rebuilt from the log
+    partition = await open_partition(tmp_path)
+    assert (await partition.publish_replicated("east", TOPIC_ID, 3, 0, source, header, view)).duplicate
+    await partition.close()
+    await crashed.close()
