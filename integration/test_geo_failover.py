@@ -301,6 +301,25 @@ def test_admin_toggles_replication_of_a_group_and_of_every_group(pair):
     wait_for(lambda: west_position(west) == 3 * PER_ROUND, 20, "the group in west again, by policy")
 
 
+def test_a_flag_set_before_the_groups_first_commit_survives_a_crash(pair):
+    """No cursor holds the flag of a group that has not committed yet: it is kept apart until the first commit, which
+    replicates the group though the broker was killed in between."""
+    east, west = pair
+    admin_json(east, "groups", "set-replicated", "late", "--enable")
+    admin_json(east, "groups", "set-replicated", "gone", "--enable")
+    admin_json(east, "groups", "set-replicated", "gone", "--disable")
+    east.restart(hard=True)  # kill -9
+    assert admin_json(east, "groups", "get-replicated", "late") is True
+    assert admin_json(east, "groups", "get-replicated", "gone") is False
+    produce(east.bootstrap, "orders", "east0", PER_ROUND, PARTITIONS)
+    consume(east.bootstrap, "late", PER_ROUND)
+    assert topic_stats(east, "orders")["subscriptions"]["late"]["isReplicated"] is True
+    east.restart(hard=True)  # from now on the flag is in the group's cursors
+    assert admin_json(east, "groups", "get-replicated", "late") is True
+    wait_for(lambda: (topic_stats(west, "orders")["subscriptions"].get("late") or {}).get("isReplicated"), 20,
+             "the group in west")
+
+
 def test_group_fails_over_with_data_written_in_both_clusters(pair):
     """Records come from both sides; the group consumes in east, which holds both, and resumes in west without
     missing west's own records (the RESPONSE marker travels behind them, as in Pulsar)."""

@@ -59,7 +59,8 @@ class GroupCoordinator:
         self.config = config
         self.topics = topics
         self.groups: dict[str, Group] = {}
-        self.offsets = OffsetStore(topics, config.offset_metadata_max_bytes)
+        self.offsets = OffsetStore(topics, config.offset_metadata_max_bytes,
+                                   os.path.join(config.data_dir, "groups", "replicated-pending"), config.fsync)
         self.generations = GenerationLog(os.path.join(config.data_dir, "groups", "generations.log"), config.fsync)
         self.membership = Membership(self.groups, config.group_initial_rebalance_delay_ms,
                                      config.group_min_session_timeout_ms, config.group_max_session_timeout_ms,
