@@ -121,7 +121,7 @@ class SnapshotController:
         self._connected = connected
         self.settings = settings
         self.pending: dict[str, PendingSnapshot] = {}
-        self.recent: list[Snapshot] = []  # the newest completed, for a group first seen
+        self.recent: list[Snapshot] = []  # completed ones spread over the partition's history, for a new group
         self.cached: dict[str, list[Snapshot]] = {}  # group -> the snapshots it has not passed yet
         self.completed_count = self.timed_out_count = self.updates_written = 0
         self._end_at_last_request = -1
