@@ -231,6 +231,10 @@ class PartitionLog:
         a producer's here are: a producer that failed over and wrote some of them here before they were replicated
         has them dropped from the entry (leaving holes in its offsets), and is deduplicated by them here afterwards.
         Resolves to an AppendResult (`duplicate` when it was stored before)."""
+        if self.dedup.awaiting_recovery:  # judged against part of the state, a resend would be stored again
+            self.dedup.retry_recovery()
+            return _resolved(AppendResult(ErrorCode.REQUEST_TIMED_OUT,
+                                          message="the partition's deduplication state is being recovered"))
         name, key = replicator_name(source_cluster, topic_id), source_position_key(ledger_id, entry_id)
         status = self.dedup.judge(name, key)
         if status is DupStatus.DUP:

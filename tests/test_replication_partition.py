@@ -8,9 +8,10 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from dedup import DedupConfig
+from dedup import DedupConfig, Status
 from dedup.named_sequences import core_name
 from kop.client.sequences import sequence_headers
+from kop.dedup_storage import LedgerDedupStorage
 from kop.groups.offsets import OFFSET_KEY, REPLICATED_KEY
 from kop.ledger import FileLedgerConfig, FileManagedLedger, Position
 from kop.partition import PartitionLog, replicator_name, source_position_key
@@ -268,3 +269,30 @@ async def test_a_replicated_marker_counts_in_the_watermark_rebuilt_after_a_crash
     assert (await partition.publish_replicated("east", TOPIC_ID, 3, 0, source, header, view)).duplicate
     await partition.close()
     await crashed.close()
+
+
+async def test_replicated_entries_wait_while_the_deduplication_state_is_recovered(tmp_path, monkeypatch):
+    """A recovery that failed leaves the watermark unknown: a resend is refused (the replicator sends it again) until
+    the state is whole, then found stored."""
+    partition = await open_partition(tmp_path)
+    assert not (await replicate(partition, 0, b"a")).duplicate
+    await partition.close()
+    replay = LedgerDedupStorage.replay_after
+    failures = [OSError("read error during replay")]
+
+    async def fails_once(self, position):
+        if failures:
+            raise failures.pop()
+        async for entry in replay(self, position):
+            yield entry
+
+    monkeypatch.setattr(LedgerDedupStorage, "replay_after", fails_once)
+    ledger = FileManagedLedger.open("t-partition-0", str(tmp_path), FileLedgerConfig(), None)
+    partition = PartitionLog("t", 0, ledger, DedupConfig(recovery_retry_seconds=0))
+    assert await partition.apply_dedup_policy(True) is Status.FAILED  # control: the recovery failed
+    refused = await replicate(partition, 0, b"a")
+    assert refused.error == ErrorCode.REQUEST_TIMED_OUT
+    assert await partition.dedup.check_status(True) is Status.ENABLED  # the retry the refusal started
+    assert (await replicate(partition, 0, b"a")).duplicate
+    assert partition.high_watermark == 1
+    await partition.close()
