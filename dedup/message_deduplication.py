@@ -354,7 +354,8 @@ class MessageDeduplication:
 
     def _replay_entry(self, entry: ReplayEntry, now: float) -> None:
         metadata = entry.metadata
-        if metadata.HasField("marker_type") or metadata.is_control:
+        # A marker written here stays out of the state; one a replicator sent holds its source position.
+        if metadata.is_control or (metadata.HasField("marker_type") and not metadata.replicated_from):
             return
         for named in metadata.named_sequences:
             self._replay_name(named.name, named.sequence_id, now)

@@ -188,6 +188,30 @@ def test_group_that_stopped_committing_still_gets_its_last_position_replicated(p
     assert len(in_east) == PER_ROUND
 
 
+def test_a_group_far_behind_the_newest_data_gets_its_position_replicated_as_it_catches_up(tmp_path):
+    """Snapshots complete while the group lags, far more than the three a group may keep: it keeps three it can
+    still pass (not the newest three, all beyond it), so consuming part of the way moves it in west."""
+    brokers = start_clusters(tmp_path, ("east", "west"),
+                             {**FAST_SNAPSHOTS, "replicatedSubscriptionsSnapshotMaxCachedPerSubscription": "3"})
+    east, west = brokers["east"], brokers["west"]
+    try:
+        replicate_everywhere(brokers, "orders", PARTITIONS)
+        admin_json(east, "groups", "set-replicated", "app", "--enable")
+        produce(east.bootstrap, "orders", "east0", PER_ROUND, PARTITIONS)
+        consume(east.bootstrap, "app", PER_ROUND)
+        wait_for(lambda: west_position(west) == PER_ROUND, 20, "the group's first update in west")
+        produce_in_rounds(east, first=1)
+        completed = sum(p["replicatedSubscriptionSnapshots"]["completedSnapshots"]
+                        for p in topic_stats(east, "orders")["partitions"].values())
+        assert completed > 3 * PARTITIONS + 2  # control: more snapshots ahead of the group than it may keep
+        consume(east.bootstrap, "app", 2 * PER_ROUND)  # to 150 of 400
+        wait_for(lambda: west_position(west) > PER_ROUND, 20, "the lagging group's position in west")
+        assert west_position(west) <= 3 * PER_ROUND
+    finally:
+        for broker in brokers.values():
+            broker.stop()
+
+
 def test_snapshots_go_on_between_the_clusters_that_are_up(tmp_path):
     """Beyond Pulsar (which stops them all): with c down, a and b keep snapshotting and b follows the group; when c
     is back, it follows too."""
@@ -276,6 +300,25 @@ def test_admin_toggles_replication_of_a_group_and_of_every_group(pair):
     produce(east.bootstrap, "orders", "east2", PER_ROUND, PARTITIONS)
     consume(east.bootstrap, "app", PER_ROUND)
     wait_for(lambda: west_position(west) == 3 * PER_ROUND, 20, "the group in west again, by policy")
+
+
+def test_a_flag_set_before_the_groups_first_commit_survives_a_crash(pair):
+    """No cursor holds the flag of a group that has not committed yet: it is kept apart until the first commit, which
+    replicates the group though the broker was killed in between."""
+    east, west = pair
+    admin_json(east, "groups", "set-replicated", "late", "--enable")
+    admin_json(east, "groups", "set-replicated", "gone", "--enable")
+    admin_json(east, "groups", "set-replicated", "gone", "--disable")
+    east.restart(hard=True)  # kill -9
+    assert admin_json(east, "groups", "get-replicated", "late") is True
+    assert admin_json(east, "groups", "get-replicated", "gone") is False
+    produce(east.bootstrap, "orders", "east0", PER_ROUND, PARTITIONS)
+    consume(east.bootstrap, "late", PER_ROUND)
+    assert topic_stats(east, "orders")["subscriptions"]["late"]["isReplicated"] is True
+    east.restart(hard=True)  # from now on the flag is in the group's cursors
+    assert admin_json(east, "groups", "get-replicated", "late") is True
+    wait_for(lambda: (topic_stats(west, "orders")["subscriptions"].get("late") or {}).get("isReplicated"), 20,
+             "the group in west")
 
 
 @pytest.mark.slow  # 10-12 s: two clusters, kills and group consumers

@@ -11,6 +11,8 @@ import pytest
 from integration.fault_proxy import CutPolicy, FaultProxy
 from integration.geo import replicate, start_clusters, topic_stats, wait_for, wait_for_records
 from integration.idem_raw import RawKafka
+from integration.test_admin import admin_json
+from integration.test_geo_failover import consume, west_position
 from integration.test_geo_replication import check_everything_once, produce
 from kop.admin.client import AdminClient, cluster_resource
 from protocol.errors import ErrorCode
@@ -22,7 +24,18 @@ PARTITIONS = 2
 @pytest.fixture
 def linked(tmp_path):
     """east replicates to west through a FaultProxy: (east, west, proxy)."""
-    brokers = start_clusters(tmp_path, ("east", "west"))
+    yield from link_through_proxy(tmp_path, {})
+
+
+@pytest.fixture
+def linked_snapshots(tmp_path):
+    """As `linked`, with a snapshot every 100 ms and a snapshot timeout of 2 s."""
+    yield from link_through_proxy(tmp_path, {"replicatedSubscriptionsSnapshotFrequencyMillis": "100",
+                                             "replicatedSubscriptionsSnapshotTimeoutSeconds": "2"})
+
+
+def link_through_proxy(tmp_path, config: dict[str, str]):
+    brokers = start_clusters(tmp_path, ("east", "west"), config)
     east, west = brokers["east"], brokers["west"]
     proxy = FaultProxy(upstream_port=west.port).start()
     AdminClient(east.admin_url).post(cluster_resource("west"), {"brokerServiceUrl": proxy.bootstrap})
@@ -119,3 +132,47 @@ def test_target_killed_while_data_flows(linked):
     wait_for_records(west, "orders", PARTITIONS, 2000)
     wait_for(lambda: replicator(east)["replicationBacklog"] == 0, 30, "the replicator to catch up")
     check_everything_once(west, "orders", PARTITIONS, {f"flow{run}": 100 for run in range(20)})
+
+
+def entries_in(broker) -> int:
+    """Entries of the topic's partitions, markers included."""
+    return topic_stats(broker, "orders")["numberOfEntries"]
+
+
+def snapshot_request_answer_held(east, west, proxy) -> None:
+    """The group commits in east; east's snapshot REQUESTs reach west (one way: west answers in the response), and
+    west's answers are held in the proxy."""
+    admin_json(east, "groups", "set-replicated", "app", "--enable")
+    produce(east.bootstrap, "orders", "east", 20, PARTITIONS)
+    wait_for_records(west, "orders", PARTITIONS, 20)
+    before = entries_in(west)
+    proxy.hold_responses(True)
+    consume(east.bootstrap, "app", 20)
+    wait_for(lambda: entries_in(west) >= before + PARTITIONS, 20, "the snapshot REQUESTs stored in west")
+    assert west_position(west) == 0  # control: no answer reached east
+
+
+def test_a_snapshot_request_sent_again_after_its_answer_was_lost_is_answered(linked):
+    """Answered on the resend, long before the snapshot timeout (30 s here) would have it taken again."""
+    east, west, proxy = linked
+    snapshot_request_answer_held(east, west, proxy)
+    proxy.drop_held()
+    proxy.hold_responses(False)
+    wait_for(lambda: west_position(west) == 20, 15, "the group's position in west")
+    assert resends_found_stored(east) >= PARTITIONS  # control: the REQUESTs were found stored, and answered
+
+
+def test_a_snapshot_whose_answer_is_lost_for_good_is_taken_again_without_new_data(linked_snapshots):
+    """west is killed while it holds the REQUESTs: restarted, it finds them stored but no longer knows where; the
+    snapshots time out and are taken again, though no data comes after them."""
+    east, west, proxy = linked_snapshots
+    snapshot_request_answer_held(east, west, proxy)
+    west.kill()
+    proxy.drop_held()
+    proxy.hold_responses(False)
+    west.start()
+    wait_for(lambda: west_position(west) == 20, 30, "the group's position in west")
+    timed_out = sum(p["replicatedSubscriptionSnapshots"]["timedOutSnapshots"]
+                    for p in topic_stats(east, "orders")["partitions"].values())
+    assert timed_out >= PARTITIONS  # control: the first snapshots were lost
+    assert resends_found_stored(east) >= PARTITIONS  # ... and their REQUESTs found stored after the restart

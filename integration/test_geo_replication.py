@@ -9,10 +9,13 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from integration.geo import (by_source, replicate, replicate_everywhere, start_clusters, topic_stats, wait_for,
-                             wait_for_records)
+from integration.geo import (by_source, end_offsets, replicate, replicate_everywhere, start_clusters, topic_stats,
+                             wait_for, wait_for_records)
+from integration.broker_process import free_port
 from integration.clients import ck_consume_all
 from integration.idem_raw import RawKafka, read_topic
+from kop.admin.client import AdminClient as KopAdmin, cluster_resource
+from kop.client.sequences import last_sequence_ids
 from protocol.errors import ErrorCode
 
 
@@ -112,6 +115,30 @@ def test_topic_and_partitions_created_on_the_remote(clusters):
     check_everything_once(brokers["west"], "fresh", 6, {"east": 40, "grown": 60})
 
 
+def test_a_topic_deleted_and_created_again_is_replicated_in_full(clusters):
+    """The re-created topic's positions start again at those of the old one: the remote, which still holds the old
+    topic's records, stores the new topic's after them rather than taking them for entries it has."""
+    brokers = clusters("east", "west")
+    east, west = brokers["east"], brokers["west"]
+    replicate(east, ["east", "west"])
+    with RawKafka(east.port) as kafka:
+        assert kafka.create_topic("reborn", 1) == ErrorCode.NONE
+    produce(east.bootstrap, "reborn", "first", 10, 1)
+    wait_for_records(west, "reborn", 1, 10)
+    admin = AdminClient({"bootstrap.servers": east.bootstrap})
+    admin.delete_topics(["reborn"])["reborn"].result(30)
+    wait_for(lambda: "reborn" not in Producer({"bootstrap.servers": east.bootstrap}).list_topics(timeout=10).topics,
+             10, "the topic deleted in east")
+    with RawKafka(east.port) as kafka:
+        assert kafka.create_topic("reborn", 1) == ErrorCode.NONE
+    produce(east.bootstrap, "reborn", "second", 10, 1)
+    assert end_offsets(east, "reborn", 1) == {0: 10}  # control: the new topic starts again at offset 0
+    wait_for_records(west, "reborn", 1, 20, timeout=20)
+    check_everything_once(west, "reborn", 1, {"first": 10, "second": 10})
+    values = [r.value for r in read_topic(west.port, "reborn", [0])]
+    assert values[:10] == [f"first:{i}".encode() for i in range(10)]
+
+
 def produce_with_sequence_ids(bootstrap: str, topic: str, ids: range) -> None:
     """Records `app:i` that carry the application producer name `loader` and sequence id i, all to partition 0."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
@@ -135,6 +162,30 @@ def test_a_producer_that_fails_over_is_deduplicated_by_its_sequence_ids_in_the_o
     assert sorted(values) == sorted(f"app:{i}".encode() for i in range(150))
     stats = topic_stats(brokers["west"], "loads")["partitions"]
     assert sum(p["namedSequences"]["duplicatesDropped"] for p in stats.values()) == 100  # control: they were sent
+
+
+def test_a_producer_that_fails_over_before_replication_caught_up_stores_nothing_twice(clusters):
+    """The producer resumes in west from west's last sequence id, so it writes there what east has not replicated
+    yet; when east's copies arrive, the records west already has by their sequence ids are dropped from them."""
+    brokers = clusters("east", "west")
+    east, west = brokers["east"], brokers["west"]
+    replicate(east, ["east", "west"])
+    for broker in (east, west):
+        with RawKafka(broker.port) as kafka:
+            assert kafka.create_topic("loads", 1) == ErrorCode.NONE
+    registry = KopAdmin(east.admin_url)
+    registry.post(cluster_resource("west"), {"brokerServiceUrl": f"127.0.0.1:{free_port()}"})  # east cannot reach west
+    produce_with_sequence_ids(east.bootstrap, "loads", range(100))
+    assert last_sequence_ids(west.admin_url, "loads", "loader") == {}  # control: nothing replicated yet
+    produce_with_sequence_ids(west.bootstrap, "loads", range(150))  # fails over: from west's last id, and more
+    registry.post(cluster_resource("west"), {"brokerServiceUrl": west.bootstrap})
+    wait_for(lambda: topic_stats(east, "loads")["replication"]["west"]["replicationBacklog"] == 0, 30,
+             "east's entries replicated to west")
+    values = [r.value for r in read_topic(west.port, "loads", [0])]
+    assert sorted(values) == sorted(f"app:{i}".encode() for i in range(150))
+    stats = topic_stats(west, "loads")["partitions"]
+    assert sum(p["namedSequences"]["duplicatesDropped"] for p in stats.values()) == 100  # east's copies
+    assert topic_stats(east, "loads")["replication"]["west"]["entriesReplicated"] > 0
 
 
 def test_only_committed_transactions_are_replicated(clusters):

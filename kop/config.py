@@ -186,7 +186,7 @@ class BrokerConfig:
         doc="A snapshot whose answers have not all come within this time is dropped.")
     replicated_subscriptions_snapshot_max_cached_per_subscription: int = setting(
         10, Range(3), "replicatedSubscriptionsSnapshotMaxCachedPerSubscription",
-        doc="Completed snapshots kept per partition, for the groups' positions to pass.")
+        doc="Completed snapshots kept per replicated group, spread between its position and the newest data.")
     # groups
     group_min_session_timeout_ms: int = setting(6000, SIZE, doc="The shortest session timeout a member may ask for.")
     group_max_session_timeout_ms: int = setting(1800000, SIZE, doc="The longest session timeout a member may ask "

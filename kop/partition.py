@@ -9,6 +9,7 @@ after a write (dedup's persisted map, snapshots) runs in callbacks, whether or n
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -17,12 +18,14 @@ from dedup import (DEDUP_CURSOR_NAME, Accept, DecideAgain, DedupConfig, Duplicat
 from dedup import named_sequences
 from dedup.named_sequences import RecordsDecision
 from kop.dedup_storage import LedgerDedupStorage
-from kop.sequence_filter import Answer, SequenceFilter
+from kop.sequence_filter import Answer, SequenceFilter, Store
 from kop.ledger import Entry, LedgerClosedError, LedgerWriteError, ManagedLedger, ManagedLedgerError, Position
 from kop.transactions.partition_index import IndexSnapshots, PartitionTransactions
 from protocol.errors import ErrorCode
-from protocol.records import (BatchHeader, WalkedRecords, assign_offsets, build_control_batch, build_marker_batch,
-                              clear_transactional, set_log_append_time, split_batches)
+from protocol.records import (BatchHeader, RecordBatchError, WalkedRecords, assign_offsets, build_control_batch,
+                              build_marker_batch, clear_transactional, set_log_append_time, split_batches,
+                              validate_batch)
+from protocol.sequence_headers import SEQUENCE_HEADER_KEYS
 from proto.kop_pb2 import MarkerType, MessageMetadata
 
 log = logging.getLogger(__name__)
@@ -68,9 +71,10 @@ def _kafka_metadata(header: BatchHeader, accept: Accept) -> MessageMetadata:
                            producer_epoch=header.producer_epoch, is_transactional=header.is_transactional)
 
 
-def replicator_name(source_cluster: str) -> str:
-    """The dedup name a replicator's entries are judged under in the target (Pulsar's replicator producer)."""
-    return f"pulsar.repl.{source_cluster}"
+def replicator_name(source_cluster: str, topic_id: uuid.UUID) -> str:
+    """The dedup name a replicator's entries are judged under in the target (Pulsar's replicator producer): one per
+    incarnation of the source topic, whose positions start again when it is deleted and created anew."""
+    return f"pulsar.repl.{source_cluster}.{topic_id}"
 
 
 def source_position_key(ledger_id: int, entry_id: int) -> int:
@@ -218,15 +222,21 @@ class PartitionLog:
         self._markers_handed[producer_id] = self._markers_handed.get(producer_id, 0) + 1
         return result
 
-    def publish_replicated(self, source_cluster: str, ledger_id: int, entry_id: int, source: MessageMetadata,
-                           header: BatchHeader, view: memoryview) -> asyncio.Future:
+    def publish_replicated(self, source_cluster: str, topic_id: uuid.UUID, ledger_id: int, entry_id: int,
+                           source: MessageMetadata, header: BatchHeader, view: memoryview) -> asyncio.Future:
         """Append an entry a replicator of `source_cluster` sent, unless it is stored already: it is judged by its
-        source position under the replicator's name (Pulsar's dedup V2), so a resend after a reconnect, a rewind or a
-        restart of either side is stored once. Its producer's own identity is kept apart (producer ids and names are
-        cluster-local); its application-chosen sequence ids are taken as they are, so that producer is deduplicated
-        here too. Resolves to an AppendResult (`duplicate` when it was stored before)."""
-        name, key = replicator_name(source_cluster), source_position_key(ledger_id, entry_id)
-        status = self.dedup.is_duplicate(name, key, key)
+        source position under the replicator's name for the source topic's id (Pulsar's dedup V2), so a resend
+        after a reconnect, a rewind or a restart of either side is stored once. Its producer's own identity is kept
+        apart (producer ids and names are cluster-local). Its records' application-chosen sequence ids are judged as
+        a producer's here are: a producer that failed over and wrote some of them here before they were replicated
+        has them dropped from the entry (leaving holes in its offsets), and is deduplicated by them here afterwards.
+        Resolves to an AppendResult (`duplicate` when it was stored before)."""
+        if self.dedup.awaiting_recovery:  # judged against part of the state, a resend would be stored again
+            self.dedup.retry_recovery()
+            return _resolved(AppendResult(ErrorCode.REQUEST_TIMED_OUT,
+                                          message="the partition's deduplication state is being recovered"))
+        name, key = replicator_name(source_cluster, topic_id), source_position_key(ledger_id, entry_id)
+        status = self.dedup.judge(name, key)
         if status is DupStatus.DUP:
             return _resolved(AppendResult(duplicate=True))
         if status is DupStatus.UNKNOWN:
@@ -239,20 +249,34 @@ class PartitionLog:
             source_ledger_id=ledger_id, source_entry_id=entry_id)
         if source.HasField("marker_type"):
             metadata.marker_type = source.marker_type
-        pushed = self.dedup.pushed
-        named = RecordsDecision(highest={n.name: n.sequence_id for n in source.named_sequences
-                                         if n.sequence_id > pushed.get(n.name, -1)})
-        metadata.named_sequences.extend(source.named_sequences)
         if header.is_transactional:  # only committed transactions are replicated: plain data here
             buffer = bytearray(view)
             clear_transactional(buffer, 0)
             header, view = split_batches(buffer)[0]
+        named = None
+        if source.named_sequences and self.dedup.is_enabled:  # judged by them in the source: here too
+            step = self._judge_replicated_records(header, view)
+            if isinstance(step, Answer):
+                return _resolved(AppendResult(step.error, message=step.message))
+            header, view, named = step.header, step.view, step.decision
+            for core_name, sequence_id in named.highest.items():
+                metadata.named_sequences.add(name=core_name, sequence_id=sequence_id)
+        self.dedup.push(name, key)
         if not source.HasField("marker_type"):
             return self._append(header, view, metadata, None, named, replicated=(name, key))
         result = self._append(header, view, metadata, None, named, replicated=(name, key), span=0)
         batch = bytes(view)
         result.add_done_callback(lambda done: self._on_marker_stored(metadata, batch, done.result()))
         return result
+
+    def _judge_replicated_records(self, header: BatchHeader, view: memoryview) -> Store | Answer:
+        """A replicated batch's records, judged by their sequence-id headers. All of them already here still leave
+        an empty batch to store, as an idempotent producer's does: it records the source position."""
+        try:
+            records = validate_batch(header, view, from_client=False, watch=SEQUENCE_HEADER_KEYS)
+        except RecordBatchError as exc:
+            return Answer(ErrorCode(exc.error_code), str(exc))
+        return self.sequences.filter(header, view, records, idempotent=True)
 
     def _on_marker_stored(self, metadata: MessageMetadata, batch: bytes, result: AppendResult) -> None:
         if result.error == ErrorCode.NONE and self.marker_listener is not None:

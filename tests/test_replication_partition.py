@@ -6,16 +6,24 @@ completed snapshot."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 
-from dedup import DedupConfig
+from dedup import DedupConfig, Status
+from dedup.named_sequences import core_name
+from kop.client.sequences import sequence_headers
+from kop.dedup_storage import LedgerDedupStorage
 from kop.groups.offsets import OFFSET_KEY, REPLICATED_KEY
 from kop.ledger import FileManagedLedger, LedgerConfig, Position
 from kop.partition import PartitionLog, replicator_name, source_position_key
 from kop.replication.snapshots import SnapshotController, SnapshotSettings
-from proto.kop_pb2 import MarkerType, MessageMetadata, ReplicatedSubscriptionsSnapshot, ReplicatedSubscriptionsUpdate
+from proto.kop_pb2 import (MarkerType, MessageMetadata, NamedSequence, ReplicatedSubscriptionsSnapshot,
+                           ReplicatedSubscriptionsUpdate)
 from protocol.errors import ErrorCode
-from protocol.records import Record, build_batch, marker_payload, split_batches
+from protocol.records import (Record, build_batch, build_marker_batch, iter_records, marker_payload, split_batches,
+                              validate_batch)
+from protocol.sequence_headers import SEQUENCE_HEADER_KEYS
 
+TOPIC_ID = uuid.UUID(int=7)  # the source topic's id: one incarnation of it
 SETTINGS = SnapshotSettings(frequency_s=0.1, timeout_s=30, max_cached=3)
 
 
@@ -31,9 +39,10 @@ def batch(*values: bytes):
     return split_batches(build_batch(records))[0]
 
 
-async def replicate(partition: PartitionLog, entry_id: int, *values: bytes):
+async def replicate(partition: PartitionLog, entry_id: int, *values: bytes, topic_id: uuid.UUID = TOPIC_ID):
     header, view = batch(*values)
-    return await partition.publish_replicated("east", 3, entry_id, MessageMetadata(producer_name="p"), header, view)
+    return await partition.publish_replicated("east", topic_id, 3, entry_id, MessageMetadata(producer_name="p"),
+                                              header, view)
 
 
 def markers(partition: PartitionLog) -> list[tuple[int, MessageMetadata, bytes]]:
@@ -56,9 +65,24 @@ async def test_replicated_entries_are_stored_once_per_source_position_across_a_r
     assert (await replicate(partition, 1, b"c")).duplicate  # the watermark was rebuilt from the log
     assert (await replicate(partition, 0, b"a", b"b")).duplicate
     assert partition.high_watermark == 3
-    assert partition.dedup.persisted[replicator_name("east")] == source_position_key(3, 1)
+    assert partition.dedup.persisted[replicator_name("east", TOPIC_ID)] == source_position_key(3, 1)
     stored = MessageMetadata.FromString(partition.read(0, 1 << 20)[0].metadata)
     assert stored.replicated_from == "east" and stored.original_producer_name == "p"
+    await partition.close()
+
+
+async def test_a_recreated_source_topic_is_stored_after_the_old_one_whose_positions_it_reuses(tmp_path):
+    partition = await open_partition(tmp_path)
+    assert not (await replicate(partition, 0, b"a")).duplicate
+    assert not (await replicate(partition, 1, b"b")).duplicate
+    recreated = uuid.UUID(int=8)
+    assert not (await replicate(partition, 0, b"c", topic_id=recreated)).duplicate  # same position, new topic
+    assert (await replicate(partition, 0, b"c", topic_id=recreated)).duplicate
+    assert (await replicate(partition, 1, b"b")).duplicate  # the old incarnation keeps its own watermark
+    await partition.close()
+    partition = await open_partition(tmp_path)
+    assert (await replicate(partition, 0, b"c", topic_id=recreated)).duplicate
+    assert [bytes(r.value) for e in partition.read(0, 1 << 20) for r in iter_records(e.data)] == [b"a", b"b", b"c"]
     await partition.close()
 
 
@@ -128,7 +152,9 @@ async def test_two_rounds_with_two_remotes_then_an_update(tmp_path):
     await partition.close()
 
 
-async def test_snapshots_time_out_and_wait_for_data(tmp_path):
+async def test_snapshots_time_out_are_taken_again_and_then_wait_for_data(tmp_path):
+    """A snapshot whose answer was lost is taken again without new data (traffic may have stopped for good); once
+    one completes, the next waits for data."""
     partition = await open_partition(tmp_path)
     header, view = batch(b"a")
     await partition.publish_normal(header, view)
@@ -138,13 +164,135 @@ async def test_snapshots_time_out_and_wait_for_data(tmp_path):
     [snapshot_id] = controller.pending
     await controller.tick(now=10)  # pending, none completed yet, no new data: nothing new
     assert list(controller.pending) == [snapshot_id]
-    await controller.tick(now=31)
-    assert controller.timed_out_count == 1 and not controller.pending
-    controller.received_response(snapshot_id, "b", Position(1, 1), Position(0, 0))  # late: ignored
+    await controller.tick(now=31)  # timed out, and taken again at once
+    assert controller.timed_out_count == 1
+    [again] = controller.pending
+    assert again != snapshot_id
+    controller.received_response(snapshot_id, "b", Position(1, 1), partition.ledger.last_confirmed)  # late: ignored
     assert controller.completed_count == 0
-    await controller.tick(now=32)  # no data since the last request: no snapshot
+    controller.received_response(again, "b", Position(2, 2), partition.ledger.last_confirmed)
+    await until(lambda: controller.completed_count == 1)
+    assert [ReplicatedSubscriptionsUpdate.FromString(p).subscription_name for kind, _, p in markers(partition)
+            if kind == MarkerType.REPLICATED_SUBSCRIPTION_UPDATE] == ["app"]  # the group's position went out
+    await controller.tick(now=32)  # no data since the snapshot that completed: no snapshot
     assert not controller.pending
     unreachable = SnapshotController(partition, "a", lambda: ["b"], lambda _remote: False, SETTINGS)
     await unreachable.tick(now=0)
     assert not unreachable.pending
+    await partition.close()
+
+
+async def complete_snapshot(partition: PartitionLog, controller: SnapshotController, now: float, *values: bytes):
+    """New data, then a snapshot round that the one remote answers."""
+    header, view = batch(*values)
+    await partition.publish_normal(header, view)
+    done = controller.completed_count
+    await controller.tick(now=now)
+    [snapshot_id] = controller.pending
+    controller.received_response(snapshot_id, "b", Position(int(now), 0), partition.ledger.last_confirmed)
+    await until(lambda: controller.completed_count == done + 1)
+
+
+def updates(partition: PartitionLog) -> list[int]:
+    """The remote ledger ids the UPDATE markers carry (complete_snapshot answers with the tick's time)."""
+    return [ReplicatedSubscriptionsUpdate.FromString(payload).clusters[0].message_id.ledger_id
+            for kind, _, payload in markers(partition) if kind == MarkerType.REPLICATED_SUBSCRIPTION_UPDATE]
+
+
+async def test_a_group_far_behind_the_newest_data_keeps_snapshots_it_can_still_pass(tmp_path):
+    """Ten snapshots complete while the group sits at offset 0, three cached at most: the group keeps three spread
+    over what it has to consume, so committing part of the way replicates its position."""
+    partition = await open_partition(tmp_path)
+    header, view = batch(b"start")
+    await partition.publish_normal(header, view)
+    await _with_group(partition, 0)
+    controller = SnapshotController(partition, "a", lambda: ["b"], lambda _remote: True, SETTINGS)
+    for second in range(1, 11):  # snapshot k covers offsets up to k + 1
+        await complete_snapshot(partition, controller, second, f"r{second}".encode())
+    assert updates(partition) == []
+    assert controller.to_json()["cachedSnapshots"] == 3
+    await _with_group(partition, 6)  # halfway: passes snapshots 1-5, none of the newest three
+    await controller.tick(now=11)
+    [passed] = updates(partition)
+    assert 1 <= passed <= 5
+    await _with_group(partition, 11)  # the head
+    await controller.tick(now=12)
+    assert updates(partition)[1:] == [10]
+    await controller.tick(now=13)  # sent once
+    assert len(updates(partition)) == 2
+    await partition.close()
+
+
+def sequenced_batch(ids: range):
+    """Records `i` that carry the application producer name `loader` and sequence id i."""
+    records = [Record(offset=n, timestamp=1_000, key=None, value=str(i).encode(),
+                      headers=tuple(sequence_headers("loader", i))) for n, i in enumerate(ids)]
+    return split_batches(build_batch(records))[0]
+
+
+async def test_replicated_records_already_written_here_under_their_sequence_ids_are_dropped(tmp_path):
+    """A producer failed over and wrote ids 0-2 here before east's entries with 0-3 and 0-1 arrived: 3 is stored,
+    the rest not again; an entry whose records are all here still counts as stored by its source position."""
+    partition = await open_partition(tmp_path)
+    header, view = sequenced_batch(range(3))
+    await partition.publish_normal(header, view, records=validate_batch(header, view, watch=SEQUENCE_HEADER_KEYS))
+    source = MessageMetadata(producer_name="p", named_sequences=[NamedSequence(name=core_name("loader"),
+                                                                               sequence_id=3)])
+    header, view = sequenced_batch(range(4))
+    stored = await partition.publish_replicated("east", TOPIC_ID, 3, 0, source, header, view)
+    assert stored.error == ErrorCode.NONE and not stored.duplicate
+    header, view = sequenced_batch(range(2))
+    source.named_sequences[0].sequence_id = 1
+    assert not (await partition.publish_replicated("east", TOPIC_ID, 3, 1, source, header, view)).duplicate
+    assert partition.sequences.dropped == 5
+    assert [bytes(r.value) for e in partition.read(0, 1 << 20) for r in iter_records(e.data)] == [b"0", b"1", b"2",
+                                                                                                   b"3"]
+    assert partition.high_watermark == 3 + 4 + 2  # the dropped records leave holes
+    assert partition.last_sequence_id("loader") == 3
+    await partition.close()
+    partition = await open_partition(tmp_path)
+    assert (await partition.publish_replicated("east", TOPIC_ID, 3, 1, source, header, view)).duplicate
+    assert partition.last_sequence_id("loader") == 3
+    await partition.close()
+
+
+async def test_a_replicated_marker_counts_in_the_watermark_rebuilt_after_a_crash(tmp_path):
+    """Markers from this cluster stay out of the deduplication state, but a replicated one holds its source position:
+    a REQUEST resent after the target crashed must be found stored, not stored twice."""
+    crashed = await open_partition(tmp_path)
+    header, view = split_batches(build_marker_batch(MarkerType.REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST, b"x"))[0]
+    source = MessageMetadata(producer_name="pulsar.marker",
+                             marker_type=MarkerType.REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST)
+    assert not (await crashed.publish_replicated("east", TOPIC_ID, 3, 0, source, header, view)).duplicate
+    # no close (a crash): no snapshot of the deduplication state, it is rebuilt from the log
+    partition = await open_partition(tmp_path)
+    assert (await partition.publish_replicated("east", TOPIC_ID, 3, 0, source, header, view)).duplicate
+    await partition.close()
+    await crashed.close()
+
+
+async def test_replicated_entries_wait_while_the_deduplication_state_is_recovered(tmp_path, monkeypatch):
+    """A recovery that failed leaves the watermark unknown: a resend is refused (the replicator sends it again) until
+    the state is whole, then found stored."""
+    partition = await open_partition(tmp_path)
+    assert not (await replicate(partition, 0, b"a")).duplicate
+    await partition.close()
+    replay = LedgerDedupStorage.replay_after
+    failures = [OSError("read error during replay")]
+
+    async def fails_once(self, position):
+        if failures:
+            raise failures.pop()
+        async for entry in replay(self, position):
+            yield entry
+
+    monkeypatch.setattr(LedgerDedupStorage, "replay_after", fails_once)
+    ledger = FileManagedLedger.open("t-partition-0", str(tmp_path), FileLedgerConfig(), None)
+    partition = PartitionLog("t", 0, ledger, DedupConfig(recovery_retry_seconds=0))
+    assert await partition.apply_dedup_policy(True) is Status.FAILED  # control: the recovery failed
+    refused = await replicate(partition, 0, b"a")
+    assert refused.error == ErrorCode.REQUEST_TIMED_OUT
+    assert await partition.dedup.check_status(True) is Status.ENABLED  # the retry the refusal started
+    assert (await replicate(partition, 0, b"a")).duplicate
+    assert partition.high_watermark == 1
     await partition.close()

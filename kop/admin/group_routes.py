@@ -1,7 +1,7 @@
 """A consumer group's PIP-33 replication flag: `GET /admin/v2/groups/{group}/replicated` answers whether its position
 is replicated to the other clusters, POST with true or false turns it on or off. The flag is stored as Pulsar
 stores it, the cursor property `pulsar.replicated.subscription=1` on each of the group's partitions (its later
-commits keep it)."""
+commits keep it); a group with no commit yet keeps it in a file until its first commit (kop/groups/offsets.py)."""
 import logging
 from typing import TYPE_CHECKING
 

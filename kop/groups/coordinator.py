@@ -11,6 +11,7 @@ committed).
 """
 import asyncio
 import logging
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -60,7 +61,8 @@ class GroupCoordinator:
         self.config = config
         self.topics = topics
         self.groups: dict[str, Group] = {}
-        self.offsets = OffsetStore(topics, config.offset_metadata_max_bytes)
+        self.offsets = OffsetStore(topics, config.offset_metadata_max_bytes,
+                                   os.path.join(config.data_dir, "groups", "replicated-pending"), config.fsync)
         self.generations = topics.storage.group_generations()
         self.membership = Membership(self.groups, config.group_initial_rebalance_delay_ms,
                                      config.group_min_session_timeout_ms, config.group_max_session_timeout_ms,

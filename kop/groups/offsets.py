@@ -14,6 +14,7 @@ it are durable: a commit racing a deletion either lands before it (and is delete
 """
 import asyncio
 import logging
+import os
 import time
 import weakref
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from typing import TYPE_CHECKING
 
 from kop.ledger import BEFORE_FIRST, LedgerClosedError, ManagedLedger, Position
 from kop.ledger.errors import CursorNotFoundError
+from kop.ledger.framed_file import replace_atomically
+from proto.kop_pb2 import ReplicatedGroups
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:  # kop.topics imports kop.groups (generations) for the storage engines
@@ -82,7 +85,9 @@ def _done(value) -> asyncio.Future:
 
 
 class OffsetStore:
-    def __init__(self, topics: "TopicManager", metadata_max_bytes: int = 4096) -> None:
+    def __init__(self, topics: "TopicManager", metadata_max_bytes: int = 4096, pending_path: str | None = None,
+                 durable: bool = True) -> None:
+        """pending_path: where the replicated flags of groups with no commit yet are kept (None: in memory only)."""
         self._topics = topics
         self.metadata_max_bytes = metadata_max_bytes
         # group -> partitions that may hold its cursor; verified against the live cursor on every read
@@ -92,6 +97,10 @@ class OffsetStore:
         # group -> partition -> cursor writes not yet durable
         self._inflight: dict[str, dict[TopicPartition, set[asyncio.Future]]] = {}
         self.replicated: set[str] = set()  # groups whose cursors carry REPLICATED_KEY (each new one gets it too)
+        # ... of them, those flagged before their first commit landed: no cursor holds their flag yet
+        self._pending_replicated: set[str] = set()
+        self._pending_path = pending_path
+        self._durable = durable
 
     # ---- loading
 
@@ -99,6 +108,7 @@ class OffsetStore:
         """Index every group cursor of every partition; returns the groups with committed offsets and the
         protocol type they last committed with."""
         self._index.clear()
+        self._load_pending_replicated()
         found: dict[str, str | None] = {}
         for topic in self._topics.topics.values():
             for partition in topic.partitions:
@@ -109,6 +119,22 @@ class OffsetStore:
                         self.replicated.add(name)
                     found[name] = found.get(name) or cursors[name].string_properties.get(PROTOCOL_TYPE_KEY)
         return found
+
+    def _load_pending_replicated(self) -> None:
+        if self._pending_path is None or not os.path.exists(self._pending_path):
+            return
+        with open(self._pending_path, "rb") as f:
+            self._pending_replicated = set(ReplicatedGroups.FromString(f.read()).group_ids)
+        self.replicated |= self._pending_replicated
+
+    def _save_pending_replicated(self, pending: set[str]) -> None:
+        if pending == self._pending_replicated:
+            return
+        if self._pending_path is not None:
+            os.makedirs(os.path.dirname(self._pending_path), exist_ok=True)
+            record = ReplicatedGroups(group_ids=sorted(pending))
+            replace_atomically(self._pending_path, record.SerializeToString(), durable=self._durable)
+        self._pending_replicated = pending
 
     # ---- reading
 
@@ -189,14 +215,25 @@ class OffsetStore:
             strings[PROTOCOL_TYPE_KEY] = protocol_type
         task = asyncio.ensure_future(move(position, longs, strings))
         self._track(group, (topic, index), task)
+        if group in self._pending_replicated:
+            task.add_done_callback(lambda done: self._flag_landed(group, done))
         result = asyncio.get_running_loop().create_future()
         task.add_done_callback(lambda done: result.set_result(_outcome(done, f"{group} on {topic}-{index}")))
         return result
 
+    def _flag_landed(self, group: str, commit: asyncio.Future) -> None:
+        """A commit of a group flagged before it had any is durable, with the flag: its cursor holds it now."""
+        if not commit.cancelled() and commit.exception() is None and group in self.replicated:
+            self._save_pending_replicated(self._pending_replicated - {group})
+
     async def set_replicated(self, group: str, enabled: bool) -> int:
         """Turn PIP-33 replication of the group's position on or off: the flag goes into every cursor of the group
-        (its next commits keep it); returns how many cursors were changed."""
+        (its next commits keep it), or, for a group with no commit yet, into the pending file until its first commit
+        lands; returns how many cursors were changed."""
         (self.replicated.add if enabled else self.replicated.discard)(group)
+        if not enabled or not self.has_offsets(group):
+            pending = self._pending_replicated | {group} if enabled else self._pending_replicated - {group}
+            self._save_pending_replicated(pending)
         changed = 0
         for topic, index in sorted(self._prune(group)):
             partition = self._topics.partition(topic, index)

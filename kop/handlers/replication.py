@@ -1,13 +1,19 @@
 """ReplicateEntries (key 32000, kop's own, v0): entries a geo-replicator of another cluster sends, each judged by
-its source position under the replicator's dedup name (kop/partition.py `publish_replicated`), so resends are stored
-once. The topic is created, or grown to the source's partition count, on first use. A request meant for another
-cluster, coming from this one, or from a cluster this one does not know, is refused whole: a misconfigured cluster
-registry must not mix two clusters.
+its source position under the replicator's dedup name for the source topic's id (kop/partition.py
+`publish_replicated`), so resends are stored once, and a source topic deleted and created again is stored in full,
+after what its earlier incarnation left here. The topic is created, or grown to the source's partition count, on
+first use. A request meant for another cluster, coming from this one, or from a cluster this one does not know, is
+refused whole: a misconfigured cluster registry must not mix two clusters.
 
 The ordered phase hands every entry to its partition in request order, so entries of one partition are appended in
-the order the replicator sends them; a partition stops at its first refused entry (the replicator resends from it)."""
+the order the replicator sends them; a partition stops at its first refused entry (the replicator resends from it).
+
+A PIP-33 snapshot REQUEST from a cluster this one does not replicate back to is answered in the response, with where
+it was stored; sent again (its response lost), it is found stored and answered from where it was stored then."""
 import asyncio
+import functools
 import logging
+import uuid
 from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
@@ -15,6 +21,7 @@ from google.protobuf.message import DecodeError
 from kop.handlers.context import RequestContext
 from kop.partition import AppendResult, source_position_key
 from kop.security.acls import Operation
+from kop.replication.snapshots import StoredRequests
 from kop.topics import Topic, TopicError
 from protocol.errors import ErrorCode
 from protocol.records import RecordBatchError, marker_payload, split_batches
@@ -67,9 +74,10 @@ class Planned:
 
     future: asyncio.Future
     answer: tuple[str, int, int] | None = None
+    partition: str = ""
 
 
-def _publish(ctx: RequestContext, source: str, topic: Topic, index: int, entries) -> list[Planned]:
+def _publish(ctx: RequestContext, source: str, topic: Topic, topic_id: uuid.UUID, index: int, entries) -> list[Planned]:
     partition = topic.partition(index)
     if partition is None:
         return [Planned(_failed(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {topic.name}-{index}"))]
@@ -90,12 +98,24 @@ def _publish(ctx: RequestContext, source: str, topic: Topic, index: int, entries
                         exc, extra=ctx.log_fields)
             planned.append(Planned(_failed(ErrorCode.CORRUPT_MESSAGE, str(exc))))
             break
-        future = partition.publish_replicated(source, entry.ledger_id, entry.entry_id, metadata, header, view)
-        answer = (snapshot_id, entry.ledger_id, entry.entry_id) if snapshot_id is not None else None
-        planned.append(Planned(future, answer))
+        future = partition.publish_replicated(source, topic_id, entry.ledger_id, entry.entry_id, metadata, header,
+                                              view)
+        answer = None
+        if snapshot_id is not None:
+            answer = (snapshot_id, entry.ledger_id, entry.entry_id)
+            # Remembered once stored, whether or not the response still goes out.
+            future.add_done_callback(functools.partial(_remember, ctx.services.replication.stored_requests,
+                                                       partition.name, snapshot_id))
+        planned.append(Planned(future, answer, partition.name))
         if future.done() and future.result().error:  # the rest would overtake it: the replicator resends them
             break
     return planned
+
+
+def _remember(requests: StoredRequests, partition: str, snapshot_id: str, done: asyncio.Future) -> None:
+    position = done.result().position
+    if position is not None:
+        requests.remember(partition, snapshot_id, position)
 
 
 def _snapshot_request(metadata: MessageMetadata, view: memoryview) -> str | None:
@@ -127,13 +147,13 @@ async def handle(ctx: RequestContext, request: ReplicateEntriesRequest):
         except TopicError as exc:
             topic, refused = None, _failed(exc.code, str(exc))
         for pdata in topic_data.partitions:
-            entries = [Planned(refused)] if topic is None else _publish(ctx, source, topic, pdata.partition_index,
-                                                                        pdata.entries)
+            entries = [Planned(refused)] if topic is None else _publish(ctx, source, topic, topic_data.topic_id,
+                                                                        pdata.partition_index, pdata.entries)
             planned.append((topic_data.name, pdata.partition_index, entries))
-    return _respond(planned)
+    return _respond(planned, ctx.services.replication.stored_requests)
 
 
-async def _respond(planned) -> Response:
+async def _respond(planned, stored_requests: StoredRequests) -> Response:
     by_topic: dict[str, list] = {}
     for name, index, entries in planned:
         stored = duplicates = 0
@@ -146,11 +166,14 @@ async def _respond(planned) -> Response:
                 break
             stored += 1
             duplicates += outcome.duplicate
-            if entry.answer is not None and outcome.position is not None:  # a duplicate's is not known
-                snapshot_id, source_ledger, source_entry = entry.answer
+            if entry.answer is None:
+                continue
+            snapshot_id, source_ledger, source_entry = entry.answer
+            position = stored_requests.position(entry.partition, snapshot_id) if outcome.duplicate else outcome.position
+            if position is not None:  # a duplicate stored before this broker started is not known: not answered
                 answers.append(Result.SnapshotAnswer(
                     snapshot_id=snapshot_id, source_ledger_id=source_ledger, source_entry_id=source_entry,
-                    ledger_id=outcome.position.ledger_id, entry_id=outcome.position.entry_id))
+                    ledger_id=position.ledger_id, entry_id=position.entry_id))
         by_topic.setdefault(name, []).append(Result(
             partition_index=index, error_code=error, error_message=message, stored=stored, duplicates=duplicates,
             snapshot_answers=answers))

@@ -1,7 +1,8 @@
 """A connection from this broker to one remote cluster's Kafka port, shared by the replicators toward it. Requests
 are pipelined (Kafka answers them in order on one connection); a broken connection fails every request in flight
 and the next request reconnects. On connecting, ApiVersions must list ReplicateEntries: a broker that does not speak
-it (Kafka itself, or an older kop) is refused with that reason rather than sent requests it would drop."""
+it (Kafka itself, or an older kop), or does not answer, is disconnected with that reason, and no request goes on a
+connection before that check passed."""
 import asyncio
 import itertools
 import logging
@@ -61,26 +62,38 @@ class RemoteLink:
             raise LinkError(f"cannot connect to {self.cluster.name} at {self.cluster.broker_url}: "
                             f"{exc or 'timed out'}") from None
         await self.authenticate(reader, writer)
-        self._writer = writer
         self._reader_task = asyncio.create_task(self._read_responses(reader))
-        versions = await asyncio.wait_for(self._call(ApiVersionsRequest[0](), ApiVersionsResponse), self.timeout_s)
-        served = {key.api_key: (key.min_version, key.max_version) for key in versions.api_keys}
-        if REPLICATE_ENTRIES_KEY not in served:
-            error = LinkError(f"the broker at {self.cluster.broker_url} (cluster {self.cluster.name}) does not speak "
-                              f"kop's replication protocol (api key {REPLICATE_ENTRIES_KEY} not in ApiVersions): it "
-                              f"is not kop, or a kop too old to replicate to")
+        # The link is usable (self._writer set) only once the remote was found to speak kop's replication.
+        try:
+            versions = await asyncio.wait_for(self._write(writer, ApiVersionsRequest[0](), ApiVersionsResponse),
+                                              self.timeout_s)
+            error = None if REPLICATE_ENTRIES_KEY in {key.api_key for key in versions.api_keys} else LinkError(
+                f"the broker at {self.cluster.broker_url} (cluster {self.cluster.name}) does not speak kop's "
+                f"replication protocol (api key {REPLICATE_ENTRIES_KEY} not in ApiVersions): it is not kop, or a kop "
+                f"too old to replicate to")
+        except asyncio.TimeoutError:
+            error = LinkError(f"no ApiVersions answer from {self.cluster.broker_url} within {self.timeout_s:g} s")
+        except LinkError as exc:
+            error = exc
+        if error is not None:
+            writer.close()
             self._broken(error)
             raise error
+        self._writer = writer
         log.info("replication link to %s at %s connected", self.cluster.name, self.cluster.broker_url)
 
     def _call(self, request: ApiMessage, response_class: type[ApiMessage]) -> asyncio.Future:
         if self._writer is None:
             raise LinkError(f"not connected to {self.cluster.broker_url}")
+        return self._write(self._writer, request, response_class)
+
+    def _write(self, writer: asyncio.StreamWriter, request: ApiMessage,
+               response_class: type[ApiMessage]) -> asyncio.Future:
         correlation_id = next(self._correlation)
         request.with_header(correlation_id=correlation_id, client_id=self.client_id)
         future = asyncio.get_running_loop().create_future()
         self._in_flight.append((correlation_id, future, response_class, request.API_VERSION))
-        self._writer.write(bytes(request.encode(header=True, framed=True)))
+        writer.write(bytes(request.encode(header=True, framed=True)))
         return future
 
     async def _read_responses(self, reader: asyncio.StreamReader) -> None:

@@ -14,6 +14,7 @@ reach the remote in order.
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -55,11 +56,14 @@ class ReplicatorStats:
 
 
 class Replicator:
-    def __init__(self, partition: PartitionLog, partition_count: Callable[[], int], local: str, remote: str,
-                 link: Callable[[], RemoteLink | None],
+    def __init__(self, partition: PartitionLog, topic_id: bytes, partition_count: Callable[[], int], local: str,
+                 remote: str, link: Callable[[], RemoteLink | None],
                  on_snapshot_answer: Callable[[str, str, Position, Position], None]) -> None:
-        """on_snapshot_answer(snapshot id, remote, where the remote stored the REQUEST, where it is here)."""
+        """topic_id: the id of the partition's topic, new each time it is created (its positions start again, so
+        the remote judges them per topic id); on_snapshot_answer(snapshot id, remote, where the remote stored the
+        REQUEST, where it is here)."""
         self.partition = partition
+        self.topic_id = uuid.UUID(bytes=topic_id)
         self._on_snapshot_answer = on_snapshot_answer
         self.local = local
         self.remote = remote
@@ -158,7 +162,8 @@ class Replicator:
         partition = self.partition
         request = Request[0](
             source_cluster=self.local, target_cluster=self.remote, timeout_ms=int(link.timeout_s * 1000),
-            topics=[Request.ReplicateTopic(name=partition.topic, partition_count=self._partition_count(), partitions=[
+            topics=[Request.ReplicateTopic(
+                name=partition.topic, topic_id=self.topic_id, partition_count=self._partition_count(), partitions=[
                 Request.ReplicateTopic.ReplicatePartition(partition_index=partition.partition, entries=[
                     Request.ReplicateTopic.ReplicatePartition.ReplicateEntry(
                         ledger_id=entry.position.ledger_id, entry_id=entry.position.entry_id,

@@ -20,7 +20,8 @@ from kop.policies import PolicyBook
 from kop.replication.clusters import ClusterRegistry
 from kop.replication.link import RemoteLink
 from kop.replication.replicator import Replicator, cursor_name
-from kop.replication.snapshots import SnapshotController, SnapshotSettings, message_id, offset_after
+from kop.replication.snapshots import (SnapshotController, SnapshotSettings, StoredRequests, message_id,
+                                       offset_after)
 from kop.topics import INTERNAL_PREFIX, TopicManager
 from proto.kop_pb2 import (ClusterMessageId, MarkerType, MessageMetadata, ReplicatedSubscriptionsSnapshotRequest,
                            ReplicatedSubscriptionsSnapshotResponse, ReplicatedSubscriptionsUpdate)
@@ -46,6 +47,7 @@ class ReplicationService:
                                          config.replicated_subscriptions_snapshot_max_cached_per_subscription)
         self.replicators: dict[Key, Replicator] = {}
         self.controllers: dict[tuple[str, int], SnapshotController] = {}
+        self.stored_requests = StoredRequests()  # REQUESTs answered in ReplicateEntries responses
         self._snapshot_task: asyncio.Task | None = None
         self._links: dict[str, RemoteLink] = {}
         self._task: asyncio.Task | None = None
@@ -89,8 +91,10 @@ class ReplicationService:
             self._refresh_links()
             wanted: dict[Key, PartitionLog] = {}
             controlled: dict[tuple[str, int], PartitionLog] = {}
+            topic_ids: dict[str, bytes] = {}
             for topic in list(self.topics.topics.values()):
                 remotes = self.remotes(topic.name)
+                topic_ids[topic.name] = topic.topic_id
                 for partition in topic.partitions:
                     partition.marker_listener = self._on_marker
                     if remotes:
@@ -104,16 +108,17 @@ class ReplicationService:
                     await self._retire(key, replicator)
             for key, partition in wanted.items():
                 if key not in self.replicators:
-                    self._start(key, partition)
+                    self._start(key, partition, topic_ids[key[0]])
 
-    def _start(self, key: Key, partition: PartitionLog) -> None:
+    def _start(self, key: Key, partition: PartitionLog, topic_id: bytes) -> None:
         name, _, remote = key
 
         def partition_count() -> int:
             topic = self.topics.get(name)
             return len(topic.partitions) if topic is not None else partition.partition + 1
 
-        replicator = Replicator(partition, partition_count, self.local, remote, lambda: self._links.get(remote),
+        replicator = Replicator(partition, topic_id, partition_count, self.local, remote,
+                                lambda: self._links.get(remote),
                                 lambda *answer: self._snapshot_answer(partition, *answer))
         self.replicators[key] = replicator
         replicator.start()

@@ -14,13 +14,20 @@ the local position of the last answer; it stays here.
 A group's committed offset passing a snapshot's local position writes an UPDATE naming the group and the remote
 positions; the remote moves the group's committed offset there (never backwards), creating it if needed. The check
 runs on every tick rather than on each commit, so a group that stopped committing still gets its last position
-replicated once a snapshot behind it completes (Pulsar #19551).
+replicated once a snapshot behind it completes (Pulsar #19551). A snapshot that times out (an answer lost) is taken
+again at the next tick, with or without new data, so the data it covered still gets a snapshot once traffic stops.
+
+Completed snapshots are kept per group, as Pulsar keeps them per subscription: those the group has not passed yet,
+at most `max_cached`, thinned evenly over the range between its committed offset and the head when there are more.
+A group far behind the newest data thus still passes snapshots and gets its position replicated as it catches up.
 
 Markers cover no Kafka offset (partition.publish_marker), so snapshots never disturb offsets, lag or fetches."""
 import asyncio
+import bisect
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -45,12 +52,32 @@ def message_id(position: Position) -> MarkersMessageIdData:
     return MarkersMessageIdData(ledger_id=position.ledger_id, entry_id=position.entry_id)
 
 
+class StoredRequests:
+    """Where this cluster stored the REQUEST markers it answered in ReplicateEntries responses (as a one-way
+    standby), the newest `limit`: a REQUEST sent again because the response was lost is found stored by its source
+    position, and is answered from here rather than not at all. After a restart, the requester's timeout retakes
+    the snapshot instead."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._limit = limit
+        self._positions: OrderedDict[tuple[str, str], Position] = OrderedDict()
+
+    def remember(self, partition: str, snapshot_id: str, position: Position) -> None:
+        self._positions[(partition, snapshot_id)] = position
+        if len(self._positions) > self._limit:
+            self._positions.popitem(last=False)
+
+    def position(self, partition: str, snapshot_id: str) -> Position | None:
+        return self._positions.get((partition, snapshot_id))
+
+
 @dataclass
 class PendingSnapshot:
     snapshot_id: str
     remotes: frozenset[str]
     rounds: int
     started: float
+    end: int  # the partition's high watermark when it was requested
     round: int = 1
     missing: set[str] = field(default_factory=set)
     clusters: dict[str, Position] = field(default_factory=dict)  # first-round answers win
@@ -62,6 +89,16 @@ class Snapshot:
     snapshot_id: str
     local_offset: int  # a group whose committed offset reaches it has consumed everything the snapshot covers
     clusters: tuple[tuple[str, Position], ...]
+
+
+def add_thinned(cache: list[Snapshot], snapshot: Snapshot, limit: int) -> None:
+    """Add a snapshot to a group's cache (ordered by local offset); past `limit` (3 at least, the setting's
+    minimum), drop the inner snapshot whose neighbours are closest, so what is kept spreads evenly from the group's
+    position to the newest."""
+    bisect.insort(cache, snapshot, key=lambda s: s.local_offset)
+    while len(cache) > limit:
+        inner = min(range(1, len(cache) - 1), key=lambda i: cache[i + 1].local_offset - cache[i - 1].local_offset)
+        del cache[inner]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +121,10 @@ class SnapshotController:
         self._connected = connected
         self.settings = settings
         self.pending: dict[str, PendingSnapshot] = {}
-        self.completed: list[Snapshot] = []
+        self.recent: list[Snapshot] = []  # completed ones spread over the partition's history, for a new group
+        self.cached: dict[str, list[Snapshot]] = {}  # group -> the snapshots it has not passed yet
         self.completed_count = self.timed_out_count = self.updates_written = 0
         self._end_at_last_request = -1
-        self._updated: dict[str, str] = {}  # group -> the snapshot its last UPDATE carried
         self._busy = False
         self._writes: set[asyncio.Task] = set()  # markers written from an answer, held until done
 
@@ -110,6 +147,8 @@ class SnapshotController:
             if now - pending.started > self.settings.timeout_s:
                 del self.pending[snapshot_id]
                 self.timed_out_count += 1
+                if pending.end == self._end_at_last_request:  # taken again, even with no new data
+                    self._end_at_last_request = -1
                 log.info("%s: snapshot %s timed out waiting for %s", self.partition.name, snapshot_id,
                          sorted(pending.missing))
         remotes = self._remotes()
@@ -123,9 +162,9 @@ class SnapshotController:
         reachable = [remote for remote in remotes if self._connected(remote)]
         if end == self._end_at_last_request or not reachable:
             return
-        if self.pending and not self.completed:
+        if self.pending and not self.completed_count:
             return  # none ever completed: retry at the timeout's pace, not every tick (Pulsar #23839)
-        pending = PendingSnapshot(uuid.uuid4().hex, frozenset(reachable), 2 if len(reachable) > 1 else 1, now)
+        pending = PendingSnapshot(uuid.uuid4().hex, frozenset(reachable), 2 if len(reachable) > 1 else 1, now, end)
         pending.missing = set(pending.remotes)
         self.pending[pending.snapshot_id] = pending
         self._end_at_last_request = end
@@ -176,26 +215,32 @@ class SnapshotController:
         if result.error or local_offset is None:
             return  # complete only once its marker is durable (Pulsar #26119); retried after the timeout
         self.pending.pop(pending.snapshot_id, None)
-        self.completed.append(Snapshot(pending.snapshot_id, local_offset, tuple(clusters)))
-        del self.completed[:-self.settings.max_cached]
+        snapshot = Snapshot(pending.snapshot_id, local_offset, tuple(clusters))
+        add_thinned(self.recent, snapshot, self.settings.max_cached)
+        for cache in self.cached.values():
+            add_thinned(cache, snapshot, self.settings.max_cached)
         self.completed_count += 1
         await self._send_updates(self.replicated_groups())
 
     async def _send_updates(self, groups: dict[str, int]) -> None:
+        for gone in self.cached.keys() - groups.keys():
+            del self.cached[gone]
         for group, committed in groups.items():
-            passed = [s for s in self.completed if s.local_offset <= committed]
-            if not passed or self._updated.get(group) == passed[-1].snapshot_id:
+            cache = self.cached.setdefault(group, list(self.recent))
+            passed = bisect.bisect_right(cache, committed, key=lambda s: s.local_offset)
+            if not passed:
                 continue
-            snapshot = passed[-1]
+            snapshot = cache[passed - 1]
             payload = ReplicatedSubscriptionsUpdate(subscription_name=group, clusters=[
                 ClusterMessageId(cluster=name, message_id=message_id(p)) for name, p in snapshot.clusters])
             result = await self.partition.publish_marker(MarkerType.REPLICATED_SUBSCRIPTION_UPDATE,
                                                          payload.SerializeToString())
-            if not result.error:
-                self._updated[group] = snapshot.snapshot_id
+            if not result.error:  # otherwise tried again at the next tick
+                # By value: a snapshot may have completed meanwhile.
+                cache[:] = [s for s in cache if s.local_offset > snapshot.local_offset]
                 self.updates_written += 1
 
     def to_json(self) -> dict:
         return {"pendingSnapshots": len(self.pending), "completedSnapshots": self.completed_count,
                 "timedOutSnapshots": self.timed_out_count, "updatesWritten": self.updates_written,
-                "cachedSnapshots": len(self.completed)}
+                "cachedSnapshots": len({s.snapshot_id for cache in self.cached.values() for s in cache})}
