@@ -287,7 +287,7 @@ async def test_replicated_entries_wait_while_the_deduplication_state_is_recovere
             yield entry
 
     monkeypatch.setattr(LedgerDedupStorage, "replay_after", fails_once)
-    ledger = FileManagedLedger.open("t-partition-0", str(tmp_path), FileLedgerConfig(), None)
+    ledger = FileManagedLedger.open("t-partition-0", str(tmp_path), LedgerConfig(), None)
     partition = PartitionLog("t", 0, ledger, DedupConfig(recovery_retry_seconds=0))
     assert await partition.apply_dedup_policy(True) is Status.FAILED  # control: the recovery failed
     refused = await replicate(partition, 0, b"a")
