@@ -55,5 +55,6 @@ def storage_engine(request):
 
 @pytest.fixture(autouse=True)
 def file_storage_only(request, storage_engine):
-    if storage_engine != "file" and request.node.get_closest_marker("file_storage"):
-        pytest.skip("inspects or damages the file engine's files (runs with --storage file)")
+    marker = request.node.get_closest_marker("file_storage")
+    if storage_engine != "file" and marker is not None:
+        pytest.skip(marker.kwargs.get("reason", "inspects or damages the file engine's files (runs with --storage file)"))
