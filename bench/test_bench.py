@@ -129,6 +129,7 @@ def test_dedup_core_measures_both_variants_over_accepted_batches():
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+@pytest.mark.slow  # over 10 s: make test-slow runs it, so make test keeps its budget
 def test_dedup_instructions_counts_more_work_per_batch_with_dedup_on():
     from bench import dedup_instructions
     # Enough batches that dedup's work (thousands of instructions each) outweighs how much the start-up of the

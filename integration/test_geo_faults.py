@@ -109,6 +109,7 @@ def test_source_killed_before_its_cursor_moved_resends_once(linked):
     check_everything_once(west, "orders", PARTITIONS, {"before": 50, "held": 300})
 
 
+@pytest.mark.slow  # over 10 s: make test-slow runs it, so make test keeps its budget
 def test_target_killed_while_data_flows(linked):
     """kill -9 of west while east's producer is writing and its replicator sending: west ends with everything once."""
     east, west, proxy = linked

@@ -148,6 +148,7 @@ def check_group_run(results: dict[str, GroupConsumeResult], produced: list[str])
         assert len(taken) == len(set(taken)), f"generation {generation} gave a partition twice: {by_member}"
 
 
+@pytest.mark.slow  # over 10 s: make test-slow runs it, so make test keeps its budget
 def test_java_members_join_leave_and_vanish_while_records_arrive(group_broker):
     bootstrap, topic, group = group_broker.bootstrap, "java-shared", "java-group"
     create_topic(bootstrap, topic)

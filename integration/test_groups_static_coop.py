@@ -30,6 +30,7 @@ def group_broker(broker_factory):
 # ---- Java
 
 @needs_java
+@pytest.mark.slow  # over 10 s: make test-slow runs it, so make test keeps its budget
 def test_java_static_member_restart_keeps_its_partitions_without_a_rebalance(group_broker):
     bootstrap, topic, group = group_broker.bootstrap, "java-static", "java-static-group"
     create_topic(bootstrap, topic)
@@ -62,6 +63,7 @@ def test_java_static_member_restart_keeps_its_partitions_without_a_rebalance(gro
 
 
 @needs_java
+@pytest.mark.slow  # over 10 s: make test-slow runs it, so make test keeps its budget
 def test_java_cooperative_sticky_moves_only_the_partitions_that_change_owner(group_broker):
     bootstrap, topic, group = group_broker.bootstrap, "java-coop", "java-coop-group"
     create_topic(bootstrap, topic)

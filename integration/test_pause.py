@@ -5,6 +5,8 @@ import os
 import signal
 import time
 
+import pytest
+
 from integration.broker_process import BrokerProcess
 from integration.fault_proxy import FaultProxy
 from integration.idem_raw import RawKafka, read_topic
@@ -20,6 +22,7 @@ GROUP = "paused-readers"
 PAUSE_S = SESSION_TIMEOUT_MS / 1000 + 4  # past the session timeout (6 s) and the producer's request timeout (5 s)
 
 
+@pytest.mark.slow  # over 10 s: make test-slow runs it, so make test keeps its budget
 def test_a_pause_past_every_client_timeout_loses_nothing_duplicates_nothing_and_the_group_resumes(tmp_path):
     with FaultProxy() as proxy:
         broker = BrokerProcess(str(tmp_path / "data"), config={"advertised.port": str(proxy.port)})

@@ -277,6 +277,7 @@ def test_alter_user_scram_credentials_needs_a_super_user_and_survives_a_restart(
         broker.process.stop()
 
 
+@pytest.mark.slow  # over 10 s: make test-slow runs it, so make test keeps its budget
 def test_an_expired_session_closes_the_connection_and_clients_reauthenticate(tmp_path):
     broker = SaslBroker(str(tmp_path), **{"connections.max.reauth.ms": "2000"}).start()
     try:

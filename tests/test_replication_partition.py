@@ -172,8 +172,9 @@ async def test_snapshots_time_out_are_taken_again_and_then_wait_for_data(tmp_pat
     assert controller.completed_count == 0
     controller.received_response(again, "b", Position(2, 2), partition.ledger.last_confirmed)
     await until(lambda: controller.completed_count == 1)
-    assert [ReplicatedSubscriptionsUpdate.FromString(p).subscription_name for kind, _, p in markers(partition)
-            if kind == MarkerType.REPLICATED_SUBSCRIPTION_UPDATE] == ["app"]  # the group's position went out
+    updates = lambda: [ReplicatedSubscriptionsUpdate.FromString(p).subscription_name  # noqa: E731
+                       for kind, _, p in markers(partition) if kind == MarkerType.REPLICATED_SUBSCRIPTION_UPDATE]
+    await until(lambda: updates() == ["app"])  # the group's position went out (written just after the completion)
     await controller.tick(now=32)  # no data since the snapshot that completed: no snapshot
     assert not controller.pending
     unreachable = SnapshotController(partition, "a", lambda: ["b"], lambda _remote: False, SETTINGS)
