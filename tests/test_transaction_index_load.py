@@ -8,9 +8,17 @@ from protocol.errors import ErrorCode
 from protocol.records import Record, build_batch, split_batches
 
 
-def open_partition(path) -> PartitionLog:
-    ledger = FileManagedLedger.open("t-0", str(path), LedgerConfig(fsync=False), None)
+def open_partition(path, **config) -> PartitionLog:
+    ledger = FileManagedLedger.open("t-0", str(path), LedgerConfig(**{"fsync": False, **config}), None)
     return PartitionLog("t", 0, ledger, DedupConfig())
+
+
+def transactional_batch(first: int, count: int = 1):
+    """(header, view) of producer 7's transactional batch of `count` records from sequence `first`."""
+    records = [Record(offset=i, timestamp=1_700_000_000_000, key=None, value=b"v%d" % (first + i))
+               for i in range(count)]
+    return split_batches(build_batch(records, producer_id=7, producer_epoch=0, base_sequence=first,
+                                     transactional=True))[0]
 
 
 async def write_plain(partition: PartitionLog, count: int) -> None:
@@ -45,10 +53,7 @@ async def test_a_partition_loads_its_transactions_from_the_last_snapshot_and_the
     await partition.apply_dedup_policy(True)
     await partition.expect_transactions()
     for i in range(1210):
-        records = [Record(offset=0, timestamp=1_700_000_000_000, key=None, value=b"v%d" % i)]
-        header, view = split_batches(build_batch(records, producer_id=7, producer_epoch=0, base_sequence=i,
-                                                 transactional=True))[0]
-        assert (await partition.publish_normal(header, view)).error == ErrorCode.NONE
+        assert (await partition.publish_normal(*transactional_batch(i))).error == ErrorCode.NONE
         if i % 100 == 99 and i < 1200:  # every 3rd transaction aborted; the last 10 records' one stays open
             assert (await partition.publish_control(7, 0, commit=i % 300 != 99)).error == ErrorCode.NONE
     expected = (dict(partition.transactions.open), list(partition.transactions.aborted))
@@ -68,18 +73,11 @@ async def test_a_partition_loads_its_transactions_from_the_last_snapshot_and_the
 async def test_a_transaction_open_at_the_snapshot_and_ended_before_retention_deleted_it_stays_ended(tmp_path):
     """Open when the 1,000th entry was snapshotted, committed after, then retention deletes every ledger with it and
     its marker: after a restart it must not be open again (no marker is left to close it, the LSO would stay)."""
-    def small_ledgers(path) -> PartitionLog:
-        ledger = FileManagedLedger.open("t-0", str(path), LedgerConfig(fsync=False, max_ledger_bytes=20_000), None)
-        return PartitionLog("t", 0, ledger, DedupConfig())
-
-    partition = small_ledgers(tmp_path)
+    partition = open_partition(tmp_path, max_ledger_bytes=20_000)
     await partition.apply_dedup_policy(False)
     await partition.expect_transactions()
     for i in range(1000):
-        records = [Record(offset=0, timestamp=1_700_000_000_000, key=None, value=b"v%d" % i)]
-        header, view = split_batches(build_batch(records, producer_id=7, producer_epoch=0, base_sequence=i,
-                                                 transactional=True))[0]
-        assert (await partition.publish_normal(header, view)).error == ErrorCode.NONE
+        assert (await partition.publish_normal(*transactional_batch(i))).error == ErrorCode.NONE
     await partition.transaction_snapshots.close()  # the snapshot, with the transaction open, is stored
     assert partition.ledger.cursors["pulsar.transactions"].string_properties["txn.open"] == "7:0"
     assert (await partition.publish_control(7, 0, commit=True)).error == ErrorCode.NONE
@@ -89,7 +87,7 @@ async def test_a_transaction_open_at_the_snapshot_and_ended_before_retention_del
     assert partition.log_start_offset == end and partition.last_stable_offset == end
     await partition.close()
 
-    partition = small_ledgers(tmp_path)
+    partition = open_partition(tmp_path, max_ledger_bytes=20_000)
     partition.load_transactions()
     assert partition.transactions.open == {}
     assert partition.last_stable_offset == partition.high_watermark == end
@@ -108,15 +106,9 @@ async def test_a_transactional_batch_that_waited_for_earlier_writes_is_refused_i
         await partition.apply_dedup_policy(True)
         await partition.expect_transactions()
 
-        def batch(first: int, count: int):
-            records = [Record(offset=i, timestamp=1_700_000_000_000, key=None, value=b"v%d" % (first + i))
-                       for i in range(count)]
-            return split_batches(build_batch(records, producer_id=7, producer_epoch=0, base_sequence=first,
-                                             transactional=True))[0]
-
         ledger.hold_flushes(True)
-        in_flight = partition.publish_normal(*batch(0, 5))
-        overlapping = partition.publish_normal(*batch(3, 4))  # not a retry of the one in flight: it waits
+        in_flight = partition.publish_normal(*transactional_batch(0, 5))
+        overlapping = partition.publish_normal(*transactional_batch(3, 4))  # not a retry of the one in flight: it waits
         marker = partition.publish_control(7, 0, commit=False)
         ledger.hold_flushes(False)
         assert (await in_flight).error == ErrorCode.NONE and (await marker).error == ErrorCode.NONE
