@@ -49,10 +49,10 @@ class FailpointRoutes:
         target.ledger.inject_write_failures(count)
         target.ledger.inject_replay_read_failures(read_failures)
         if cursor_failures:
-            inject = getattr(target.ledger, "inject_cursor_write_failures", None)  # the file engine's cursor log
-            if inject is None:
-                raise HttpError(400, "cursor_write_failures: this storage engine has no cursor log")
-            inject(cursor_failures)
+            try:
+                target.ledger.inject_cursor_write_failures(cursor_failures)
+            except NotImplementedError as exc:
+                raise HttpError(400, f"cursor_write_failures: {exc}") from None
         if hold is not None:
             target.ledger.hold_flushes(hold)
         return json_response({"topic": topic, "partition": int(partition), **body})

@@ -143,6 +143,11 @@ class LedgerBase(ManagedLedger):
         found = self._locate(index)
         return [] if found is None else self._read(found[0], found[1], max_bytes, max_entries)
 
+    def inject_cursor_write_failures(self, count: int) -> None:
+        """Failpoint (admin API, tests): the next `count` flushes of the cursor log fail. Only an engine with a
+        cursor log of its own has one to fail."""
+        raise NotImplementedError("this storage engine has no cursor log")
+
     def inject_replay_read_failures(self, count: int) -> None:
         """Test hook: the next `count` reads of the entries after a position (the dedup replay's) fail as a disk
         read error would."""
