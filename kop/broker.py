@@ -11,7 +11,7 @@ from kop import clock, handlers
 from kop.admin.metrics import BrokerCollector, BrokerMetrics
 from kop.admin.server import AdminServer
 from kop.byte_budget import ByteBudget
-from kop.config import BrokerConfig
+from kop.config import BrokerConfig, settings_not_default
 from kop.connection import Connection
 from kop.data_dir import DataDirLock
 from kop.groups import GroupCoordinator
@@ -27,10 +27,14 @@ MAX_NAMED = 10  # partitions a readiness answer names
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, *, admin_port_may_be_taken: bool = False) -> None:
+    def __init__(self, config: BrokerConfig, *, admin_port_may_be_taken: bool = False,
+                 explicit_settings: frozenset[str] | None = None) -> None:
         """admin_port_may_be_taken: when the admin port is in use, run without the admin API instead of failing
-        (kop standalone's default port gives way, so a second standalone on one machine still starts)."""
+        (kop standalone's default port gives way, so a second standalone on one machine still starts).
+        explicit_settings: the config fields the operator set (reported as STATIC_BROKER_CONFIG); by default those
+        not at their default value."""
         self.config = config
+        self.explicit_settings = settings_not_default(config) if explicit_settings is None else explicit_settings
         self._admin_port_may_be_taken = admin_port_may_be_taken
         self._lock: DataDirLock | None = None
         self.policies = PolicyBook(config)

@@ -173,6 +173,13 @@ RULES: tuple[tuple[Callable[[BrokerConfig], bool], Callable[[BrokerConfig], str]
 FIELDS = {f.name: f for f in fields(BrokerConfig)}
 
 
+def settings_not_default(config: BrokerConfig) -> frozenset[str]:
+    """The fields holding other than their default: what was set, when nobody recorded what was (a broker made in
+    code rather than from a properties file and command line)."""
+    defaults = BrokerConfig()
+    return frozenset(name for name in FIELDS if getattr(config, name) != getattr(defaults, name))
+
+
 def setting_key(name: str) -> str:
     """The key users know the field by: its first file key (Kafka's or Pulsar's name), else its name with dots."""
     keys = FIELDS[name].metadata["keys"]

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from dedup import DedupConfig
+from kop import internal_topics
 from kop.config import BrokerConfig
 from kop.ledger import FileLedgerConfig, FileManagedLedger
 from kop.ledger.file_pool import OUT_OF_DESCRIPTORS, FilePool, capacity_for_open_files_limit
@@ -71,8 +72,9 @@ def validate_topic_configs(configs: dict[str, str]) -> None:
             raise TopicError(ErrorCode.INVALID_CONFIG, f"unknown topic config {key!r}")
         if key == "message.timestamp.type" and value not in ("CreateTime", "LogAppendTime"):
             raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be CreateTime or LogAppendTime")
-        if key == "cleanup.policy" and not (value and set(value.split(",")) <= {"delete", "compact"}):
-            raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be delete, compact or both, got {value!r}")
+        # An empty list is accepted, as Kafka 4.x accepts it: neither deletion nor compaction.
+        if key == "cleanup.policy" and not {v.strip() for v in value.split(",") if v.strip()} <= {"delete", "compact"}:
+            raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be delete, compact, both or empty, got {value!r}")
         if key == "compression.type" and value not in COMPRESSION_TYPES:
             raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be one of {sorted(COMPRESSION_TYPES)}")
         if key == "min.insync.replicas" and value != "1":
@@ -127,6 +129,13 @@ class Topic:
 
     def partition(self, index: int) -> PartitionLog | None:
         return self.partitions[index] if 0 <= index < len(self.partitions) else None
+
+
+def unknown_topic(name: str) -> "TopicError":
+    """The error for a topic kop holds no log for (an internal topic's is a refusal that says why)."""
+    if internal_topics.is_internal(name):
+        return TopicError(internal_topics.REFUSED, internal_topics.REFUSAL)
+    return TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
 
 
 def validate_topic_name(name: str | None) -> None:
@@ -320,7 +329,7 @@ class TopicManager:
 
     def check_create(self, name: str, partitions: int, configs: dict[str, str]) -> int:
         validate_topic_name(name)
-        if name in self.topics:
+        if name in self.topics or internal_topics.is_internal(name):
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         if partitions == -1:
             partitions = self.config.num_partitions
@@ -348,7 +357,7 @@ class TopicManager:
             if topic is not None:
                 self._names_by_id.pop(topic.topic_id, None)
             if topic is None:
-                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+                raise unknown_topic(name)
             for partition in topic.partitions:
                 await partition.close()
             # The commit point, durable before any ledger goes: a crash after it leaves orphans that load_all
@@ -365,7 +374,7 @@ class TopicManager:
         async with self._lock:
             topic = self.topics.get(name)
             if topic is None:
-                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+                raise unknown_topic(name)
             if count <= len(topic.partitions):
                 raise TopicError(ErrorCode.INVALID_PARTITIONS,
                                  f"topic {name!r} has {len(topic.partitions)} partitions; {count} is not more")
@@ -380,7 +389,7 @@ class TopicManager:
         async with self._lock:
             topic = self.topics.get(name)
             if topic is None:
-                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+                raise unknown_topic(name)
             validate_topic_configs(configs)
             if validate_only:
                 return

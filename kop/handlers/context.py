@@ -31,6 +31,7 @@ class BrokerServices:
     """The services handlers use, fixed once the broker listens."""
 
     config: "BrokerConfig"  # settings, read-only
+    explicit_settings: frozenset[str]  # the config fields the operator set
     endpoint: Endpoint
     topics: "TopicManager"
     groups: "GroupCoordinator"
@@ -44,7 +45,7 @@ class BrokerServices:
         config = broker.config
         assert broker.producer_ids is not None and broker.transactions is not None, \
             "the broker serves requests only once started"
-        return cls(config, Endpoint(config.node_id, config.advertised, broker.advertised_port), broker.topics,
+        return cls(config, broker.explicit_settings, Endpoint(config.node_id, config.advertised, broker.advertised_port), broker.topics,
                    broker.groups, broker.producer_ids, broker.transactions, broker.api_router.versions,
                    broker.metrics)
 

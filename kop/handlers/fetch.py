@@ -15,6 +15,7 @@ from typing import Any
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
+from kop import internal_topics
 from kop.handlers.context import RequestContext
 from kop.ledger import Entry
 from kop.partition import PartitionLog
@@ -25,7 +26,9 @@ READ_COMMITTED = 1
 
 
 def _topic_name(ctx: RequestContext, ftopic: Any) -> str | None:
-    return ctx.topics.name_of(ftopic.topic_id.bytes) if ctx.version >= 13 else ftopic.topic
+    if ctx.version < 13:
+        return ftopic.topic
+    return ctx.topics.name_of(ftopic.topic_id.bytes) or internal_topics.name_of(ftopic.topic_id.bytes)
 
 
 # What a response serves: each partition read and the bytes of batches it gives, counted once the response goes.
@@ -55,7 +58,7 @@ def _collect(ctx: RequestContext, request: FetchRequest) -> tuple[list[Any], int
                 partition_index=fpart.partition, error_code=ErrorCode.NONE, high_watermark=-1, last_stable_offset=-1,
                 log_start_offset=-1, aborted_transactions=None, records=b"")
             if partition is None:
-                data.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None \
+                data.error_code = internal_topics.missing_partition_error(name) if name is not None \
                     else ErrorCode.UNKNOWN_TOPIC_ID
                 parts.append(data)
                 continue

@@ -14,6 +14,7 @@ from collections.abc import Awaitable
 from kafka.protocol.producer import ProduceRequest
 
 from kop.handlers.context import RequestContext
+from kop.internal_topics import REFUSAL, REFUSED, missing_partition_error
 from kop.partition import AppendResult, PartitionLog
 from kop.topics import TopicSettings
 from protocol.errors import ErrorCode
@@ -110,7 +111,8 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> Awaitable[Prod
             if acks not in (-1, 0, 1):
                 future = _rejected(ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, got {acks}")
             elif topic is None or partition is None:
-                future = _rejected(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic or partition {name}-{index}")
+                error = missing_partition_error(name)
+                future = _rejected(error, REFUSAL if error == REFUSED else f"unknown topic or partition {name}-{index}")
             else:
                 future = _publish_one(ctx, partition, topic.settings, pdata.records, request.timeout_ms)
             per_partition.append((index, partition, future))

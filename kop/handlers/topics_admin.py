@@ -12,7 +12,8 @@ from kafka.protocol.admin import (CreatePartitionsRequest, CreatePartitionsRespo
 
 from kop.handlers.configs import DEFAULT_CONFIG
 from kop.handlers.context import RequestContext
-from kop.topics import TOPIC_CONFIG_DEFAULTS, TopicError
+from kop.internal_topics import missing_partition_error
+from kop.topics import TOPIC_CONFIG_DEFAULTS, TopicError, unknown_topic
 from protocol.errors import ErrorCode
 
 
@@ -104,7 +105,7 @@ async def create_partitions(ctx: RequestContext, request: CreatePartitionsReques
         try:
             topic = ctx.topics.get(item.name)
             if topic is None:
-                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {item.name!r}")
+                raise unknown_topic(item.name)
             if item.count <= len(topic.partitions):
                 raise TopicError(ErrorCode.INVALID_PARTITIONS,
                                  f"topic has {len(topic.partitions)} partitions; {item.count} is not more")
@@ -133,7 +134,7 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
                                                          error_code=ErrorCode.NONE)
             partition = ctx.topics.partition(item.name, p.partition_index)
             if partition is None:
-                result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                result.error_code = missing_partition_error(item.name)
             else:
                 offset = partition.high_watermark if p.offset == -1 else p.offset
                 if not 0 <= offset <= partition.high_watermark:
