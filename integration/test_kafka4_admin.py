@@ -3,6 +3,8 @@ DescribeTopicPartitions pages through partitions with its cursor, DescribeQuorum
 ListConfigResources lists the broker and the topics, DescribeConfigs says where each value comes from (with
 synonyms), an empty cleanup.policy is accepted, and `__consumer_offsets` is listed as internal while reading or
 writing it is refused with an error every client names."""
+import urllib.request
+
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
@@ -15,8 +17,10 @@ from kafka.errors import TopicAlreadyExistsError, TopicAuthorizationFailedError
 from kafka.protocol.admin import DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
+from integration.broker_process import BrokerProcess
 from integration.clients import ck_produce
 from integration.idem_raw import RawKafka
+from integration.java_client import java_admin, java_available, java_unavailable_reason
 from protocol.errors import ErrorCode
 
 INTERNAL = "__consumer_offsets"
@@ -176,3 +180,32 @@ def test_kp_describe_configs_without_synonyms_leaves_them_out(kp_admin):
     kp_admin.create_topics([NewTopic("plain", 1, 1)])
     configs = kp_admin.describe_configs([KpConfigResource(ConfigResourceType.TOPIC, "plain")], config_filter="all")
     assert configs["topic"]["plain"]["retention.bytes"]["synonyms"] == []
+
+
+@pytest.mark.skipif(not java_available(), reason=java_unavailable_reason())
+def test_the_java_admin_client_describes_topics_the_quorum_and_config_sources(tmp_path):
+    b = BrokerProcess(str(tmp_path / "data"), admin_port=0, config={"log.retention.ms": "3600000"}).start()
+    try:
+        java_admin_checks(b)
+    finally:
+        b.stop()
+
+
+def java_admin_checks(b: BrokerProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    wait_all(admin.create_topics([CkNewTopic("jadmin", num_partitions=3, replication_factor=1,
+                                              config={"retention.bytes": "1000000"})]))
+    seen = java_admin(b.bootstrap, "jadmin")
+    assert seen["topic_partitions"] == [{"partition": p, "leader": 1, "replicas": 1} for p in range(3)]
+    assert seen["internal"] is False
+    assert INTERNAL not in seen["topics"] and INTERNAL in seen["topics_with_internal"]
+    assert (seen["quorum_leader"], seen["quorum_voters"]) == (1, [1])
+    configs = seen["configs"]
+    assert configs["retention.bytes"] == {"value": "1000000", "source": "DYNAMIC_TOPIC_CONFIG", "synonyms": [
+        ["retention.bytes", "DYNAMIC_TOPIC_CONFIG"], ["log.retention.bytes", "DEFAULT_CONFIG"]]}
+    assert configs["retention.ms"] == {"value": "3600000", "source": "STATIC_BROKER_CONFIG",
+                                       "synonyms": [["log.retention.ms", "STATIC_BROKER_CONFIG"]]}
+    with urllib.request.urlopen(b.admin_url + "/metrics", timeout=30) as response:
+        metrics = response.read().decode()
+    # kafka-clients 3.8+ describes topics with DescribeTopicPartitions when the broker serves it
+    assert 'kop_requests_total{api="DescribeTopicPartitions"}' in metrics
