@@ -83,6 +83,13 @@ def test_describe_quorum_names_this_broker_as_the_only_voter_and_leader(kp_admin
     assert [n["node_id"] for n in quorum["nodes"]] == [1]
 
 
+def test_describe_cluster_v2_names_one_unfenced_broker_that_is_the_controller(broker, kp_admin):
+    cluster = kp_admin.describe_cluster()
+    assert cluster["controller_id"] == 1 and cluster["cluster_id"] == "kop-standalone"
+    assert [(b["broker_id"], b["port"], b.get("is_fenced", False)) for b in cluster["brokers"]] == \
+        [(1, broker.port, False)]
+
+
 def test_list_config_resources_lists_the_broker_and_every_topic(kp_admin):
     kp_admin.create_topics([NewTopic("lcr-a", 1, 1), NewTopic("lcr-b", 1, 1)])
     listed = kp_admin.list_config_resources()

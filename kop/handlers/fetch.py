@@ -1,7 +1,8 @@
-"""Fetch (key 1). Version notes: served v4-v17. v4+ isolation level, last stable offset and aborted transactions; v5+
+"""Fetch (key 1). Version notes: served v4-v18. v4+ isolation level, last stable offset and aborted transactions; v5+
 log start offset; v7+ fetch sessions, which we decline by answering session id 0 (clients then keep sending full
 fetches); v11+ rack id (ignored); v13+ topics by id (an unknown id is UNKNOWN_TOPIC_ID); v15+ replica state, v16+
-node endpoints, v17+ replica directory id: all for followers, which a single broker never has. At least one batch
+node endpoints, v17+ replica directory id, v18+ the follower's high watermark (KIP-1166): all for followers, which
+a single broker never has. At least one batch
 is returned even if it exceeds the byte limits (KIP-74), so a consumer always makes progress.
 
 Long poll: answer at once when min_bytes are available, max_wait_ms is 0, or any partition has an error
@@ -163,4 +164,4 @@ async def _long_poll(ctx: RequestContext, request: FetchRequest, topics: list[An
     return _response(ctx, topics, served)
 
 
-ROUTES = [(FetchRequest.API_KEY, 4, 17, handle)]
+ROUTES = [(FetchRequest.API_KEY, 4, 18, handle)]

@@ -1,5 +1,6 @@
 """Metadata (key 3). Version notes: v0 with an empty list means all topics, v1+ uses null for that; v4+ carries
-AllowAutoTopicCreation; v10+ topic ids; v8-10 cluster authorized operations. One broker leads every partition.
+AllowAutoTopicCreation; v10+ topic ids; v8-10 cluster authorized operations; v13+ a top-level error code (always
+NONE: kop has no authorizer to refuse a describe). One broker leads every partition.
 `__consumer_offsets` is listed as internal (kop/internal_topics.py)."""
 import uuid
 from typing import Any
@@ -62,7 +63,7 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
             error = ErrorCode.NONE if topic else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             entries.append(topic_entry(ctx, cls, name, topic, error))
     return cls(throttle_time_ms=0, brokers=broker_list(ctx, cls), cluster_id=ctx.config.cluster_id,
-               controller_id=ctx.endpoint.node_id, topics=entries)
+               controller_id=ctx.endpoint.node_id, topics=entries, error_code=ErrorCode.NONE)
 
 
-ROUTES = [(MetadataRequest.API_KEY, 0, 12, handle)]
+ROUTES = [(MetadataRequest.API_KEY, 0, 13, handle)]
