@@ -89,7 +89,8 @@ def validate_topic_configs(configs: dict[str, str]) -> None:
 
 
 def deletes_by_retention(configs: dict[str, str]) -> bool:
-    """A compact-only topic keeps its data (kop does not compact; Kafka would keep the latest value per key)."""
+    """A topic whose policy lacks delete keeps its data: compact only (kop does not compact; Kafka would keep the
+    latest value per key), or an empty policy (neither, as in Kafka 4.x)."""
     return "delete" in configs.get("cleanup.policy", "delete").split(",")
 
 
