@@ -72,6 +72,10 @@ def test_describe_topic_partitions_lists_internal_topics_and_refuses_a_foreign_c
             cursor=DescribeTopicPartitionsRequest.Cursor(topic_name="other", partition_index=0))
         answer = kafka.call(request, DescribeTopicPartitionsResponse, 0)
     assert [(t.name, t.error_code) for t in answer.topics] == [("dtp-c", ErrorCode.INVALID_REQUEST)]
+    past_the_end = kp_admin.describe_topic_partitions(["dtp-c"], response_partition_limit=10,
+                                                      cursor={"topic_name": "dtp-c", "partition_index": 7})
+    assert [(t["name"], t["partitions"]) for t in past_the_end["topics"]] == [("dtp-c", [])]
+    assert past_the_end["next_cursor"] is None
 
 
 def test_describe_quorum_names_this_broker_as_the_only_voter_and_leader(kp_admin):
@@ -94,7 +98,7 @@ def test_list_config_resources_lists_the_broker_and_every_topic(kp_admin):
     kp_admin.create_topics([NewTopic("lcr-a", 1, 1), NewTopic("lcr-b", 1, 1)])
     listed = kp_admin.list_config_resources()
     assert listed["broker"] == ["1"]
-    assert sorted(listed["topic"]) == ["lcr-a", "lcr-b"]
+    assert sorted(listed["topic"]) == [INTERNAL, "lcr-a", "lcr-b"]
 
 
 def test_list_offsets_earliest_local_is_the_log_start_and_there_is_no_tiered_offset(broker):
@@ -159,6 +163,10 @@ def test_consumer_offsets_is_listed_as_internal_and_reading_or_writing_it_is_ref
         consumer.close()
     with pytest.raises(TopicAlreadyExistsError):
         kp_admin.create_topics([NewTopic(INTERNAL, 1, 1)])
+    # described as Kafka creates it, so `kafka-topics.sh --describe` of every topic works
+    configs = kp_admin.describe_configs([KpConfigResource(ConfigResourceType.TOPIC, INTERNAL)], config_filter="all")
+    assert configs["topic"][INTERNAL]["cleanup.policy"]["value"] == "compact"
+    assert INTERNAL in kp_admin.list_config_resources()["topic"]
     ck = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "reader"})
     try:
         ck.assign([TopicPartition(INTERNAL, 0, 0)])

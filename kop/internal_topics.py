@@ -10,6 +10,8 @@ CONSUMER_OFFSETS = "__consumer_offsets"
 CONSUMER_OFFSETS_PARTITIONS = 50  # Kafka's offsets.topic.num.partitions default
 # Fixed for every kop: the id names the same (absent) log everywhere.
 CONSUMER_OFFSETS_ID = uuid.uuid5(uuid.NAMESPACE_URL, "kop:internal-topic:" + CONSUMER_OFFSETS)
+# The overrides Kafka creates it with, reported by DescribeConfigs (`kafka-topics.sh --describe` asks for them).
+CONSUMER_OFFSETS_CONFIGS = {"cleanup.policy": "compact", "compression.type": "producer", "segment.bytes": "104857600"}
 # What Kafka answers to a client that may not read or write a topic; every client reports it with the topic's name.
 REFUSED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 REFUSAL = (f"{CONSUMER_OFFSETS} cannot be read or written on kop: committed offsets live in the group cursors "

@@ -13,8 +13,8 @@ from kafka.protocol.admin import (AlterConfigsRequest, AlterConfigsResponse, Des
                                   ListConfigResourcesResponse)
 
 from kop.handlers.context import RequestContext
-from kop.internal_topics import CONSUMER_OFFSETS_PARTITIONS
-from kop.topics import TOPIC_CONFIG_DEFAULTS, Topic, TopicError, unknown_topic
+from kop import internal_topics
+from kop.topics import TOPIC_CONFIG_DEFAULTS, TopicError, unknown_topic
 from protocol.errors import ErrorCode
 
 TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
@@ -77,7 +77,7 @@ BROKER_SETTINGS = (
     _setting("log.roll.ms", LONG, "ledger_max_age_ms"),
     BrokerSetting("default.replication.factor", INT, (), _fixed("1")),
     BrokerSetting("min.insync.replicas", INT, (), _fixed("1")),
-    BrokerSetting("offsets.topic.num.partitions", INT, (), _fixed(str(CONSUMER_OFFSETS_PARTITIONS))),
+    BrokerSetting("offsets.topic.num.partitions", INT, (), _fixed(str(internal_topics.CONSUMER_OFFSETS_PARTITIONS))),
     BrokerSetting("log.cleanup.policy", LIST, (), _fixed("delete")),
     BrokerSetting("compression.type", STRING, (), _fixed("producer")),
     BrokerSetting("log.message.timestamp.type", STRING, (), _fixed("CreateTime")),
@@ -138,7 +138,7 @@ def _broker_configs(ctx: RequestContext) -> dict[str, Described]:
     return out
 
 
-def _topic_configs(ctx: RequestContext, topic: Topic) -> dict[str, Described]:
+def _topic_configs(ctx: RequestContext, overrides: dict[str, str]) -> dict[str, Described]:
     """A topic's override comes first (DYNAMIC_TOPIC_CONFIG); without one the value and source are the broker
     setting's, as Kafka reports them (a topic whose default the properties file set says STATIC_BROKER_CONFIG)."""
     defaults = []
@@ -149,23 +149,25 @@ def _topic_configs(ctx: RequestContext, topic: Topic) -> dict[str, Described]:
                  for name, kind, broker_name, value in TOPIC_FIXED_DEFAULTS]
     out = {}
     for name, kind, synonym in defaults:
-        override = topic.configs.get(name)
+        override = overrides.get(name)
         if override is None:
             out[name] = Described(synonym[1], kind, synonym[2], (synonym,))
         else:
             out[name] = Described(override, kind, DYNAMIC_TOPIC_CONFIG,
                                   ((name, override, DYNAMIC_TOPIC_CONFIG), synonym))
-    for name, value in topic.configs.items():  # overrides of configs Kafka 4.x no longer has (stored as given)
+    for name, value in overrides.items():  # overrides of configs Kafka 4.x no longer has (stored as given)
         out.setdefault(name, Described(value, STRING, DYNAMIC_TOPIC_CONFIG, ((name, value, DYNAMIC_TOPIC_CONFIG),)))
     return out
 
 
 def _resource_configs(ctx: RequestContext, resource_type: int, name: str) -> dict[str, Described]:
     if resource_type == TOPIC:
+        if internal_topics.is_internal(name):  # described as Kafka creates it, so tools that list every topic work
+            return _topic_configs(ctx, internal_topics.CONSUMER_OFFSETS_CONFIGS)
         topic = ctx.topics.get(name)
         if topic is None:
             raise unknown_topic(name)
-        return _topic_configs(ctx, topic)
+        return _topic_configs(ctx, topic.configs)
     if resource_type == BROKER:
         if name not in ("", str(ctx.config.node_id)):
             raise TopicError(ErrorCode.INVALID_REQUEST, f"unknown broker {name!r}")
@@ -216,7 +218,8 @@ async def list_config_resources(ctx: RequestContext,
     if BROKER in types:
         resources.append(cls.ConfigResource(resource_name=str(ctx.config.node_id), resource_type=BROKER))
     if TOPIC in types:
-        resources += [cls.ConfigResource(resource_name=name, resource_type=TOPIC) for name in sorted(ctx.topics.topics)]
+        names = sorted([*ctx.topics.topics, internal_topics.CONSUMER_OFFSETS])
+        resources += [cls.ConfigResource(resource_name=name, resource_type=TOPIC) for name in names]
     return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, config_resources=resources)
 
 

@@ -54,6 +54,7 @@ async def handle(ctx: RequestContext, request: DescribeTopicPartitionsRequest) -
         count, topic_id = shape
         entry = _topic(cls, name, ErrorCode.NONE, topic_id)
         first = cursor.partition_index if cursor is not None and i == 0 and name == cursor.topic_name else 0
+        first = max(0, min(first, count))  # a cursor past the end lists none of this topic
         end = min(count, first + room)
         entry.partitions = [Partition(error_code=ErrorCode.NONE, partition_index=p, leader_id=node, leader_epoch=0,
                                       replica_nodes=[node], isr_nodes=[node], eligible_leader_replicas=[],
