@@ -11,6 +11,7 @@ from kop import clock, handlers
 from kop.admin.metrics import BrokerCollector, BrokerMetrics
 from kop.admin.server import AdminServer
 from kop.byte_budget import ByteBudget
+from kop.compaction.cleaner import LogCleaner
 from kop.config import BrokerConfig, settings_not_default
 from kop.connection import Connection
 from kop.data_dir import DataDirLock
@@ -41,6 +42,7 @@ class Broker:
         self.metrics = BrokerMetrics()
         self.topics = TopicManager(config, self.policies, self.metrics.observe_flush)
         self.groups = GroupCoordinator(config, self.topics)
+        self.cleaner = LogCleaner(self.topics, self.metrics)
         self.api_router = handlers.build_api_router()
         self.producer_ids: ProducerIdAllocator | None = None
         self.transactions: TransactionCoordinator | None = None
@@ -128,6 +130,9 @@ class Broker:
         await _listen(self._server.start_serving(), self.config.host, self.port, "Kafka clients")
         self.serving = True
         self._background.append(asyncio.create_task(self._retention_loop()))
+        if self.config.log_cleaner_enable:
+            self._background.append(asyncio.create_task(
+                self.cleaner.run(self.config.log_cleaner_backoff_ms / 1000)))
         self._background.append(asyncio.create_task(self._dedup_snapshot_loop()))
         self._background.append(asyncio.create_task(self._dedup_purge_loop()))
         log.info("kop listening on %s:%d (data in %s)", self.config.host, self.port, self.config.data_dir)
@@ -164,10 +169,11 @@ class Broker:
     async def enforce_retention(self) -> None:
         now = clock.now_ms()
         for topic in list(self.topics.topics.values()):
-            if not deletes_by_retention(topic.configs):
-                continue
-            retention_ms = int(topic.configs.get("retention.ms", self.config.retention_ms))
-            retention_bytes = int(topic.configs.get("retention.bytes", self.config.retention_bytes))
+            if deletes_by_retention(topic.configs):
+                retention_ms = int(topic.configs.get("retention.ms", self.config.retention_ms))
+                retention_bytes = int(topic.configs.get("retention.bytes", self.config.retention_bytes))
+            else:  # kept whole: only an idle ledger's roll (segment.ms, so the cleaner gets it) and DeleteRecords
+                retention_ms = retention_bytes = -1
             for partition in topic.partitions:
                 await partition.enforce_retention(now, retention_ms, retention_bytes)
 

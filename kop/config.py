@@ -94,6 +94,11 @@ class BrokerConfig:
                                        "config `retention.bytes`).")
     retention_check_interval_ms: int = setting(5 * 60 * 1000, MILLIS, "log.retention.check.interval.ms",
                                                doc="How often retention runs.")
+    log_cleaner_enable: bool = setting(True, None, "log.cleaner.enable",
+                                       doc="Compact the topics whose `cleanup.policy` has `compact`, in a process "
+                                           "of its own.")
+    log_cleaner_backoff_ms: int = setting(15_000, MILLIS, "log.cleaner.backoff.ms",
+                                          doc="How often the log cleaner looks for partitions to compact.")
     # PIP-6 deduplication
     broker_deduplication_enabled: bool = setting(True, None, "brokerDeduplicationEnabled",
                                                  doc="Deduplicate idempotent producers and sequence-id records "

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 from dedup import DedupConfig
 from kop import internal_topics
+from kop.compaction.settings import DEFAULTS as COMPACTION_DEFAULTS
+from kop.compaction.settings import check as check_compaction_config
 from kop.config import BrokerConfig
 from kop.ledger import FileLedgerConfig, FileManagedLedger
 from kop.ledger.file_pool import OUT_OF_DESCRIPTORS, FilePool, capacity_for_open_files_limit
@@ -51,13 +53,14 @@ TOPIC_CONFIG_DEFAULTS = {
 }
 
 # Kafka topic configs that kop stores and reports but does not act on (replication, segment and index tuning,
-# compaction, tiered storage): tools and frameworks set them, and Kafka would accept them.
+# tiered storage): tools and frameworks set them, and Kafka would accept them. The compaction configs are
+# kop/compaction/settings.py's.
 STORED_ONLY_TOPIC_CONFIGS = frozenset({
-    "delete.retention.ms", "file.delete.delay.ms", "flush.messages", "flush.ms", "index.interval.bytes",
+    "file.delete.delay.ms", "flush.messages", "flush.ms", "index.interval.bytes",
     "follower.replication.throttled.replicas", "leader.replication.throttled.replicas", "local.retention.bytes",
-    "local.retention.ms", "max.compaction.lag.ms", "message.downconversion.enable", "message.format.version",
+    "local.retention.ms", "message.downconversion.enable", "message.format.version",
     "message.timestamp.after.max.ms", "message.timestamp.before.max.ms", "message.timestamp.difference.max.ms",
-    "min.cleanable.dirty.ratio", "min.compaction.lag.ms", "preallocate", "remote.storage.enable",
+    "preallocate", "remote.storage.enable",
     "segment.index.bytes", "segment.jitter.ms", "unclean.leader.election.enable",
 })
 INTEGER_TOPIC_CONFIGS = frozenset({"retention.ms", "retention.bytes", "max.message.bytes", "segment.bytes",
@@ -68,8 +71,10 @@ COMPRESSION_TYPES = frozenset({"producer", "uncompressed", "gzip", "snappy", "lz
 
 def validate_topic_configs(configs: dict[str, str]) -> None:
     for key, value in configs.items():
-        if key not in TOPIC_CONFIG_DEFAULTS and key not in STORED_ONLY_TOPIC_CONFIGS:
+        if key not in TOPIC_CONFIG_DEFAULTS and key not in STORED_ONLY_TOPIC_CONFIGS and key not in COMPACTION_DEFAULTS:
             raise TopicError(ErrorCode.INVALID_CONFIG, f"unknown topic config {key!r}")
+        if key in COMPACTION_DEFAULTS and (problem := check_compaction_config(key, value)):
+            raise TopicError(ErrorCode.INVALID_CONFIG, problem)
         if key == "message.timestamp.type" and value not in ("CreateTime", "LogAppendTime"):
             raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be CreateTime or LogAppendTime")
         # An empty list is accepted, as Kafka 4.x accepts it: neither deletion nor compaction.

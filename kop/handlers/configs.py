@@ -14,6 +14,7 @@ from kafka.protocol.admin import (AlterConfigsRequest, AlterConfigsResponse, Des
 
 from kop.handlers.context import RequestContext
 from kop import internal_topics
+from kop.compaction.settings import DEFAULTS as COMPACTION
 from kop.topics import TOPIC_CONFIG_DEFAULTS, TopicError, unknown_topic
 from protocol.errors import ErrorCode
 
@@ -89,7 +90,7 @@ BROKER_SETTINGS = (
 BROKER_SETTINGS_BY_NAME = {s.name: s for s in BROKER_SETTINGS}
 
 # Topic configs: (name, type, the broker setting that supplies its default, or the fixed default Kafka 4.x reports).
-# Kafka 4.x's defaults are reported for the configs kop stores without acting on, as Kafka reports them.
+# Kafka 4.x's defaults are reported for the configs kop stores without acting on, and kop's compaction's (Kafka's).
 TOPIC_SETTINGS: tuple[tuple[str, int, str], ...] = (
     ("cleanup.policy", LIST, "log.cleanup.policy"),
     ("compression.type", STRING, "compression.type"),
@@ -102,7 +103,7 @@ TOPIC_SETTINGS: tuple[tuple[str, int, str], ...] = (
     ("segment.ms", LONG, "log.roll.ms"),
 )
 TOPIC_FIXED_DEFAULTS: tuple[tuple[str, int, str, str], ...] = (  # (name, type, Kafka's broker key, Kafka's default)
-    ("delete.retention.ms", LONG, "log.cleaner.delete.retention.ms", "86400000"),
+    ("delete.retention.ms", LONG, "log.cleaner.delete.retention.ms", COMPACTION["delete.retention.ms"]),
     ("file.delete.delay.ms", LONG, "log.segment.delete.delay.ms", "60000"),
     ("flush.messages", LONG, "log.flush.interval.messages", LONG_MAX),
     ("flush.ms", LONG, "log.flush.interval.ms", LONG_MAX),
@@ -111,11 +112,11 @@ TOPIC_FIXED_DEFAULTS: tuple[tuple[str, int, str, str], ...] = (  # (name, type, 
     ("leader.replication.throttled.replicas", LIST, "leader.replication.throttled.replicas", ""),
     ("local.retention.bytes", LONG, "log.local.retention.bytes", "-2"),
     ("local.retention.ms", LONG, "log.local.retention.ms", "-2"),
-    ("max.compaction.lag.ms", LONG, "log.cleaner.max.compaction.lag.ms", LONG_MAX),
+    ("max.compaction.lag.ms", LONG, "log.cleaner.max.compaction.lag.ms", COMPACTION["max.compaction.lag.ms"]),
     ("message.timestamp.after.max.ms", LONG, "log.message.timestamp.after.max.ms", "3600000"),
     ("message.timestamp.before.max.ms", LONG, "log.message.timestamp.before.max.ms", LONG_MAX),
-    ("min.cleanable.dirty.ratio", DOUBLE, "log.cleaner.min.cleanable.ratio", "0.5"),
-    ("min.compaction.lag.ms", LONG, "log.cleaner.min.compaction.lag.ms", "0"),
+    ("min.cleanable.dirty.ratio", DOUBLE, "log.cleaner.min.cleanable.ratio", COMPACTION["min.cleanable.dirty.ratio"]),
+    ("min.compaction.lag.ms", LONG, "log.cleaner.min.compaction.lag.ms", COMPACTION["min.compaction.lag.ms"]),
     ("preallocate", BOOLEAN, "log.preallocate", "false"),
     ("remote.storage.enable", BOOLEAN, "remote.log.storage.system.enable", "false"),
     ("segment.index.bytes", INT, "log.index.size.max.bytes", "10485760"),

@@ -10,6 +10,7 @@ write. Retention deletes whole closed ledgers, so trim also closes an idle curre
 wholly past retention): otherwise a quiet topic would keep its last records forever.
 """
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -29,6 +30,7 @@ from kop.ledger.group_commit import GroupCommit
 from kop.ledger.interface import CursorStats, Entry, LedgerInternalStats, LedgerStats, ManagedLedger, TrimResult
 from kop.ledger.ledger_file import LedgerFile, RawEntry
 from kop.ledger.position import BEFORE_FIRST, Position
+from kop.ledger.rewrites import LedgerSnapshot, RewrittenLedger
 from kop.ledger.time_index import NO_TIMESTAMP
 from google.protobuf.message import DecodeError
 
@@ -40,7 +42,10 @@ log = logging.getLogger(__name__)
 # deleted-before is Kafka's DeleteRecords low watermark.
 END_FLOOR_KEY = "kop.end_floor"
 DELETED_BEFORE_KEY = "kop.deleted_before"
+# The last ledger the log cleaner compacted (kop/compaction): ledgers after it are its dirty section.
+CLEANED_THROUGH_KEY = "kop.cleaned_through"
 LEDGER_FILE = re.compile(r"^(\d+)\.(log|idx)$")
+COMPACTING_FILE = re.compile(r"^(\d+)\.(log|idx)\.compacting-\w+$")
 WEEK_MS = 7 * 24 * 3600 * 1000
 
 
@@ -81,6 +86,7 @@ class FileManagedLedger(ManagedLedger):
         self._written_end = 0
         self._start_index = 0
         self._deleted_before = 0  # DeleteRecords: readers see nothing below it (ledgers.info property)
+        self.cleaned_through = -1  # the last ledger compacted (ledgers.info property)
         self._last_ledger_id = -1
         self._listeners: list[Callable[[], None]] = []
         self._failure_listeners: list[Callable[[Exception], None]] = []
@@ -127,6 +133,7 @@ class FileManagedLedger(ManagedLedger):
         self._start_index = self._written_end = initial_index
         properties = {p.key: p.value for p in info.properties}
         self._deleted_before = int(properties.get(DELETED_BEFORE_KEY, 0))
+        self.cleaned_through = int(properties.get(CLEANED_THROUGH_KEY, -1))
         end_floor = int(properties.get(END_FLOOR_KEY, initial_index))
         listed = list(info.ledgerInfo)
         # Ledger ids never go back, even when every listed ledger turns out empty: positions stored in cursors must
@@ -177,6 +184,9 @@ class FileManagedLedger(ManagedLedger):
             match = LEDGER_FILE.match(name)
             if match and int(match[1]) not in listed:
                 log.warning("%s: removing unlisted ledger file %s", self.name, name)
+                os.unlink(os.path.join(self.directory, name))
+            elif COMPACTING_FILE.match(name):  # a compaction a crash cut short: never installed, never read
+                log.info("%s: removing the unfinished compaction file %s", self.name, name)
                 os.unlink(os.path.join(self.directory, name))
 
     def _end_of(self, ledger: LedgerFile) -> int:
@@ -235,6 +245,8 @@ class FileManagedLedger(ManagedLedger):
         info.properties.append(KeyValue(key=END_FLOOR_KEY, value=str(self._confirmed_end)))
         if self._deleted_before:
             info.properties.append(KeyValue(key=DELETED_BEFORE_KEY, value=str(self._deleted_before)))
+        if self.cleaned_through >= 0:
+            info.properties.append(KeyValue(key=CLEANED_THROUGH_KEY, value=str(self.cleaned_through)))
         replace_atomically(self._info_path(), info.SerializeToString(), durable=self.config.fsync)
 
     # ---- properties
@@ -547,6 +559,37 @@ class FileManagedLedger(ManagedLedger):
             oldest.delete_files()
             deleted += 1
         return TrimResult(deleted, held_back=False)
+
+    # ---- compaction (kop/compaction): the cleaner reads closed ledgers and installs their rewrites
+
+    def closed_ledgers(self) -> list[LedgerSnapshot]:
+        """The closed ledgers, oldest first, as the cleaner reads them (in its own process, by path)."""
+        return [LedgerSnapshot(l.ledger_id, l.log_path, l.idx_path, tuple(l.file_positions), l.size,
+                               self._closed_times.get(l.ledger_id, 0))
+                for l in self._ledgers if l.closed and l is not self._current and l.entries]
+
+    def install_compacted(self, rewritten: RewrittenLedger) -> bool:
+        """Put a complete rewrite of a closed ledger in its place: renamed over its files (the commit point: a
+        crash before it leaves the original, after it the rewrite), then read from at once. Entry ids and offsets
+        are the same, so cursors, the offset index and the time index stay true. False (and the rewrite removed)
+        when the ledger changed meanwhile (deleted by retention, or the ledger closed)."""
+        at = next((i for i, l in enumerate(self._ledgers) if l.ledger_id == rewritten.ledger_id), None)
+        old = self._ledgers[at] if at is not None else None
+        if self._closed or old is None or old is self._current or old.size != rewritten.size_before:
+            for path in (rewritten.log_path, rewritten.idx_path):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+            return False
+        os.replace(rewritten.log_path, old.log_path)
+        os.replace(rewritten.idx_path, old.idx_path)
+        old.close()  # its descriptors still read the original's bytes: none may be used again
+        self._ledgers[at] = LedgerFile.rewritten(self._files, old, rewritten.positions, rewritten.size)
+        return True
+
+    def set_cleaned_through(self, ledger_id: int) -> None:
+        """Record, durably with the ledger list (and the rewrites' new sizes), how far the cleaner has been."""
+        self.cleaned_through = ledger_id
+        self._write_info()
 
     async def close(self) -> None:
         if self._closed:
