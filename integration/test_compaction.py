@@ -2,6 +2,7 @@
 offsets it was written at, tombstones go once delete.retention.ms has passed, an idempotent producer's state
 survives compaction and a kill -9 (its retries are still recognised, its sequence goes on), and a kill -9 in the
 middle of a compaction leaves the log as it was or as compacted, never in between."""
+import json
 import os
 import re
 import time
@@ -54,6 +55,10 @@ def test_every_client_reads_the_latest_value_of_each_key_at_its_offset(broker):
     wait_for_runs(broker, 1)
     expected = [(i, b"k%d" % (i % 10), b"v%d" % i) for i in range(190, 200)]
     assert metric(broker, "kop_compaction_records_removed_total") == 190
+    with urllib.request.urlopen(f"{broker.admin_url}/admin/v2/persistent/public/default/latest-partition-0/stats",
+                                timeout=10) as response:
+        stats = json.load(response)["compaction"]
+    assert (stats["runs"], stats["recordsRemoved"]) == (1, 190) and stats["bytesReclaimed"] > 0
     for consume in (ck_consume_all, kp_consume_all, aio_consume_all):
         got = consume(broker.bootstrap, "latest", expected=10)
         assert [(r.offset, r.key, r.value) for r in got] == expected, consume.__name__

@@ -94,8 +94,8 @@ def validate_topic_configs(configs: dict[str, str]) -> None:
 
 
 def deletes_by_retention(configs: dict[str, str]) -> bool:
-    """A topic whose policy lacks delete keeps its data: compact only (kop does not compact; Kafka would keep the
-    latest value per key), or an empty policy (neither, as in Kafka 4.x)."""
+    """A topic whose policy lacks delete is never trimmed by retention: compact only (kop/compaction keeps the
+    latest record per key), or an empty policy (neither, as in Kafka 4.x)."""
     return "delete" in configs.get("cleanup.policy", "delete").split(",")
 
 
@@ -111,7 +111,7 @@ class TopicSettings:
     in, once whenever the configs change rather than on every batch."""
 
     max_message_bytes: int  # the largest record batch accepted
-    compacted: bool  # `compact` in cleanup.policy: every record needs a key (kop keeps the data whole)
+    compacted: bool  # `compact` in cleanup.policy: every record needs a key, and the log cleaner compacts it
     log_append_time: bool  # message.timestamp.type=LogAppendTime
     segment_bytes: int  # a ledger rolls at this size ...
     segment_ms: int  # ... or this age

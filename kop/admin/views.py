@@ -72,6 +72,7 @@ def partition_stats(partition: PartitionLog) -> dict:
         "namedSequences": named_sequences(partition),
         "subscriptions": subscriptions(partition),
         "replication": {},
+        "compaction": partition.cleaner_stats.as_json(),
     }
 
 

@@ -18,12 +18,12 @@ import signal
 import uuid
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kop import clock
 from kop.compaction.rewrite import CompactionJob, CompactionResult, LedgerChanged, compact
 from kop.compaction.settings import CompactionSettings
+from kop.compaction.stats import CleanerStats
 
 if TYPE_CHECKING:
     from kop.admin.metrics import BrokerMetrics
@@ -32,19 +32,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1
-
-
-@dataclass
-class CleanerStats:
-    """One partition's cleaning, as stats and metrics show it."""
-
-    dirty_ratio: float = 0.0
-    runs: int = 0
-    last_run_ms: int = -1
-    records_removed: int = 0
-    tombstones_removed: int = 0
-    bytes_reclaimed: int = 0
-    cleaned_through_ledger: int = -1
 
 
 def die_with_parent() -> None:
@@ -60,7 +47,6 @@ class LogCleaner:
         self._topics = topics
         self._metrics = metrics
         self._executor: ProcessPoolExecutor | None = None
-        self.stats: dict[str, CleanerStats] = {}  # by partition name
 
     async def run(self, interval_s: float) -> None:
         try:
@@ -97,7 +83,7 @@ class LogCleaner:
             if now - snapshot.closed_ms < settings.min_lag_ms:
                 break
             cleanable.append(snapshot)
-        stats = self.stats.setdefault(partition.name, CleanerStats())
+        stats = partition.cleaner_stats
         dirty = [s for s in cleanable if s.ledger_id > ledger.cleaned_through]
         total = sum(s.size for s in cleanable)
         stats.dirty_ratio = sum(s.size for s in dirty) / total if total else 0.0

@@ -85,7 +85,7 @@ def _publish_one(ctx: RequestContext, partition: PartitionLog, settings: TopicSe
             header, view = _with_max_timestamp(view, exc.records_max)
             records = validate_batch(header, view, watch=watch)
         if settings.compacted and (keyless := _keyless_records(view)):
-            # Kafka's rule for compacted topics (kop keeps them whole rather than compact): every record has a key.
+            # Kafka's rule for compacted topics: every record has a key (the cleaner keeps the latest per key).
             log.warning("rejected batch for %s: %d records without a key on a compacted topic", partition.name,
                         len(keyless), extra=ctx.log_fields)
             return _rejected(ErrorCode.INVALID_RECORD, "compacted topic cannot accept records without a key",
