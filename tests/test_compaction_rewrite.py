@@ -16,12 +16,13 @@ T0 = 1_700_000_000_000
 def batch(first: int, items: list[tuple[bytes, bytes | None]], *, producer_id: int = -1, sequence: int = -1,
           compression: int = NONE, transactional: bool = False) -> bytes:
     records = [Record(offset=first + i, timestamp=T0 + first + i, key=k, value=v) for i, (k, v) in enumerate(items)]
-    return build_batch(records, base_offset=first, producer_id=producer_id, producer_epoch=0 if producer_id >= 0 else -1,
+    epoch = 0 if producer_id >= 0 else -1
+    return build_batch(records, base_offset=first, producer_id=producer_id, producer_epoch=epoch,
                        base_sequence=sequence, compression=compression, transactional=transactional)
 
 
 async def write(ml: FileManagedLedger, data: bytes) -> None:
-    (header, _),  = split_batches(data)
+    (header, _), = split_batches(data)
     await ml.add_entry(header.base_offset, header.last_offset_delta + 1, b"meta", data)
 
 
