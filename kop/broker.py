@@ -42,7 +42,7 @@ class Broker:
         self.metrics = BrokerMetrics()
         self.topics = TopicManager(config, self.policies, self.metrics.observe_flush)
         self.groups = GroupCoordinator(config, self.topics)
-        self.cleaner = LogCleaner(self.topics, self.metrics)
+        self.cleaner = LogCleaner(self.topics, self.metrics, config.log_cleaner_io_max_bytes_per_second or float("inf"))
         self.api_router = handlers.build_api_router()
         self.producer_ids: ProducerIdAllocator | None = None
         self.transactions: TransactionCoordinator | None = None

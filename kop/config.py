@@ -99,6 +99,9 @@ class BrokerConfig:
                                            "of its own.")
     log_cleaner_backoff_ms: int = setting(15_000, MILLIS, "log.cleaner.backoff.ms",
                                           doc="How often the log cleaner looks for partitions to compact.")
+    log_cleaner_io_max_bytes_per_second: int = setting(0, Range(0, INT64_MAX), "log.cleaner.io.max.bytes.per.second",
+                                                       doc="The most bytes a second the log cleaner reads and writes "
+                                                           "together; 0: no limit (Kafka's default).")
     # PIP-6 deduplication
     broker_deduplication_enabled: bool = setting(True, None, "brokerDeduplicationEnabled",
                                                  doc="Deduplicate idempotent producers and sequence-id records "

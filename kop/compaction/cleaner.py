@@ -43,9 +43,10 @@ def die_with_parent() -> None:
 
 
 class LogCleaner:
-    def __init__(self, topics: "TopicManager", metrics: "BrokerMetrics") -> None:
+    def __init__(self, topics: "TopicManager", metrics: "BrokerMetrics", io_bytes_per_second: float) -> None:
         self._topics = topics
         self._metrics = metrics
+        self._io_bytes_per_second = io_bytes_per_second
         self._executor: ProcessPoolExecutor | None = None
 
     async def run(self, interval_s: float) -> None:
@@ -92,7 +93,7 @@ class LogCleaner:
         if not dirty or (stats.dirty_ratio < settings.min_dirty_ratio and not overdue):
             return False
         job = CompactionJob(partition.name, uuid.uuid4().hex, tuple(cleanable), now - settings.delete_retention_ms,
-                            ledger.config.max_entry_bytes, ledger.config.fsync)
+                            ledger.config.max_entry_bytes, ledger.config.fsync, self._io_bytes_per_second)
         log.info("%s: compacting ledgers %d-%d (dirty ratio %.2f)", partition.name, cleanable[0].ledger_id,
                  cleanable[-1].ledger_id, stats.dirty_ratio)
         try:
@@ -119,8 +120,8 @@ class LogCleaner:
                                                  initializer=die_with_parent)
         return self._executor
 
-    def _record(self, partition: "PartitionLog", stats: CleanerStats, result: CompactionResult, installed: list, now: int,
-                through: int) -> None:
+    def _record(self, partition: "PartitionLog", stats: CleanerStats, result: CompactionResult, installed: list,
+                now: int, through: int) -> None:
         reclaimed = sum(r.size_before - r.size for r in installed)
         stats.runs += 1
         stats.last_run_ms = now

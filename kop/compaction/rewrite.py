@@ -17,6 +17,7 @@ What a rewrite keeps, as Kafka's log cleaner does:
 import os
 from dataclasses import dataclass, field
 
+from kop.compaction.throttle import Throttle
 from kop.ledger.framed_file import read_record
 from kop.ledger.ledger_file import INDEX_RECORD, RawEntry, decode_entry, encode_entry
 from kop.ledger.rewrites import COMPACTING_SUFFIX, LedgerSnapshot, RewrittenLedger
@@ -33,6 +34,7 @@ class CompactionJob:
     tombstone_horizon_ms: int  # tombstones in ledgers closed before this go
     max_entry_bytes: int
     fsync: bool
+    io_bytes_per_second: float = float("inf")  # reads and writes together
 
 
 @dataclass
@@ -50,13 +52,14 @@ class LedgerChanged(Exception):
     """A ledger could not be read as snapshotted (deleted by retention meanwhile): this pass is dropped."""
 
 
-def _entries(ledger: LedgerSnapshot, max_entry_bytes: int):
+def _entries(ledger: LedgerSnapshot, max_entry_bytes: int, throttle: Throttle):
     fd = os.open(ledger.log_path, os.O_RDONLY)
     try:
         for entry_id, pos in enumerate(ledger.positions):
             payload = read_record(fd, pos, ledger.size, max_entry_bytes)
             if payload is None:
                 raise LedgerChanged(f"{ledger.log_path}: entry {entry_id} unreadable")
+            throttle.spend(len(payload))
             yield decode_entry(entry_id, payload)
     finally:
         os.close(fd)
@@ -67,12 +70,12 @@ def _compactable(data: memoryview) -> bool:
     return not (header.is_transactional or header.is_control)
 
 
-def latest_offsets(job: CompactionJob) -> tuple[dict[bytes, int], int]:
+def latest_offsets(job: CompactionJob, throttle: Throttle) -> tuple[dict[bytes, int], int]:
     """Each key's latest offset in the range, and how many records were read."""
     latest: dict[bytes, int] = {}
     read = 0
     for ledger in job.ledgers:
-        for entry in _entries(ledger, job.max_entry_bytes):
+        for entry in _entries(ledger, job.max_entry_bytes, throttle):
             if not _compactable(entry.data):
                 continue
             for record in iter_records(entry.data):
@@ -88,10 +91,11 @@ def _removable(record: Record, latest: dict[bytes, int], drop_tombstones: bool) 
     return latest[record.key] > record.offset or (record.value is None and drop_tombstones)
 
 
-def _needs_rewrite(ledger: LedgerSnapshot, job: CompactionJob, latest: dict[bytes, int]) -> bool:
+def _needs_rewrite(ledger: LedgerSnapshot, job: CompactionJob, latest: dict[bytes, int],
+                   throttle: Throttle) -> bool:
     drop_tombstones = ledger.closed_ms < job.tombstone_horizon_ms
     return any(_removable(record, latest, drop_tombstones)
-               for entry in _entries(ledger, job.max_entry_bytes) if _compactable(entry.data)
+               for entry in _entries(ledger, job.max_entry_bytes, throttle) if _compactable(entry.data)
                for record in iter_records(entry.data))
 
 
@@ -119,7 +123,7 @@ def _rewrite_entry(entry: RawEntry, latest: dict[bytes, int], drop_tombstones: b
 
 
 def _rewrite_ledger(ledger: LedgerSnapshot, job: CompactionJob, latest: dict[bytes, int],
-                    result: CompactionResult) -> RewrittenLedger:
+                    result: CompactionResult, throttle: Throttle) -> RewrittenLedger:
     """Write the ledger again beside itself, entry by entry (memory holds one entry and the index)."""
     drop_tombstones = ledger.closed_ms < job.tombstone_horizon_ms
     suffix = f"{COMPACTING_SUFFIX}-{job.token}"
@@ -128,10 +132,11 @@ def _rewrite_ledger(ledger: LedgerSnapshot, job: CompactionJob, latest: dict[byt
     size = 0
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        for entry in _entries(ledger, job.max_entry_bytes):
+        for entry in _entries(ledger, job.max_entry_bytes, throttle):
             record = encode_entry(entry.first_index, entry.span, entry.metadata,
                                   _rewrite_entry(entry, latest, drop_tombstones, result))
             os.write(fd, record)
+            throttle.spend(len(record))
             index.append(INDEX_RECORD.pack(entry.first_index, size))
             positions.append(size)
             size += len(record)
@@ -150,12 +155,13 @@ def _rewrite_ledger(ledger: LedgerSnapshot, job: CompactionJob, latest: dict[byt
 def compact(job: CompactionJob) -> CompactionResult:
     """Run in the cleaner process. Raises LedgerChanged when a ledger went away while it was read."""
     result = CompactionResult()
-    latest, result.records_read = latest_offsets(job)
+    throttle = Throttle(job.io_bytes_per_second)
+    latest, result.records_read = latest_offsets(job, throttle)
     result.keys = len(latest)
     for ledger in job.ledgers:
-        if not _needs_rewrite(ledger, job, latest):
+        if not _needs_rewrite(ledger, job, latest, throttle):
             continue
-        rewritten = _rewrite_ledger(ledger, job, latest, result)
+        rewritten = _rewrite_ledger(ledger, job, latest, result, throttle)
         result.rewritten.append(rewritten)
         result.bytes_before += rewritten.size_before
         result.bytes_after += rewritten.size
