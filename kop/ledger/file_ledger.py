@@ -575,15 +575,27 @@ class FileManagedLedger(ManagedLedger):
         when the ledger changed meanwhile (deleted by retention, or the ledger closed)."""
         at = next((i for i, l in enumerate(self._ledgers) if l.ledger_id == rewritten.ledger_id), None)
         old = self._ledgers[at] if at is not None else None
-        if self._closed or old is None or old is self._current or old.size != rewritten.size_before:
-            for path in (rewritten.log_path, rewritten.idx_path):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
+        installable = not self._closed and old is not None and old is not self._current \
+            and old.size == rewritten.size_before
+        try:
+            if installable:
+                os.replace(rewritten.log_path, old.log_path)
+        except OSError as exc:
+            log.warning("%s: cannot install the compacted ledger %d (%s); it stays as it was", self.name,
+                        rewritten.ledger_id, exc)
+            installable = False
+        if not installable:
+            _remove(rewritten.log_path, rewritten.idx_path)
             return False
-        os.replace(rewritten.log_path, old.log_path)
-        os.replace(rewritten.idx_path, old.idx_path)
+        # From here the rewrite is the ledger: read it at once, whatever becomes of its index.
         old.close()  # its descriptors still read the original's bytes: none may be used again
         self._ledgers[at] = LedgerFile.rewritten(self._files, old, rewritten.positions, rewritten.size)
+        try:
+            os.replace(rewritten.idx_path, old.idx_path)
+        except OSError as exc:  # the old index: checked against the log and rebuilt on the next open
+            log.warning("%s: compacted ledger %d keeps its old index until reopened (%s)", self.name,
+                        rewritten.ledger_id, exc)
+            _remove(rewritten.idx_path)
         return True
 
     def set_cleaned_through(self, ledger_id: int) -> None:
@@ -602,6 +614,12 @@ class FileManagedLedger(ManagedLedger):
     async def delete(self) -> None:
         await self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _remove(*paths: str) -> None:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 def _unpin(adds: list[_PendingAdd]) -> None:
