@@ -144,3 +144,26 @@ def test_a_kill_9_during_compaction_leaves_the_log_whole(tmp_path):
         assert latest == {b"k%d" % k: count - 100 + k for k in range(100)}
     finally:
         broker.stop()
+
+
+def test_a_librdkafka_idempotent_producer_keeps_its_sequence_across_compaction_and_a_kill_9(broker):
+    from confluent_kafka import Producer
+    create(broker, "ck-idem")
+    reports = []
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 5})
+
+    def send(start: int) -> None:
+        for i in range(start, start + 100):
+            producer.produce("ck-idem", key=b"k%d" % (i % 10), value=b"v%d" % i, partition=0,
+                             on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+        assert producer.flush(60) == 0
+    send(0)
+    wait_for_runs(broker, 1)
+    broker.restart(hard=True)
+    send(100)  # the same producer id and epoch, its sequence going on from what compaction kept
+    assert [err for err, _ in reports if err is not None] == []
+    assert [offset for _, offset in reports] == list(range(200))
+    stored = read_topic(broker.port, "ck-idem", [0])  # compacted again or not yet: either way, each key's latest
+    assert {r.key: (r.offset, r.value) for r in stored} == {b"k%d" % k: (190 + k, b"v%d" % (190 + k))
+                                                            for k in range(10)}
+    assert len(stored) < 200 and all(r.value == b"v%d" % r.offset for r in stored)
