@@ -600,6 +600,8 @@ class FileManagedLedger(ManagedLedger):
 
     def set_cleaned_through(self, ledger_id: int) -> None:
         """Record, durably with the ledger list (and the rewrites' new sizes), how far the cleaner has been."""
+        if self._closed:  # the partition went (its topic deleted) while the cleaner worked
+            return
         self.cleaned_through = ledger_id
         self._write_info()
 
