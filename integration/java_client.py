@@ -225,6 +225,12 @@ def java_transactions(bootstrap: str, mode: str, *, timeout: float = 120, **opti
     return _summary(_run_lines("KopTransactions", _client_args(bootstrap, {}) + args, timeout=timeout))
 
 
+def java_admin(bootstrap: str, topic: str, *, timeout: float = 90) -> dict[str, Any]:
+    """The Java AdminClient's view of a broker (KopAdmin.java): `topic` described (DescribeTopicPartitions), the
+    topic lists with and without internal topics, the metadata quorum and the topic's configs with synonyms."""
+    return _summary(_run_lines("KopAdmin", _client_args(bootstrap, {}) + ["--topic", topic], timeout=timeout))
+
+
 def java_consume_all(
     bootstrap: str, topic: str, *, timeout: float = 60, extra_props: Mapping[str, Any] | None = None
 ) -> list[Consumed]:

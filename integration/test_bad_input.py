@@ -142,6 +142,25 @@ def test_unknown_api_key_closes_the_connection(broker):
     assert still_serves(broker)
 
 
+def test_client_telemetry_is_not_enabled_so_not_advertised_and_a_probe_closes_its_connection(broker):
+    """As a Kafka broker without a client-metrics plugin: GetTelemetrySubscriptions (71) and PushTelemetry (72) are
+    left out of ApiVersions (clients then push no metrics); one sent anyway closes only its connection."""
+    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+    from integration.idem_raw import RawKafka
+    with RawKafka(broker.port) as kafka:
+        versions = kafka.call(ApiVersionsRequest[3](client_software_name="t", client_software_version="1"),
+                              ApiVersionsResponse, 3)
+    advertised = {k.api_key for k in versions.api_keys}
+    assert 75 in advertised and not advertised & {71, 72}
+    sock = connect(broker)
+    # GetTelemetrySubscriptions v0: header v2 (no tags), then a zero client instance id and no tags
+    body = struct.pack(">hhih", 71, 0, 7, 1) + b"x" + b"\x00" + b"\x00" * 16 + b"\x00"
+    sock.sendall(struct.pack(">i", len(body)) + body)
+    assert is_closed(sock)
+    assert still_serves(broker)
+
+
 def test_truncated_and_garbage_requests(broker):
     sock = connect(broker)
     sock.sendall(struct.pack(">i", 100) + b"\x00\x03\x00\x09")  # then vanish mid-request

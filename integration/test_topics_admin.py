@@ -234,7 +234,7 @@ def test_broker_configs_report_their_values_and_where_they_come_from(broker_fact
     assert configs["num.partitions"]["value"] == "3"
     assert configs["num.partitions"]["config_source"] == "STATIC_BROKER_CONFIG"  # from the properties file
     assert configs["advertised.listeners"]["value"] == f"PLAINTEXT://127.0.0.1:{b.port}"
-    assert configs["advertised.listeners"]["config_source"] == "DEFAULT_CONFIG"
+    assert configs["advertised.listeners"]["config_source"] == "STATIC_BROKER_CONFIG"  # --listen on the command line
     assert configs["message.max.bytes"]["config_source"] == "DEFAULT_CONFIG"
     assert configs["max.in.flight.bytes.per.connection"]["value"] == str(10 * 1024 * 1024)
     assert configs["queued.max.request.bytes"]["value"] == "-1"

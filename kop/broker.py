@@ -13,7 +13,8 @@ from kop import clock, handlers
 from kop.admin.metrics import BrokerCollector, BrokerMetrics
 from kop.admin.server import AdminServer
 from kop.byte_budget import ByteBudget
-from kop.config import BrokerConfig, listener_specs
+from kop.compaction.cleaner import LogCleaner
+from kop.config import BrokerConfig, listener_specs, settings_not_default
 from kop.connection import Connection
 from kop.data_dir import DataDirLock
 from kop.groups import GroupCoordinator
@@ -36,10 +37,14 @@ MAX_NAMED = 10  # partitions a readiness answer names
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, *, admin_port_may_be_taken: bool = False) -> None:
+    def __init__(self, config: BrokerConfig, *, admin_port_may_be_taken: bool = False,
+                 explicit_settings: frozenset[str] | None = None) -> None:
         """admin_port_may_be_taken: when the admin port is in use, run without the admin API instead of failing
-        (kop standalone's default port gives way, so a second standalone on one machine still starts)."""
+        (kop standalone's default port gives way, so a second standalone on one machine still starts).
+        explicit_settings: the config fields the operator set (reported as STATIC_BROKER_CONFIG); by default those
+        not at their default value."""
         self.config = config
+        self.explicit_settings = settings_not_default(config) if explicit_settings is None else explicit_settings
         self._admin_port_may_be_taken = admin_port_may_be_taken
         self._lock: DataDirLock | None = None
         self.policies = PolicyBook(config)
@@ -48,6 +53,7 @@ class Broker:
         self.groups = GroupCoordinator(config, self.topics)
         self.clusters = ClusterRegistry(config.data_dir, durable=config.fsync)
         self.replication = ReplicationService(config, self.topics, self.policies, self.clusters, self.groups)
+        self.cleaner = LogCleaner(self.topics, self.metrics, config.log_cleaner_io_max_bytes_per_second or float("inf"))
         self.api_router = handlers.build_api_router()
         self.users = UserStore(config.data_dir, durable=config.fsync)
         self.quota_book = QuotaBook(config.data_dir, durable=config.fsync)
@@ -172,6 +178,9 @@ class Broker:
         self.serving = True
         self.replication.start()
         self._background.append(asyncio.create_task(self._retention_loop()))
+        if self.config.log_cleaner_enable:
+            self._background.append(asyncio.create_task(
+                self.cleaner.run(self.config.log_cleaner_backoff_ms / 1000)))
         self._background.append(asyncio.create_task(self._dedup_snapshot_loop()))
         self._background.append(asyncio.create_task(self._dedup_purge_loop()))
         listening = ", ".join(f"{listener.name}://{listener.host}:{self.ports[listener.name]}"
@@ -222,10 +231,11 @@ class Broker:
     async def enforce_retention(self) -> None:
         now = clock.now_ms()
         for topic in list(self.topics.topics.values()):
-            if not deletes_by_retention(topic.configs):
-                continue
-            retention_ms = int(topic.configs.get("retention.ms", self.config.retention_ms))
-            retention_bytes = int(topic.configs.get("retention.bytes", self.config.retention_bytes))
+            if deletes_by_retention(topic.configs):
+                retention_ms = int(topic.configs.get("retention.ms", self.config.retention_ms))
+                retention_bytes = int(topic.configs.get("retention.bytes", self.config.retention_bytes))
+            else:  # kept whole: only an idle ledger's roll (segment.ms, so the cleaner gets it) and DeleteRecords
+                retention_ms = retention_bytes = -1
             for partition in topic.partitions:
                 await partition.enforce_retention(now, retention_ms, retention_bytes)
 

@@ -64,6 +64,7 @@ class Standalone:
     config: BrokerConfig
     admin_port_may_be_taken: bool  # the default admin port gives way when in use; one asked for does not
     warnings: list[str]
+    explicit: frozenset[str]  # the fields the properties file or the command line set (DescribeConfigs' sources)
 
 
 def build_config(args: argparse.Namespace) -> Standalone:
@@ -77,9 +78,10 @@ def build_config(args: argparse.Namespace) -> Standalone:
                   "cluster_name": args.cluster_name}
     values.update((name, value) for name, value in cli_values.items() if value is not None)
     admin_default = "admin_port" not in values
+    explicit = frozenset(values)
     values.setdefault("admin_port", STANDALONE_ADMIN_PORT)
     warnings = unknown_key_warnings(args.config, properties) if properties else []
-    return Standalone(BrokerConfig(**values), admin_default, warnings)
+    return Standalone(BrokerConfig(**values), admin_default, warnings, explicit)
 
 
 def raise_open_files_limit() -> None:
@@ -107,7 +109,8 @@ def raise_open_files_limit() -> None:
 async def run_standalone(standalone: Standalone) -> None:
     from kop.broker import Broker  # here, so `kop admin` starts without loading the broker
     config = standalone.config
-    broker = Broker(config, admin_port_may_be_taken=standalone.admin_port_may_be_taken)
+    broker = Broker(config, admin_port_may_be_taken=standalone.admin_port_may_be_taken,
+                    explicit_settings=standalone.explicit)
     await broker.bind()  # the data directory and the ports first: a failure here is reported before any log line
     for warning in standalone.warnings:
         log.warning("%s", warning)

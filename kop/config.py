@@ -145,6 +145,14 @@ class BrokerConfig:
                                        "config `retention.bytes`).")
     retention_check_interval_ms: int = setting(5 * 60 * 1000, MILLIS, "log.retention.check.interval.ms",
                                                doc="How often retention runs.")
+    log_cleaner_enable: bool = setting(True, None, "log.cleaner.enable",
+                                       doc="Compact the topics whose `cleanup.policy` has `compact`, in a process "
+                                           "of its own.")
+    log_cleaner_backoff_ms: int = setting(15_000, MILLIS, "log.cleaner.backoff.ms",
+                                          doc="How often the log cleaner looks for partitions to compact.")
+    log_cleaner_io_max_bytes_per_second: int = setting(0, Range(0, INT64_MAX), "log.cleaner.io.max.bytes.per.second",
+                                                       doc="The most bytes a second the log cleaner reads and writes "
+                                                           "together; 0: no limit (Kafka's default).")
     # PIP-6 deduplication
     broker_deduplication_enabled: bool = setting(True, None, "brokerDeduplicationEnabled",
                                                  doc="Deduplicate idempotent producers and sequence-id records "
@@ -251,6 +259,13 @@ def listener_problem(config: BrokerConfig) -> str | None:
 
 
 FIELDS = {f.name: f for f in fields(BrokerConfig)}
+
+
+def settings_not_default(config: BrokerConfig) -> frozenset[str]:
+    """The fields holding other than their default: what was set, when nobody recorded what was (a broker made in
+    code rather than from a properties file and command line)."""
+    defaults = BrokerConfig()
+    return frozenset(name for name in FIELDS if getattr(config, name) != getattr(defaults, name))
 
 
 def setting_key(name: str) -> str:

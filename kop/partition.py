@@ -17,6 +17,7 @@ from dedup import (DEDUP_CURSOR_NAME, Accept, DecideAgain, DedupConfig, Duplicat
                    MessageDeduplication, PendingBatch, Reject, Status, WaitFor, WriteFailed)
 from dedup import named_sequences
 from dedup.named_sequences import RecordsDecision
+from kop.compaction.stats import CleanerStats
 from kop.dedup_storage import LedgerDedupStorage
 from kop.sequence_filter import Answer, SequenceFilter, Store
 from kop.ledger import Entry, LedgerClosedError, LedgerWriteError, ManagedLedger, ManagedLedgerError, Position
@@ -101,6 +102,7 @@ class PartitionLog:
                                           log_name=self.name)
         self.producers = KafkaProducers(self.dedup)
         self.sequences = SequenceFilter(self.dedup, self.name)
+        self.cleaner_stats = CleanerStats()  # kop/compaction's work here (compacted topics)
         self.log_append_time = False  # topic config message.timestamp.type=LogAppendTime
         # Plain counts on the hot path; the metrics read them at scrape time.
         self.bytes_in = 0  # bytes of batches stored (durable)

@@ -14,6 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from dedup import DedupConfig
+from kop import internal_topics
+from kop.compaction.settings import DEFAULTS as COMPACTION_DEFAULTS
+from kop.compaction.settings import check as check_compaction_config
 from kop.config import BrokerConfig
 from kop.ledger import LedgerConfig
 from kop.ledger.file_pool import OUT_OF_DESCRIPTORS, FilePool, capacity_for_open_files_limit
@@ -44,13 +47,14 @@ TOPIC_CONFIG_DEFAULTS = {
 }
 
 # Kafka topic configs that kop stores and reports but does not act on (replication, segment and index tuning,
-# compaction, tiered storage): tools and frameworks set them, and Kafka would accept them.
+# tiered storage): tools and frameworks set them, and Kafka would accept them. The compaction configs are
+# kop/compaction/settings.py's.
 STORED_ONLY_TOPIC_CONFIGS = frozenset({
-    "delete.retention.ms", "file.delete.delay.ms", "flush.messages", "flush.ms", "index.interval.bytes",
+    "file.delete.delay.ms", "flush.messages", "flush.ms", "index.interval.bytes",
     "follower.replication.throttled.replicas", "leader.replication.throttled.replicas", "local.retention.bytes",
-    "local.retention.ms", "max.compaction.lag.ms", "message.downconversion.enable", "message.format.version",
+    "local.retention.ms", "message.downconversion.enable", "message.format.version",
     "message.timestamp.after.max.ms", "message.timestamp.before.max.ms", "message.timestamp.difference.max.ms",
-    "min.cleanable.dirty.ratio", "min.compaction.lag.ms", "preallocate", "remote.storage.enable",
+    "preallocate", "remote.storage.enable",
     "segment.index.bytes", "segment.jitter.ms", "unclean.leader.election.enable",
 })
 INTEGER_TOPIC_CONFIGS = frozenset({"retention.ms", "retention.bytes", "max.message.bytes", "segment.bytes",
@@ -61,12 +65,15 @@ COMPRESSION_TYPES = frozenset({"producer", "uncompressed", "gzip", "snappy", "lz
 
 def validate_topic_configs(configs: dict[str, str]) -> None:
     for key, value in configs.items():
-        if key not in TOPIC_CONFIG_DEFAULTS and key not in STORED_ONLY_TOPIC_CONFIGS:
+        if key not in TOPIC_CONFIG_DEFAULTS and key not in STORED_ONLY_TOPIC_CONFIGS and key not in COMPACTION_DEFAULTS:
             raise TopicError(ErrorCode.INVALID_CONFIG, f"unknown topic config {key!r}")
+        if key in COMPACTION_DEFAULTS and (problem := check_compaction_config(key, value)):
+            raise TopicError(ErrorCode.INVALID_CONFIG, problem)
         if key == "message.timestamp.type" and value not in ("CreateTime", "LogAppendTime"):
             raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be CreateTime or LogAppendTime")
-        if key == "cleanup.policy" and not (value and set(value.split(",")) <= {"delete", "compact"}):
-            raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be delete, compact or both, got {value!r}")
+        # An empty list is accepted, as Kafka 4.x accepts it: neither deletion nor compaction.
+        if key == "cleanup.policy" and not {v.strip() for v in value.split(",") if v.strip()} <= {"delete", "compact"}:
+            raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be delete, compact, both or empty, got {value!r}")
         if key == "compression.type" and value not in COMPRESSION_TYPES:
             raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be one of {sorted(COMPRESSION_TYPES)}")
         if key == "min.insync.replicas" and value != "1":
@@ -81,7 +88,8 @@ def validate_topic_configs(configs: dict[str, str]) -> None:
 
 
 def deletes_by_retention(configs: dict[str, str]) -> bool:
-    """A compact-only topic keeps its data (kop does not compact; Kafka would keep the latest value per key)."""
+    """A topic whose policy lacks delete is never trimmed by retention: compact only (kop/compaction keeps the
+    latest record per key), or an empty policy (neither, as in Kafka 4.x)."""
     return "delete" in configs.get("cleanup.policy", "delete").split(",")
 
 
@@ -97,7 +105,7 @@ class TopicSettings:
     in, once whenever the configs change rather than on every batch."""
 
     max_message_bytes: int  # the largest record batch accepted
-    compacted: bool  # `compact` in cleanup.policy: every record needs a key (kop keeps the data whole)
+    compacted: bool  # `compact` in cleanup.policy: every record needs a key, and the log cleaner compacts it
     log_append_time: bool  # message.timestamp.type=LogAppendTime
     segment_bytes: int  # a ledger rolls at this size ...
     segment_ms: int  # ... or this age
@@ -121,6 +129,13 @@ class Topic:
 
     def partition(self, index: int) -> PartitionLog | None:
         return self.partitions[index] if 0 <= index < len(self.partitions) else None
+
+
+def unknown_topic(name: str) -> "TopicError":
+    """The error for a topic kop holds no log for (an internal topic's is a refusal that says why)."""
+    if internal_topics.is_internal(name):
+        return TopicError(internal_topics.REFUSED, internal_topics.REFUSAL)
+    return TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
 
 
 def validate_topic_name(name: str | None) -> None:
@@ -294,7 +309,7 @@ class TopicManager:
 
     def check_create(self, name: str, partitions: int, configs: dict[str, str]) -> int:
         validate_topic_name(name)
-        if name in self.topics:
+        if name in self.topics or internal_topics.is_internal(name):
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         if partitions == -1:
             partitions = self.config.num_partitions
@@ -322,7 +337,7 @@ class TopicManager:
             if topic is not None:
                 self._names_by_id.pop(topic.topic_id, None)
             if topic is None:
-                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+                raise unknown_topic(name)
             for partition in topic.partitions:
                 await partition.close()
             # The commit point, durable before any ledger goes: a crash after it leaves orphans that load_all
@@ -337,7 +352,7 @@ class TopicManager:
         async with self._lock:
             topic = self.topics.get(name)
             if topic is None:
-                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+                raise unknown_topic(name)
             if count <= len(topic.partitions):
                 raise TopicError(ErrorCode.INVALID_PARTITIONS,
                                  f"topic {name!r} has {len(topic.partitions)} partitions; {count} is not more")
@@ -352,7 +367,7 @@ class TopicManager:
         async with self._lock:
             topic = self.topics.get(name)
             if topic is None:
-                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+                raise unknown_topic(name)
             validate_topic_configs(configs)
             if validate_only:
                 return

@@ -1,4 +1,4 @@
-"""Produce responses (key 0, v3-v10) encoded directly, without kafka-python's message objects.
+"""Produce responses (key 0, v3-v13) encoded directly, without kafka-python's message objects.
 
 Every produce request gets one, so building it through the schema-driven classes cost more than anything else the
 broker does per request: 60-70 µs (building the objects, then encoding them) of the ~400 µs a single-record
@@ -6,11 +6,11 @@ produce takes in all (bench/BENCHMARKS.md, "Where the produce path spends its CP
 with struct in a few µs. `tests/test_produce_response.py` checks it byte for byte against kafka-python's encoder
 for every version, with and without record errors, error messages, empty and non-ASCII strings.
 
-Layout (`ProduceResponse.json` in Kafka): responses [name, partitions [index int32, error_code int16, base_offset
+Layout (`ProduceResponse.json` in Kafka): responses [name (v13+: topic id, 16 bytes), partitions [index int32, error_code int16, base_offset
 int64, log_append_time_ms int64, log_start_offset int64 (v5+), record_errors [batch_index int32, message
 nullable string] (v8+), error_message nullable string (v8+)]], throttle_time_ms int32. v9+ is flexible: compact
 arrays and strings, response header v1, and empty tagged-field sections (v10's tagged current_leader and
-node_endpoints hold their defaults and are left out, as kafka-python leaves them out).
+node_endpoints hold their defaults and are left out, as kafka-python leaves them out). v11 and v12 are v10's layout.
 """
 import struct
 from collections.abc import Sequence
@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 MIN_VERSION = 3
-MAX_VERSION = 10
+MAX_VERSION = 13
 _FLEXIBLE_FROM = 9
+_TOPIC_IDS_FROM = 13
 
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
@@ -43,7 +44,7 @@ class ProduceResponse:
     """What the produce handler answers; the connection frames it with `frame`."""
 
     version: int
-    responses: Sequence[tuple[str, Sequence[PartitionResponse]]]
+    responses: Sequence[tuple[str | bytes, Sequence[PartitionResponse]]]  # topic name, or its id's 16 bytes (v13+)
     throttle_time_ms: int = 0
 
     def frame(self, correlation_id: int) -> bytes:
@@ -85,8 +86,11 @@ def encode_produce_response(response: ProduceResponse, correlation_id: int) -> b
     partition_struct = _PARTITION_V5 if version >= 5 else _PARTITION_V3
     parts: list[bytes] = [b"\x00"] if flexible else []  # header v1: no tagged fields
     parts.append(_array_length(len(response.responses), flexible))
-    for name, partitions in response.responses:
-        parts.append(_string(name, flexible))
+    topic_ids = version >= _TOPIC_IDS_FROM
+    for topic, partitions in response.responses:
+        if topic_ids != isinstance(topic, bytes):
+            raise ValueError(f"produce response v{version} names topics by {'id' if topic_ids else 'name'}")
+        parts.append(topic if isinstance(topic, bytes) else _string(topic, flexible))
         parts.append(_array_length(len(partitions), flexible))
         for p in partitions:
             if version >= 5:

@@ -11,7 +11,7 @@ from pathlib import Path
 from compat.broker import KopBroker
 from compat.results import FAILED, PASSED, SKIPPED, TestOutcome
 
-KAFKA_VERSION = "3.9.0"
+KAFKA_VERSION = "4.1.0"  # what kafka-python infers from kop's ApiVersions (test_kafka_version_infer checks it)
 PREFIX = "test/integration/"  # allowlist names are node ids relative to this dir
 PER_TEST_TIMEOUT_S = 120
 # The broker settings kafka-python's own fixture gives the Kafka it starts (its kafka.properties template):

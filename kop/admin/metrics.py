@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.data_container import DataContainer
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -114,6 +114,16 @@ class BrokerMetrics:
                                        "partition's ledger (its fsync, or its PostgreSQL commit)", buckets=FSYNC_BUCKETS, registry=registry)
         self.fsync_entries = Histogram("kop_ledger_fsync_entries", "Entries made durable by each group commit's "
                                        "fsync (the group-commit size)", buckets=COUNT_BUCKETS, registry=registry)
+        self.compaction_runs = Counter("kop_compaction_runs", "Partitions compacted by the log cleaner (passes)",
+                                       registry=registry)
+        self.compaction_records_removed = Counter("kop_compaction_records_removed", "Records the log cleaner "
+                                                  "removed (older versions of a key, expired tombstones)",
+                                                  registry=registry)
+        self.compaction_bytes_reclaimed = Counter("kop_compaction_bytes_reclaimed", "Bytes of ledgers the log "
+                                                  "cleaner's rewrites freed", registry=registry)
+        self.compaction_dirty_ratio = Gauge("kop_compaction_dirty_ratio", "A compacted partition's dirty bytes / "
+                                            "cleanable bytes at the cleaner's last look", ["topic", "partition"],
+                                            registry=registry)
         self._series: dict[int, RequestSeries] = {}
 
     def request_series(self, api_key: int) -> RequestSeries:

@@ -80,6 +80,7 @@ def partition_stats(partition: PartitionLog, replication: ReplicationView = no_r
         "namedSequences": named_sequences(partition),
         "subscriptions": subscriptions(partition),
         "replication": dict(replication(partition)),
+        "compaction": partition.cleaner_stats.as_json(),
     }
 
 

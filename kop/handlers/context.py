@@ -39,6 +39,7 @@ class BrokerServices:
     """The services handlers use, fixed once the broker listens."""
 
     config: "BrokerConfig"  # settings, read-only
+    explicit_settings: frozenset[str]  # the config fields the operator set
     endpoint: Endpoint
     topics: "TopicManager"
     groups: "GroupCoordinator"
@@ -58,7 +59,7 @@ class BrokerServices:
         assert broker.producer_ids is not None and broker.transactions is not None, \
             "the broker serves requests only once started"
         endpoint = Endpoint(config.node_id, listener.advertised_host, broker.advertised_port(listener), listener.name)
-        return cls(config, endpoint, broker.topics,
+        return cls(config, broker.explicit_settings, endpoint, broker.topics,
                    broker.groups, broker.producer_ids, broker.transactions, broker.api_router.versions,
                    broker.metrics, broker.replication, broker.users, broker.authorizer,
                    broker.quota_book, broker.quota_meter)

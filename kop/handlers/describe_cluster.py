@@ -1,5 +1,5 @@
-"""DescribeCluster (key 60). Version notes: v1 adds the endpoint type (1 = brokers). One broker is the whole
-cluster and its controller."""
+"""DescribeCluster (key 60). Version notes: v1 adds the endpoint type (1 = brokers); v2 asks for fenced brokers
+too and marks them (KIP-1073). One broker is the whole cluster and its controller, and never fenced."""
 from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
 
 from kop.handlers.context import RequestContext
@@ -17,4 +17,4 @@ async def describe_cluster(ctx: RequestContext, request: DescribeClusterRequest)
                                                   is_fenced=False)])
 
 
-ROUTES = [(DescribeClusterRequest.API_KEY, 0, 1, describe_cluster)]
+ROUTES = [(DescribeClusterRequest.API_KEY, 0, 2, describe_cluster)]

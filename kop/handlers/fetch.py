@@ -1,7 +1,8 @@
-"""Fetch (key 1). Version notes: served v4-v17. v4+ isolation level, last stable offset and aborted transactions; v5+
+"""Fetch (key 1). Version notes: served v4-v18. v4+ isolation level, last stable offset and aborted transactions; v5+
 log start offset; v7+ fetch sessions, which we decline by answering session id 0 (clients then keep sending full
 fetches); v11+ rack id (ignored); v13+ topics by id (an unknown id is UNKNOWN_TOPIC_ID); v15+ replica state, v16+
-node endpoints, v17+ replica directory id: all for followers, which a single broker never has. At least one batch
+node endpoints, v17+ replica directory id, v18+ the follower's high watermark (KIP-1166): all for followers, which
+a single broker never has. At least one batch
 is returned even if it exceeds the byte limits (KIP-74), so a consumer always makes progress.
 
 Long poll: answer at once when min_bytes are available, max_wait_ms is 0, or any partition has an error
@@ -15,6 +16,7 @@ from typing import Any
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
+from kop import internal_topics
 from kop.handlers.context import RequestContext
 from kop.security.acls import Operation, ResourceType
 from kop.security.quotas import FETCH_RATE
@@ -27,7 +29,9 @@ READ_COMMITTED = 1
 
 
 def _topic_name(ctx: RequestContext, ftopic: Any) -> str | None:
-    return ctx.topics.name_of(ftopic.topic_id.bytes) if ctx.version >= 13 else ftopic.topic
+    if ctx.version < 13:
+        return ftopic.topic
+    return ctx.topics.name_of(ftopic.topic_id.bytes) or internal_topics.name_of(ftopic.topic_id.bytes)
 
 
 # What a response serves: each partition read and the bytes of batches it gives, counted once the response goes.
@@ -62,7 +66,7 @@ def _collect(ctx: RequestContext, request: FetchRequest) -> tuple[list[Any], int
                 parts.append(data)
                 continue
             if partition is None:
-                data.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None \
+                data.error_code = internal_topics.missing_partition_error(name) if name is not None \
                     else ErrorCode.UNKNOWN_TOPIC_ID
                 parts.append(data)
                 continue
@@ -169,4 +173,4 @@ async def _long_poll(ctx: RequestContext, request: FetchRequest, topics: list[An
     return _response(ctx, topics, served)
 
 
-ROUTES = [(FetchRequest.API_KEY, 4, 17, handle)]
+ROUTES = [(FetchRequest.API_KEY, 4, 18, handle)]

@@ -1,17 +1,20 @@
-"""ListOffsets (key 2). Version notes: served v1-v7 (v0 returns old-style offset arrays); v2+ isolation level; v4+
-leader epoch. Timestamp -2 = earliest, -1 = latest (the high watermark, = last offset + 1; read_committed: the last
-stable offset), -3 = max timestamp (v7+, the first record holding the greatest timestamp); otherwise the first offset whose record timestamp is >= the
+"""ListOffsets (key 2). Version notes: served v1-v10 (v0 returns old-style offset arrays); v2+ isolation level; v4+
+leader epoch; v8 earliest-local (-4), v9 latest-tiered (-5), v10 a timeout for remote lookups (KIP-1075), unused here.
+Timestamp -2 = earliest, -1 = latest (the high watermark, = last offset + 1; read_committed: the last
+stable offset), -3 = max timestamp (v7+, the first record holding the greatest timestamp), -4 = the log start (all of
+kop's log is local), -5 = no tiered offset (-1 with epoch -1, as Kafka answers without remote storage); otherwise the first offset whose record timestamp is >= the
 given one: per-ledger and per-batch max timestamps (kop/ledger/time_index.py) find the batch without reading older data,
 its records the offset (as Kafka's time index and LogSegment.findOffsetByTimestamp do)."""
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
 from kop.handlers.context import RequestContext
+from kop.internal_topics import missing_partition_error
 from kop.security.acls import Operation, ResourceType
 from kop.partition import PartitionLog
 from protocol.errors import ErrorCode
 from protocol.records import iter_records
 
-EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -3, -4, -5
 READ_COMMITTED = 1
 
 
@@ -49,14 +52,16 @@ async def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffset
             if not ctx.authorized(Operation.DESCRIBE, ResourceType.TOPIC, topic.name):
                 result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif partition is None:
-                result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif p.timestamp == EARLIEST:
+                result.error_code = missing_partition_error(topic.name)
+            elif p.timestamp in (EARLIEST, EARLIEST_LOCAL):
                 result.offset = partition.log_start_offset
             elif p.timestamp == LATEST:
                 committed = ctx.version >= 2 and request.isolation_level == READ_COMMITTED
                 result.offset = partition.last_stable_offset if committed else partition.high_watermark
             elif p.timestamp == MAX_TIMESTAMP:
                 result.timestamp, result.offset = await _max_timestamp(partition)
+            elif p.timestamp == LATEST_TIERED:
+                result.leader_epoch = -1
             elif p.timestamp < 0:
                 result.error_code = ErrorCode.INVALID_REQUEST
             else:
@@ -66,4 +71,4 @@ async def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffset
     return cls(throttle_time_ms=0, topics=topics_out)
 
 
-ROUTES = [(ListOffsetsRequest.API_KEY, 1, 7, handle)]
+ROUTES = [(ListOffsetsRequest.API_KEY, 1, 10, handle)]

@@ -1,10 +1,13 @@
 """Metadata (key 3). Version notes: v0 with an empty list means all topics, v1+ uses null for that; v4+ carries
-AllowAutoTopicCreation; v10+ topic ids; v8-10 cluster authorized operations. One broker leads every partition."""
+AllowAutoTopicCreation; v10+ topic ids; v8-10 cluster authorized operations; v13+ a top-level error code (always
+NONE: kop has no authorizer to refuse a describe). One broker leads every partition.
+`__consumer_offsets` is listed as internal (kop/internal_topics.py)."""
 import uuid
 from typing import Any
 
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
+from kop import internal_topics
 from kop.handlers.context import RequestContext
 from kop.security.acls import Operation, ResourceType
 from kop.topics import Topic, TopicError, validate_topic_name
@@ -19,14 +22,20 @@ def broker_list(ctx: RequestContext, cls: type[MetadataResponse]) -> list[Any]:
 def topic_entry(ctx: RequestContext, cls: type[MetadataResponse], name: str | None, topic: Topic | None,
                 error: ErrorCode = ErrorCode.NONE) -> Any:
     node = ctx.endpoint.node_id
-    partitions = [] if topic is None else [
+    if internal_topics.is_internal(name):
+        count, topic_id, error = internal_topics.CONSUMER_OFFSETS_PARTITIONS, internal_topics.CONSUMER_OFFSETS_ID, \
+            ErrorCode.NONE
+    elif topic is not None:
+        count, topic_id = len(topic.partitions), uuid.UUID(bytes=topic.topic_id)
+    else:
+        count, topic_id = 0, uuid.UUID(int=0)
+    partitions = [
         cls.MetadataResponseTopic.MetadataResponsePartition(
             error_code=ErrorCode.NONE, partition_index=p, leader_id=node, leader_epoch=0,
             replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
-        for p in range(len(topic.partitions))]
-    topic_id = uuid.UUID(bytes=topic.topic_id) if topic is not None else uuid.UUID(int=0)
-    return cls.MetadataResponseTopic(error_code=error, name=name, topic_id=topic_id, is_internal=False,
-                                     partitions=partitions)
+        for p in range(count)]
+    return cls.MetadataResponseTopic(error_code=error, name=name, topic_id=topic_id,
+                                     is_internal=internal_topics.is_internal(name), partitions=partitions)
 
 
 async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
@@ -34,7 +43,8 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
     topics_mgr = ctx.topics
     wanted = request.topics
     if wanted is None or (ctx.version == 0 and not wanted):
-        names = [n for n in sorted(topics_mgr.topics) if ctx.authorized(Operation.DESCRIBE, ResourceType.TOPIC, n)]
+        names = [n for n in sorted([*topics_mgr.topics, internal_topics.CONSUMER_OFFSETS])
+                 if ctx.authorized(Operation.DESCRIBE, ResourceType.TOPIC, n)]
         entries = [topic_entry(ctx, cls, n, topics_mgr.get(n)) for n in names]
     else:
         auto = ctx.version < 4 or request.allow_auto_topic_creation
@@ -42,9 +52,9 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
         for item in wanted:
             name = item.name
             if name is None:  # lookup by topic id (v10+)
-                match = next((t for t in topics_mgr.topics.values() if t.topic_id == item.topic_id.bytes), None)
-                entries.append(topic_entry(ctx, cls, match.name if match else None, match,
-                                           ErrorCode.NONE if match else ErrorCode.UNKNOWN_TOPIC_ID))
+                found = topics_mgr.name_of(item.topic_id.bytes) or internal_topics.name_of(item.topic_id.bytes)
+                entries.append(topic_entry(ctx, cls, found, topics_mgr.get(found) if found else None,
+                                           ErrorCode.NONE if found else ErrorCode.UNKNOWN_TOPIC_ID))
                 continue
             if not ctx.authorized(Operation.DESCRIBE, ResourceType.TOPIC, name):
                 entries.append(topic_entry(ctx, cls, name, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
@@ -60,7 +70,7 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
             error = ErrorCode.NONE if topic else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             entries.append(topic_entry(ctx, cls, name, topic, error))
     return cls(throttle_time_ms=0, brokers=broker_list(ctx, cls), cluster_id=ctx.config.cluster_id,
-               controller_id=ctx.endpoint.node_id, topics=entries)
+               controller_id=ctx.endpoint.node_id, topics=entries, error_code=ErrorCode.NONE)
 
 
-ROUTES = [(MetadataRequest.API_KEY, 0, 12, handle)]
+ROUTES = [(MetadataRequest.API_KEY, 0, 13, handle)]

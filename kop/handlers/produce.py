@@ -1,6 +1,8 @@
 """Produce (key 0). Version notes: v3+ only (record batch v2, magic 2), exactly one batch per partition as Kafka
-requires; v8+ carries record_errors and error_message (we put the reason for a rejected batch there); v9+ flexible.
-We serve up to v10: v11+ brings KIP-890 error codes that only make sense with transaction verification.
+requires; v8+ carries record_errors and error_message (we put the reason for a rejected batch there); v9+ flexible;
+v11 allows KIP-890's TRANSACTION_ABORTABLE (kop never needs to answer it); v12 lets a producer of transaction
+version 2 add partitions implicitly, which it does only when the broker advertises that feature (kop does not, so
+producers add partitions with AddPartitionsToTxn); v13 names topics by id (an unknown id is UNKNOWN_TOPIC_ID).
 
 The ordered phase (this coroutine, before it returns) validates each partition's batch and hands it to its
 PartitionLog, which assigns offsets in arrival order; the returned awaitable waits for durability and builds the
@@ -13,7 +15,9 @@ from collections.abc import Awaitable
 
 from kafka.protocol.producer import ProduceRequest
 
+from kop import internal_topics
 from kop.handlers.context import RequestContext
+from kop.internal_topics import REFUSAL, REFUSED, missing_partition_error
 from kop.security.acls import Operation, ResourceType
 from kop.security.quotas import PRODUCE_RATE
 from kop.partition import AppendResult, PartitionLog
@@ -83,7 +87,7 @@ def _publish_one(ctx: RequestContext, partition: PartitionLog, settings: TopicSe
             header, view = _with_max_timestamp(view, exc.records_max)
             records = validate_batch(header, view, watch=watch)
         if settings.compacted and (keyless := _keyless_records(view)):
-            # Kafka's rule for compacted topics (kop keeps them whole rather than compact): every record has a key.
+            # Kafka's rule for compacted topics: every record has a key (the cleaner keeps the latest per key).
             log.warning("rejected batch for %s: %d records without a key on a compacted topic", partition.name,
                         len(keyless), extra=ctx.log_fields)
             return _rejected(ErrorCode.INVALID_RECORD, "compacted topic cannot accept records without a key",
@@ -95,8 +99,17 @@ def _publish_one(ctx: RequestContext, partition: PartitionLog, settings: TopicSe
     return partition.publish_normal(header, view, timeout_ms, records, ctx.log_fields)
 
 
-# Per topic, each partition's index, PartitionLog (None if there is no such partition) and future AppendResult.
-Outcomes = list[tuple[str, list[tuple[int, PartitionLog | None, asyncio.Future]]]]
+# Per topic (its name, or its id's bytes from v13), each partition's index, PartitionLog (None if there is no such
+# partition) and future AppendResult.
+Outcomes = list[tuple[str | bytes, list[tuple[int, PartitionLog | None, asyncio.Future]]]]
+TOPIC_IDS_FROM = 13
+
+
+def _missing(name: str | None, index: int) -> asyncio.Future:
+    if name is None:
+        return _rejected(ErrorCode.UNKNOWN_TOPIC_ID, "unknown topic id")
+    error = missing_partition_error(name)
+    return _rejected(error, REFUSAL if error == REFUSED else f"unknown topic or partition {name}-{index}")
 
 
 async def handle(ctx: RequestContext, request: ProduceRequest) -> Awaitable[ProduceResponse] | None:
@@ -105,10 +118,16 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> Awaitable[Prod
     transactional_id = request.transactional_id
     transaction_refused = transactional_id is not None and not ctx.authorized(
         Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+    by_id = ctx.version >= TOPIC_IDS_FROM
     for topic_data in request.topic_data:
-        name = topic_data.name
-        topic = ctx.topics.get(name)
-        writable = ctx.authorized(Operation.WRITE, ResourceType.TOPIC, name)
+        if by_id:
+            key = topic_data.topic_id.bytes
+            name = ctx.topics.name_of(key) or internal_topics.name_of(key)
+        else:
+            key = name = topic_data.name
+        topic = ctx.topics.get(name) if name is not None else None
+        # an unknown topic id is answered UNKNOWN_TOPIC_ID below: there is no name to authorize
+        writable = name is None or ctx.authorized(Operation.WRITE, ResourceType.TOPIC, name)
         per_partition = []
         for pdata in topic_data.partition_data:
             index = pdata.index
@@ -121,11 +140,11 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> Awaitable[Prod
             elif not writable:
                 future = _rejected(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{ctx.principal} may not write to {name}")
             elif topic is None or partition is None:
-                future = _rejected(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic or partition {name}-{index}")
+                future = _missing(name, index)
             else:
                 future = _publish_one(ctx, partition, topic.settings, pdata.records, request.timeout_ms)
             per_partition.append((index, partition, future))
-        results.append((name, per_partition))
+        results.append((key, per_partition))
     throttle_ms = ctx.throttle(PRODUCE_RATE, sum(len(p.records or b"") for t in request.topic_data
                                                   for p in t.partition_data))
     if acks == 0:
@@ -135,7 +154,7 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> Awaitable[Prod
 
 async def _respond(ctx: RequestContext, results: Outcomes, throttle_ms: int) -> ProduceResponse:
     topics = []
-    for name, per_partition in results:
+    for topic, per_partition in results:
         partitions = []
         for index, partition, future in per_partition:
             outcome: AppendResult = await future
@@ -143,7 +162,7 @@ async def _respond(ctx: RequestContext, results: Outcomes, throttle_ms: int) -> 
                 index, outcome.error, outcome.base_offset, outcome.log_append_time,
                 partition.log_start_offset if partition else -1, outcome.record_errors,
                 outcome.message if outcome.error else None))
-        topics.append((name, partitions))
+        topics.append((topic, partitions))
     return ProduceResponse(ctx.version, topics, throttle_ms)
 
 

@@ -12,8 +12,9 @@ from kafka.protocol.admin import (CreatePartitionsRequest, CreatePartitionsRespo
 
 from kop.handlers.configs import DEFAULT_CONFIG
 from kop.handlers.context import RequestContext
+from kop.internal_topics import missing_partition_error
 from kop.security.acls import Operation, ResourceType
-from kop.topics import TOPIC_CONFIG_DEFAULTS, TopicError
+from kop.topics import TOPIC_CONFIG_DEFAULTS, TopicError, unknown_topic
 from protocol.errors import ErrorCode
 
 
@@ -115,7 +116,7 @@ async def create_partitions(ctx: RequestContext, request: CreatePartitionsReques
             _require(ctx, Operation.ALTER, item.name)
             topic = ctx.topics.get(item.name)
             if topic is None:
-                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {item.name!r}")
+                raise unknown_topic(item.name)
             if item.count <= len(topic.partitions):
                 raise TopicError(ErrorCode.INVALID_PARTITIONS,
                                  f"topic has {len(topic.partitions)} partitions; {item.count} is not more")
@@ -146,7 +147,7 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
             if not ctx.authorized(Operation.DELETE, ResourceType.TOPIC, item.name):
                 result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif partition is None:
-                result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                result.error_code = missing_partition_error(item.name)
             else:
                 offset = partition.high_watermark if p.offset == -1 else p.offset
                 if not 0 <= offset <= partition.high_watermark:

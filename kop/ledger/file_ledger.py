@@ -10,6 +10,7 @@ write. Retention deletes whole closed ledgers, so trim also closes an idle curre
 wholly past retention): otherwise a quiet topic would keep its last records forever.
 """
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -29,7 +30,8 @@ from kop.ledger.group_commit import GroupCommit
 from kop.ledger.interface import Entry, TrimResult
 from kop.ledger.ledger_base import LedgerBase, LedgerConfig
 from kop.ledger.ledger_file import LedgerFile, RawEntry
-from kop.ledger.position import Position
+from kop.ledger.position import BEFORE_FIRST, Position
+from kop.ledger.rewrites import LedgerSnapshot, RewrittenLedger
 from kop.ledger.time_index import NO_TIMESTAMP
 from google.protobuf.message import DecodeError
 
@@ -41,7 +43,10 @@ log = logging.getLogger(__name__)
 # deleted-before is Kafka's DeleteRecords low watermark.
 END_FLOOR_KEY = "kop.end_floor"
 DELETED_BEFORE_KEY = "kop.deleted_before"
+# The last ledger the log cleaner compacted (kop/compaction): ledgers after it are its dirty section.
+CLEANED_THROUGH_KEY = "kop.cleaned_through"
 LEDGER_FILE = re.compile(r"^(\d+)\.(log|idx)$")
+COMPACTING_FILE = re.compile(r"^(\d+)\.(log|idx)\.compacting-\w+$")
 
 
 @dataclass(slots=True)
@@ -61,6 +66,7 @@ class FileManagedLedger(LedgerBase):
         self._executor = executor
         self._files = files if files is not None else FilePool()
         self._closed_times: dict[int, int] = {}
+        self.cleaned_through = -1  # the last ledger compacted (ledgers.info property)
         self._group = GroupCommit(executor, config.fsync, self._on_durable, self._on_write_failed,
                                   config.flush_observer)
         self._cursors = CursorLog(os.path.join(directory, "cursors.log"), executor, config.fsync,
@@ -103,6 +109,7 @@ class FileManagedLedger(LedgerBase):
         self._start_index = self._written_end = initial_index
         properties = {p.key: p.value for p in info.properties}
         self._deleted_before = int(properties.get(DELETED_BEFORE_KEY, 0))
+        self.cleaned_through = int(properties.get(CLEANED_THROUGH_KEY, -1))
         end_floor = int(properties.get(END_FLOOR_KEY, initial_index))
         listed = list(info.ledgerInfo)
         # Ledger ids never go back, even when every listed ledger turns out empty: positions stored in cursors must
@@ -153,6 +160,9 @@ class FileManagedLedger(LedgerBase):
             match = LEDGER_FILE.match(name)
             if match and int(match[1]) not in listed:
                 log.warning("%s: removing unlisted ledger file %s", self.name, name)
+                os.unlink(os.path.join(self.directory, name))
+            elif COMPACTING_FILE.match(name):  # a compaction a crash cut short: never installed, never read
+                log.info("%s: removing the unfinished compaction file %s", self.name, name)
                 os.unlink(os.path.join(self.directory, name))
 
     def _end_of(self, ledger: LedgerFile) -> int:
@@ -211,6 +221,8 @@ class FileManagedLedger(LedgerBase):
         info.properties.append(KeyValue(key=END_FLOOR_KEY, value=str(self._confirmed_end)))
         if self._deleted_before:
             info.properties.append(KeyValue(key=DELETED_BEFORE_KEY, value=str(self._deleted_before)))
+        if self.cleaned_through >= 0:
+            info.properties.append(KeyValue(key=CLEANED_THROUGH_KEY, value=str(self.cleaned_through)))
         replace_atomically(self._info_path(), info.SerializeToString(), durable=self.config.fsync)
 
     # ---- writing
@@ -394,6 +406,51 @@ class FileManagedLedger(LedgerBase):
         self._write_info()
         oldest.delete_files()
 
+    # ---- compaction (kop/compaction): the cleaner reads closed ledgers and installs their rewrites
+
+    def closed_ledgers(self) -> list[LedgerSnapshot]:
+        """The closed ledgers, oldest first, as the cleaner reads them (in its own process, by path)."""
+        return [LedgerSnapshot(l.ledger_id, l.log_path, l.idx_path, tuple(l.file_positions), l.size,
+                               self._closed_times.get(l.ledger_id, 0))
+                for l in self._ledgers if l.closed and l is not self._current and l.entries]
+
+    def install_compacted(self, rewritten: RewrittenLedger) -> bool:
+        """Put a complete rewrite of a closed ledger in its place: renamed over its files (the commit point: a
+        crash before it leaves the original, after it the rewrite), then read from at once. Entry ids and offsets
+        are the same, so cursors, the offset index and the time index stay true. False (and the rewrite removed)
+        when the ledger changed meanwhile (deleted by retention, or the ledger closed)."""
+        at = next((i for i, l in enumerate(self._ledgers) if l.ledger_id == rewritten.ledger_id), None)
+        old = self._ledgers[at] if at is not None else None
+        installable = not self._closed and old is not None and old is not self._current \
+            and old.size == rewritten.size_before
+        try:
+            if installable:
+                os.replace(rewritten.log_path, old.log_path)
+        except OSError as exc:
+            log.warning("%s: cannot install the compacted ledger %d (%s); it stays as it was", self.name,
+                        rewritten.ledger_id, exc)
+            installable = False
+        if not installable:
+            _remove(rewritten.log_path, rewritten.idx_path)
+            return False
+        # From here the rewrite is the ledger: read it at once, whatever becomes of its index.
+        old.close()  # its descriptors still read the original's bytes: none may be used again
+        self._ledgers[at] = LedgerFile.rewritten(self._files, old, rewritten.positions, rewritten.size)
+        try:
+            os.replace(rewritten.idx_path, old.idx_path)
+        except OSError as exc:  # the old index: checked against the log and rebuilt on the next open
+            log.warning("%s: compacted ledger %d keeps its old index until reopened (%s)", self.name,
+                        rewritten.ledger_id, exc)
+            _remove(rewritten.idx_path)
+        return True
+
+    def set_cleaned_through(self, ledger_id: int) -> None:
+        """Record, durably with the ledger list (and the rewrites' new sizes), how far the cleaner has been."""
+        if self._closed:  # the partition went (its topic deleted) while the cleaner worked
+            return
+        self.cleaned_through = ledger_id
+        self._write_info()
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -405,6 +462,12 @@ class FileManagedLedger(LedgerBase):
     async def delete(self) -> None:
         await self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _remove(*paths: str) -> None:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 def _unpin(adds: list[_PendingAdd]) -> None:

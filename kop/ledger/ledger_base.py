@@ -148,6 +148,20 @@ class LedgerBase(ManagedLedger):
         cursor log of its own has one to fail."""
         raise NotImplementedError("this storage engine has no cursor log")
 
+    # ---- compaction (kop/compaction): only an engine whose closed ledgers are files the cleaner can rewrite
+
+    cleaned_through = -1  # the last ledger compacted
+
+    def closed_ledgers(self) -> list:
+        """The closed ledgers the log cleaner may rewrite: none, unless the engine's ledgers are files."""
+        return []
+
+    def install_compacted(self, rewritten: Any) -> bool:
+        raise NotImplementedError("this storage engine does not compact")
+
+    def set_cleaned_through(self, ledger_id: int) -> None:
+        raise NotImplementedError("this storage engine does not compact")
+
     def inject_replay_read_failures(self, count: int) -> None:
         """Test hook: the next `count` reads of the entries after a position (the dedup replay's) fail as a disk
         read error would."""

@@ -131,6 +131,19 @@ class LedgerFile:
         self.indexed = count
         self.write_index(len(self.first_indexes))
 
+    @classmethod
+    def rewritten(cls, pool: FilePool, old: "LedgerFile", positions: tuple[int, ...], size: int) -> "LedgerFile":
+        """The closed ledger `old` once compaction rewrote its files in place: the same entries (ids, offsets,
+        batch timestamps) at new positions."""
+        ledger = cls(old.ledger_id, pool.file(old.log_path), pool.file(old.idx_path))
+        ledger.first_indexes = array("q", old.first_indexes)
+        ledger.file_positions = array("q", positions)
+        ledger.size = size
+        ledger.indexed = len(positions)
+        ledger.closed = True
+        ledger.times, ledger.recorded_max_timestamp = old.times, old.recorded_max_timestamp
+        return ledger
+
     @property
     def entries(self) -> int:
         return len(self.first_indexes)

@@ -1,0 +1,140 @@
+"""The log cleaner: compacts the partitions of topics whose cleanup.policy has `compact`, as Kafka's LogCleaner
+does, one partition at a time.
+
+A partition's cleanable range is its closed ledgers, oldest first, up to the first one that closed less than
+min.compaction.lag.ms ago (the current ledger is never cleaned: a record becomes cleanable once its ledger rolls, by
+segment.bytes or segment.ms). The ledgers after the last one cleaned are the dirty section; the partition is cleaned
+when dirty bytes / cleanable bytes reach min.cleanable.dirty.ratio, or when its oldest dirty ledger closed
+max.compaction.lag.ms ago. The reading and writing happen in the cleaner's own process (kop/compaction/rewrite.py),
+so neither the event loop nor the produce path waits for it, nor shares the interpreter lock with it; the event loop
+only installs the finished rewrites (two renames each) and records how far the cleaner got.
+"""
+import asyncio
+import contextlib
+import ctypes
+import logging
+import multiprocessing
+import signal
+import uuid
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import TYPE_CHECKING
+
+from kop import clock
+from kop.compaction.rewrite import CompactionJob, CompactionResult, LedgerChanged, compact
+from kop.compaction.settings import CompactionSettings
+from kop.compaction.stats import CleanerStats
+
+if TYPE_CHECKING:
+    from kop.admin.metrics import BrokerMetrics
+    from kop.partition import PartitionLog
+    from kop.topics import TopicManager
+
+log = logging.getLogger(__name__)
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """In the cleaner process: end with the broker, even one killed with SIGKILL, so no cleaner outlives it to write
+    files a restarted broker would have to wait for (Linux's PR_SET_PDEATHSIG; elsewhere it ends once its work
+    is done and it finds the broker gone)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class LogCleaner:
+    def __init__(self, topics: "TopicManager", metrics: "BrokerMetrics", io_bytes_per_second: float) -> None:
+        self._topics = topics
+        self._metrics = metrics
+        self._io_bytes_per_second = io_bytes_per_second
+        self._executor: ProcessPoolExecutor | None = None
+
+    async def run(self, interval_s: float) -> None:
+        try:
+            while True:
+                await asyncio.sleep(interval_s)
+                try:
+                    await self.clean_once()
+                except Exception:
+                    log.exception("log cleaner pass failed")
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+    async def clean_once(self) -> int:
+        """One pass over every compacted partition; returns how many were cleaned."""
+        cleaned = 0
+        for topic in list(self._topics.topics.values()):
+            if not topic.settings.compacted:
+                continue
+            settings = CompactionSettings.parse(topic.configs)
+            for partition in list(topic.partitions):
+                cleaned += await self._clean(partition, settings)
+        return cleaned
+
+    async def _clean(self, partition: "PartitionLog", settings: CompactionSettings) -> bool:
+        ledger = partition.ledger
+        now = clock.now_ms()
+        cleanable = []
+        for snapshot in ledger.closed_ledgers():
+            if now - snapshot.closed_ms < settings.min_lag_ms:
+                break
+            cleanable.append(snapshot)
+        stats = partition.cleaner_stats
+        dirty = [s for s in cleanable if s.ledger_id > ledger.cleaned_through]
+        total = sum(s.size for s in cleanable)
+        stats.dirty_ratio = sum(s.size for s in dirty) / total if total else 0.0
+        self._metrics.compaction_dirty_ratio.labels(partition.topic, str(partition.partition)).set(stats.dirty_ratio)
+        overdue = bool(dirty) and now - dirty[0].closed_ms >= settings.max_lag_ms
+        if not dirty or (stats.dirty_ratio < settings.min_dirty_ratio and not overdue):
+            return False
+        job = CompactionJob(partition.name, uuid.uuid4().hex, tuple(cleanable), now - settings.delete_retention_ms,
+                            ledger.config.max_entry_bytes, ledger.config.fsync, self._io_bytes_per_second)
+        log.info("%s: compacting ledgers %d-%d (dirty ratio %.2f)", partition.name, cleanable[0].ledger_id,
+                 cleanable[-1].ledger_id, stats.dirty_ratio)
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(self._pool(), compact, job)
+        except (LedgerChanged, FileNotFoundError) as exc:
+            log.info("%s: compaction pass dropped, a ledger changed while it was read (%s)", partition.name, exc)
+            return False
+        except BrokenProcessPool:
+            log.warning("%s: the cleaner process died; a new one takes the next pass", partition.name)
+            self.close()
+            return False
+        installed = [r for r in result.rewritten if ledger.install_compacted(r)]
+        if len(installed) != len(result.rewritten):
+            log.info("%s: %d compacted ledgers not installed: they changed meanwhile", partition.name,
+                     len(result.rewritten) - len(installed))
+        ledger.set_cleaned_through(cleanable[-1].ledger_id)
+        self._record(partition, stats, result, installed, now, cleanable[-1].ledger_id)
+        return True
+
+    def _pool(self) -> ProcessPoolExecutor:
+        if self._executor is None:
+            # spawn, not fork: the broker's threads (the ledger executor) must not be copied mid-operation
+            self._executor = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=die_with_parent)
+        return self._executor
+
+    def _record(self, partition: "PartitionLog", stats: CleanerStats, result: CompactionResult, installed: list,
+                now: int, through: int) -> None:
+        reclaimed = sum(r.size_before - r.size for r in installed)
+        stats.runs += 1
+        stats.last_run_ms = now
+        stats.records_removed += result.records_removed
+        stats.tombstones_removed += result.tombstones_removed
+        stats.bytes_reclaimed += reclaimed
+        stats.cleaned_through_ledger = through
+        stats.dirty_ratio = 0.0
+        metrics = self._metrics
+        metrics.compaction_runs.inc()
+        metrics.compaction_records_removed.inc(result.records_removed)
+        metrics.compaction_bytes_reclaimed.inc(reclaimed)
+        metrics.compaction_dirty_ratio.labels(partition.topic, str(partition.partition)).set(0.0)
+        log.info("%s: compacted through ledger %d: %d keys, %d of %d records removed (%d tombstones), %d ledgers "
+                 "rewritten, %d bytes reclaimed", partition.name, through, result.keys, result.records_removed,
+                 result.records_read, result.tombstones_removed, len(installed), reclaimed)

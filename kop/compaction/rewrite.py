@@ -1,0 +1,168 @@
+"""The cleaner's work on one partition, run in the cleaner's own process: read the closed ledgers of the cleanable
+range, find the latest record of each key, and write each ledger that holds records to remove again, whole, beside
+the original (`{id}.log.compacting`, `{id}.idx.compacting`). Nothing here touches what readers see: the broker
+installs a rewritten ledger (kop/ledger/file_ledger.py) by renaming it over the original on its event loop, so a
+crash at any point leaves either the original or the complete rewrite, never a half-written ledger.
+
+What a rewrite keeps, as Kafka's log cleaner does:
+* every entry, with its first offset, span and metadata: offsets never change, and the records removed leave holes;
+* every batch's base offset, lastOffsetDelta, producer id, epoch and base sequence, so PIP-6 recovery and the Kafka
+  producer state rebuild from it exactly as before. A batch whose records all go is kept as an empty batch (kop keeps
+  every one; Kafka drops those its producer state no longer needs);
+* the batch's max timestamp, so the ledger's time index stays true;
+* a record whose key has a later version in the range is removed; a tombstone (null value) that is its key's latest
+  is removed once its ledger closed more than delete.retention.ms ago; a record without a key stays;
+* transactional and control batches stay whole (kop does not compact transactions' records yet).
+"""
+import os
+from dataclasses import dataclass, field
+
+from kop.compaction.throttle import Throttle
+from kop.ledger.framed_file import read_record
+from kop.ledger.ledger_file import INDEX_RECORD, RawEntry, decode_entry, encode_entry
+from kop.ledger.rewrites import COMPACTING_SUFFIX, LedgerSnapshot, RewrittenLedger
+from protocol.compression import NONE
+from protocol.records import Record, build_batch, iter_records, split_batches
+
+
+
+@dataclass(frozen=True)
+class CompactionJob:
+    name: str
+    token: str  # unique to this job, in its files' names
+    ledgers: tuple[LedgerSnapshot, ...]  # the cleanable range, oldest first
+    tombstone_horizon_ms: int  # tombstones in ledgers closed before this go
+    max_entry_bytes: int
+    fsync: bool
+    io_bytes_per_second: float = float("inf")  # reads and writes together
+
+
+@dataclass
+class CompactionResult:
+    rewritten: list[RewrittenLedger] = field(default_factory=list)
+    keys: int = 0
+    records_read: int = 0
+    records_removed: int = 0
+    tombstones_removed: int = 0
+    bytes_before: int = 0  # of the ledgers rewritten
+    bytes_after: int = 0
+
+
+class LedgerChanged(Exception):
+    """A ledger could not be read as snapshotted (deleted by retention meanwhile): this pass is dropped."""
+
+
+def _entries(ledger: LedgerSnapshot, max_entry_bytes: int, throttle: Throttle):
+    fd = os.open(ledger.log_path, os.O_RDONLY)
+    try:
+        for entry_id, pos in enumerate(ledger.positions):
+            payload = read_record(fd, pos, ledger.size, max_entry_bytes)
+            if payload is None:
+                raise LedgerChanged(f"{ledger.log_path}: entry {entry_id} unreadable")
+            throttle.spend(len(payload))
+            yield decode_entry(entry_id, payload)
+    finally:
+        os.close(fd)
+
+
+def _compactable(data: memoryview) -> bool:
+    (header, _view), = split_batches(data)
+    return not (header.is_transactional or header.is_control)
+
+
+def latest_offsets(job: CompactionJob, throttle: Throttle) -> tuple[dict[bytes, int], int]:
+    """Each key's latest offset in the range, and how many records were read."""
+    latest: dict[bytes, int] = {}
+    read = 0
+    for ledger in job.ledgers:
+        for entry in _entries(ledger, job.max_entry_bytes, throttle):
+            if not _compactable(entry.data):
+                continue
+            for record in iter_records(entry.data):
+                read += 1
+                if record.key is not None:
+                    latest[record.key] = record.offset
+    return latest, read
+
+
+def _removable(record: Record, latest: dict[bytes, int], drop_tombstones: bool) -> bool:
+    if record.key is None:
+        return False
+    return latest[record.key] > record.offset or (record.value is None and drop_tombstones)
+
+
+def _needs_rewrite(ledger: LedgerSnapshot, job: CompactionJob, latest: dict[bytes, int],
+                   throttle: Throttle) -> bool:
+    drop_tombstones = ledger.closed_ms < job.tombstone_horizon_ms
+    return any(_removable(record, latest, drop_tombstones)
+               for entry in _entries(ledger, job.max_entry_bytes, throttle) if _compactable(entry.data)
+               for record in iter_records(entry.data))
+
+
+def _rewrite_entry(entry: RawEntry, latest: dict[bytes, int], drop_tombstones: bool,
+                   result: CompactionResult) -> bytes | memoryview:
+    """The entry's batch without its removable records (the batch itself when it keeps them all)."""
+    if not _compactable(entry.data):
+        return entry.data
+    (header, _view), = split_batches(entry.data)
+    records = list(iter_records(entry.data))
+    kept = []
+    for record in records:
+        if not _removable(record, latest, drop_tombstones):
+            kept.append(record)
+        elif record.value is None:
+            result.tombstones_removed += 1
+    if len(kept) == len(records):
+        return entry.data
+    result.records_removed += len(records) - len(kept)
+    return build_batch(kept, base_offset=header.base_offset, producer_id=header.producer_id,
+                       producer_epoch=header.producer_epoch, base_sequence=header.base_sequence,
+                       compression=header.compression if kept else NONE, timestamp_type=header.timestamp_type,
+                       max_timestamp=header.max_timestamp, last_offset_delta=header.last_offset_delta,
+                       partition_leader_epoch=header.partition_leader_epoch)
+
+
+def _rewrite_ledger(ledger: LedgerSnapshot, job: CompactionJob, latest: dict[bytes, int],
+                    result: CompactionResult, throttle: Throttle) -> RewrittenLedger:
+    """Write the ledger again beside itself, entry by entry (memory holds one entry and the index)."""
+    drop_tombstones = ledger.closed_ms < job.tombstone_horizon_ms
+    suffix = f"{COMPACTING_SUFFIX}-{job.token}"
+    log_path, idx_path = ledger.log_path + suffix, ledger.idx_path + suffix
+    index, positions = [], []
+    size = 0
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for entry in _entries(ledger, job.max_entry_bytes, throttle):
+            record = encode_entry(entry.first_index, entry.span, entry.metadata,
+                                  _rewrite_entry(entry, latest, drop_tombstones, result))
+            os.write(fd, record)
+            throttle.spend(len(record))
+            index.append(INDEX_RECORD.pack(entry.first_index, size))
+            positions.append(size)
+            size += len(record)
+        if job.fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    fd = os.open(idx_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, b"".join(index))  # not synced: an index is checked against its log on open
+    finally:
+        os.close(fd)
+    return RewrittenLedger(ledger.ledger_id, log_path, idx_path, tuple(positions), size, ledger.size)
+
+
+def compact(job: CompactionJob) -> CompactionResult:
+    """Run in the cleaner process. Raises LedgerChanged when a ledger went away while it was read."""
+    result = CompactionResult()
+    throttle = Throttle(job.io_bytes_per_second)
+    latest, result.records_read = latest_offsets(job, throttle)
+    result.keys = len(latest)
+    for ledger in job.ledgers:
+        if not _needs_rewrite(ledger, job, latest, throttle):
+            continue
+        rewritten = _rewrite_ledger(ledger, job, latest, result, throttle)
+        result.rewritten.append(rewritten)
+        result.bytes_before += rewritten.size_before
+        result.bytes_after += rewritten.size
+    return result

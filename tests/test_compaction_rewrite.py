@@ -1,0 +1,83 @@
+"""The cleaner's rewrite of real ledger files: the latest record per key stays at its offset, every batch keeps its
+producer fields and lastOffsetDelta (an emptied one stays, empty), compressed batches stay compressed, transactional
+batches stay whole, tombstones go only past the horizon, and an installed rewrite survives a reopen while an
+unfinished one is removed."""
+import os
+
+from kop.compaction.rewrite import CompactionJob, compact
+from kop.ledger import LedgerConfig, FileManagedLedger
+from protocol.compression import GZIP, NONE
+from protocol.records import Record, build_batch, iter_records, split_batches
+
+CONFIG = LedgerConfig(max_ledger_bytes=1 << 20)
+T0 = 1_700_000_000_000
+
+
+def batch(first: int, items: list[tuple[bytes, bytes | None]], *, producer_id: int = -1, sequence: int = -1,
+          compression: int = NONE, transactional: bool = False) -> bytes:
+    records = [Record(offset=first + i, timestamp=T0 + first + i, key=k, value=v) for i, (k, v) in enumerate(items)]
+    epoch = 0 if producer_id >= 0 else -1
+    return build_batch(records, base_offset=first, producer_id=producer_id, producer_epoch=epoch,
+                       base_sequence=sequence, compression=compression, transactional=transactional)
+
+
+async def write(ml: FileManagedLedger, data: bytes) -> None:
+    (header, _), = split_batches(data)
+    await ml.add_entry(header.base_offset, header.last_offset_delta + 1, b"meta", data)
+
+
+def job(ml: FileManagedLedger, horizon_ms: int) -> CompactionJob:
+    return CompactionJob("t", "test", tuple(ml.closed_ledgers()), horizon_ms, CONFIG.max_entry_bytes, True)
+
+
+def stored(ml: FileManagedLedger) -> list[tuple[int, bytes | None, bytes | None]]:
+    return [(r.offset, r.key, r.value) for e in ml.read_from_index(0, 1 << 30) for r in iter_records(e.data)]
+
+
+async def test_a_rewrite_keeps_offsets_producer_fields_and_the_latest_record_per_key(tmp_path):
+    ml = FileManagedLedger.open("t", str(tmp_path), CONFIG, None)
+    await write(ml, batch(0, [(b"a", b"a0"), (b"b", b"b0")], producer_id=7, sequence=0))
+    await write(ml, batch(2, [(b"a", b"a1"), (b"c", b"c1"), (None, b"nokey")], producer_id=7, sequence=2,
+                          compression=GZIP))
+    await write(ml, batch(5, [(b"b", b"b2")], producer_id=9, sequence=0, transactional=True))
+    await write(ml, batch(6, [(b"b", None), (b"c", b"c3")]))
+    ml._start_new_ledger()  # close it: only closed ledgers are cleaned
+    before = ml.read_from_index(0, 1 << 30)
+    result = compact(job(ml, horizon_ms=0))  # tombstones stay: their ledger is younger than the horizon
+    assert (result.keys, result.records_read, result.records_removed) == (3, 7, 3)  # transactional: not read
+    assert all(ml.install_compacted(r) for r in result.rewritten)
+    assert stored(ml) == [(2, b"a", b"a1"), (4, None, b"nokey"), (5, b"b", b"b2"), (6, b"b", None), (7, b"c", b"c3")]
+    after = ml.read_from_index(0, 1 << 30)
+    assert [(e.position, e.first_index, e.span, e.metadata) for e in after] == \
+        [(e.position, e.first_index, e.span, e.metadata) for e in before]
+    headers = [split_batches(e.data)[0][0] for e in after]
+    old = [split_batches(e.data)[0][0] for e in before]
+    for new, was in zip(headers, old):
+        assert (new.base_offset, new.last_offset_delta, new.producer_id, new.producer_epoch, new.base_sequence,
+                new.max_timestamp) == (was.base_offset, was.last_offset_delta, was.producer_id, was.producer_epoch,
+                                       was.base_sequence, was.max_timestamp)
+    assert headers[0].records_count == 0 and headers[0].compression == NONE  # emptied, kept for its producer
+    assert headers[1].compression == GZIP and headers[1].records_count == 2
+    assert bytes(after[2].data) == bytes(before[2].data)  # transactional: whole
+    await ml.close()
+    ml = FileManagedLedger.open("t", str(tmp_path), CONFIG, None)  # the rewrite is what a reopen finds
+    assert stored(ml)[-3:] == [(5, b"b", b"b2"), (6, b"b", None), (7, b"c", b"c3")]
+    await ml.close()
+
+
+async def test_tombstones_go_past_the_horizon_and_an_unfinished_rewrite_is_removed_at_open(tmp_path):
+    ml = FileManagedLedger.open("t", str(tmp_path), CONFIG, None)
+    await write(ml, batch(0, [(b"a", b"a0"), (b"a", None), (b"b", b"b0")]))
+    ml._start_new_ledger()
+    unfinished = compact(job(ml, horizon_ms=1 << 62))  # every closed ledger is past this horizon
+    assert unfinished.tombstones_removed == 1
+    (rewrite,) = unfinished.rewritten
+    await ml.close()  # a crash before the install: the rewrite is on disk, not in place
+    assert os.path.exists(rewrite.log_path)
+    ml = FileManagedLedger.open("t", str(tmp_path), CONFIG, None)
+    assert not os.path.exists(rewrite.log_path) and not os.path.exists(rewrite.idx_path)
+    assert stored(ml) == [(0, b"a", b"a0"), (1, b"a", None), (2, b"b", b"b0")]  # the original, whole
+    result = compact(job(ml, horizon_ms=1 << 62))
+    assert all(ml.install_compacted(r) for r in result.rewritten)
+    assert stored(ml) == [(2, b"b", b"b0")]
+    await ml.close()
