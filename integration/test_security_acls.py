@@ -175,3 +175,37 @@ def test_cluster_admin_apis_need_their_acls(broker):
     assert refused.error_code == KafkaError.CLUSTER_AUTHORIZATION_FAILED and refused.results == []
     answered = describe_log_dirs(ADMIN, ADMIN_PASSWORD)  # the control: a super user is answered
     assert answered.error_code == 0 and len(answered.results) == 1
+
+
+def test_kafka_4_admin_apis_authorize_as_kafka_does(broker):
+    """DescribeQuorum and ListConfigResources need DESCRIBE (DESCRIBE_CONFIGS) on the cluster; DescribeTopicPartitions
+    leaves out of a listing the topics a principal may not describe and refuses them by name."""
+    from kafka.protocol.admin import (DescribeQuorumRequest, DescribeQuorumResponse, DescribeTopicPartitionsRequest,
+                                      DescribeTopicPartitionsResponse, ListConfigResourcesRequest,
+                                      ListConfigResourcesResponse)
+
+    from integration.test_security_sasl import call, sasl_socket, scram_login
+
+    def ask(user, password):
+        with sasl_socket(broker) as sock:
+            assert scram_login(sock, MECHANISM, user, password).error_code == 0
+            quorum = call(sock, DescribeQuorumRequest[2](topics=[]), DescribeQuorumResponse, 2, 7)
+            configs = call(sock, ListConfigResourcesRequest[1](resource_types=[2]), ListConfigResourcesResponse, 1, 8)
+            listing = call(sock, DescribeTopicPartitionsRequest[0](topics=[], response_partition_limit=100,
+                                                                    cursor=None),
+                           DescribeTopicPartitionsResponse, 0, 9)
+            named = call(sock, DescribeTopicPartitionsRequest[0](
+                topics=[DescribeTopicPartitionsRequest.TopicRequest(name="secret")], response_partition_limit=100,
+                cursor=None), DescribeTopicPartitionsResponse, 0, 10)
+            return quorum, configs, listing, named
+    create(broker, acl(ResourceType.TOPIC, "orders-a", ResourcePatternType.LITERAL, AclOperation.DESCRIBE,
+                       principal=f"User:{BOB}"))
+    quorum, configs, listing, named = ask(BOB, BOB_PASSWORD)
+    assert quorum.error_code == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    assert configs.error_code == KafkaError.CLUSTER_AUTHORIZATION_FAILED and configs.config_resources == []
+    assert [t.name for t in listing.topics] == ["orders-a"]
+    assert [(t.name, t.error_code) for t in named.topics] == [("secret", KafkaError.TOPIC_AUTHORIZATION_FAILED)]
+    quorum, configs, listing, named = ask(ADMIN, ADMIN_PASSWORD)  # the control: a super user is answered in full
+    assert quorum.error_code == 0 and configs.error_code == 0
+    assert {"orders-a", "orders-blocked", "secret"} <= {t.name for t in listing.topics}
+    assert [(t.name, t.error_code) for t in named.topics] == [("secret", 0)]

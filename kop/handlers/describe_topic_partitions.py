@@ -1,7 +1,9 @@
 """DescribeTopicPartitions (key 75, KIP-966; Kafka 4.x admin tools describe topics with it). Version notes: v0 only.
 An empty topic list means every topic. Topics are answered in name order; at most ResponsePartitionLimit partitions
 (capped at Kafka's 2000) per response, and NextCursor names the topic and partition to ask for next. A cursor whose
-topic is not among those asked for is INVALID_REQUEST for every topic, as in Kafka."""
+topic is not among those asked for is INVALID_REQUEST for every topic, as in Kafka. A principal sees only the topics
+it may describe: the others are left out of a listing of every topic and answered TOPIC_AUTHORIZATION_FAILED when
+named."""
 import uuid
 from typing import Any
 
@@ -9,10 +11,11 @@ from kafka.protocol.admin import DescribeTopicPartitionsRequest, DescribeTopicPa
 
 from kop import internal_topics
 from kop.handlers.context import RequestContext
+from kop.security.acls import Operation, ResourceType
 from protocol.errors import ErrorCode
 
 MAX_PARTITIONS_PER_RESPONSE = 2000  # Kafka's max.request.partition.size.limit default
-NO_OPERATIONS = -2147483648  # authorized operations not computed (kop has no authorizer yet)
+NO_OPERATIONS = -2147483648  # authorized operations not computed (kop reports them through Metadata only)
 
 
 def _shape(ctx: RequestContext, name: str) -> tuple[int, uuid.UUID] | None:
@@ -33,8 +36,11 @@ def _topic(cls: type[DescribeTopicPartitionsResponse], name: str, error: ErrorCo
 async def handle(ctx: RequestContext, request: DescribeTopicPartitionsRequest) -> DescribeTopicPartitionsResponse:
     cls = DescribeTopicPartitionsResponse[ctx.version]
     Partition = cls.DescribeTopicPartitionsResponseTopic.DescribeTopicPartitionsResponsePartition
+
+    def visible(name: str) -> bool:
+        return ctx.authorized(Operation.DESCRIBE, ResourceType.TOPIC, name)
     asked = sorted({t.name for t in request.topics}) if request.topics else \
-        sorted([*ctx.topics.topics, internal_topics.CONSUMER_OFFSETS])
+        [n for n in sorted([*ctx.topics.topics, internal_topics.CONSUMER_OFFSETS]) if visible(n)]
     cursor = request.cursor
     if cursor is not None and request.topics and cursor.topic_name not in asked:
         return cls(throttle_time_ms=0, next_cursor=None,
@@ -47,6 +53,9 @@ async def handle(ctx: RequestContext, request: DescribeTopicPartitionsRequest) -
         if room == 0:
             next_cursor = cls.Cursor(topic_name=name, partition_index=0)
             break
+        if not visible(name):
+            topics.append(_topic(cls, name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            continue
         shape = _shape(ctx, name)
         if shape is None:
             topics.append(_topic(cls, name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
