@@ -155,6 +155,74 @@ def test_offsets_sent_to_a_transaction_are_committed_with_it_and_vanish_with_an_
     assert values(ck_read_to_end(broker.bootstrap, "offsets-out")) == [b"p0"]
 
 
+def _seed(bootstrap: str, topic: str, count: int) -> None:
+    seed = Producer({"bootstrap.servers": bootstrap})
+    for i in range(count):
+        seed.produce(topic, f"in{i}".encode(), partition=0)
+    assert seed.flush(15) == 0
+
+
+def _send_offsets_for_two_groups(bootstrap: str, producer: Producer, topic: str, offset: int) -> list[Consumer]:
+    """The open transaction commits `offset` for the groups "later" and "only-txn"; returns their consumers."""
+    consumers = [_group_consumer(bootstrap, group, topic) for group in ("later", "only-txn")]
+    for consumer in consumers:
+        producer.send_offsets_to_transaction([TopicPartition(topic, 0, offset)], consumer.consumer_group_metadata(),
+                                             15)
+    return consumers
+
+
+def _wait_committed(bootstrap: str, group: str, topic: str, expected: int) -> None:
+    deadline = time.monotonic() + 15
+    while (committed := _committed(bootstrap, group, topic)) != expected:
+        assert time.monotonic() < deadline, f"{group} committed {committed}, expected {expected}"
+        time.sleep(0.1)
+
+
+def test_a_commit_made_after_the_transactions_offset_commit_is_not_moved_back_by_it(broker):
+    """As in Kafka, a transaction's offsets are installed on commit only where the group has not committed since
+    its TxnOffsetCommit: a plain commit made in between stands (the control group, with no later commit, gets the
+    transaction's offset)."""
+    _seed(broker.bootstrap, "later-in", 10)
+    producer = txn_producer(broker.bootstrap, "later-txn")
+    producer.begin_transaction()
+    send(producer, "later-out", "o", 1)
+    consumers = _send_offsets_for_two_groups(broker.bootstrap, producer, "later-in", 4)
+    consumers[0].commit(offsets=[TopicPartition("later-in", 0, 8)], asynchronous=False)
+    producer.commit_transaction(15)
+    _wait_committed(broker.bootstrap, "only-txn", "later-in", 4)
+    assert _committed(broker.bootstrap, "later", "later-in") == 8
+    for consumer in consumers:
+        consumer.close()
+
+
+def test_a_completion_replayed_after_a_kill_9_does_not_move_a_newer_commit_back(start_broker):
+    """The commit is decided (PrepareCommit stored) but its marker is held on the output partition's disk, so its
+    offsets are not installed yet; a plain commit lands; kill -9. The restarted coordinator completes the
+    transaction: the control group gets the transaction's offset, the group that committed later keeps its own."""
+    broker = start_broker({"adminFailpointsEnabled": "true"})
+    _seed(broker.bootstrap, "replay-in", 10)
+    with RawKafka(broker.port) as kafka:
+        kafka.create_topic("replay-out")
+    producer = txn_producer(broker.bootstrap, "replay-txn")
+    producer.begin_transaction()
+    send(producer, "replay-out", "o", 1)
+    consumers = _send_offsets_for_two_groups(broker.bootstrap, producer, "replay-in", 4)
+    _failpoint(broker, "replay-out", hold_flushes=True)
+    producer.commit_transaction(15)  # answered once the decision is stored, the marker still held
+    with RawKafka(broker.port) as kafka:
+        assert _describe(kafka, "replay-txn").transaction_state == "PrepareCommit"
+    consumers[0].commit(offsets=[TopicPartition("replay-in", 0, 8)], asynchronous=False)
+    with RawKafka(broker.port) as kafka:  # control: nothing installed before the crash (require_stable would wait)
+        assert _offset_fetch(kafka, "only-txn", "replay-in", require_stable=False) == (ErrorCode.NONE, -1)
+    for consumer in consumers:
+        consumer.close()
+    broker.kill()
+    broker.start()
+    _wait_committed(broker.bootstrap, "only-txn", "replay-in", 4)
+    assert _committed(broker.bootstrap, "later", "replay-in") == 8
+    assert values(ck_read_to_end(broker.bootstrap, "replay-out")) == [b"o0"]
+
+
 def _offset_fetch(kafka: RawKafka, group: str, topic: str, require_stable: bool) -> tuple[int, int]:
     """OffsetFetch v7 for partition 0: (error code, committed offset)."""
     request = REQ[9][7](group_id=group, topics=[REQ[9][7].OffsetFetchRequestTopic(name=topic, partition_indexes=[0])],

@@ -192,11 +192,12 @@ class GroupCoordinator:
         return ErrorCode.NONE
 
     def commit(self, group_id: str, topic: str, partition: int, offset: int, leader_epoch: int = -1,
-               metadata: str | None = "", commit_timestamp: int = -1) -> asyncio.Future:
-        """Store one offset after validate_commit said yes; resolves to its ErrorCode once durable."""
+               metadata: str | None = "", commit_timestamp: int = -1, keep_newer: bool = False) -> asyncio.Future:
+        """Store one offset after validate_commit said yes; resolves to its ErrorCode once durable. keep_newer:
+        not if a commit with a later timestamp was made (a transaction's offsets on completion)."""
         group = self.groups.get(group_id)
         result = self.offsets.commit(group_id, topic, partition, offset, leader_epoch, metadata, commit_timestamp,
-                                     group.protocol_type if group is not None else None)
+                                     group.protocol_type if group is not None else None, keep_newer)
         if group is None and self.offsets.has_offsets(group_id):
             # Only a commit that is being stored makes a group: one refused (unknown topic, metadata too large)
             # leaves none behind, as in Kafka.

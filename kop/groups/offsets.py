@@ -15,11 +15,11 @@ it are durable: a commit racing a deletion either lands before it (and is delete
 import asyncio
 import logging
 import os
-import time
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kop import clock
 from kop.ledger import BEFORE_FIRST, LedgerClosedError, ManagedLedger, Position
 from kop.ledger.errors import CursorNotFoundError
 from kop.ledger.framed_file import replace_atomically
@@ -94,6 +94,8 @@ class OffsetStore:
         self._index: dict[str, set[TopicPartition]] = {}
         # the newest position handed to each cursor, durable or not, to choose mark_delete or reset
         self._submitted: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        # ... and the latest commit timestamp handed to it (a transaction's offsets yield to later commits)
+        self._submitted_stamp: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         # group -> partition -> cursor writes not yet durable
         self._inflight: dict[str, dict[TopicPartition, set[asyncio.Future]]] = {}
         self.replicated: set[str] = set()  # groups whose cursors carry REPLICATED_KEY (each new one gets it too)
@@ -185,8 +187,9 @@ class OffsetStore:
 
     def commit(self, group: str, topic: str, index: int, offset: int, leader_epoch: int = -1,
                metadata: str | None = "", commit_timestamp: int = -1,
-               protocol_type: str | None = None) -> asyncio.Future:
-        """Start storing one committed offset; the result resolves once it is durable (or failed).
+               protocol_type: str | None = None, keep_newer: bool = False) -> asyncio.Future:
+        """Start storing one committed offset; the result resolves once it is durable (or failed). keep_newer: do
+        nothing (NONE) if the group's latest commit here, durable or on its way, is timestamped after this one.
 
         Called synchronously in request order, so the cursor log gets a partition's commits in that order."""
         partition = self._topics.partition(topic, index)
@@ -200,14 +203,17 @@ class OffsetStore:
             cursor = ledger.open_cursor(group, initial=BEFORE_FIRST)
         except LedgerClosedError:
             return _done(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        stamp = commit_timestamp if commit_timestamp >= 0 else clock.now_ms()
+        latest = self._submitted_stamp.get(cursor, cursor.properties.get(COMMIT_TS_KEY, -1))
+        if keep_newer and latest > stamp:
+            return _done(ErrorCode.NONE)
+        self._submitted_stamp[cursor] = max(stamp, latest)
         position = position_for_offset(ledger, offset)
         previous = self._submitted.get(cursor, cursor.mark_delete_position)
         move = cursor.mark_delete if position >= previous else cursor.reset
         self._submitted[cursor] = position
         self._index.setdefault(group, set()).add((topic, index))
-        now = int(time.time() * 1000)
-        longs = {OFFSET_KEY: offset, LEADER_EPOCH_KEY: leader_epoch,
-                 COMMIT_TS_KEY: commit_timestamp if commit_timestamp >= 0 else now}
+        longs = {OFFSET_KEY: offset, LEADER_EPOCH_KEY: leader_epoch, COMMIT_TS_KEY: stamp}
         if group in self.replicated:
             longs[REPLICATED_KEY] = 1
         strings = {METADATA_KEY: metadata}

@@ -239,7 +239,7 @@ class TransactionCoordinator:
             elif java_length(pending.metadata) > self.config.offset_metadata_max_bytes:
                 results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
             else:
-                stored[(group_id, *tp)] = pending
+                stored[(group_id, *tp)] = dataclasses.replace(pending, commit_ms=_now_ms())
                 results[tp] = ErrorCode.NONE
         if stored != meta.pending_offsets:
             error = await self._transition(meta, _copy(meta, pending_offsets=stored))
@@ -318,9 +318,12 @@ class TransactionCoordinator:
 
     async def _commit_offset(self, meta: TxnMetadata, group_id: str, topic: str, partition: int,
                              pending: PendingOffset) -> None:
+        """The group's committed offset becomes the pending one, unless the group committed after the
+        TxnOffsetCommit (as Kafka orders them, by when each was written): a completion replayed after a crash, or
+        one that ran while a plain commit or another transaction's landed, never moves an offset back."""
         while not self._closing:
             error = await self.groups.commit(group_id, topic, partition, pending.offset, pending.leader_epoch,
-                                             pending.metadata)
+                                             pending.metadata, pending.commit_ms, keep_newer=pending.commit_ms >= 0)
             if error in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
                 return
             log.warning("transaction %s: offset of %s on %s-%d failed (%s), retrying", meta.transactional_id,

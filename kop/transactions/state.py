@@ -46,6 +46,7 @@ class PendingOffset:
     offset: int
     leader_epoch: int
     metadata: str
+    commit_ms: int = -1  # when TxnOffsetCommit stored it (-1: unknown, from a record written before it was kept)
 
 
 @dataclass
@@ -72,7 +73,7 @@ class TxnMetadata:
             partitions=[TxnTopicPartition(topic=t, partition=p) for t, p in sorted(self.partitions)],
             groups=sorted(self.groups),
             pending_offsets=[TxnOffset(group_id=g, topic=t, partition=p, offset=o.offset, leader_epoch=o.leader_epoch,
-                                       metadata=o.metadata)
+                                       metadata=o.metadata, commit_ms=o.commit_ms)
                              for (g, t, p), o in sorted(self.pending_offsets.items())],
             start_ms=self.start_ms, update_ms=self.update_ms)
 
@@ -81,6 +82,7 @@ class TxnMetadata:
         return cls(record.transactional_id, record.producer_id, record.producer_epoch, record.timeout_ms,
                    TxnState(record.state), record.last_producer_id, record.last_producer_epoch,
                    {(tp.topic, tp.partition) for tp in record.partitions}, set(record.groups),
-                   {(o.group_id, o.topic, o.partition): PendingOffset(o.offset, o.leader_epoch, o.metadata)
+                   {(o.group_id, o.topic, o.partition): PendingOffset(o.offset, o.leader_epoch, o.metadata,
+                                                                     o.commit_ms)
                     for o in record.pending_offsets},
                    record.start_ms, record.update_ms)
