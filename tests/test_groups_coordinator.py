@@ -3,6 +3,7 @@ machine, its error codes, and committed offsets stored as managed-ledger cursors
 import asyncio
 import dataclasses
 import struct
+import time
 
 import pytest
 
@@ -148,7 +149,7 @@ async def test_a_rebalance_while_a_generation_is_being_stored_does_not_strand_th
     gate = asyncio.Event()
     stored = []
 
-    async def slow_store(group):
+    async def slow_store(group, assignments):
         stored.append(group.generation_id)
         if len(stored) == 1:
             await gate.wait()  # generation 1's fsync takes a while
@@ -178,7 +179,7 @@ async def test_a_rebalance_while_a_generation_is_being_stored_does_not_strand_th
 async def test_a_retried_leader_sync_does_not_store_its_generation_twice():
     stored = []
 
-    async def store(group):
+    async def store(group, assignments):
         stored.append(group.generation_id)
         await asyncio.sleep(0.01)
 
@@ -398,10 +399,14 @@ async def test_groups_with_offsets_survive_a_restart_and_deleting_a_group_drops_
     broker = await brokers.restart(broker)
     groups = broker.groups
     listed = {g.group_id: (g.protocol_type, g.state) for g in groups.list_groups()}
-    assert listed == {"g": ("consumer", "Empty"), "other": ("", "Empty")}
+    assert listed == {"g": ("consumer", "Stable"), "other": ("", "Empty")}  # its member is restored
     assert groups.fetch_offset("g", "t", 0).metadata == "m"
-    assert groups.heartbeat("g", 1, "old-member", None) == E.UNKNOWN_MEMBER_ID  # members rejoin
+    assert groups.heartbeat("g", 1, a, None) == E.NONE  # the member goes on in its generation
+    assert groups.validate_commit("g", 1, a, None) == E.NONE
+    assert groups.heartbeat("g", 1, "old-member", None) == E.UNKNOWN_MEMBER_ID
     assert groups.validate_commit("g", 1, "old-member", None) == E.UNKNOWN_MEMBER_ID
+    assert await groups.delete_groups(["g"]) == [("g", E.NON_EMPTY_GROUP)]
+    assert groups.leave("g", [(a, None)]) == (E.NONE, [E.NONE])
     assert await groups.delete_groups(["g"]) == [("g", E.NONE)]
     assert "g" not in broker.topics.partition("t", 0).ledger.cursors
 
@@ -410,6 +415,37 @@ async def test_groups_with_offsets_survive_a_restart_and_deleting_a_group_drops_
     assert broker.groups.fetch_offset("g", "t", 0) is None
     await broker.topics.delete("t")
     assert broker.groups.list_groups() == []  # its offsets went with the topic
+
+
+async def test_a_restart_restores_members_their_assignments_and_sessions_and_an_emptied_group_stays_empty(brokers):
+    """As Kafka's coordinator loads groups from __consumer_offsets: members go on in their generation with their
+    assignments; one that never comes back expires after its session timeout (a rebalance, then Empty); a group
+    that became empty before the restart comes back empty."""
+    broker = await brokers.start()
+    await broker.topics.create("t", 2, {})
+    a, ja = await join_new(broker.groups, group="kept", session=400)
+    await ja
+    assert (await broker.groups.sync("kept", 1, a, None, None, None, {a: b"a's share"})).error == E.NONE
+    b, jb = await join_new(broker.groups, group="emptied")
+    await jb
+    assert (await broker.groups.sync("emptied", 1, b, None, None, None, {b: b"b's"})).error == E.NONE
+    assert broker.groups.leave("emptied", [(b, None)]) == (E.NONE, [E.NONE])
+    await asyncio.sleep(0.1)  # the empty generation is stored in the background
+
+    broker = await brokers.restart(broker)
+    groups = broker.groups
+    kept = groups.groups["kept"]
+    assert (kept.state, kept.generation_id, kept.leader_id, kept.protocol_name) == \
+        (GroupState.STABLE, 1, a, "range")
+    assert kept.get(a).assignment == b"a's share"
+    assert kept.subscribed_topics == frozenset({"t"})
+    assert (groups.groups["emptied"].state, groups.groups["emptied"].members) == (GroupState.EMPTY, {})
+    assert groups.heartbeat("emptied", 1, b, None) == E.UNKNOWN_MEMBER_ID
+    deadline = time.monotonic() + 5
+    while kept.members:  # a never heartbeats again: its session ends
+        assert time.monotonic() < deadline, "the restored member never expired"
+        await asyncio.sleep(0.05)
+    assert kept.state is GroupState.EMPTY and kept.generation_id == 2
 
 
 async def test_offset_delete_refuses_topics_a_live_consumer_group_subscribes_to(broker):

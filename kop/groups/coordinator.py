@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kop.config import BrokerConfig
+from kop.groups.generations import generation_record, restore_group
 from kop.groups.group import Group, GroupState, JoinResult, SyncResult
 from kop.groups.membership import JoinRequest, Membership, resolved
 from kop.groups.offsets import SYSTEM_CURSOR_PREFIX, CommittedOffset, OffsetStore
@@ -78,9 +79,10 @@ class GroupCoordinator:
         """Find the groups that have committed offsets (topics must be loaded), then serve."""
         for group_id, protocol_type in self.offsets.load().items():
             self.groups.setdefault(group_id, Group(group_id, protocol_type=protocol_type))
-        for group_id, (generation, protocol_type) in (await self.generations.load()).items():
-            group = self.groups.setdefault(group_id, Group(group_id, protocol_type=protocol_type or None))
-            group.generation_id = generation  # the next rebalance moves past every generation handed out before
+        for group_id, record in (await self.generations.load()).items():
+            group = self.groups.setdefault(group_id, Group(group_id, protocol_type=record.protocol_type or None))
+            restore_group(group, record)
+            self.membership.restored(group)
         self.loaded = True
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop())
         log.info("group coordinator loaded %d groups with committed offsets", len(self.groups))
@@ -89,6 +91,7 @@ class GroupCoordinator:
         if self._sweeper is not None:
             self._sweeper.cancel()
         self.membership.close()
+        await self.membership.settle()
         await self.settle()
         self.generations.close()
         self.loaded = False
@@ -125,8 +128,8 @@ class GroupCoordinator:
             self._forgetting.add(task)
             task.add_done_callback(self._forgetting.discard)
 
-    async def _store_generation(self, group: Group) -> None:
-        await self.generations.record(group.group_id, group.generation_id, group.protocol_type)
+    async def _store_generation(self, group: Group, assignments: dict[str, bytes]) -> None:
+        await self.generations.record(generation_record(group, assignments))
 
     # ---- validation
 

@@ -238,7 +238,7 @@ class Group:
         self.rebalances += 1
         if self.members:
             self.protocol_name = self.select_protocol()
-            self.subscribed_topics = self._compute_subscribed_topics()
+            self.subscribed_topics = self.compute_subscribed_topics()
             self.transition(GroupState.COMPLETING_REBALANCE)
             self.pending_sync = set(self.members)
         else:
@@ -251,7 +251,7 @@ class Group:
         return tuple(JoinedMember(m.member_id, m.group_instance_id, m.metadata_for(self.protocol_name))
                      for m in self.members.values())
 
-    def _compute_subscribed_topics(self) -> frozenset[str] | None:
+    def compute_subscribed_topics(self) -> frozenset[str] | None:
         if self.protocol_type != CONSUMER_PROTOCOL_TYPE:
             return None
         topics: set[str] = set()

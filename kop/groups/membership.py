@@ -3,9 +3,10 @@ state machines, with member sessions and rebalance deadlines on timers.
 
 Version-independent: the wire handlers translate each request version into these calls. Waiting requests
 (JoinGroup until the rebalance completes, a follower's SyncGroup until the leader's) get futures that resolve to
-JoinResult / SyncResult. Membership lives in memory only; after a restart members learn through UNKNOWN_MEMBER_ID
-that they must rejoin, as after a Kafka coordinator move. Only each group's generation id is stored (through
-store_generation, before the members of a new generation get their assignments), so ids never repeat.
+JoinResult / SyncResult. Each generation is stored with its members and assignments (through store_generation,
+before the members of a new generation get their assignments), and so is a group that became empty: a restarted
+coordinator restores the groups (kop/groups/generations.py) and members go on in their generation, as after a Kafka
+coordinator move.
 """
 import asyncio
 import logging
@@ -45,7 +46,7 @@ def resolved(value) -> asyncio.Future:
     return future
 
 
-async def _nothing_to_store(group: Group) -> None:
+async def _nothing_to_store(group: Group, assignments: dict[str, bytes]) -> None:
     pass
 
 
@@ -57,7 +58,7 @@ def _answer(future: asyncio.Future | None, value) -> None:
 class Membership:
     def __init__(self, groups: dict[str, Group], initial_rebalance_delay_ms: int,
                  min_session_timeout_ms: int, max_session_timeout_ms: int, max_group_size: int,
-                 store_generation: Callable[[Group], Awaitable[None]] | None = None) -> None:
+                 store_generation: Callable[[Group, dict[str, bytes]], Awaitable[None]] | None = None) -> None:
         self.groups = groups
         self.store_generation = store_generation or _nothing_to_store
         self.timers = Timers()
@@ -65,6 +66,7 @@ class Membership:
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.max_group_size = max_group_size
+        self._storing: dict[str, asyncio.Task] = {}  # group id -> the store of its becoming empty, in flight
 
     # ---- JoinGroup
 
@@ -270,6 +272,7 @@ class Membership:
         group.init_next_generation()
         if group.is_(GroupState.EMPTY):
             log.info("group %s: empty at generation %d", group.group_id, group.generation_id)
+            self._store_empty(group)
             return
         log.info("group %s: generation %d with %d members, protocol %s, leader %s", group.group_id,
                  group.generation_id, len(group.members), group.protocol_name, group.leader_id)
@@ -333,7 +336,7 @@ class Membership:
         (its waiters were answered by the rebalance that moved it)."""
         error = None
         try:
-            await self.store_generation(group)
+            await self.store_generation(group, assignments)
         except Exception:
             log.exception("group %s: could not store generation %d", group.group_id, generation)
             error = ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -459,6 +462,37 @@ class Membership:
             self._try_complete_join(group)
 
     # ---- lifecycle
+
+    def restored(self, group: Group) -> None:
+        """A group loaded Stable with its members: each has a session from now, as after a heartbeat."""
+        for member in group.members.values():
+            self._arm_session(group, member)
+
+    def _store_empty(self, group: Group) -> None:
+        """Note durably that the group has no members left, so a restart does not bring the last ones back (they
+        would only expire, but a member joining meanwhile would wait for them)."""
+        async def store() -> None:
+            if not group.is_(GroupState.EMPTY):
+                return  # members joined meanwhile: their generation is stored once it is stable
+            try:
+                await self.store_generation(group, {})
+            except Exception:
+                log.exception("group %s: could not store empty generation %d", group.group_id, group.generation_id)
+        task = asyncio.get_running_loop().create_task(store())
+        self._storing[group.group_id] = task
+        task.add_done_callback(lambda done: self._storing.pop(group.group_id, None) if
+                               self._storing.get(group.group_id) is done else None)
+
+    async def emptied_stored(self, group_id: str) -> None:
+        """Wait until the group's becoming empty, if it just did, is stored (LeaveGroup answers after it, so a
+        crash right after the last member left does not bring it back)."""
+        task = self._storing.get(group_id)
+        if task is not None:
+            await asyncio.shield(task)
+
+    async def settle(self) -> None:
+        if self._storing:
+            await asyncio.gather(*self._storing.values(), return_exceptions=True)
 
     def forget(self, group: Group) -> None:
         """The group is deleted: drop its timers and answer anything still waiting."""

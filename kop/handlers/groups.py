@@ -130,6 +130,7 @@ async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveG
     else:
         leaving = [(request.member_id or "", None)]
     error, results = ctx.groups.leave(request.group_id, leaving)
+    await ctx.groups.membership.emptied_stored(request.group_id)
     if v < 3:
         if error == ErrorCode.NONE and results:
             error = results[0]
