@@ -48,7 +48,7 @@ postgres:
 	  echo "PostgreSQL not installed: the PostgreSQL engine's tests will be skipped"
 
 test: $(VENV)/.test-installed java kcat faketime postgres
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" --durations=30
 
 # The integration suite again with every broker on the PostgreSQL engine (a database each, one server per session),
 # plus the engine's own crash tests. Its own target: both runs together would not fit make test's budget.

@@ -485,7 +485,7 @@ class DedupMachine(RuleBasedStateMachine):
 
     def check_recovered(self) -> None:
         sequences, producers = Model.state(self.model.done())
-        assert dict(self.dedup.persisted) == sequences
+        assert dict(self.dedup.persisted) == sequences, (dict(self.dedup.persisted), sequences, self.model.done())
         assert dict(self.dedup.pushed) == sequences
         assert self.producers.persisted_state() == producers
 
@@ -605,7 +605,7 @@ class DedupMachine(RuleBasedStateMachine):
         if self.model.recovering:  # rebuilt when the recovery ends
             return
         sequences, producers = Model.state(self.model.done()) if self.model.enabled else ({}, {})
-        assert dict(self.dedup.persisted) == sequences
+        assert dict(self.dedup.persisted) == sequences, (dict(self.dedup.persisted), sequences, self.model.done())
         assert self.producers.persisted_state() == producers
 
     @invariant()
@@ -663,9 +663,12 @@ class DedupMachine(RuleBasedStateMachine):
         self.waiters = still_waiting
 
 
-# Derandomized: the same 300 runs every time, so a suite run is reproducible. A random run found a case the model
-# and the core disagree on (the int32 sequence wrap across a dedup-off era, then dedup enabled at run time), still
-# to be judged; `HYPOTHESIS_RANDOM=1` explores at random again.
+# Derandomized: the same 300 runs every time, so a suite run is reproducible; `HYPOTHESIS_RANDOM=1` explores at random
+# again. Random runs find one case the model reads differently from the core, judged in the core's favour: with dedup
+# off a producer stored sequence 2147483647 and then 1; once dedup is enabled, the core's replay reads the stored 1 as
+# the lap after the int32 wrap (2**31 + 1, the lap nearest the highest so far, as it reads a live sequence), the model
+# as 1 (what its client meant, which the broker cannot know). Sequences stored with dedup off were never judged, so
+# neither reading loses or duplicates an acknowledged record; the model does not follow the core's reading yet.
 DedupMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None,
                                           derandomize=not os.environ.get("HYPOTHESIS_RANDOM"))
 TestDedupStateful = DedupMachine.TestCase
