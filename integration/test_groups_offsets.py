@@ -163,6 +163,7 @@ def test_aiokafka_commits_survive_kill_9_and_the_group_resumes_there(broker):
 
 @pytest.mark.skipif(not java_available(), reason=java_unavailable_reason())
 @pytest.mark.parametrize("commit", ["sync", "async"])
+@pytest.mark.slow  # two JVM consumers around a kill -9: 10-20 s each
 def test_java_commits_survive_kill_9_and_the_group_resumes_there(broker, commit):
     from integration.test_groups_java import java_group_consume
     topic, group = f"java-commits-{commit}", f"java-commit-group-{commit}"

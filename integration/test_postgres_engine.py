@@ -67,6 +67,7 @@ def stable_generation(kafka: RawKafka, group: str) -> int:
     return joined.generation_id
 
 
+@pytest.mark.slow  # three restarts of kop on PostgreSQL: ~15-20 s
 def test_idempotent_stream_survives_three_kill_9_of_kop(pg_broker_factory):
     check, _ = _crash_run(pg_broker_factory, "confluent", dedup=True)
     assert check.lost == 0 and check.foreign == 0 and check.duplicated == 0, check.summary()
