@@ -26,6 +26,7 @@ from compat.librdkafka import build as rdk_build
 from compat.librdkafka import runner as rdk_runner
 from compat.librdkafka.catalog import CatalogTest, read_catalog
 from compat.librdkafka.kafka_libs import ensure_kafka_libs
+from compat.librdkafka.tls import SSL_TESTS, SslAccess
 from compat.paths import COMPAT_DIR, REPO_ROOT, build_cache_dir, run_logs_dir
 from compat.results import FAILED, SuiteResult, total_line, write_compatibility_md
 from compat.system import free_port
@@ -130,17 +131,19 @@ def run_librdkafka(args: argparse.Namespace, requested: list[str], command: str,
         idempotent = [by_name[entry.name] for entry in chosen if "plain-only" not in entry.tags]
 
     version = f"librdkafka {rdk_build.LIBRDKAFKA_VERSION} (node-rdkafka {rdk_build.NPM_VERSION})"
-    # Tests tagged `sasl` need their clients on a SASL listener: they run in a pass of their own.
-    sasl_names = {entry.name for entry in allow if "sasl" in entry.tags}
-    secured = [test for test in plain if test.name in sasl_names]
-    plain = [test for test in plain if test.name not in sasl_names]
-    idempotent = [test for test in idempotent if test.name not in sasl_names]
+    # Tests tagged `sasl` need their clients on a SASL listener, the SSL tests an SSL listener: each group runs in a
+    # pass of its own (the SSL tests there even when they are not allowlisted, to re-check them with --tests).
+    members = {"sasl": {entry.name for entry in allow if "sasl" in entry.tags}, "ssl": SSL_TESTS}
+    secured = {kind: [test for test in plain if test.name in members[kind]] for kind in SECURED_PASSES}
+    plain = [test for test in plain if not any(test in tests for tests in secured.values())]
+    idempotent = [test for test in idempotent if not any(test in tests for tests in secured.values())]
     passes = [] if args.idempotent_only else [("librdkafka", "librdkafka test suite", plain, False)]
     if not args.plain_only:
         passes.append(("librdkafka-idempotent", "librdkafka test suite, idempotent producer (-P)", idempotent, True))
     results = []
-    if secured and not args.idempotent_only:
-        results.append(_run_sasl_pass(tests_dir, secured, logs, version, command, len(broker_tests), full))
+    for kind, tests in secured.items():
+        if tests and not args.idempotent_only:
+            results.append(SECURED_PASSES[kind](tests_dir, tests, logs, version, command, len(broker_tests), full))
     for label, suite, tests, idem in passes:
         print(f"compat: {label}: {len(tests)} tests (test-runner "
               f"{' '.join(rdk_runner.runner_args(idempotent=idem, allow_sockem=False))})", flush=True)
@@ -165,10 +168,29 @@ def _run_sasl_pass(tests_dir: Path, tests: list[CatalogTest], logs: Path, versio
     access.create_user(data_dir)
     properties = {**rdk_runner.scenario_properties(tests_dir, "default"), **access.broker_properties()}
     with KopBroker(log_path=logs / f"{label}-broker.log", properties=properties, data_dir=data_dir) as broker:
-        outcomes = rdk_runner.run_tests(tests_dir, tests, broker, logs / label, idempotent=False, sasl=access,
+        outcomes = rdk_runner.run_tests(tests_dir, tests, broker, logs / label, idempotent=False, access=access,
                                         full=full)
     return SuiteResult(label, "librdkafka test suite, clients on a SASL_PLAINTEXT listener (SCRAM-SHA-256)",
                        version, command, tuple(outcomes), total)
+
+
+def _run_ssl_pass(tests_dir: Path, tests: list[CatalogTest], logs: Path, version: str, command: str,
+                  total: int, full: frozenset[str]) -> SuiteResult:
+    label = "librdkafka-ssl"
+    access = SslAccess.create(free_port(HOST), Path(tempfile.mkdtemp(prefix="kop-compat-certs-")))
+    print(f"compat: {label}: {len(tests)} tests over SSL (client certificates required)", flush=True)
+    properties = {**rdk_runner.scenario_properties(tests_dir, "default"), **access.broker_properties()}
+    try:
+        with KopBroker(log_path=logs / f"{label}-broker.log", properties=properties) as broker:
+            outcomes = rdk_runner.run_tests(tests_dir, tests, broker, logs / label, idempotent=False, access=access,
+                                            full=full)
+    finally:
+        shutil.rmtree(access.directory, ignore_errors=True)
+    return SuiteResult(label, "librdkafka test suite, clients on an SSL listener (client certificates required)",
+                       version, command, tuple(outcomes), total)
+
+
+SECURED_PASSES = {"sasl": _run_sasl_pass, "ssl": _run_ssl_pass}
 
 
 def _select_librdkafka(requested: list[str], broker_tests: list[CatalogTest]) -> list[CatalogTest]:
