@@ -19,6 +19,7 @@ from typing import Protocol
 from compat.broker import KopBroker
 from compat.librdkafka.catalog import CatalogTest
 from compat.results import FAILED, PASSED, SKIPPED, TestOutcome
+from compat.system import pin_to
 
 KAFKA_VERSION = "3.9.0"  # the Kafka version kop answers as; gates version-dependent test paths
 # Stands in for a Kafka distribution: tests run $KAFKA_PATH/bin/kafka-topics.sh (see kafka_topics.py) and 0098
@@ -189,7 +190,9 @@ def run_tests(
     scenario: str = "default",
     full: frozenset[str] = frozenset(),
     access: ClientAccess | None = None,
+    cpus: frozenset[int] | None = None,
 ) -> list[TestOutcome]:
+    """`cpus`: the CPUs test-runner runs on (None: any)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     conf_path = log_dir / f"test-{scenario}.conf"
     write_test_conf(conf_path, broker.bootstrap, access)
@@ -205,7 +208,7 @@ def run_tests(
                            quick=not any(test.name in full for test in wanted))
         log_path = log_dir / f"{number}{'' if scenario == 'default' else '-' + scenario}.log"
         output, returncode, timed_out = _run_one(tests_dir, number, args, conf_path, log_path, broker.bootstrap,
-                                                 access.env() if access else {})
+                                                 access.env() if access else {}, cpus)
         died = None if broker.alive() else broker.process.returncode if broker.process else "?"
         table = parse_summary(output)
         messages = failure_messages(output)
@@ -228,7 +231,7 @@ def run_tests(
 
 
 def _run_one(tests_dir: Path, number: str, args: list[str], conf_path: Path, log_path: Path,
-             bootstrap: str, access_env: dict[str, str]) -> tuple[str, int, bool]:
+             bootstrap: str, access_env: dict[str, str], cpus: frozenset[int] | None) -> tuple[str, int, bool]:
     env = dict(os.environ)
     env.pop("CI", None)  # test-runner changes its timeouts and parallelism on CI; keep runs comparable
     env.update(
@@ -251,7 +254,7 @@ def _run_one(tests_dir: Path, number: str, args: list[str], conf_path: Path, log
         log.write(f"$ TESTS={number} {' '.join(command)}\n")
         log.flush()
         process = subprocess.Popen(command, cwd=tests_dir, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL)
+                                   stdin=subprocess.DEVNULL, preexec_fn=pin_to(cpus))
         timed_out = False
         try:
             process.wait(timeout=PROCESS_TIMEOUT_S)
