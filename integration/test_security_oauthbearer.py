@@ -79,13 +79,13 @@ def test_java_client_with_its_unsecured_login(oauth):
 
 BAD_TOKENS = {  # token -> (RFC 7628 status, what the failure says)
     "expired": (token_for(USER, lifetime_s=-60), "invalid_token", "expired"),
-    "without-sub": (unsecured_jwt({"iat": time.time(), "exp": time.time() + 600}), "invalid_token", "no principal"),
+    "without-sub": (unsecured_jwt({"iat": time.time(), "exp": time.time() + 86400}), "invalid_token", "no principal"),
     "without-exp": (unsecured_jwt({"sub": USER}), "invalid_token", "no expiration time"),
     "not-a-jwt": ("definitely-not-a-jwt", "invalid_token", "malformed token"),
     "garbage-claims": ("eyJhbGciOiJub25lIn0.bm90IGpzb24.", "invalid_token", "not base64url-encoded JSON"),
-    "signed": (unsecured_jwt({"sub": USER, "exp": time.time() + 600}, {"alg": "HS256"}, "c2lnbmF0dXJl"),
+    "signed": (unsecured_jwt({"sub": USER, "exp": time.time() + 86400}, {"alg": "HS256"}, "c2lnbmF0dXJl"),
                "invalid_token", "signed token"),
-    "alg-not-none": (unsecured_jwt({"sub": USER, "exp": time.time() + 600}, {"alg": "HS256"}), "invalid_token",
+    "alg-not-none": (unsecured_jwt({"sub": USER, "exp": time.time() + 86400}, {"alg": "HS256"}), "invalid_token",
                      "alg 'HS256'"),
 }
 
