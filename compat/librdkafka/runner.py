@@ -113,6 +113,30 @@ class SaslAccess:
         return {}
 
 
+@dataclass(frozen=True)
+class OAuthBearerAccess:
+    """How the `oauthbearer` pass's clients reach the broker: its SASL_PLAINTEXT listener with OAUTHBEARER, librdkafka
+    making unsecured JWTs and kop validating them, requiring the scope the tests' tokens carry, as trivup's Kafka
+    does (0142 makes its own tokens as `principal=admin scope=requiredScope`)."""
+
+    port: int
+    principal: str = "admin"
+    scope: str = "requiredScope"
+
+    def broker_properties(self) -> dict[str, str]:
+        return {"listeners": f"PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:{self.port}",
+                "connections.max.reauth.ms": "10000", "sasl.enabled.mechanisms": "OAUTHBEARER",
+                "sasl.oauthbearer.unsecured.validator.enabled": "true", "unsecuredValidatorRequiredScope": self.scope}
+
+    def client_conf(self) -> dict[str, str]:
+        return {"bootstrap.servers": f"127.0.0.1:{self.port}", "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "OAUTHBEARER", "enable.sasl.oauthbearer.unsecure.jwt": "true",
+                "sasl.oauthbearer.config": f"principal={self.principal} scope={self.scope}"}
+
+    def env(self) -> dict[str, str]:
+        return {}
+
+
 class ClientAccess(Protocol):
     """How a secured pass's test clients reach the broker: test.conf settings and environment variables."""
 
