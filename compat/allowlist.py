@@ -5,14 +5,15 @@
 
 Tags: `quick` (part of `--quick`), `plain-only` (left out of the idempotent `-P` pass), `full` (librdkafka:
 run without test-runner's -Q, which would skip all of the test's sub-tests), `sasl` (librdkafka: only in the pass
-whose clients authenticate on a SASL listener).
+whose clients authenticate on a SASL listener with SCRAM), `oauthbearer` (librdkafka: in the pass whose clients
+authenticate with OAUTHBEARER tokens; a test may have both).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-KNOWN_TAGS = frozenset({"quick", "plain-only", "full", "sasl"})
+KNOWN_TAGS = frozenset({"quick", "plain-only", "full", "sasl", "oauthbearer"})
 
 
 @dataclass(frozen=True, slots=True)

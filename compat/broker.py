@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from compat.paths import REPO_ROOT
-from compat.system import free_port
+from compat.system import free_port, pin_to
 from protocol.errors import ErrorCode
 
 HOST = "127.0.0.1"
@@ -110,6 +110,7 @@ class KopBroker:
     data_dir: Path | None = None
     process: subprocess.Popen | None = field(default=None, repr=False)
     restarts: int = 0
+    cpus: frozenset[int] | None = None  # the CPUs the broker runs on (None: any)
 
     @property
     def bootstrap(self) -> str:
@@ -131,7 +132,8 @@ class KopBroker:
         log.write(f"\n=== compat: starting {' '.join(command)}\n".encode())
         log.flush()
         self.process = subprocess.Popen(
-            command, cwd=kop_source(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            command, cwd=kop_source(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            preexec_fn=pin_to(self.cpus),
         )
         log.close()
         deadline = time.monotonic() + ready_timeout

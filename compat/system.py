@@ -1,12 +1,13 @@
-"""Machine-level helpers: Debian packages the builds need, free TCP ports, an exclusive cache lock."""
+"""Machine-level helpers: Debian packages the builds need, free TCP ports, an exclusive cache lock, CPU affinity."""
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import shutil
 import socket
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 _apt_updated = False
@@ -56,3 +57,14 @@ def exclusive_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def separate_cpus() -> tuple[frozenset[int], frozenset[int]] | None:
+    """Two disjoint sets of the CPUs this process may use (the first CPU, the rest), or None on one CPU."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return (frozenset(cpus[:1]), frozenset(cpus[1:])) if len(cpus) > 1 else None
+
+
+def pin_to(cpus: frozenset[int] | None) -> Callable[[], None] | None:
+    """A Popen preexec_fn that keeps the child (and its threads) on `cpus`; None: anywhere."""
+    return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None

@@ -222,3 +222,23 @@ def test_kafka_run_class_shim_runs_a_class_built_against_libs(tmp_path: Path) ->
                          timeout=60, env={"PATH": "/usr/bin:/bin", "CLASSPATH": str(tmp_path)})
     assert ran.returncode == 0, ran.stderr
     assert clients[0].name == f"kafka-clients-{ran.stdout.strip()}.jar"
+
+
+def test_ssl_pass_material_opens_in_every_encoding(tmp_path: Path) -> None:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    from compat.librdkafka.tls import SslAccess
+    access = SslAccess.create(free_port(), tmp_path)
+    env = access.env()
+    ca = x509.load_pem_x509_certificate(Path(env["SSL_all_cas_pem"]).read_bytes())
+    key, cert, extra = pkcs12.load_key_and_certificates(Path(env["SSL_pkcs"]).read_bytes(),
+                                                        env["SSL_password"].encode())
+    assert extra == [ca]  # the tests read the CA back out of the keystore
+    assert cert == x509.load_der_x509_certificate(Path(env["SSL_pub_der"]).read_bytes())
+    der_key = serialization.load_der_private_key(Path(env["SSL_priv_der"]).read_bytes(), None)
+    assert der_key.private_numbers() == key.private_numbers()
+    assert x509.load_der_x509_certificate(Path(env["SSL_ca_der"]).read_bytes()) == ca
+    assert access.client_conf()["ssl.certificate.location"] == env["SSL_pub_pem"]
+    assert access.broker_properties()["ssl.client.auth"] == "required"

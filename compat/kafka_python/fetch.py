@@ -14,7 +14,8 @@ PACKAGE = "kafka-python"
 VERSION = "3.0.12"
 SHIM_DIR = Path(__file__).resolve().parent / "shim"
 # shim file -> where it goes in the sdist
-SHIM_FILES = {"__init__.py": "test/__init__.py", "conftest.py": "test/conftest.py", "service.py": "test/service.py"}
+SHIM_FILES = {"__init__.py": "test/__init__.py", "conftest.py": "test/conftest.py", "service.py": "test/service.py",
+              "kop_fixture.py": "test/kop_fixture.py"}
 
 
 def sdist_root() -> Path:

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from compat.broker import KopBroker
+from compat.paths import REPO_ROOT
 from compat.results import FAILED, PASSED, SKIPPED, TestOutcome
 
 KAFKA_VERSION = "4.1.0"  # what kafka-python infers from kop's ApiVersions (test_kafka_version_infer checks it)
@@ -27,6 +28,8 @@ BROKER_PROPERTIES = {
     "allow.everyone.if.no.acl.found": "true",
 }
 RUN_TIMEOUT_S = 3600
+# Modules whose tests start a broker of their own with a security protocol: the shim starts kop for them
+OWN_BROKER_MODULES = ("test_sasl_integration.py", "test_ssl_integration.py")
 
 
 def _env(broker_uri: str, report: Path | None) -> dict[str, str]:
@@ -56,18 +59,45 @@ def collect(sdist: Path) -> list[str]:
     return [node_id[len(PREFIX):] for node_id in ids]
 
 
+def own_broker_env(report: Path) -> dict[str, str]:
+    """For the modules that start brokers of their own: no KAFKA_URI (the SASL module skips itself when it is set),
+    and the shim's KafkaFixture starts kop (shim/kop_fixture.py, which imports this clone's compat and kop)."""
+    env = _env("", report)
+    del env["KAFKA_URI"]
+    env["KOP_COMPAT_OWN_BROKERS"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
 def run_tests(sdist: Path, names: list[str], broker: KopBroker, log_dir: Path) -> list[TestOutcome]:
     log_dir.mkdir(parents=True, exist_ok=True)
     report = log_dir / "report.jsonl"
     report.unlink(missing_ok=True)
+    own = [name for name in names if name.startswith(OWN_BROKER_MODULES)]
+    external = [name for name in names if name not in own]
+    for chosen, env, log_name in ((external, _env(f"PLAINTEXT://{broker.bootstrap}", report), "pytest.log"),
+                                  (own, own_broker_env(report), "pytest-own-brokers.log")):
+        if chosen:
+            _pytest(sdist, chosen, env, log_dir / log_name)
+    recorded = _read_report(report)
+    outcomes = []
+    for name in names:
+        outcome = recorded.get(name) or TestOutcome(name, FAILED, "no result recorded (pytest crashed or was killed)")
+        outcomes.append(outcome)
+        print(f"  {outcome.status.upper():7} {outcome.name}"
+              + (f"  {outcome.detail[:300]}" if outcome.status != PASSED and outcome.detail else ""), flush=True)
+    return outcomes
+
+
+def _pytest(sdist: Path, names: list[str], env: dict[str, str], log_path: Path) -> None:
     command = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN",
         f"--timeout={PER_TEST_TIMEOUT_S}", "-o", "log_level=INFO",
         *[PREFIX + name for name in names],
     ]
-    with open(log_dir / "pytest.log", "w") as log:
-        process = subprocess.Popen(command, cwd=sdist, env=_env(f"PLAINTEXT://{broker.bootstrap}", report),
-                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(command, cwd=sdist, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL)
         try:
             process.wait(timeout=RUN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -77,14 +107,6 @@ def run_tests(sdist: Path, names: list[str], broker: KopBroker, log_dir: Path) -
             process.kill()
             process.wait(timeout=30)
             raise
-    recorded = _read_report(report)
-    outcomes = []
-    for name in names:
-        outcome = recorded.get(name) or TestOutcome(name, FAILED, "no result recorded (pytest crashed or was killed)")
-        outcomes.append(outcome)
-        print(f"  {outcome.status.upper():7} {outcome.name}"
-              + (f"  {outcome.detail[:300]}" if outcome.status != PASSED and outcome.detail else ""), flush=True)
-    return outcomes
 
 
 def _read_report(path: Path) -> dict[str, TestOutcome]:

@@ -14,10 +14,12 @@ import sys
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from compat.broker import KopBroker
 from compat.librdkafka.catalog import CatalogTest
 from compat.results import FAILED, PASSED, SKIPPED, TestOutcome
+from compat.system import pin_to
 
 KAFKA_VERSION = "3.9.0"  # the Kafka version kop answers as; gates version-dependent test paths
 # Stands in for a Kafka distribution: tests run $KAFKA_PATH/bin/kafka-topics.sh (see kafka_topics.py) and 0098
@@ -107,11 +109,46 @@ class SaslAccess:
         return {"bootstrap.servers": f"127.0.0.1:{self.port}", "security.protocol": "SASL_PLAINTEXT",
                 "sasl.mechanism": self.mechanism, "sasl.username": self.user, "sasl.password": self.password}
 
+    def env(self) -> dict[str, str]:
+        return {}
 
-def write_test_conf(path: Path, bootstrap: str, sasl: SaslAccess | None = None) -> None:
+
+@dataclass(frozen=True)
+class OAuthBearerAccess:
+    """How the `oauthbearer` pass's clients reach the broker: its SASL_PLAINTEXT listener with OAUTHBEARER, librdkafka
+    making unsecured JWTs and kop validating them, requiring the scope the tests' tokens carry, as trivup's Kafka
+    does (0142 makes its own tokens as `principal=admin scope=requiredScope`)."""
+
+    port: int
+    principal: str = "admin"
+    scope: str = "requiredScope"
+
+    def broker_properties(self) -> dict[str, str]:
+        return {"listeners": f"PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:{self.port}",
+                "connections.max.reauth.ms": "10000", "sasl.enabled.mechanisms": "OAUTHBEARER",
+                "sasl.oauthbearer.unsecured.validator.enabled": "true", "unsecuredValidatorRequiredScope": self.scope}
+
+    def client_conf(self) -> dict[str, str]:
+        return {"bootstrap.servers": f"127.0.0.1:{self.port}", "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "OAUTHBEARER", "enable.sasl.oauthbearer.unsecure.jwt": "true",
+                "sasl.oauthbearer.config": f"principal={self.principal} scope={self.scope}"}
+
+    def env(self) -> dict[str, str]:
+        return {}
+
+
+class ClientAccess(Protocol):
+    """How a secured pass's test clients reach the broker: test.conf settings and environment variables."""
+
+    def client_conf(self) -> dict[str, str]: ...
+
+    def env(self) -> dict[str, str]: ...
+
+
+def write_test_conf(path: Path, bootstrap: str, access: ClientAccess | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     conf = {"bootstrap.servers": bootstrap, "test.timeout.multiplier": str(TIMEOUT_MULTIPLIER),
-            **(sasl.client_conf() if sasl else {})}
+            **(access.client_conf() if access else {})}
     path.write_text("".join(f"{key}={value}\n" for key, value in conf.items()))
 
 
@@ -176,11 +213,13 @@ def run_tests(
     idempotent: bool,
     scenario: str = "default",
     full: frozenset[str] = frozenset(),
-    sasl: SaslAccess | None = None,
+    access: ClientAccess | None = None,
+    cpus: frozenset[int] | None = None,
 ) -> list[TestOutcome]:
+    """`cpus`: the CPUs test-runner runs on (None: any)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     conf_path = log_dir / f"test-{scenario}.conf"
-    write_test_conf(conf_path, broker.bootstrap, sasl)
+    write_test_conf(conf_path, broker.bootstrap, access)
     by_number: OrderedDict[str, list[CatalogTest]] = OrderedDict()
     for test in tests:
         by_number.setdefault(test.number, []).append(test)
@@ -192,7 +231,8 @@ def run_tests(
         args = runner_args(idempotent=idempotent, allow_sockem=any(test.sockem for test in wanted), scenario=scenario,
                            quick=not any(test.name in full for test in wanted))
         log_path = log_dir / f"{number}{'' if scenario == 'default' else '-' + scenario}.log"
-        output, returncode, timed_out = _run_one(tests_dir, number, args, conf_path, log_path, broker.bootstrap)
+        output, returncode, timed_out = _run_one(tests_dir, number, args, conf_path, log_path, broker.bootstrap,
+                                                 access.env() if access else {}, cpus)
         died = None if broker.alive() else broker.process.returncode if broker.process else "?"
         table = parse_summary(output)
         messages = failure_messages(output)
@@ -215,7 +255,7 @@ def run_tests(
 
 
 def _run_one(tests_dir: Path, number: str, args: list[str], conf_path: Path, log_path: Path,
-             bootstrap: str) -> tuple[str, int, bool]:
+             bootstrap: str, access_env: dict[str, str], cpus: frozenset[int] | None) -> tuple[str, int, bool]:
     env = dict(os.environ)
     env.pop("CI", None)  # test-runner changes its timeouts and parallelism on CI; keep runs comparable
     env.update(
@@ -228,6 +268,7 @@ def _run_one(tests_dir: Path, number: str, args: list[str], conf_path: Path, log
         BROKERS=bootstrap,
         KOP_COMPAT_PYTHON=sys.executable,
         LD_LIBRARY_PATH=":".join(filter(None, ["../src", "../src-cpp", env.get("LD_LIBRARY_PATH")])),
+        **access_env,
     )
     # Line-buffered stdout: on a timeout test-runner SIGKILLs itself, and a block-buffered summary is lost.
     command = ["./test-runner", *args]
@@ -237,7 +278,7 @@ def _run_one(tests_dir: Path, number: str, args: list[str], conf_path: Path, log
         log.write(f"$ TESTS={number} {' '.join(command)}\n")
         log.flush()
         process = subprocess.Popen(command, cwd=tests_dir, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL)
+                                   stdin=subprocess.DEVNULL, preexec_fn=pin_to(cpus))
         timed_out = False
         try:
             process.wait(timeout=PROCESS_TIMEOUT_S)

@@ -21,6 +21,7 @@ class AuthenticationFailed(Exception):
 class Step:
     challenge: bytes  # the server's token to send back (may be empty)
     user: str | None  # set once the exchange is complete
+    expires_at_ms: int | None = None  # when the credential itself expires (an OAUTHBEARER token), epoch ms
 
 
 class SaslExchange(Protocol):

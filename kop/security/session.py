@@ -2,8 +2,8 @@
 
 On a SASL listener a connection starts unauthenticated: only ApiVersions, SaslHandshake and SaslAuthenticate are
 served, each request within sasl.server.max.receive.size bytes and at most MAX_UNAUTHENTICATED_REQUESTS of them.
-Once authenticated, the session lasts connections.max.reauth.ms (0: for ever); the client re-authenticates on the
-same connection before then (KIP-368), and a request other than those three after it has ended closes the
+Once authenticated, the session lasts connections.max.reauth.ms (0: for ever), or until the credential expires (an
+OAUTHBEARER token) if that comes first; the client re-authenticates on the same connection before then (KIP-368), and a request other than those three after it has ended closes the
 connection. On other listeners the principal is fixed at connect: the client certificate's subject, or ANONYMOUS.
 """
 import time
@@ -32,6 +32,7 @@ class Session:
     exchange: SaslExchange | None = None  # an authentication under way
     raw_tokens: bool = False  # after SaslHandshake v0 the tokens come as bare frames, without Kafka headers
     expires_at: float | None = None  # time.monotonic() when the session ends
+    lifetime_ms: int = 0  # what the last authentication granted (SaslAuthenticate's session_lifetime_ms), 0: no end
     close_after_response: bool = False  # a failed authentication: answer, then close
     unauthenticated_requests: int = field(default=0)
 
@@ -64,8 +65,10 @@ class Session:
         self.exchange = exchange
         self.raw_tokens = raw_tokens
 
-    def step(self, token: bytes, lifetime_ms: int) -> Step:
-        """One client token of the exchange under way; raises AuthenticationFailed (and the connection closes)."""
+    def step(self, token: bytes, max_lifetime_ms: int) -> Step:
+        """One client token of the exchange under way; raises AuthenticationFailed (and the connection closes). The
+        session lasts max_lifetime_ms (connections.max.reauth.ms, 0: no limit) or until the credential expires,
+        whichever comes first (KIP-368)."""
         if self.exchange is None:
             raise AuthenticationFailed("SaslAuthenticate without a SaslHandshake first")
         try:
@@ -74,7 +77,7 @@ class Session:
             self.close_after_response = True
             raise
         if step.user is not None:
-            self._authenticated(f"User:{step.user}", lifetime_ms)
+            self._authenticated(f"User:{step.user}", _lifetime_ms(max_lifetime_ms, step.expires_at_ms))
         return step
 
     def _authenticated(self, principal: str, lifetime_ms: int) -> None:
@@ -86,4 +89,13 @@ class Session:
         self.mechanism = self.exchange.mechanism
         self.exchange = None
         self.raw_tokens = False
+        self.lifetime_ms = lifetime_ms
         self.expires_at = time.monotonic() + lifetime_ms / 1000 if lifetime_ms else None
+
+
+def _lifetime_ms(max_lifetime_ms: int, credential_expires_at_ms: int | None) -> int:
+    if credential_expires_at_ms is None:
+        return max_lifetime_ms
+    # at least 1 ms: a token valid only within the allowed clock skew still ends its session (0 would mean never)
+    remaining = max(1, credential_expires_at_ms - int(time.time() * 1000))
+    return min(remaining, max_lifetime_ms) if max_lifetime_ms else remaining

@@ -1,7 +1,8 @@
 """Stand-in for kafka-python's test/conftest.py: records each test's outcome for compat.run.
 
 Writes one JSON object per test (nodeid, outcome, reason, duration) to the file named by
-$KOP_COMPAT_REPORT, so the gate need not parse pytest's terminal output.
+$KOP_COMPAT_REPORT, so the gate need not parse pytest's terminal output. With $KOP_COMPAT_OWN_BROKERS set, the
+fixture's brokers of their own are kop (kop_fixture.py).
 """
 from __future__ import annotations
 
@@ -11,6 +12,13 @@ import os
 import pytest
 
 _phases: dict[str, dict] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("KOP_COMPAT_OWN_BROKERS"):
+        from test.integration.fixtures import KafkaFixture
+        from test.kop_fixture import install
+        install(KafkaFixture)
 
 
 def _reason(report: pytest.TestReport) -> str:
