@@ -1,6 +1,6 @@
 """Wire the soak together: a broker behind a fault proxy (its data on a tmpfs of its own when one can be mounted),
-one idempotent producer per client, a two-member consumer group over all their topics, the seeded schedule of
-faults, then the checker's verdict per client."""
+one idempotent producer per client, a consumer group over all their topics with one member per client, the seeded
+schedule of faults, then the checker's verdict per producing and per consuming client."""
 from __future__ import annotations
 
 import os
@@ -12,16 +12,15 @@ from integration.broker_process import BrokerProcess
 from integration.fault_proxy import FaultProxy
 from integration.idem_raw import RawKafka, read_topic
 from integration.small_disk import Filler, mount_refused_reason, unmount
-from integration.soak.checker import ClientVerdict, judge
-from integration.soak.consumers import CommitWatcher, GroupMember
+from integration.soak.checker import ClientVerdict, ConsumerVerdict, judge, judge_members
+from integration.soak.consumers import MEMBERS, CommitWatcher
 from integration.soak.faults import FAULTS, Target
 from integration.soak.producers import DELIVERY_TIMEOUT_S, PRODUCERS
 from integration.soak.schedule import Step, plan
 from integration.waiting import wait_until
 from protocol.errors import ErrorCode
 
-PARTITIONS = 3
-MEMBERS = 2
+PARTITIONS = 4  # as many as members at most: the range assignor leaves none of them without partitions
 GROUP = "soak-readers"
 DISK_MB = 256
 CATCH_UP_S = 120  # after the last fault, for the group to commit the end of every partition
@@ -32,6 +31,7 @@ class SoakResult:
     seed: int
     steps: list[Step]
     verdicts: list[ClientVerdict]
+    members: list[ConsumerVerdict]
     skipped: list[str]  # fault kinds left out, with the reason
     # Controls, that the faults happened: assignments beyond each member's first (the group noticed), Produce
     # responses the proxy cut, the broker's ENOSPC log lines.
@@ -41,10 +41,10 @@ class SoakResult:
 
     @property
     def ok(self) -> bool:
-        return all(v.ok for v in self.verdicts)
+        return all(v.ok for v in self.verdicts) and all(m.ok for m in self.members)
 
     def report(self) -> str:
-        lines = [v.summary() for v in self.verdicts]
+        lines = [v.summary() for v in [*self.verdicts, *self.members]]
         lines.append(f"faults={len(self.steps)} rebalances={self.rebalances} cuts={self.cuts} "
                      f"enospc={self.enospc} skipped={self.skipped}")
         lines.append(f"{'PASSED' if self.ok else 'FAILED'}: replay with --seed {self.seed}")
@@ -72,11 +72,12 @@ def run_soak(work_dir: str, seconds: float, seed: int, clients: list[str] | None
                 for topic in topics.values():
                     assert kafka.create_topic(topic, PARTITIONS) == ErrorCode.NONE
             target = Target(broker, proxy, list(topics.values()), Filler(data) if no_disk is None else None)
-            verdicts, rebalances = _drive(target, topics, steps, seconds, say)
+            verdicts, members = _drive(target, topics, steps, seconds, say)
             cuts = proxy.stats().cuts
         with open(broker.log_path, encoding="utf-8", errors="replace") as log:
             enospc = sum(1 for line in log if "No space left on device" in line)
-        return SoakResult(seed, steps, verdicts, skipped, rebalances, cuts, enospc)
+        return SoakResult(seed, steps, verdicts, members, skipped, sum(m.rebalances for m in members), cuts,
+                          enospc)
     finally:
         if broker is not None:
             broker.stop()
@@ -85,10 +86,12 @@ def run_soak(work_dir: str, seconds: float, seed: int, clients: list[str] | None
 
 
 def _drive(target: Target, topics: dict[str, str], steps: list[Step], seconds: float,
-           say: Callable[[str], None]) -> tuple[list[ClientVerdict], int]:
+           say: Callable[[str], None]) -> tuple[list[ClientVerdict], list[ConsumerVerdict]]:
     bootstrap = target.proxy.bootstrap
     producers = [PRODUCERS[client](bootstrap, topic) for client, topic in topics.items()]
-    members = [GroupMember(bootstrap, GROUP, topics.values(), f"m{i}") for i in range(MEMBERS)]
+    lifetime = seconds + DELIVERY_TIMEOUT_S + CATCH_UP_S + 120  # a bound in case stop() is never heard
+    members = [MEMBERS[client](bootstrap, GROUP, topics.values(), client, lifetime)
+               for client in topics if client in MEMBERS]
     watcher = CommitWatcher(bootstrap, GROUP, [(t, p) for t in topics.values() for p in range(PARTITIONS)])
     threads = [*producers, *members, watcher]
     for thread in threads:
@@ -121,4 +124,5 @@ def _drive(target: Target, topics: dict[str, str], steps: list[Step], seconds: f
         committed = {p: o for (t, p), o in watcher.latest.items() if t == topic}
         backwards = [(p, a, b) for t, p, a, b in watcher.backwards if t == topic]
         verdicts.append(judge(producer, stored, received, committed, ends[topic], backwards))
-    return verdicts, sum(m.assignments - 1 for m in members)
+    all_ends = {(t, p): end for t, e in ends.items() for p, end in e.items()}
+    return verdicts, judge_members(members, watcher.latest, all_ends, watcher.backwards)
