@@ -1,6 +1,7 @@
 """The nemesis soak for two minutes (`make soak` runs it for ten, with the Java client too): idempotent producers of
 three client libraries and a consumer group with a member of each through a seeded schedule of cuts, kill -9, pauses,
-a full disk and policy flips; and the checker's verdict on consumer histories it must reject."""
+a full disk and policy flips, with a transactional producer through the same faults; and the checker's verdict on
+consumer histories it must reject."""
 import os
 
 import pytest
@@ -30,6 +31,8 @@ def test_two_minutes_of_random_faults_lose_duplicate_and_reorder_nothing(tmp_pat
     assert sorted(m.client for m in result.members) == sorted(CLIENTS)
     for member in result.members:
         assert member.consumed > 0 and member.generations > 0, member.summary()
+    txn = result.transactions  # transactions both committed and aborted, the aborted ones' records stored
+    assert txn.committed > 0 and txn.aborted > 0 and txn.aborted_stored > 0, txn.summary()
     assert result.ok, result.report()
 
 
