@@ -111,7 +111,7 @@ class AiokafkaProducer(StreamProducer):
         futures = []
         try:
             for i, value in self.numbered():
-                futures.append(await producer.send(self.topic, key=str(i).encode(), value=value))
+                futures.append(await _send_when_room(producer, self.topic, key=str(i).encode(), value=value))
                 await asyncio.sleep(1 / RATE_PER_S)  # paced without holding up the client's own tasks
             results = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True),
                                              DELIVERY_TIMEOUT_S + 10)
@@ -120,6 +120,19 @@ class AiokafkaProducer(StreamProducer):
         return [Report(v, None, None, type(md).__name__) if isinstance(md, BaseException)
                 else Report(v, md.partition, md.offset if md.offset >= 0 else None, None)
                 for v, md in zip(self.sent, results)]
+
+
+async def _send_when_room(producer, topic: str, **fields):
+    """aiokafka's send(), again while it gives up (KafkaTimeoutError after request_timeout_ms) because its batches
+    stay full through a fault; the record was not queued then."""
+    from aiokafka.errors import KafkaTimeoutError
+    deadline = time.monotonic() + DELIVERY_TIMEOUT_S
+    while True:
+        try:
+            return await producer.send(topic, **fields)
+        except KafkaTimeoutError:
+            if time.monotonic() > deadline:
+                raise
 
 
 class JavaProducer(StreamProducer):
