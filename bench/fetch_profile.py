@@ -23,7 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from bench.partitions import Spec, create_all, log, produce_to_all, seconds_until_serving, topic_names
+from bench.partitions import Spec, create_all, log, produce_to_all, read_exact, seconds_until_serving, topic_names
 from bench.procstat import cpu_seconds
 from bench.report import Table
 from integration.broker_process import BrokerProcess
@@ -44,16 +44,6 @@ class Series:
         return 1e3 * self.wall_s / self.requests, 1e3 * self.broker_cpu_s / self.requests
 
 
-def _read_exact(sock: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError("the broker closed the connection")
-        data += chunk
-    return data
-
-
 def fetch_series(port: int, pid: int, partitions: list[tuple[str, int, int]], rounds: int) -> Series:
     """`rounds` Fetch requests for `partitions` (topic, partition, offset), one at a time on one connection."""
     request = fetch_request(partitions, max_bytes=64 << 20)
@@ -64,8 +54,8 @@ def fetch_series(port: int, pid: int, partitions: list[tuple[str, int, int]], ro
             for i in range(2 if warm_up else rounds):
                 request.with_header(correlation_id=i, client_id="bench-fetch")
                 sock.sendall(request.encode(header=True, framed=True))
-                size = struct.unpack(">i", _read_exact(sock, 4))[0]
-                _read_exact(sock, size)
+                size = struct.unpack(">i", read_exact(sock, 4))[0]
+                read_exact(sock, size)
             wall, cpu = time.perf_counter() - started, cpu_seconds(pid) - cpu0
     return Series(rounds, wall, cpu, size)
 
