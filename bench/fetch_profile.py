@@ -31,6 +31,7 @@ from integration.fetch_requests import FETCH_VERSION, fetch_request
 from integration.waiting import wait_until
 
 TOP = 12
+WARM_UP = 2  # requests before each timed series
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +52,7 @@ def fetch_series(port: int, pid: int, partitions: list[tuple[str, int, int]], ro
     with socket.create_connection(("127.0.0.1", port), timeout=120) as sock:
         for warm_up in (True, False):
             cpu0, started = cpu_seconds(pid), time.perf_counter()
-            for i in range(2 if warm_up else rounds):
+            for i in range(WARM_UP if warm_up else rounds):
                 request.with_header(correlation_id=i, client_id="bench-fetch")
                 sock.sendall(request.encode(header=True, framed=True))
                 size = struct.unpack(">i", read_exact(sock, 4))[0]
@@ -60,7 +61,7 @@ def fetch_series(port: int, pid: int, partitions: list[tuple[str, int, int]], ro
     return Series(rounds, wall, cpu, size)
 
 
-def profile_table(stats_path: str, rounds: int) -> Table:
+def profile_table(stats_path: str, requests: int) -> Table:
     stats = pstats.Stats(stats_path)
     rows = sorted(stats.stats.items(), key=lambda item: -item[1][2])[:TOP]  # by own time
     total = stats.total_tt
@@ -68,8 +69,8 @@ def profile_table(stats_path: str, rounds: int) -> Table:
                   ["function", "own s", "own %", "calls per full fetch"])
     for (path, line, name), (_cc, calls, own, _cum, _callers) in rows:
         table.add(f"{name} ({_short(path)}:{line})", f"{own:.2f}", f"{100 * own / total:.1f}",
-                  f"{calls / rounds:,.0f}")
-    table.notes.append(f"{total:.1f} s profiled in all, {1e3 * total / rounds:.0f} ms per full fetch (cProfile slows "
+                  f"{calls / requests:,.0f}")
+    table.notes.append(f"{total:.1f} s profiled in all, {1e3 * total / requests:.0f} ms per full fetch (cProfile slows "
                        "Python code down: the shares carry over, the times do not)")
     return table
 
@@ -108,7 +109,7 @@ def run(spec: Spec, rounds: int) -> list[Table]:
         for label, series in ((f"{len(every):,} partitions", full), ("1 partition", one)):
             wall_ms, cpu_ms = series.per_request_ms()
             table.add(label, f"{series.response_bytes:,}", f"{wall_ms:.1f}", f"{cpu_ms:.2f}")
-        return [table, profile_table(stats_path, rounds)]
+        return [table, profile_table(stats_path, WARM_UP + rounds)]
     finally:
         broker.stop()
         shutil.rmtree(root, ignore_errors=True)
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
     for table in run(Spec(args.topics, args.partitions, producers=min(100, args.topics)), args.rounds):
-        print(table.markdown() if args.markdown else table.text())
+        print("\n".join([table.markdown(), *table.notes, ""]) if args.markdown else table.text())
 
 
 if __name__ == "__main__":
