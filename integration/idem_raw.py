@@ -156,9 +156,10 @@ class RawKafka:
         """ListOffsets LATEST: the offset after the last stored record, per partition; committed: the last stable
         offset instead (what a read_committed consumer reads up to)."""
         v = LIST_OFFSETS_VERSION
-        request = ListOffsetsRequest[v](replica_id=-1, isolation_level=int(committed), topics=[ListOffsetsRequest.ListOffsetsTopic(
-            name=topic, partitions=[ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-                partition_index=p, current_leader_epoch=-1, timestamp=LATEST) for p in partitions])])
+        wanted = ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
+            ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1,
+                                                                     timestamp=LATEST) for p in partitions])
+        request = ListOffsetsRequest[v](replica_id=-1, isolation_level=int(committed), topics=[wanted])
         response = self.call(request, ListOffsetsResponse, v)
         out = {}
         for answer in response.topics[0].partitions:

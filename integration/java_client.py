@@ -296,7 +296,8 @@ def java_group_consume(
         props["group.instance.id"] = instance_id
     props.update(extra_props or {})
     args = [
-        "--topic", topic if isinstance(topic, str) else ",".join(topic), "--group", group, "--max-records", str(max_records), "--idle-ms", str(idle_ms),
+        "--topic", topic if isinstance(topic, str) else ",".join(topic), "--group", group,
+        "--max-records", str(max_records), "--idle-ms", str(idle_ms),
         "--commit", "none" if commit == "auto" else commit, "--deadline-ms", str(_deadline_ms(timeout)),
     ] + (["--stop-file", stop_file] if stop_file is not None else [])
     lines = _run_lines("KopGroupConsume", _client_args(bootstrap, props) + args, timeout=timeout)

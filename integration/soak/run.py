@@ -80,8 +80,8 @@ def run_soak(work_dir: str, seconds: float, seed: int, clients: list[str] | None
             cuts = proxy.stats().cuts
         with open(broker.log_path, encoding="utf-8", errors="replace") as log:
             enospc = sum(1 for line in log if "No space left on device" in line)
-        return SoakResult(seed, steps, verdicts, members, transactions, skipped, sum(m.rebalances for m in members), cuts,
-                          enospc)
+        rebalances = sum(m.rebalances for m in members)
+        return SoakResult(seed, steps, verdicts, members, transactions, skipped, rebalances, cuts, enospc)
     finally:
         if broker is not None:
             broker.stop()
