@@ -82,11 +82,18 @@ class KafkaPythonProducer(StreamProducer):
         producer = KafkaProducer(bootstrap_servers=self.bootstrap, enable_idempotence=True, acks="all", linger_ms=5,
                                  request_timeout_ms=5000, delivery_timeout_ms=DELIVERY_TIMEOUT_S * 1000,
                                  retry_backoff_ms=50, reconnect_backoff_ms=50, reconnect_backoff_max_ms=500)
+        from kafka.errors import KafkaTimeoutError
         try:
             futures = [producer.send(self.topic, key=str(i).encode(), value=value) for i, value in self.values()]
-            producer.flush(DELIVERY_TIMEOUT_S + 10)
+            try:
+                producer.flush(DELIVERY_TIMEOUT_S + 10)
+            except KafkaTimeoutError as exc:
+                self.error = exc  # records still unsent: reported, and each one's report says so
             out = []
             for value, future in zip(self.sent, futures):
+                if not future.is_done:
+                    out.append(Report(value, None, None, "NotDelivered"))
+                    continue
                 try:
                     md = future.get(timeout=1)
                     out.append(Report(value, md.partition, md.offset if md.offset >= 0 else None, None))
@@ -94,7 +101,10 @@ class KafkaPythonProducer(StreamProducer):
                     out.append(Report(value, None, None, type(exc).__name__))
             return out
         finally:
-            producer.close(timeout=10)
+            try:
+                producer.close(timeout=10)
+            except KafkaTimeoutError:
+                pass  # close() flushes again: what it could not send is reported already
 
 
 class AiokafkaProducer(StreamProducer):

@@ -56,7 +56,8 @@ class SoakResult:
 
 
 def run_soak(work_dir: str, seconds: float, seed: int, clients: list[str] | None = None,
-             say: Callable[[str], None] = print) -> SoakResult:
+             say: Callable[[str], None] = print, broker_config: dict[str, str] | None = None) -> SoakResult:
+    """broker_config: more broker settings (properties-file keys), e.g. a control run with deduplication off."""
     clients = clients or list(PRODUCERS)
     data = os.path.join(work_dir, "data")
     no_disk = mount_refused_reason(data, DISK_MB)
@@ -68,7 +69,8 @@ def run_soak(work_dir: str, seconds: float, seed: int, clients: list[str] | None
     broker = None
     try:
         with FaultProxy() as proxy:
-            broker = BrokerProcess(data, admin_port=0, config={"advertised.port": str(proxy.port)})
+            broker = BrokerProcess(data, admin_port=0,
+                                   config={**(broker_config or {}), "advertised.port": str(proxy.port)})
             broker.start()
             proxy.upstream_port = broker.port
             topics = {client: f"soak-{client}" for client in clients}
