@@ -68,9 +68,9 @@ FUZZ_EXAMPLES ?= 20000
 fuzz: $(VENV)/.test-installed
 	KOP_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py
 
-# The nemesis soak: idempotent producers and a consumer group through a seeded schedule of random faults (cuts,
-# kill -9, SIGSTOP, a full disk when a tmpfs can be mounted, policy flips). SOAK_SECONDS=600 by default; a failure
-# prints the seed, and SOAK_ARGS="--seed N" replays it.
+# The nemesis soak: idempotent producers, a consumer group of every client and a transactional producer through a
+# seeded schedule of random faults (cuts, kill -9, SIGSTOP, a full disk when a tmpfs can be mounted, policy flips).
+# SOAK_SECONDS=600 by default; a failure prints the seed, and SOAK_ARGS="--seed N" replays it.
 SOAK_SECONDS ?= 600
 soak: $(VENV)/.test-installed
 	SOAK_SECONDS=$(SOAK_SECONDS) $(PY) -m integration.soak $(SOAK_ARGS)

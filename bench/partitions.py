@@ -78,7 +78,7 @@ def produce_to_all(bootstrap: str, spec: Spec) -> float:
     return elapsed
 
 
-def _read_exact(sock: socket.socket, size: int) -> bytes:
+def read_exact(sock: socket.socket, size: int) -> bytes:
     chunks, left = [], size
     while left:
         chunk = sock.recv(min(left, 1 << 20))
@@ -102,7 +102,7 @@ def metadata_seconds(bootstrap: str, expected: int, rounds: int = 5) -> float:
             request.with_header(correlation_id=i, client_id="bench")
             started = time.perf_counter()
             sock.sendall(request.encode(header=True, framed=True))
-            body = _read_exact(sock, struct.unpack(">i", _read_exact(sock, 4))[0])
+            body = read_exact(sock, struct.unpack(">i", read_exact(sock, 4))[0])
             times.append(time.perf_counter() - started)
             listed = len(MetadataResponse.decode(body, version=9, header=True).topics)
             if listed < expected:

@@ -174,3 +174,12 @@ def test_geo_replication_catch_up_and_lag_count_every_record():
     assert done.records == 1000 and done.megabytes > 1 and done.seconds > 0
     lags, sent, received = geo_replication.steady_lag(rate=200, seconds=2)
     assert sent == received > 0 and 0 < len(lags) < sent and min(lags) > 0
+
+
+def test_fetch_profile_measures_full_and_single_fetches_and_profiles_only_the_full_ones():
+    from bench import fetch_profile
+    from bench.partitions import Spec
+    figures, profile = fetch_profile.run(Spec(topics=4, partitions=3, producers=2), rounds=3)
+    (full, one) = figures.rows
+    assert full[0] == "12 partitions" and int(full[1].replace(",", "")) > int(one[1].replace(",", ""))
+    assert profile.rows and "per full fetch" in profile.notes[0], profile.text()  # the profiler wrote statistics

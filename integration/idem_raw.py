@@ -152,12 +152,14 @@ class RawKafka:
 
     # ---- reading
 
-    def end_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
-        """ListOffsets LATEST: the offset after the last stored record, per partition."""
+    def end_offsets(self, topic: str, partitions: Iterable[int], committed: bool = False) -> dict[int, int]:
+        """ListOffsets LATEST: the offset after the last stored record, per partition; committed: the last stable
+        offset instead (what a read_committed consumer reads up to)."""
         v = LIST_OFFSETS_VERSION
-        request = ListOffsetsRequest[v](replica_id=-1, isolation_level=0, topics=[ListOffsetsRequest.ListOffsetsTopic(
-            name=topic, partitions=[ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-                partition_index=p, current_leader_epoch=-1, timestamp=LATEST) for p in partitions])])
+        wanted = ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
+            ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1,
+                                                                     timestamp=LATEST) for p in partitions])
+        request = ListOffsetsRequest[v](replica_id=-1, isolation_level=int(committed), topics=[wanted])
         response = self.call(request, ListOffsetsResponse, v)
         out = {}
         for answer in response.topics[0].partitions:

@@ -81,6 +81,7 @@ class AssignmentChange:
     generation: int
     member_id: str
     at_ms: int  # since the Java program started
+    topic_partitions: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +90,9 @@ class Commit:
     error: str | None
     error_message: str | None
     at_ms: int
+    generation: int = -1  # the member's generation when the commit was answered
+    topic_offsets: Mapping[tuple[str, int], int] | None = None  # (topic, partition) -> next offset to read
+    wall_ms: int = 0  # time.time() * 1000 when the commit was answered
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +101,8 @@ class GroupConsumeResult:
     assignment_changes: tuple[AssignmentChange, ...]
     commits: tuple[Commit, ...]
     final_assignment: tuple[int, ...]
-    stop_reason: str  # "max_records", "idle" or "deadline"
+    stop_reason: str  # "max_records", "idle", "deadline" or "stopped"
+    final_topic_assignment: tuple[tuple[str, int], ...] = ()
 
     @property
     def committed(self) -> dict[int, int]:
@@ -261,7 +266,7 @@ def java_read_to_end(
 
 def java_group_consume(
     bootstrap: str,
-    topic: str,
+    topic: str | Sequence[str],
     group: str,
     *,
     max_records: int,
@@ -271,9 +276,11 @@ def java_group_consume(
     idle_ms: int = 5_000,
     auto_offset_reset: str = "earliest",
     extra_props: Mapping[str, Any] | None = None,
+    stop_file: str | None = None,
     timeout: float = 60,
 ) -> GroupConsumeResult:
-    """Consumes `topic` as a member of `group` until max_records, idle_ms without progress, or the deadline.
+    """Consumes `topic` (or several) as a member of `group` until max_records, idle_ms without progress, the
+    deadline, or until `stop_file` exists.
 
     commit: "sync"/"async" commit what was read after each poll (never past max_records), "none" commits nothing,
     "auto" leaves it to the client's auto-commit. assignor: "range", "roundrobin", "sticky",
@@ -289,9 +296,10 @@ def java_group_consume(
         props["group.instance.id"] = instance_id
     props.update(extra_props or {})
     args = [
-        "--topic", topic, "--group", group, "--max-records", str(max_records), "--idle-ms", str(idle_ms),
+        "--topic", topic if isinstance(topic, str) else ",".join(topic), "--group", group,
+        "--max-records", str(max_records), "--idle-ms", str(idle_ms),
         "--commit", "none" if commit == "auto" else commit, "--deadline-ms", str(_deadline_ms(timeout)),
-    ]
+    ] + (["--stop-file", stop_file] if stop_file is not None else [])
     lines = _run_lines("KopGroupConsume", _client_args(bootstrap, props) + args, timeout=timeout)
     summary = _summary(lines)
     return GroupConsumeResult(
@@ -303,6 +311,7 @@ def java_group_consume(
                 generation=line["generation"],
                 member_id=line["member_id"],
                 at_ms=line["at_ms"],
+                topic_partitions=tuple((t, p) for t, p in line["topic_partitions"]),
             )
             for line in lines
             if line["type"] in ("assigned", "revoked", "lost")
@@ -313,11 +322,15 @@ def java_group_consume(
                 error=line["error"],
                 error_message=line["error_message"],
                 at_ms=line["at_ms"],
+                generation=line["generation"],
+                topic_offsets={(t, int(p)): o for t, by_p in line["topic_offsets"].items() for p, o in by_p.items()},
+                wall_ms=line["wall_ms"],
             )
             for line in lines
             if line["type"] in ("committed", "commit_failed")
         ),
         final_assignment=tuple(summary["assignment"]),
+        final_topic_assignment=tuple((t, p) for t, p in summary["topic_assignment"]),
         stop_reason=summary["reason"],
     )
 

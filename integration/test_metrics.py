@@ -57,6 +57,7 @@ def test_metrics_count_what_clients_did(start_broker):
         assert kafka.produce(topic, 0, first).base_offset == 0  # a retry: the dedup core answers Dup
         assert kafka.produce(topic, 0, plain).base_offset == 3
         assert kafka.produce(topic, 0, corrupt(plain)).error_code == ErrorCode.CORRUPT_MESSAGE
+        assert kafka.fetch_once(topic, 0, 99)[0] == ErrorCode.OFFSET_OUT_OF_RANGE
         during = scrape(broker)
 
     consumer = KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id="readers",
@@ -79,6 +80,7 @@ def test_metrics_count_what_clients_did(start_broker):
     assert moved("kop_requests_total", api="Produce") == 4
     assert moved("kop_request_latency_seconds_count", api="Produce") == 4
     assert moved("kop_request_errors_total", api="Produce", error="CORRUPT_MESSAGE") == 1
+    assert moved("kop_request_errors_total", api="Fetch", error="OFFSET_OUT_OF_RANGE") == 1
     assert moved("kop_requests_total", api="InitProducerId") == 1
     assert sample(during, "kop_dedup_decisions_total", topic=topic, decision="stored") == 1
     assert sample(during, "kop_dedup_decisions_total", topic=topic, decision="duplicate") == 1

@@ -1,9 +1,13 @@
 """The nemesis soak for two minutes (`make soak` runs it for ten, with the Java client too): idempotent producers of
-three client libraries and a two-member consumer group through a seeded schedule of cuts, kill -9, pauses, a full disk and policy flips."""
+three client libraries and a consumer group with a member of each through a seeded schedule of cuts, kill -9, pauses,
+a full disk and policy flips, with a transactional producer through the same faults; and the checker's verdict on
+consumer histories it must reject."""
 import os
 
 import pytest
 
+from integration.soak.checker import judge_members
+from integration.soak.consumers import CommitMark, GroupMember
 from integration.soak.run import run_soak
 
 SEED = int(os.environ.get("SOAK_SEED", 20260))
@@ -16,7 +20,7 @@ def test_two_minutes_of_random_faults_lose_duplicate_and_reorder_nothing(tmp_pat
     result = run_soak(str(tmp_path), 120, SEED, clients=CLIENTS)
     print("\n" + result.report())
     kinds = {step.kind for step in result.steps}
-    # Controls: the schedule's faults happened and were felt.
+    # Controls: the schedule's faults happened and were felt, and every client took part in the group.
     assert len(kinds) >= 3, f"the seed planned too few kinds of fault: {kinds}"
     if "cut" in kinds:
         assert result.cuts > 0, "no response was cut"
@@ -24,4 +28,36 @@ def test_two_minutes_of_random_faults_lose_duplicate_and_reorder_nothing(tmp_pat
         assert result.enospc > 0, "the disk never filled up"
     if kinds & {"kill", "pause"}:
         assert result.rebalances > 0, "the group never rebalanced"
+    assert sorted(m.client for m in result.members) == sorted(CLIENTS)
+    for member in result.members:
+        assert member.consumed > 0 and member.generations > 0, member.summary()
+    txn = result.transactions  # transactions both committed and aborted, the aborted ones' records stored
+    assert txn.committed > 0 and txn.aborted > 0 and txn.aborted_stored > 0, txn.summary()
     assert result.ok, result.report()
+
+
+class Recorded(GroupMember):
+    """A member's history written by hand, for the checker."""
+
+    def __init__(self, client: str, commits: list[CommitMark], owned: set[tuple[str, int]]) -> None:
+        super().__init__("unused:9092", "g", ["t"], client, lifetime=0)
+        self.client = client
+        self.commits = commits
+        self.final_owned = owned
+
+    def consume(self) -> None:
+        raise AssertionError("never started")
+
+
+def test_the_checker_names_shared_backwards_and_stuck_partitions_per_consuming_client():
+    a = Recorded("a", [CommitMark(3, {("t", 0): 10}, 1.0), CommitMark(4, {("t", 0): 5}, 3.0)], {("t", 0)})
+    b = Recorded("b", [CommitMark(3, {("t", 0): 12, ("t", 1): 7}, 2.0), CommitMark(-1, {("t", 1): 9}, 2.5)], set())
+    c = Recorded("c", [CommitMark(5, {("t", 1): 20}, 4.0)], {("t", 1)})
+    latest = {("t", 0): 12, ("t", 1): 20}
+    ends = {("t", 0): 15, ("t", 1): 20}
+    verdicts = {v.client: v for v in judge_members([a, b, c], latest, ends, backwards=[("t", 0, 12, 5)])}
+    assert verdicts["a"].shared == [(("t", 0), 3, "b")] and verdicts["b"].shared == [(("t", 0), 3, "a")]
+    assert verdicts["a"].backwards == [(("t", 0), 12, 5)] and verdicts["b"].backwards == []
+    assert verdicts["a"].stuck == {("t", 0): 3} and verdicts["c"].stuck == {}
+    assert verdicts["b"].generations == 1  # the generation -1 commit tells nothing
+    assert not verdicts["a"].ok and not verdicts["b"].ok and verdicts["c"].ok

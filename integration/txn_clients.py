@@ -143,7 +143,7 @@ def ck_copy(bootstrap: str, source: str, target: str, group: str, count: int, ba
                     producer.produce(target, b"out-" + message.value(), partition=message.partition())
                 producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
                                                      consumer.consumer_group_metadata(), 30)
-                _ck_commit(producer)
+                ck_commit(producer)
             except KafkaException as failed:
                 error = failed.args[0]
                 if error.fatal():
@@ -151,7 +151,7 @@ def ck_copy(bootstrap: str, source: str, target: str, group: str, count: int, ba
                 summary.aborts += 1
                 if len(summary.errors) < 5:
                     summary.errors.append(str(error))
-                _ck_abort(producer)
+                ck_abort(producer)
                 _ck_rewind(consumer)
                 continue
             summary.transactions += 1
@@ -161,12 +161,12 @@ def ck_copy(bootstrap: str, source: str, target: str, group: str, count: int, ba
         consumer.close()
 
 
-def _ck_commit(producer) -> None:
+def ck_commit(producer) -> None:
     """Commit, retrying while the outcome is retriable (librdkafka's contract); an abortable error propagates."""
     _ck_retry(lambda: producer.commit_transaction(30), again=lambda error: error.retriable())
 
 
-def _ck_abort(producer) -> None:
+def ck_abort(producer) -> None:
     _ck_retry(lambda: producer.abort_transaction(30), again=lambda error: not error.fatal())
 
 

@@ -1,4 +1,6 @@
 import java.time.Duration;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
@@ -21,8 +23,9 @@ import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.StringDeserializer;
 
 /**
- * Consumes --topic as a member of --group until --max-records records were read, nothing new arrived for
- * --idle-ms since the last record or assignment, or --deadline-ms passed. Prints a JSON line per record, per
+ * Consumes --topic (several topics: comma-separated) as a member of --group until --max-records records were
+ * read, nothing new arrived for --idle-ms since the last record or assignment, --deadline-ms passed, or the file
+ * --stop-file names exists (how a long-lived member is told to leave). Prints a JSON line per record, per
  * assignment change (assigned, revoked, lost), per commit, and a summary line with the reason it stopped.
  *
  * --commit sync|async|none: after each poll, and synchronously for partitions being revoked, commit the offsets
@@ -31,6 +34,8 @@ import org.apache.kafka.common.serialization.StringDeserializer;
  * --commit-metadata TEXT attaches TEXT to every commit, with the leader epoch of the record committed past, or
  * --commit-leader-epoch N. --print-committed 1 prints, on each assignment, what consumer.committed() reads for the
  * assigned partitions (offset, leader epoch, metadata).
+ * Assignment and commit lines name each partition's topic too ("topic_partitions", "topic_offsets"), and a commit
+ * line carries the generation it was made in and the wall clock, so commits of several members can be compared.
  * Assignor, group.instance.id and auto-commit come in as --prop client settings.
  */
 public final class KopGroupConsume {
@@ -46,13 +51,15 @@ public final class KopGroupConsume {
     private Optional<Integer> commitLeaderEpoch = Optional.empty();
     private boolean printCommitted;
     private List<Integer> finalAssignment = List.of();
+    private List<List<Object>> finalTopicAssignment = List.of();
 
     public static void main(String[] argv) {
         new KopGroupConsume().run(new HarnessArgs(argv));
     }
 
     private void run(HarnessArgs args) {
-        String topic = args.required("topic");
+        List<String> topics = List.of(args.required("topic").split(","));
+        Path stopFile = args.has("stop-file") ? Path.of(args.required("stop-file")) : null;
         long maxRecords = args.longValue("max-records", Long.MAX_VALUE);
         long idleNanos = Duration.ofMillis(args.longValue("idle-ms", 5_000)).toNanos();
         long deadline = startedAt + Duration.ofMillis(args.longValue("deadline-ms", 60_000)).toNanos();
@@ -78,8 +85,12 @@ public final class KopGroupConsume {
         String reason = "deadline";
         consumer = new KafkaConsumer<>(props);
         try {
-            consumer.subscribe(List.of(topic), new AssignmentPrinter());
+            consumer.subscribe(topics, new AssignmentPrinter());
             while (System.nanoTime() < deadline) {
+                if (stopFile != null && Files.exists(stopFile)) {
+                    reason = "stopped";
+                    break;
+                }
                 if (records >= maxRecords) {
                     reason = "max_records";
                     break;
@@ -106,6 +117,7 @@ public final class KopGroupConsume {
             commit(commitMode, true);
         } finally {
             finalAssignment = partitionNumbers(consumer.assignment());
+            finalTopicAssignment = topicPartitions(consumer.assignment());
             consumer.close(CLOSE_TIMEOUT);  // may print a last "revoked" line
         }
         // The summary is the last line, after anything close() printed.
@@ -114,6 +126,7 @@ public final class KopGroupConsume {
             .put("records", records)
             .put("reason", reason)
             .put("assignment", finalAssignment)
+            .put("topic_assignment", finalTopicAssignment)
             .emit();
     }
 
@@ -172,10 +185,18 @@ public final class KopGroupConsume {
 
     private void printCommit(Map<TopicPartition, OffsetAndMetadata> offsets, Exception error) {
         Map<Integer, Long> byPartition = new TreeMap<>();
-        offsets.forEach((partition, offset) -> byPartition.put(partition.partition(), offset.offset()));
+        Map<String, Map<Integer, Long>> byTopic = new TreeMap<>();
+        offsets.forEach((partition, offset) -> {
+            byPartition.put(partition.partition(), offset.offset());
+            byTopic.computeIfAbsent(partition.topic(), topic -> new TreeMap<>()).put(partition.partition(),
+                                                                                   offset.offset());
+        });
         Json.object()
             .put("type", error == null ? "committed" : "commit_failed")
             .put("offsets", byPartition)
+            .put("topic_offsets", byTopic)
+            .put("generation", consumer.groupMetadata().generationId())
+            .put("wall_ms", System.currentTimeMillis())
             .put("error", error == null ? null : error.getClass().getSimpleName())
             .put("error_message", error == null ? null : String.valueOf(error.getMessage()))
             .put("at_ms", elapsedMillis())
@@ -191,6 +212,12 @@ public final class KopGroupConsume {
         partitions.forEach(partition -> numbers.add(partition.partition()));
         numbers.sort(null);
         return numbers;
+    }
+
+    private static List<List<Object>> topicPartitions(Collection<TopicPartition> partitions) {
+        List<List<Object>> pairs = new ArrayList<>();
+        partitions.forEach(partition -> pairs.add(List.of(partition.topic(), partition.partition())));
+        return pairs;
     }
 
     /** Prints assignment changes; runs on the polling thread, inside poll(). */
@@ -224,6 +251,7 @@ public final class KopGroupConsume {
             Json.object()
                 .put("type", kind)
                 .put("partitions", partitionNumbers(partitions))
+                .put("topic_partitions", topicPartitions(partitions))
                 .put("generation", group.generationId())
                 .put("member_id", group.memberId())
                 .put("at_ms", elapsedMillis())

@@ -1,5 +1,6 @@
 """`python -m integration.soak [--seconds N] [--seed S]`: the nemesis soak; exit status 1 when a check fails."""
 import argparse
+import logging
 import os
 import random
 import sys
@@ -9,6 +10,13 @@ from integration.soak.producers import PRODUCERS
 from integration.soak.run import run_soak
 
 
+def _setting(text: str) -> tuple[str, str]:
+    key, equals, value = text.partition("=")
+    if not key or not equals:
+        raise argparse.ArgumentTypeError(f"want KEY=VALUE, got {text!r}")
+    return key, value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m integration.soak", description=__doc__)
     parser.add_argument("--seconds", type=float, default=float(os.environ.get("SOAK_SECONDS", 600)),
@@ -16,10 +24,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="replay the schedule of an earlier run")
     parser.add_argument("--clients", nargs="+", choices=sorted(PRODUCERS), default=sorted(PRODUCERS))
     parser.add_argument("--work-dir", default=None, help="where the broker's data and log go (default: a temp dir)")
+    parser.add_argument("--broker-config", nargs="*", default=[], metavar="KEY=VALUE", type=_setting,
+                        help="broker settings, e.g. brokerDeduplicationEnabled=false for a run that must fail")
     args = parser.parse_args(argv)
+    # The clients' own warnings (a retried error, a lost connection) on stderr, next to the faults that caused them.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     seed = args.seed if args.seed is not None else random.randrange(1 << 32)
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="kop-soak-")
-    result = run_soak(work_dir, args.seconds, seed, args.clients)
+    result = run_soak(work_dir, args.seconds, seed, args.clients, broker_config=dict(args.broker_config))
     print(result.report())
     return 0 if result.ok else 1
 

@@ -1,12 +1,17 @@
-"""The soak's verdict, per client: acknowledged records lost, duplicates, order violations, acknowledged offsets
-that are wrong, acknowledged records the group never received, partitions whose committed offset never reached the
-end (a stuck consumer), and committed offsets that went backwards."""
+"""The soak's verdict. Per producing client: acknowledged records lost, duplicates, order violations, acknowledged
+offsets that are wrong, acknowledged records the group never received, partitions whose committed offset never
+reached the end (a stuck consumer), and committed offsets that went backwards. Per consuming client (a member of
+the group): the records left behind the committed offset of partitions it owned at the end, committed offsets that
+fell back to one it committed, and partitions it committed in a generation in which another member committed them
+too."""
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 
 from integration.idem_raw import StoredRecord
 from integration.idem_stream import StreamCheck, check_stream
+from integration.soak.consumers import GroupMember, TopicPartition
 from integration.soak.producers import StreamProducer
 
 
@@ -40,3 +45,57 @@ def judge(producer: StreamProducer, stored: list[StoredRecord], received: set[by
     stuck = sorted(p for p, end in ends.items() if committed.get(p, -1) < end)
     return ClientVerdict(producer.client, stream, unreceived, stuck, backwards,
                          None if producer.error is None else repr(producer.error))
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerVerdict:
+    """One consuming client's part of the group."""
+
+    client: str
+    consumed: int  # distinct values it received
+    commits: int
+    generations: int  # distinct generations it committed in: 0 means the shared-commit check could not tell
+    commit_errors: int
+    poll_errors: int
+    rebalances: int  # assignments beyond its first
+    stuck: dict[TopicPartition, int]  # partitions it owned at the end: records behind the group's committed offset
+    backwards: list[tuple[TopicPartition, int, int]]  # the group's offset fell from, to an offset this one committed
+    shared: list[tuple[TopicPartition, int, str]]  # partition, generation, the other member that committed it then
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        return not (self.stuck or self.backwards or self.shared or self.error)
+
+    def summary(self) -> str:
+        return (f"{'group/' + self.client:<19} {'ok  ' if self.ok else 'FAIL'} consumed={self.consumed} "
+                f"commits={self.commits} generations={self.generations} commit_errors={self.commit_errors} "
+                f"poll_errors={self.poll_errors} rebalances={self.rebalances} "
+                f"stuck={self.stuck} backwards={self.backwards} shared={self.shared}"
+                + (f" error={self.error}" if self.error else ""))
+
+
+def judge_members(members: list[GroupMember], latest: dict[TopicPartition, int],
+                  ends: dict[TopicPartition, int],
+                  backwards: list[tuple[str, int, int, int]]) -> list[ConsumerVerdict]:
+    """latest: the group's committed offsets at the end; backwards: the watcher's (topic, partition, from, to)."""
+    committers: dict[tuple[TopicPartition, int], set[str]] = defaultdict(set)
+    for member in members:
+        for mark in member.commits:
+            if mark.generation >= 0:
+                for tp in mark.offsets:
+                    committers[(tp, mark.generation)].add(member.client)
+    verdicts = []
+    for member in members:
+        committed_to = {(tp, o) for mark in member.commits for tp, o in mark.offsets.items()}
+        stuck = {tp: ends[tp] - latest.get(tp, 0) for tp in sorted(member.final_owned)
+                 if latest.get(tp, -1) < ends.get(tp, 0)}
+        fell = [((t, p), a, b) for t, p, a, b in backwards if ((t, p), b) in committed_to]
+        shared = sorted((tp, generation, other) for (tp, generation), clients in committers.items()
+                        if member.client in clients for other in clients - {member.client})
+        generations = {mark.generation for mark in member.commits if mark.generation >= 0}
+        verdicts.append(ConsumerVerdict(
+            member.client, len(member.received), len(member.commits), len(generations), member.commit_errors,
+            member.poll_errors, max(0, member.assignments - 1), stuck, fell, shared,
+            None if member.error is None else repr(member.error)))
+    return verdicts

@@ -82,11 +82,18 @@ class KafkaPythonProducer(StreamProducer):
         producer = KafkaProducer(bootstrap_servers=self.bootstrap, enable_idempotence=True, acks="all", linger_ms=5,
                                  request_timeout_ms=5000, delivery_timeout_ms=DELIVERY_TIMEOUT_S * 1000,
                                  retry_backoff_ms=50, reconnect_backoff_ms=50, reconnect_backoff_max_ms=500)
+        from kafka.errors import KafkaTimeoutError
         try:
             futures = [producer.send(self.topic, key=str(i).encode(), value=value) for i, value in self.values()]
-            producer.flush(DELIVERY_TIMEOUT_S + 10)
+            try:
+                producer.flush(DELIVERY_TIMEOUT_S + 10)
+            except KafkaTimeoutError as exc:
+                self.error = exc  # records still unsent: reported, and each one's report says so
             out = []
             for value, future in zip(self.sent, futures):
+                if not future.is_done:
+                    out.append(Report(value, None, None, "NotDelivered"))
+                    continue
                 try:
                     md = future.get(timeout=1)
                     out.append(Report(value, md.partition, md.offset if md.offset >= 0 else None, None))
@@ -94,7 +101,10 @@ class KafkaPythonProducer(StreamProducer):
                     out.append(Report(value, None, None, type(exc).__name__))
             return out
         finally:
-            producer.close(timeout=10)
+            try:
+                producer.close(timeout=10)
+            except KafkaTimeoutError:
+                pass  # close() flushes again: what it could not send is reported already
 
 
 class AiokafkaProducer(StreamProducer):
@@ -111,7 +121,7 @@ class AiokafkaProducer(StreamProducer):
         futures = []
         try:
             for i, value in self.numbered():
-                futures.append(await producer.send(self.topic, key=str(i).encode(), value=value))
+                futures.append(await _send_when_room(producer, self.topic, key=str(i).encode(), value=value))
                 await asyncio.sleep(1 / RATE_PER_S)  # paced without holding up the client's own tasks
             results = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True),
                                              DELIVERY_TIMEOUT_S + 10)
@@ -120,6 +130,19 @@ class AiokafkaProducer(StreamProducer):
         return [Report(v, None, None, type(md).__name__) if isinstance(md, BaseException)
                 else Report(v, md.partition, md.offset if md.offset >= 0 else None, None)
                 for v, md in zip(self.sent, results)]
+
+
+async def _send_when_room(producer, topic: str, **fields):
+    """aiokafka's send(), again while it gives up (KafkaTimeoutError after request_timeout_ms) because its batches
+    stay full through a fault; the record was not queued then."""
+    from aiokafka.errors import KafkaTimeoutError
+    deadline = time.monotonic() + DELIVERY_TIMEOUT_S
+    while True:
+        try:
+            return await producer.send(topic, **fields)
+        except KafkaTimeoutError:
+            if time.monotonic() > deadline:
+                raise
 
 
 class JavaProducer(StreamProducer):

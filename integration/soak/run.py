@@ -1,6 +1,7 @@
 """Wire the soak together: a broker behind a fault proxy (its data on a tmpfs of its own when one can be mounted),
-one idempotent producer per client, a two-member consumer group over all their topics, the seeded schedule of
-faults, then the checker's verdict per client."""
+one idempotent producer per client, a consumer group over all their topics with one member per client, the seeded
+schedule of faults, then the checker's verdict per producing and per consuming client; and a transactional
+producer through the same faults, with its own verdict."""
 from __future__ import annotations
 
 import os
@@ -12,17 +13,18 @@ from integration.broker_process import BrokerProcess
 from integration.fault_proxy import FaultProxy
 from integration.idem_raw import RawKafka, read_topic
 from integration.small_disk import Filler, mount_refused_reason, unmount
-from integration.soak.checker import ClientVerdict, judge
-from integration.soak.consumers import CommitWatcher, GroupMember
+from integration.soak.checker import ClientVerdict, ConsumerVerdict, judge, judge_members
+from integration.soak.consumers import MEMBERS, CommitWatcher
 from integration.soak.faults import FAULTS, Target
 from integration.soak.producers import DELIVERY_TIMEOUT_S, PRODUCERS
 from integration.soak.schedule import Step, plan
+from integration.soak.transactions import TransactionalProducer, TxnVerdict, judge_transactions
 from integration.waiting import wait_until
 from protocol.errors import ErrorCode
 
-PARTITIONS = 3
-MEMBERS = 2
+PARTITIONS = 4  # as many as members at most: the range assignor leaves none of them without partitions
 GROUP = "soak-readers"
+TXN_TOPIC = "soak-transactions"
 DISK_MB = 256
 CATCH_UP_S = 120  # after the last fault, for the group to commit the end of every partition
 
@@ -32,6 +34,8 @@ class SoakResult:
     seed: int
     steps: list[Step]
     verdicts: list[ClientVerdict]
+    members: list[ConsumerVerdict]
+    transactions: TxnVerdict
     skipped: list[str]  # fault kinds left out, with the reason
     # Controls, that the faults happened: assignments beyond each member's first (the group noticed), Produce
     # responses the proxy cut, the broker's ENOSPC log lines.
@@ -41,10 +45,10 @@ class SoakResult:
 
     @property
     def ok(self) -> bool:
-        return all(v.ok for v in self.verdicts)
+        return all(v.ok for v in [*self.verdicts, *self.members, self.transactions])
 
     def report(self) -> str:
-        lines = [v.summary() for v in self.verdicts]
+        lines = [v.summary() for v in [*self.verdicts, *self.members, self.transactions]]
         lines.append(f"faults={len(self.steps)} rebalances={self.rebalances} cuts={self.cuts} "
                      f"enospc={self.enospc} skipped={self.skipped}")
         lines.append(f"{'PASSED' if self.ok else 'FAILED'}: replay with --seed {self.seed}")
@@ -52,7 +56,8 @@ class SoakResult:
 
 
 def run_soak(work_dir: str, seconds: float, seed: int, clients: list[str] | None = None,
-             say: Callable[[str], None] = print) -> SoakResult:
+             say: Callable[[str], None] = print, broker_config: dict[str, str] | None = None) -> SoakResult:
+    """broker_config: more broker settings (properties-file keys), e.g. a control run with deduplication off."""
     clients = clients or list(PRODUCERS)
     data = os.path.join(work_dir, "data")
     no_disk = mount_refused_reason(data, DISK_MB)
@@ -64,19 +69,21 @@ def run_soak(work_dir: str, seconds: float, seed: int, clients: list[str] | None
     broker = None
     try:
         with FaultProxy() as proxy:
-            broker = BrokerProcess(data, admin_port=0, config={"advertised.port": str(proxy.port)})
+            broker = BrokerProcess(data, admin_port=0,
+                                   config={**(broker_config or {}), "advertised.port": str(proxy.port)})
             broker.start()
             proxy.upstream_port = broker.port
             topics = {client: f"soak-{client}" for client in clients}
             with RawKafka(broker.port) as kafka:
-                for topic in topics.values():
+                for topic in [*topics.values(), TXN_TOPIC]:
                     assert kafka.create_topic(topic, PARTITIONS) == ErrorCode.NONE
-            target = Target(broker, proxy, list(topics.values()), Filler(data) if no_disk is None else None)
-            verdicts, rebalances = _drive(target, topics, steps, seconds, say)
+            target = Target(broker, proxy, [*topics.values(), TXN_TOPIC], Filler(data) if no_disk is None else None)
+            verdicts, members, transactions = _drive(target, topics, steps, seconds, seed, say)
             cuts = proxy.stats().cuts
         with open(broker.log_path, encoding="utf-8", errors="replace") as log:
             enospc = sum(1 for line in log if "No space left on device" in line)
-        return SoakResult(seed, steps, verdicts, skipped, rebalances, cuts, enospc)
+        rebalances = sum(m.rebalances for m in members)
+        return SoakResult(seed, steps, verdicts, members, transactions, skipped, rebalances, cuts, enospc)
     finally:
         if broker is not None:
             broker.stop()
@@ -84,13 +91,17 @@ def run_soak(work_dir: str, seconds: float, seed: int, clients: list[str] | None
             unmount(data)
 
 
-def _drive(target: Target, topics: dict[str, str], steps: list[Step], seconds: float,
-           say: Callable[[str], None]) -> tuple[list[ClientVerdict], int]:
+def _drive(target: Target, topics: dict[str, str], steps: list[Step], seconds: float, seed: int,
+           say: Callable[[str], None]) -> tuple[list[ClientVerdict], list[ConsumerVerdict], TxnVerdict]:
     bootstrap = target.proxy.bootstrap
     producers = [PRODUCERS[client](bootstrap, topic) for client, topic in topics.items()]
-    members = [GroupMember(bootstrap, GROUP, topics.values(), f"m{i}") for i in range(MEMBERS)]
+    txn_producer = TransactionalProducer(bootstrap, TXN_TOPIC, PARTITIONS, seed)
+    writers = [*producers, txn_producer]
+    lifetime = seconds + DELIVERY_TIMEOUT_S + CATCH_UP_S + 120  # a bound in case stop() is never heard
+    members = [MEMBERS[client](bootstrap, GROUP, topics.values(), client, lifetime)
+               for client in topics if client in MEMBERS]
     watcher = CommitWatcher(bootstrap, GROUP, [(t, p) for t in topics.values() for p in range(PARTITIONS)])
-    threads = [*producers, *members, watcher]
+    threads = [*writers, *members, watcher]
     for thread in threads:
         thread.start()
     try:
@@ -100,12 +111,13 @@ def _drive(target: Target, topics: dict[str, str], steps: list[Step], seconds: f
             say(f"fault {step}")
             FAULTS[step.kind](target, step.duration)
         time.sleep(max(0.0, started + seconds - time.monotonic()))
-        for producer in producers:
-            producer.stop()
-        for producer in producers:
-            producer.join(DELIVERY_TIMEOUT_S + 30)
+        for writer in writers:
+            writer.stop()
+        for writer in writers:
+            writer.join(DELIVERY_TIMEOUT_S + 30)
         with RawKafka(target.broker.port) as kafka:
             ends = {t: kafka.end_offsets(t, range(PARTITIONS)) for t in topics.values()}
+        transactions = judge_transactions(txn_producer, target.broker.port, bootstrap)
         wait_until(lambda: all(watcher.latest.get((t, p), -1) >= end for t, e in ends.items()
                                for p, end in e.items()), timeout=CATCH_UP_S, interval=0.5)
     finally:
@@ -121,4 +133,5 @@ def _drive(target: Target, topics: dict[str, str], steps: list[Step], seconds: f
         committed = {p: o for (t, p), o in watcher.latest.items() if t == topic}
         backwards = [(p, a, b) for t, p, a, b in watcher.backwards if t == topic]
         verdicts.append(judge(producer, stored, received, committed, ends[topic], backwards))
-    return verdicts, sum(m.assignments - 1 for m in members)
+    all_ends = {(t, p): end for t, e in ends.items() for p, end in e.items()}
+    return verdicts, judge_members(members, watcher.latest, all_ends, watcher.backwards), transactions

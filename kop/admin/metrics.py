@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.data_container import DataContainer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -49,10 +50,19 @@ def error_name(code: int) -> str:
 
 
 def response_errors(response: object) -> Iterator[int]:
-    """The error codes other than NONE in a response, one per occurrence (Kafka's ErrorsPerSec counts them so)."""
+    """The error codes other than NONE in a response, one per occurrence (Kafka's ErrorsPerSec counts them so).
+    Produce and Fetch, whose answers can name thousands of partitions, are read where their codes are; any other
+    answer is walked field by field (a walk that cost a tenth of a 10,000-partition Fetch)."""
     if isinstance(response, ProduceResponse):
         for _, partitions in response.responses:
             for partition in partitions:
+                if partition.error_code:
+                    yield partition.error_code
+    elif isinstance(response, FetchResponse):
+        if getattr(response, "error_code", 0):  # the whole request's, from v7
+            yield response.error_code
+        for topic in response.responses:
+            for partition in topic.partitions:
                 if partition.error_code:
                     yield partition.error_code
     elif isinstance(response, ApiMessage):
