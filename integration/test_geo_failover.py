@@ -24,9 +24,6 @@ ROUNDS, PER_ROUND = 8, 50
 TOTAL = ROUNDS * PER_ROUND
 FAST_SNAPSHOTS = {"replicatedSubscriptionsSnapshotFrequencyMillis": "100"}
 
-# Replicated subscriptions on the PostgreSQL engine: their snapshots time out there (not looked into yet).
-pytestmark = pytest.mark.file_storage(reason="PIP-33 snapshots do not complete on the PostgreSQL engine yet")
-
 
 @pytest.fixture
 def pair(tmp_path):
