@@ -23,6 +23,7 @@ from protocol.records import Record, build_batch, iter_records, split_batches
 
 LIST_OFFSETS_VERSION = 5
 LATEST = -1
+EARLIEST = -2
 PRODUCE_VERSION = 9
 CREATE_TOPICS_VERSION = 5
 MAX_FRAME = 64 * 1024 * 1024
@@ -154,10 +155,17 @@ class RawKafka:
 
     def end_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
         """ListOffsets LATEST: the offset after the last stored record, per partition."""
+        return self.list_offsets(topic, partitions, LATEST)
+
+    def start_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+        """ListOffsets EARLIEST: the log start offset, per partition."""
+        return self.list_offsets(topic, partitions, EARLIEST)
+
+    def list_offsets(self, topic: str, partitions: Iterable[int], timestamp: int) -> dict[int, int]:
         v = LIST_OFFSETS_VERSION
         request = ListOffsetsRequest[v](replica_id=-1, isolation_level=0, topics=[ListOffsetsRequest.ListOffsetsTopic(
             name=topic, partitions=[ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-                partition_index=p, current_leader_epoch=-1, timestamp=LATEST) for p in partitions])])
+                partition_index=p, current_leader_epoch=-1, timestamp=timestamp) for p in partitions])])
         response = self.call(request, ListOffsetsResponse, v)
         out = {}
         for answer in response.topics[0].partitions:
