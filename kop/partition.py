@@ -458,9 +458,11 @@ class PartitionLog:
         A replicator whose backlog is over replication_quota_bytes (-1: no limit) holds nothing back; what
         retention then deletes of its backlog is logged."""
         holding, evicted = self._replicator_floors(replication_quota_bytes)
-        result = await self.ledger.trim(now_ms, retention_ms, retention_bytes, self.retention_floor(holding))
+        floor = self.retention_floor(holding)
+        result = await self.ledger.trim(now_ms, retention_ms, retention_bytes, floor)
         self.transactions.forget_before(self.log_start_offset)
-        if result.held_back and self.dedup.snapshot_now():
+        # A snapshot frees nothing while a replicator holds back as much (a remote down for days).
+        if result.held_back and floor not in holding and self.dedup.snapshot_now():
             log.info("%s: dedup snapshot taken so retention can delete the ledgers behind it", self.name)
         for cursor, (position, entries) in evicted.items():
             if lost := entries - self.backlog_after(position)[0]:
