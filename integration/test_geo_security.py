@@ -66,6 +66,7 @@ def replicator(east: BrokerProcess) -> dict:
     return topic_stats(east, "orders")["replication"]["west"]
 
 
+@pytest.mark.slow  # 15 s: two brokers, a restart, three definitions of the link
 def test_a_replicator_authenticates_to_a_remote_with_sasl_tls_and_acls(east_and_secured_west):
     east, west = east_and_secured_west
     define_west(east, west, "create", "SASL_PLAINTEXT", "SCRAM-SHA-256", "not the password")
