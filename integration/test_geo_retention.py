@@ -9,6 +9,7 @@ from integration.geo import register, replicate, topic_stats, wait_for, wait_for
 from integration.idem_raw import RawKafka
 from integration.test_admin import admin_change
 from integration.test_geo_replication import check_everything_once, produce
+from kop.replication.clusters import ClusterRegistry
 from protocol.errors import ErrorCode
 
 PARTITIONS = 2
@@ -80,3 +81,20 @@ def test_a_replicator_over_the_backlog_quota_holds_nothing_back(pair):
     produce(east.bootstrap, "orders", "after", 10, PARTITIONS)
     wait_for_records(west, "orders", PARTITIONS, 30)
     check_everything_once(west, "orders", PARTITIONS, {"early": 20, "after": 10})  # the late ones never came
+
+
+def test_a_replicator_cursor_no_replicator_is_wanted_for_holds_nothing_back(pair):
+    """east restarts with a registry that lacks west (restored from before west was added, say): the cursor of its
+    replicator toward west is deleted, as Pulsar does when it loads a topic, and retention goes on."""
+    east, west = pair
+    produce(east.bootstrap, "orders", "early", 20, PARTITIONS)
+    wait_for_records(west, "orders", PARTITIONS, 20)
+    west.stop()
+    produce(east.bootstrap, "orders", "late", 30, PARTITIONS)
+    east.stop()
+    registry = ClusterRegistry(east.data_dir, durable=True)
+    registry.load()
+    registry.delete("west")
+    east.start()
+    wait_for(lambda: offsets(east, "orders") == (50, 50), 20, "retention to delete what west never got")
+    assert "cursor pulsar.repl.west deleted" in east.log_tail(200)

@@ -195,6 +195,8 @@ class SnapshotController:
         position, found = scan_start(self.partition, oldest_group_offset), 0
         while entries := self.partition.ledger.read_after(position, REBUILD_BATCH):
             for entry in entries:
+                if entry.span:
+                    continue  # records: only markers cover no offset
                 metadata = MessageMetadata.FromString(entry.metadata)
                 if metadata.marker_type == MarkerType.REPLICATED_SUBSCRIPTION_SNAPSHOT and \
                         not metadata.replicated_from:
