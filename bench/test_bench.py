@@ -174,3 +174,11 @@ def test_geo_replication_catch_up_and_lag_count_every_record():
     assert done.records == 1000 and done.megabytes > 1 and done.seconds > 0
     lags, sent, received = geo_replication.steady_lag(rate=200, seconds=2)
     assert sent == received > 0 and 0 < len(lags) < sent and min(lags) > 0
+
+
+def test_snapshot_rebuild_finds_every_stored_snapshot_thinned_to_the_cache():
+    from bench import snapshot_rebuild
+    seconds, cached = asyncio.run(snapshot_rebuild.rebuild_seconds(2 * snapshot_rebuild.EVERY))
+    assert seconds > 0 and cached == 2  # two markers stored, both found
+    seconds, cached = asyncio.run(snapshot_rebuild.rebuild_seconds(20 * snapshot_rebuild.EVERY))
+    assert cached == snapshot_rebuild.SETTINGS.max_cached  # twenty found, thinned to the cache's size
