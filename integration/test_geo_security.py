@@ -2,6 +2,7 @@
 by its ACLs), and lets the user `repl` replicate (CLUSTER_ACTION on its cluster). east's definition of west carries
 the link's security settings, set with `kop admin clusters create|update`; a wrong password is shown in the topic's
 stats and nothing arrives (the control), then each protocol and mechanism carries every record, exactly once."""
+import os
 import subprocess
 import sys
 
@@ -80,6 +81,7 @@ def test_a_replicator_authenticates_to_a_remote_with_sasl_tls_and_acls(east_and_
     assert shown == {"name": "west", "brokerServiceUrl": west.bootstrap("SASL_SSL"), "serviceUrl": "",
                      "securityProtocol": "SASL_SSL", "saslMechanism": "SCRAM-SHA-512", "saslUsername": REPL,
                      "sslCaFile": west.certificates.ca}  # never the password
+    assert os.stat(os.path.join(east.data_dir, "clusters")).st_mode & 0o777 == 0o600  # which is kept there
     wait_for(lambda: replicator(east)["entriesReplicated"] > 0, 20, "replication over SASL_SSL")
     assert in_west(west, 20) == sorted(f"first:{i}".encode() for i in range(20))
 
