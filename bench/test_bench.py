@@ -183,3 +183,11 @@ def test_fetch_profile_measures_full_and_single_fetches_and_profiles_only_the_fu
     (full, one) = figures.rows
     assert full[0] == "12 partitions" and int(full[1].replace(",", "")) > int(one[1].replace(",", ""))
     assert profile.rows and "per full fetch" in profile.notes[0], profile.text()  # the profiler wrote statistics
+
+
+def test_snapshot_rebuild_finds_every_stored_snapshot_thinned_to_the_cache():
+    from bench import snapshot_rebuild
+    seconds, cached = asyncio.run(snapshot_rebuild.rebuild_seconds(2 * snapshot_rebuild.EVERY))
+    assert seconds > 0 and cached == 2  # two markers stored, both found
+    seconds, cached = asyncio.run(snapshot_rebuild.rebuild_seconds(20 * snapshot_rebuild.EVERY))
+    assert cached == snapshot_rebuild.SETTINGS.max_cached  # twenty found, thinned to the cache's size

@@ -23,6 +23,7 @@ from protocol.records import Record, build_batch, iter_records, split_batches
 
 LIST_OFFSETS_VERSION = 5
 LATEST = -1
+EARLIEST = -2
 PRODUCE_VERSION = 9
 CREATE_TOPICS_VERSION = 5
 MAX_FRAME = 64 * 1024 * 1024
@@ -155,11 +156,19 @@ class RawKafka:
     def end_offsets(self, topic: str, partitions: Iterable[int], committed: bool = False) -> dict[int, int]:
         """ListOffsets LATEST: the offset after the last stored record, per partition; committed: the last stable
         offset instead (what a read_committed consumer reads up to)."""
+        return self.list_offsets(topic, partitions, LATEST, committed)
+
+    def start_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+        """ListOffsets EARLIEST: the log start offset, per partition."""
+        return self.list_offsets(topic, partitions, EARLIEST)
+
+    def list_offsets(self, topic: str, partitions: Iterable[int], timestamp: int,
+                     committed: bool = False) -> dict[int, int]:
         v = LIST_OFFSETS_VERSION
-        wanted = ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
-            ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1,
-                                                                     timestamp=LATEST) for p in partitions])
-        request = ListOffsetsRequest[v](replica_id=-1, isolation_level=int(committed), topics=[wanted])
+        request = ListOffsetsRequest[v](replica_id=-1, isolation_level=int(committed), topics=[
+            ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
+                ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                    partition_index=p, current_leader_epoch=-1, timestamp=timestamp) for p in partitions])])
         response = self.call(request, ListOffsetsResponse, v)
         out = {}
         for answer in response.topics[0].partitions:

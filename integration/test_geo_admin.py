@@ -2,6 +2,7 @@
 the registry round-trips and survives a restart, bad input is refused with Pulsar's statuses, the policy resolves
 topic > namespace, and a remote that does not speak kop's replication protocol is refused with the reason, shown
 in the topic's stats."""
+import json
 import socket
 import threading
 
@@ -29,7 +30,7 @@ def test_clusters_registry_round_trips_and_survives_restart(east):
     assert admin_json(east, "clusters", "list") == ["north", "west"]
     admin_json(east, "clusters", "update", "west", "--broker-url", "127.0.0.1:19093")
     assert admin_json(east, "clusters", "get", "west") == {"name": "west", "brokerServiceUrl": "127.0.0.1:19093",
-                                                            "serviceUrl": ""}
+                                                            "serviceUrl": "", "securityProtocol": "PLAINTEXT"}
     admin_json(east, "clusters", "delete", "north")
     east.restart()
     assert admin_json(east, "clusters", "list") == ["west"]
@@ -48,6 +49,17 @@ def test_clusters_bad_input_is_refused(east):
                                                    "127.0.0.1:1", status=400)
     status, body = http(east, "PUT", "/admin/v2/clusters/x", b'{"brokerServiceUrl": 5}')
     assert status == 400 and "brokerServiceUrl" in body["reason"]
+    for security, reason in (({"securityProtocol": "SASL"}, "unknown security protocol"),
+                             ({"securityProtocol": "SASL_SSL", "saslUsername": "u", "saslPassword": "p"},
+                              "needs a SASL mechanism"),
+                             ({"securityProtocol": "SASL_PLAINTEXT", "saslMechanism": "PLAIN"},
+                              "user name and password"),
+                             ({"saslMechanism": "PLAIN"}, "SASL settings given with PLAINTEXT"),
+                             ({"securityProtocol": "SSL", "sslCaFile": "/nonexistent/ca.pem"}, "cannot be read"),
+                             ({"sslCaFile": "/etc/hostname"}, "CA file given with PLAINTEXT")):
+        body = json.dumps({"brokerServiceUrl": "127.0.0.1:1", **security}).encode()
+        status, answer = http(east, "PUT", "/admin/v2/clusters/x", body)
+        assert status == 400 and reason in answer["reason"], (security, answer)
     status, body = http(east, "POST", "/admin/v2/namespaces/public/default/replication", b'["ok", "no/slash"]')
     assert status == 400
 

@@ -153,7 +153,6 @@ def snapshot_request_answer_held(east, west, proxy) -> None:
     assert west_position(west) == 0  # control: no answer reached east
 
 
-@pytest.mark.file_storage(reason="PIP-33 snapshots do not complete on the PostgreSQL engine yet")
 def test_a_snapshot_request_sent_again_after_its_answer_was_lost_is_answered(linked):
     """Answered on the resend, long before the snapshot timeout (30 s here) would have it taken again."""
     east, west, proxy = linked
@@ -164,7 +163,6 @@ def test_a_snapshot_request_sent_again_after_its_answer_was_lost_is_answered(lin
     assert resends_found_stored(east) >= PARTITIONS  # control: the REQUESTs were found stored, and answered
 
 
-@pytest.mark.file_storage(reason="PIP-33 snapshots do not complete on the PostgreSQL engine yet")
 def test_a_snapshot_whose_answer_is_lost_for_good_is_taken_again_without_new_data(linked_snapshots):
     """west is killed while it holds the REQUESTs: restarted, it finds them stored but no longer knows where; the
     snapshots time out and are taken again, though no data comes after them."""

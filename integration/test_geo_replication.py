@@ -14,7 +14,7 @@ from integration.geo import (by_source, end_offsets, replicate, replicate_everyw
 from integration.broker_process import free_port
 from integration.clients import ck_consume_all
 from integration.idem_raw import RawKafka, read_topic
-from kop.admin.client import AdminClient as KopAdmin, cluster_resource
+from kop.admin.client import AdminClient as KopAdmin, cluster_resource, topic_resource
 from kop.client.sequences import last_sequence_ids
 from protocol.errors import ErrorCode
 
@@ -93,6 +93,33 @@ def test_three_clusters_all_to_all_no_loops(clusters):
              "every replicator caught up")
     for broker in brokers.values():
         check_everything_once(broker, "events", 2, {name: 200 for name in names})
+
+
+def test_a_one_way_standby_never_sends_on_what_it_got_from_elsewhere(clusters):
+    """a replicates to b only (b does not replicate back), b replicates to c: what b got from a is not sent on to c
+    (Pulsar's rule: entries with replicated_from set never are). `direct` also lists c in a's policy: c gets a's
+    records from a itself, once."""
+    brokers = clusters("a", "b", "c")
+    a, b, c = brokers["a"], brokers["b"], brokers["c"]
+    replicate(a, ["a", "b"])
+    replicate(b, ["b", "c"])
+    for broker in (a, b):
+        with RawKafka(broker.port) as kafka:
+            for topic in ("chain", "direct"):
+                assert kafka.create_topic(topic, 2) == ErrorCode.NONE
+    KopAdmin(a.admin_url).post(topic_resource("direct", "replication"), ["a", "b", "c"])
+    for topic in ("chain", "direct"):
+        produce(a.bootstrap, topic, "a", 100, 2)
+        produce(b.bootstrap, topic, "b", 50, 2)
+    for topic, in_c in (("chain", 50), ("direct", 150)):
+        wait_for_records(b, topic, 2, 150)
+        wait_for_records(c, topic, 2, in_c)
+        wait_for(lambda: topic_stats(b, topic)["replication"]["c"]["replicationBacklog"] == 0, 30,
+                 f"b's replicator of {topic} caught up")
+        assert topic_stats(b, topic)["replication"]["c"]["entriesSkipped"] >= 2  # control: a's entries reached b
+        check_everything_once(b, topic, 2, {"a": 100, "b": 50})
+    check_everything_once(c, "chain", 2, {"b": 50})
+    check_everything_once(c, "direct", 2, {"a": 100, "b": 50})
 
 
 def test_topic_and_partitions_created_on_the_remote(clusters):

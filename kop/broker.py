@@ -237,7 +237,8 @@ class Broker:
             else:  # kept whole: only an idle ledger's roll (segment.ms, so the cleaner gets it) and DeleteRecords
                 retention_ms = retention_bytes = -1
             for partition in topic.partitions:
-                await partition.enforce_retention(now, retention_ms, retention_bytes)
+                await partition.enforce_retention(now, retention_ms, retention_bytes,
+                                                  self.config.replication_backlog_quota_limit_bytes)
 
     async def _dedup_snapshot_loop(self) -> None:
         """PIP-6 time-based snapshots: each partition whose last snapshot is older than its interval policy."""

@@ -207,6 +207,11 @@ class BrokerConfig:
     replicated_subscriptions_snapshot_timeout_seconds: int = setting(
         30, SIZE, "replicatedSubscriptionsSnapshotTimeoutSeconds",
         doc="A snapshot whose answers have not all come within this time is dropped.")
+    replication_backlog_quota_limit_bytes: int = setting(
+        -1, Range(0, INT64_MAX, unbounded=-1), "replicationBacklogQuotaLimitBytes",
+        doc="Retention keeps the records a replicator has not sent yet, up to this many bytes per partition and "
+            "remote cluster; past it, retention deletes them as if the replicator were not there and the remote "
+            "misses them (Pulsar's backlog quota with its consumer_backlog_eviction policy). -1: no limit.")
     replicated_subscriptions_snapshot_max_cached_per_subscription: int = setting(
         10, Range(3), "replicatedSubscriptionsSnapshotMaxCachedPerSubscription",
         doc="Completed snapshots kept per replicated group, spread between its position and the newest data.")

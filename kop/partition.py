@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dedup import (DEDUP_CURSOR_NAME, Accept, DecideAgain, DedupConfig, Duplicate, DupStatus, KafkaProducers,
@@ -89,6 +89,9 @@ def _resolved(result: AppendResult) -> asyncio.Future:
     future = asyncio.get_running_loop().create_future()
     future.set_result(result)
     return future
+
+
+REPLICATOR_CURSOR_PREFIX = "pulsar.repl."  # a replicator's cursor: pulsar.repl.<remote cluster>
 
 
 class PartitionLog:
@@ -447,27 +450,68 @@ class PartitionLog:
 
     # ---- housekeeping
 
-    async def enforce_retention(self, now_ms: int, retention_ms: int, retention_bytes: int) -> int:
+    async def enforce_retention(self, now_ms: int, retention_ms: int, retention_bytes: int,
+                                replication_quota_bytes: int = -1) -> int:
         """Delete the ledgers retention allows; returns how many. When the dedup cursor's records hold back a
         ledger that is due (a quiet topic: no new snapshot moves them), snapshot again at the last entry so the
-        next pass can delete it. Pulsar's time-based snapshot does not move a cursor already at the last entry."""
-        result = await self.ledger.trim(now_ms, retention_ms, retention_bytes, self.retention_floor())
+        next pass can delete it. Pulsar's time-based snapshot does not move a cursor already at the last entry.
+        A replicator whose backlog is over replication_quota_bytes (-1: no limit) holds nothing back; what
+        retention then deletes of its backlog is logged."""
+        holding, evicted = self._replicator_floors(replication_quota_bytes)
+        floor = self.retention_floor(holding)
+        result = await self.ledger.trim(now_ms, retention_ms, retention_bytes, floor)
         self.transactions.forget_before(self.log_start_offset)
-        if result.held_back and self.dedup.snapshot_now():
+        # A snapshot frees nothing while a replicator holds back as much (a remote down for days).
+        if result.held_back and floor not in holding and self.dedup.snapshot_now():
             log.info("%s: dedup snapshot taken so retention can delete the ledgers behind it", self.name)
+        for cursor, (position, entries) in evicted.items():
+            if lost := entries - self.backlog_after(position)[0]:
+                log.warning("%s: retention deleted %d entries %s had not replicated yet (its backlog is over "
+                            "replicationBacklogQuotaLimitBytes): that cluster will not get them", self.name, lost,
+                            cursor.removeprefix(REPLICATOR_CURSOR_PREFIX))
         return result.deleted
 
-    def retention_floor(self) -> Position | None:
+    def retention_floor(self, replicators: Sequence[Position] = ()) -> Position | None:
         """Retention never deletes entries the dedup cursor would have to replay, from its older kept snapshot on
         (the one recovery falls back to if the newest record is damaged), nor the batches of an open transaction
-        (a restart reads them to know the transaction is open, and read_committed consumers have yet to get them)."""
+        (a restart reads them to know the transaction is open, and read_committed consumers have yet to get them),
+        nor entries after `replicators` (the replicators' cursors: what they have not sent yet)."""
         wanted = self.dedup.is_enabled or self.dedup.awaiting_recovery  # a failed recovery's retry replays too
         cursor = self.ledger.cursors.get(DEDUP_CURSOR_NAME) if wanted else None
         floors = [Position(*cursor.recovery_floor)] if cursor is not None else []
+        floors += replicators
         oldest_open = self.transactions.oldest_open_offset()
         if oldest_open is not None and (position := self.ledger.position_of_index(oldest_open)) is not None:
             floors.append(Position(position.ledger_id, position.entry_id - 1))  # keep from its entry on
         return min(floors, default=None)
+
+    def _replicator_floors(self, quota_bytes: int) -> tuple[list[Position], dict[str, tuple[Position, int]]]:
+        """The positions of the replicator cursors that hold retention back, and the cursors over the quota with
+        their position and backlog in entries. A replicator moves its cursor only past entries the remote stored,
+        so a restart that brings the cursor back to an older record needs none of the entries in between."""
+        holding, evicted = [], {}
+        for name, cursor in self.ledger.cursors.items():
+            if name.startswith(REPLICATOR_CURSOR_PREFIX):
+                position = Position(*cursor.mark_delete_position)
+                entries, size = self.backlog_after(position)
+                if 0 <= quota_bytes < size:
+                    evicted[name] = (position, entries)
+                else:
+                    holding.append(position)
+        return holding, evicted
+
+    def backlog_after(self, position: Position) -> tuple[int, int]:
+        """Entries after position and their bytes (the bytes of position's own ledger prorated by entries)."""
+        entries = size = 0
+        for ledger in self.ledger.internal_stats().ledgers:
+            if ledger.ledger_id > position.ledger_id:
+                entries += ledger.entries
+                size += ledger.size
+            elif ledger.ledger_id == position.ledger_id and ledger.entries:
+                after = max(0, ledger.entries - position.entry_id - 1)
+                entries += after
+                size += ledger.size * after // ledger.entries
+        return entries, size
 
     async def close(self) -> None:
         self._wake_waiters()

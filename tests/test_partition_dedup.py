@@ -13,6 +13,7 @@ import time
 
 from dedup import DedupConfig, Status
 from kop.ledger import LedgerConfig, FileManagedLedger, cursor_log
+from kop.ledger.position import BEFORE_FIRST
 from kop.ledger.ledger_file import LedgerFile
 from kop.partition import PartitionLog
 from protocol.errors import ErrorCode
@@ -175,4 +176,32 @@ async def test_a_dedup_cursor_whose_first_record_failed_is_written_by_the_retrie
     assert await answers(crashed.publish_normal(*batch(1, b"b"))) == [(ErrorCode.NONE, 1)]  # the retry: stored once
     assert stored(crashed) == [(0, b"a"), (1, b"b")]
     await crashed.close()
+    await partition.close()
+
+
+async def test_a_replicator_holding_retention_back_keeps_its_entries_and_costs_no_dedup_snapshots(tmp_path):
+    """A replicator's cursor behind the oldest ledger holds it back (a remote that is down); the dedup snapshot that
+    retention asks for when the dedup cursor holds a ledger back would free nothing then, so none is taken."""
+    partition = await open_partition(tmp_path / "p")
+    await answers(partition.publish_normal(*batch(0, b"a")), partition.publish_normal(*batch(1, b"b")))
+    replicator = partition.ledger.open_cursor("pulsar.repl.west", BEFORE_FIRST)
+    await replicator.mark_delete(partition.ledger.position_of_index(0))
+    await partition.close()
+    partition = await open_partition(tmp_path / "p")  # a new ledger: the first one is closed
+    await answers(partition.publish_normal(*batch(2, b"c")))
+
+    async def retention_passes(count: int) -> int:
+        """Dedup snapshots taken over `count` retention passes, none of which deletes anything."""
+        before = partition.dedup.snapshots_stored
+        for _ in range(count):
+            assert await partition.enforce_retention(int(time.time() * 1000) + 10**6, 0, 0) == 0
+            await partition.dedup.flush_snapshot()
+        return partition.dedup.snapshots_stored - before
+
+    assert await retention_passes(2) > 0  # the dedup cursor's records held the ledger back too: now they do not
+    assert await retention_passes(3) == 0
+    assert stored(partition) == [(0, b"a"), (1, b"b"), (2, b"c")]
+    # Over the backlog quota, the replicator holds nothing back.
+    assert await partition.enforce_retention(int(time.time() * 1000) + 10**6, 0, 0, replication_quota_bytes=1) > 0
+    assert partition.log_start_offset >= 2  # what the replicator had not sent is gone
     await partition.close()

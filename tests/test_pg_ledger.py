@@ -102,16 +102,42 @@ async def test_a_failed_write_is_not_stored_and_writes_resume_after(store):
                                    return_exceptions=True)
     assert isinstance(results[0], LedgerWriteError) and len(failures) == 1
     assert ml.confirmed_end_index == ml.written_end_index == 6
-    for _ in range(50):  # the clean-up runs in the background; appends are refused until it is done
-        try:
-            await append(ml, 2)
-            break
-        except Exception:  # noqa: BLE001
-            await asyncio.sleep(0.05)
+    await until_writes_resume(ml, 2)  # the clean-up runs in the background; appends are refused until it is done
     assert ml.confirmed_end_index == 10
     await ml.close()
     ml = await PgManagedLedger.open("t", store, CONFIG)
     assert [e.first_index for e in ml.read_from_index(0, 1 << 20)] == [0, 2, 4, 6, 8]
+    await ml.close()
+
+
+async def until_writes_resume(ml, count: int) -> None:
+    """Append `count` entries once the clean-up after a failed write let appends in again."""
+    for _ in range(50):
+        try:
+            await append(ml, count)
+            return
+        except Exception:  # noqa: BLE001 - refused until the clean-up is done
+            await asyncio.sleep(0.05)
+    raise AssertionError("writes did not resume after the failed write")
+
+
+async def test_entries_that_cover_no_offset_are_stored_reloaded_and_kept_after_a_failed_write(store):
+    """PIP-33 markers cover no offset: a marker shares its first offset with the next entry (and with another
+    marker), and a confirmed marker at the end is not part of a later failed write's tail."""
+    ml = await PgManagedLedger.open("t", store, CONFIG)
+    await append(ml, 2)
+    await asyncio.gather(ml.add_entry(4, 0, b"marker", b"a"), ml.add_entry(4, 0, b"marker", b"b"))
+    await append(ml, 1)
+    await ml.add_entry(6, 0, b"marker", b"c")
+    ml.inject_write_failures(1)
+    with pytest.raises(LedgerWriteError):
+        await ml.add_entry(6, 2, b"m", b"x" * 10)
+    await until_writes_resume(ml, 1)
+    await ml.close()
+    ml = await PgManagedLedger.open("t", store, CONFIG)
+    stored = [(e.first_index, e.span, bytes(e.data)) for e in ml.read_after(Position(-1, -1), 100)]
+    assert [(first, span) for first, span, _ in stored] == [(0, 2), (2, 2), (4, 0), (4, 0), (4, 2), (6, 0), (6, 2)]
+    assert [data for _, span, data in stored if not span] == [b"a", b"b", b"c"]
     await ml.close()
 
 
@@ -167,6 +193,7 @@ async def test_a_database_of_the_first_schema_is_migrated(postgres_url):
         await conn.execute("CREATE TABLE kop_schema (version integer NOT NULL); INSERT INTO kop_schema VALUES (1)")
         await conn.execute(MIGRATIONS[0])
         await conn.execute("INSERT INTO kop_record VALUES ('topic', 'public/default/t', 'x')")
+        await conn.execute("INSERT INTO kop_entry VALUES ('t', 0, 0, 0, 'e')")
     finally:
         await conn.close()
     store = await PgStore(postgres_url).open()
@@ -177,7 +204,8 @@ async def test_a_database_of_the_first_schema_is_migrated(postgres_url):
         await store.close()
     conn = await asyncpg.connect(postgres_url)
     try:
-        assert await conn.fetchval("SELECT version FROM kop_schema") == SCHEMA_VERSION == 2
+        assert await conn.fetchval("SELECT version FROM kop_schema") == SCHEMA_VERSION == 3
+        assert await conn.fetchval("SELECT entry FROM kop_entry WHERE name = 't' AND entry_id = 0") == b"e"
     finally:
         await conn.close()
 

@@ -22,6 +22,7 @@ from urllib.parse import quote
 from kop.admin.client import (CLUSTERS_PATH, DEFAULT_ADMIN_URL, AdminClient, AdminError, basic_credentials,
                               cluster_resource, group_resource, namespace_resource, namespace_topics, topic_resource)
 from kop.admin.user_routes import USERS
+from kop.replication.clusters import SASL_MECHANISMS, SECURITY_PROTOCOLS
 from kop.security.users import DEFAULT_ITERATIONS
 
 
@@ -207,7 +208,12 @@ def _add_cluster_commands(group: argparse.ArgumentParser) -> None:
     commands = group.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
 
     def body(args: argparse.Namespace) -> dict:
-        return {"brokerServiceUrl": args.broker_url, "serviceUrl": args.cluster_admin_url}
+        security = {"securityProtocol": args.security_protocol, "saslMechanism": args.sasl_mechanism,
+                    "saslUsername": args.sasl_username, "sslCaFile": args.ssl_ca_file}
+        if args.sasl_username:
+            security["saslPassword"] = _link_password(args)
+        return {"brokerServiceUrl": args.broker_url, "serviceUrl": args.cluster_admin_url,
+                **{key: value for key, value in security.items() if value}}
 
     def put(client: AdminClient, args: argparse.Namespace) -> object:
         return client.put(cluster_resource(args.target), body(args))
@@ -215,14 +221,28 @@ def _add_cluster_commands(group: argparse.ArgumentParser) -> None:
     def post(client: AdminClient, args: argparse.Namespace) -> object:
         return client.post(cluster_resource(args.target), body(args))
 
-    for name, action, verb in (("create", put, "register"), ("update", post, "change the addresses of")):
-        example = f"{name} {{target}} --broker-url west.example.com:9092 --admin-url http://west.example.com:8080"
+    for name, action, verb in (("create", put, "register"), ("update", post, "change the definition of")):
+        examples = _examples(
+            "clusters", "west",
+            f"{name} {{target}} --broker-url west.example.com:9092 --admin-url http://west.example.com:8080",
+            f"{name} {{target}} --broker-url west.example.com:9093 --security-protocol SASL_SSL --sasl-mechanism "
+            "SCRAM-SHA-512 --sasl-username replicator --ssl-ca-file /etc/kop/ca.pem")
         parser = _command(commands, name, lambda c, a, action=action: action(c, a) or QUIET, "NAME",
-                          f"{verb} a cluster", _examples("clusters", "west", example))
+                          f"{verb} a cluster", examples)
         parser.add_argument("--broker-url", required=True, metavar="HOST:PORT", help="the cluster's Kafka listener")
         # its own dest: `kop admin --admin-url` names the broker this command talks to
         parser.add_argument("--admin-url", dest="cluster_admin_url", default="", metavar="URL",
                             help="the cluster's admin API")
+        link = parser.add_argument_group("how the replicators connect (as a Kafka client's settings say it)")
+        link.add_argument("--security-protocol", choices=SECURITY_PROTOCOLS, default="",
+                          help="of the listener at --broker-url (default PLAINTEXT)")
+        link.add_argument("--sasl-mechanism", choices=SASL_MECHANISMS, default="")
+        link.add_argument("--sasl-username", default="", metavar="USER",
+                          help="the password is asked for, or read from standard input with --sasl-password-stdin")
+        link.add_argument("--sasl-password-stdin", action="store_true")
+        link.add_argument("--ssl-ca-file", default="", metavar="PATH",
+                          help="the CA certificate (PEM) to trust, a file on the broker's machine (default: the "
+                               "system's)")
     _command(commands, "get", lambda c, a: c.get(cluster_resource(a.target)), "NAME", "show a cluster",
              _examples("clusters", "west", "get {target}"))
     _command(commands, "delete", lambda c, a: c.delete(cluster_resource(a.target)) or QUIET, "NAME",
@@ -270,6 +290,12 @@ def _password(args: argparse.Namespace) -> str:
     if getpass.getpass("again: ") != first:
         raise ValueError("the passwords differ")
     return first
+
+
+def _link_password(args: argparse.Namespace) -> str:
+    if args.sasl_password_stdin:
+        return sys.stdin.readline().rstrip("\r\n")
+    return getpass.getpass(f"password of {args.sasl_username} at {args.target}: ")
 
 
 def _command(commands: argparse._SubParsersAction, name: str, action: Action, metavar: str,

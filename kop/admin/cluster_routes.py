@@ -1,7 +1,8 @@
 """The clusters registry on Pulsar's REST paths: `GET /admin/v2/clusters` lists the names;
 `/admin/v2/clusters/{cluster}` is read with GET, created with PUT, updated with POST (a JSON object with
-`brokerServiceUrl`, HOST:PORT of the cluster's Kafka listener, and optionally `serviceUrl`, its admin API) and
-removed with DELETE. The replicators follow a change at once."""
+`brokerServiceUrl`, HOST:PORT of the cluster's Kafka listener, and optionally `serviceUrl`, its admin API, and how
+to reach the listener: `securityProtocol`, `saslMechanism`, `saslUsername`, `saslPassword`, `sslCaFile`) and
+removed with DELETE. The password is never shown. The replicators follow a change at once."""
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -9,7 +10,8 @@ from typing import TYPE_CHECKING
 from kop.admin.http import HttpError, Request, Response, json_response
 from kop.admin.parsing import json_body
 from kop.admin.router import AdminRouter
-from kop.replication.clusters import Cluster, ClusterError, ClusterExists, UnknownCluster, check_cluster
+from kop.replication.clusters import (Cluster, ClusterError, ClusterExists, LinkSecurity, UnknownCluster,
+                                      check_cluster)
 
 if TYPE_CHECKING:
     from kop.broker import Broker
@@ -19,13 +21,20 @@ NO_CONTENT = Response(204)
 log = logging.getLogger(__name__)
 
 
+SECURITY_KEYS = {"securityProtocol": "protocol", "saslMechanism": "sasl_mechanism", "saslUsername": "sasl_username",
+                 "saslPassword": "sasl_password", "sslCaFile": "ssl_ca_file"}  # JSON key -> LinkSecurity field
+
+
 def _cluster_body(request: Request, name: str) -> Cluster:
     body = json_body(request)
+    optional = ("serviceUrl", *SECURITY_KEYS)
     if not isinstance(body, dict) or not isinstance(body.get("brokerServiceUrl"), str) \
-            or not isinstance(body.get("serviceUrl", ""), str):
-        raise HttpError(400, 'expected {"brokerServiceUrl": "HOST:PORT", "serviceUrl": "http://HOST:PORT"}')
+            or not all(isinstance(body.get(key, ""), str) for key in optional):
+        raise HttpError(400, 'expected {"brokerServiceUrl": "HOST:PORT", "serviceUrl": "http://HOST:PORT"} and '
+                             f'optionally string values of {", ".join(SECURITY_KEYS)}')
+    security = LinkSecurity(**{field: body[key] for key, field in SECURITY_KEYS.items() if body.get(key)})
     try:
-        return check_cluster(name, body["brokerServiceUrl"], body.get("serviceUrl", ""))
+        return check_cluster(name, body["brokerServiceUrl"], body.get("serviceUrl", ""), security)
     except ClusterError as exc:
         raise HttpError(400, str(exc)) from None
 

@@ -137,15 +137,18 @@ def topic_stats(namespace: str, topic: str, partitions: Sequence[PartitionLog],
     }
 
 
+_SUMMED = ("replicationBacklog", "replicationBacklogBytes", "entriesReplicated", "duplicatesAtRemote",
+           "entriesSkipped", "bytesReplicated")
+
+
 def _topic_replication(per_partition) -> dict:
     """Per remote cluster: backlogs summed over the partitions, connected when all are, the latest error."""
     out: dict[str, dict] = {}
     for stats in per_partition:
         for remote, replicator in stats["replication"].items():
-            entry = out.setdefault(remote, {"replicationBacklog": 0, "replicationBacklogBytes": 0,
-                                            "entriesReplicated": 0, "connected": True, "lastError": None,
+            entry = out.setdefault(remote, {**dict.fromkeys(_SUMMED, 0), "connected": True, "lastError": None,
                                             "lastErrorTimestamp": None})
-            for key in ("replicationBacklog", "replicationBacklogBytes", "entriesReplicated"):
+            for key in _SUMMED:
                 entry[key] += replicator[key]
             entry["connected"] = entry["connected"] and replicator["connected"]
             if (replicator["lastErrorTimestamp"] or 0) > (entry["lastErrorTimestamp"] or 0):

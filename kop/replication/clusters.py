@@ -2,10 +2,11 @@
 are. One protobuf record (`<data>/clusters`), replaced atomically on every change, as the policies are."""
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kop.config_checks import HostName
 from kop.ledger.framed_file import replace_atomically
+from kop.security.sasl import MECHANISMS as SASL_MECHANISMS
 from proto.kop_pb2 import ClusterInfo, ClusterStore
 
 CLUSTER_NAME = re.compile(r"[\w.-]{1,64}")
@@ -23,11 +24,41 @@ class ClusterExists(ClusterError):
     pass
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+@dataclass(frozen=True, slots=True)
+class LinkSecurity:
+    """How the replicators reach a cluster's Kafka listener, as a Kafka client's security settings say it."""
+    protocol: str = "PLAINTEXT"
+    sasl_mechanism: str = ""
+    sasl_username: str = ""
+    sasl_password: str = field(default="", repr=False)  # never logged, never shown by the admin API
+    ssl_ca_file: str = ""  # the CA to trust on this broker's machine; empty: the system's
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL")
+
+    def to_json(self) -> dict:
+        shown = {"saslMechanism": self.sasl_mechanism, "saslUsername": self.sasl_username,
+                 "sslCaFile": self.ssl_ca_file}
+        return {"securityProtocol": self.protocol, **{key: value for key, value in shown.items() if value}}
+
+
+PLAINTEXT = LinkSecurity()
+
+
 @dataclass(frozen=True, slots=True)
 class Cluster:
     name: str
     broker_url: str  # HOST:PORT of its Kafka listener
     admin_url: str = ""
+    security: LinkSecurity = PLAINTEXT
 
     @property
     def address(self) -> tuple[str, int]:
@@ -35,10 +66,30 @@ class Cluster:
         return host, int(port)
 
     def to_json(self) -> dict:
-        return {"name": self.name, "brokerServiceUrl": self.broker_url, "serviceUrl": self.admin_url}
+        return {"name": self.name, "brokerServiceUrl": self.broker_url, "serviceUrl": self.admin_url,
+                **self.security.to_json()}
 
 
-def check_cluster(name: str, broker_url: str, admin_url: str = "") -> Cluster:
+def check_security(security: LinkSecurity) -> LinkSecurity:
+    if security.protocol not in SECURITY_PROTOCOLS:
+        raise ClusterError(f"unknown security protocol {security.protocol!r}: use one of "
+                           f"{', '.join(SECURITY_PROTOCOLS)}")
+    if security.sasl:
+        if security.sasl_mechanism not in SASL_MECHANISMS:
+            raise ClusterError(f"{security.protocol} needs a SASL mechanism, one of {', '.join(SASL_MECHANISMS)}; "
+                               f"got {security.sasl_mechanism!r}")
+        if not security.sasl_username or not security.sasl_password:
+            raise ClusterError(f"{security.protocol} needs a SASL user name and password")
+    elif security.sasl_mechanism or security.sasl_username or security.sasl_password:
+        raise ClusterError(f"SASL settings given with {security.protocol}: use SASL_PLAINTEXT or SASL_SSL")
+    if security.ssl_ca_file and not security.tls:
+        raise ClusterError(f"a CA file given with {security.protocol}: use SSL or SASL_SSL")
+    if security.ssl_ca_file and not os.access(security.ssl_ca_file, os.R_OK):
+        raise ClusterError(f"the CA file {security.ssl_ca_file!r} cannot be read on this broker")
+    return security
+
+
+def check_cluster(name: str, broker_url: str, admin_url: str = "", security: LinkSecurity = PLAINTEXT) -> Cluster:
     if not CLUSTER_NAME.fullmatch(name or ""):
         raise ClusterError(f"invalid cluster name {name!r}: use 1-64 of letters, digits, '.', '_' or '-'")
     if broker_url.startswith("kafka://") or broker_url.startswith("PLAINTEXT://"):
@@ -52,7 +103,7 @@ def check_cluster(name: str, broker_url: str, admin_url: str = "") -> Cluster:
         raise ClusterError(f"the broker URL's host: {exc}") from None
     if admin_url and not admin_url.startswith(("http://", "https://")):
         raise ClusterError(f"the admin URL must start with http:// or https://, got {admin_url!r}")
-    return Cluster(name, f"{host}:{int(port)}", admin_url)
+    return Cluster(name, f"{host}:{int(port)}", admin_url, check_security(security))
 
 
 class ClusterRegistry:
@@ -67,7 +118,9 @@ class ClusterRegistry:
         store = ClusterStore()
         with open(self.path, "rb") as f:
             store.ParseFromString(f.read())
-        self.clusters = {c.name: Cluster(c.name, c.broker_url, c.admin_url) for c in store.clusters}
+        self.clusters = {c.name: Cluster(c.name, c.broker_url, c.admin_url, LinkSecurity(
+            c.security_protocol or "PLAINTEXT", c.sasl_mechanism, c.sasl_username, c.sasl_password, c.ssl_ca_file))
+            for c in store.clusters}
 
     def get(self, name: str) -> Cluster | None:
         return self.clusters.get(name)
@@ -92,6 +145,10 @@ class ClusterRegistry:
         self._save()
 
     def _save(self) -> None:
-        store = ClusterStore(clusters=[ClusterInfo(name=c.name, broker_url=c.broker_url, admin_url=c.admin_url)
-                                       for _, c in sorted(self.clusters.items())])
-        replace_atomically(self.path, store.SerializeToString(), durable=self._durable)
+        store = ClusterStore(clusters=[ClusterInfo(
+            name=c.name, broker_url=c.broker_url, admin_url=c.admin_url, security_protocol=c.security.protocol,
+            sasl_mechanism=c.security.sasl_mechanism, sasl_username=c.security.sasl_username,
+            sasl_password=c.security.sasl_password, ssl_ca_file=c.security.ssl_ca_file)
+            for _, c in sorted(self.clusters.items())])
+        # It holds the links' passwords: readable by this broker's user alone.
+        replace_atomically(self.path, store.SerializeToString(), durable=self._durable, mode=0o600)

@@ -1,18 +1,25 @@
 """A connection from this broker to one remote cluster's Kafka port, shared by the replicators toward it. Requests
 are pipelined (Kafka answers them in order on one connection); a broken connection fails every request in flight
-and the next request reconnects. On connecting, ApiVersions must list ReplicateEntries: a broker that does not speak
+and the next request reconnects. It connects as the cluster's definition says, as a Kafka client would: over TLS
+(SSL, SASL_SSL; the certificate checked against the given CA and the host name) and with SASL (PLAIN or SCRAM)
+before anything else. Then ApiVersions must list ReplicateEntries: a broker that does not speak
 it (Kafka itself, or an older kop), or does not answer, is disconnected with that reason, and no request goes on a
 connection before that check passed."""
 import asyncio
 import itertools
 import logging
+import ssl
 import struct
 from collections import deque
 
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.sasl import (SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+                                 SaslHandshakeResponse)
 
 from kop.replication.clusters import Cluster
+from kop.security.sasl_client import SaslClientError, sasl_client
+from protocol.errors import ErrorCode
 from protocol.replication import REPLICATE_ENTRIES_KEY
 
 log = logging.getLogger(__name__)
@@ -52,16 +59,59 @@ class RemoteLink:
             raise LinkError(f"no answer from {self.cluster.broker_url} within {self.timeout_s:.0f} s") from None
 
     async def authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """The place where the link will authenticate (SASL) once kop has security; plaintext for now."""
+        """SASL, when the cluster's definition asks for it: SaslHandshake v1, then SaslAuthenticate until the
+        mechanism's exchange is complete. Raises LinkError naming the reason the remote gave."""
+        security = self.cluster.security
+        if not security.sasl:
+            return
+        where = f"{self.cluster.name} at {self.cluster.broker_url}"
+        handshake = await self._exchange(reader, writer, SaslHandshakeRequest[1](mechanism=security.sasl_mechanism),
+                                         SaslHandshakeResponse)
+        if handshake.error_code:
+            raise LinkError(f"{where} does not accept SASL {security.sasl_mechanism} "
+                            f"({ErrorCode(handshake.error_code).name}; it offers {', '.join(handshake.mechanisms)})")
+        client = sasl_client(security.sasl_mechanism, security.sasl_username, security.sasl_password)
+        token: bytes | None = client.first()
+        while token is not None:
+            answer = await self._exchange(reader, writer, SaslAuthenticateRequest[1](auth_bytes=token),
+                                          SaslAuthenticateResponse)
+            if answer.error_code:
+                raise LinkError(f"authentication as {security.sasl_username} at {where} failed: "
+                                f"{answer.error_message or ErrorCode(answer.error_code).name}")
+            try:
+                token = client.answer(answer.auth_bytes)
+            except SaslClientError as exc:
+                raise LinkError(f"authentication at {where}: {exc}") from None
+
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: ApiMessage,
+                        response_class: type[ApiMessage]) -> ApiMessage:
+        """One request and its answer, before the connection's reader runs (authentication)."""
+        request.with_header(correlation_id=next(self._correlation), client_id=self.client_id)
+        writer.write(bytes(request.encode(header=True, framed=True)))
+        try:
+            size = _SIZE.unpack(await asyncio.wait_for(reader.readexactly(4), self.timeout_s))[0]
+            if not 0 < size <= MAX_RESPONSE_BYTES:
+                raise LinkError(f"response of {size} bytes")
+            frame = await asyncio.wait_for(reader.readexactly(size), self.timeout_s)
+        except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
+            raise LinkError(f"{self.cluster.name} at {self.cluster.broker_url} closed the connection or did not "
+                            f"answer while authenticating: {exc or type(exc).__name__}") from None
+        return response_class.decode(frame, version=request.API_VERSION, header=True)
 
     async def _connect(self) -> None:
         host, port = self.cluster.address
+        security = self.cluster.security
+        tls = ssl.create_default_context(cafile=security.ssl_ca_file or None) if security.tls else None
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), self.timeout_s)
-        except (OSError, asyncio.TimeoutError) as exc:
-            raise LinkError(f"cannot connect to {self.cluster.name} at {self.cluster.broker_url}: "
-                            f"{exc or 'timed out'}") from None
-        await self.authenticate(reader, writer)
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=tls), self.timeout_s)
+        except (OSError, asyncio.TimeoutError) as exc:  # ssl.SSLError is an OSError: a certificate not trusted
+            raise LinkError(f"cannot connect to {self.cluster.name} at {self.cluster.broker_url} "
+                            f"({security.protocol}): {exc or 'timed out'}") from None
+        try:
+            await self.authenticate(reader, writer)
+        except LinkError:
+            writer.close()
+            raise
         self._reader_task = asyncio.create_task(self._read_responses(reader))
         # The link is usable (self._writer set) only once the remote was found to speak kop's replication.
         try:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from kop.ledger import Entry
 from kop.ledger.position import BEFORE_FIRST, Position
-from kop.partition import PartitionLog
+from kop.partition import REPLICATOR_CURSOR_PREFIX, PartitionLog
 from kop.replication.link import LinkError, RemoteLink
 from protocol.errors import ErrorCode
 from protocol.replication import ReplicateEntriesRequest, ReplicateEntriesResponse
@@ -28,7 +28,6 @@ from proto.kop_pb2 import MessageMetadata
 
 log = logging.getLogger(__name__)
 
-CURSOR_PREFIX = "pulsar.repl."
 MAX_ENTRIES = 500  # per request
 MAX_BYTES = 1 << 20  # per request, after its first entry
 IDLE_CHECK_S = 1.0  # re-read at least this often without new data (a transaction decided, a policy change)
@@ -38,7 +37,7 @@ Request = ReplicateEntriesRequest
 
 
 def cursor_name(remote: str) -> str:
-    return CURSOR_PREFIX + remote
+    return REPLICATOR_CURSOR_PREFIX + remote
 
 
 class RemoteRefused(Exception):
@@ -184,18 +183,8 @@ class Replicator:
                                 f"{ErrorCode(result.error_code).name}: {result.error_message}")
 
     def backlog(self) -> tuple[int, int]:
-        """Entries after the cursor and their bytes (the bytes of the cursor's own ledger prorated by entries)."""
-        position = self.cursor.mark_delete_position
-        entries = size = 0
-        for ledger in self.partition.ledger.internal_stats().ledgers:
-            if ledger.ledger_id > position.ledger_id:
-                entries += ledger.entries
-                size += ledger.size
-            elif ledger.ledger_id == position.ledger_id and ledger.entries:
-                after = max(0, ledger.entries - position.entry_id - 1)
-                entries += after
-                size += ledger.size * after // ledger.entries
-        return entries, size
+        """Entries after the cursor and their bytes."""
+        return self.partition.backlog_after(self.cursor.mark_delete_position)
 
     def to_json(self) -> dict:
         entries, size = self.backlog()

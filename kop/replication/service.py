@@ -15,7 +15,7 @@ import logging
 from kop.config import BrokerConfig
 from kop.groups import GroupCoordinator
 from kop.ledger import CursorNotFoundError, Position
-from kop.partition import PartitionLog
+from kop.partition import REPLICATOR_CURSOR_PREFIX, PartitionLog
 from kop.policies import PolicyBook
 from kop.replication.clusters import ClusterRegistry
 from kop.replication.link import RemoteLink
@@ -106,6 +106,7 @@ class ReplicationService:
                 if wanted.get(key) is not replicator.partition:
                     del self.replicators[key]
                     await self._retire(key, replicator)
+            await self._delete_stale_cursors(wanted)
             for key, partition in wanted.items():
                 if key not in self.replicators:
                     self._start(key, partition, topic_ids[key[0]])
@@ -132,6 +133,18 @@ class ReplicationService:
             with contextlib.suppress(CursorNotFoundError):
                 await partition.ledger.delete_cursor(cursor_name(key[2]))
         log.info("replicator %s -> %s stopped", partition.name, key[2])
+
+    async def _delete_stale_cursors(self, wanted: dict[Key, PartitionLog]) -> None:
+        """Delete the replicator cursors no replicator is wanted for: left by a broker killed while it retired one,
+        or found by a broker whose registry or policies lack the remote (a PostgreSQL engine's partitions opened
+        from another data directory). Pulsar deletes them when it loads a topic: they hold retention back."""
+        for topic in list(self.topics.topics.values()):
+            for partition in topic.partitions:
+                for name in [name for name in partition.ledger.cursors if name.startswith(REPLICATOR_CURSOR_PREFIX)]:
+                    if (topic.name, partition.partition, name.removeprefix(REPLICATOR_CURSOR_PREFIX)) not in wanted:
+                        with contextlib.suppress(CursorNotFoundError):
+                            await partition.ledger.delete_cursor(name)
+                        log.info("%s: cursor %s deleted: no replicator is wanted for it", partition.name, name)
 
     def _place_controllers(self, wanted: dict[tuple[str, int], PartitionLog]) -> None:
         for key, controller in list(self.controllers.items()):

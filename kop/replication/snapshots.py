@@ -21,6 +21,11 @@ Completed snapshots are kept per group, as Pulsar keeps them per subscription: t
 at most `max_cached`, thinned evenly over the range between its committed offset and the head when there are more.
 A group far behind the newest data thus still passes snapshots and gets its position replicated as it catches up.
 
+After a restart (or wherever the partition is loaded next) the cache is rebuilt before anything else is done: the
+SNAPSHOT markers stored here from the oldest replicated group's position on are read back, as Pulsar's
+subscriptions find them again when they read past them. A group that commits after a restart, with no new data to
+snapshot, thus still gets its position replicated.
+
 Markers cover no Kafka offset (partition.publish_marker), so snapshots never disturb offsets, lag or fetches."""
 import asyncio
 import bisect
@@ -33,11 +38,15 @@ from dataclasses import dataclass, field
 
 from kop.groups.offsets import REPLICATED_KEY, committed_offsets
 from kop.ledger import Position
+from kop.ledger.position import BEFORE_FIRST
 from kop.partition import PartitionLog
-from proto.kop_pb2 import (ClusterMessageId, MarkersMessageIdData, MarkerType, ReplicatedSubscriptionsSnapshot,
-                           ReplicatedSubscriptionsSnapshotRequest, ReplicatedSubscriptionsUpdate)
+from proto.kop_pb2 import (ClusterMessageId, MarkersMessageIdData, MarkerType, MessageMetadata,
+                           ReplicatedSubscriptionsSnapshot, ReplicatedSubscriptionsSnapshotRequest,
+                           ReplicatedSubscriptionsUpdate)
+from protocol.records import marker_payload
 
 log = logging.getLogger(__name__)
+REBUILD_BATCH = 1000  # entries read at a time when the cache is rebuilt
 
 
 def offset_after(partition: PartitionLog, position: Position) -> int | None:
@@ -46,6 +55,14 @@ def offset_after(partition: PartitionLog, position: Position) -> int | None:
     if not found or found[0].position != position:
         return None
     return found[0].first_index + found[0].span
+
+
+def scan_start(partition: PartitionLog, offset: int) -> Position:
+    """Where to look for the snapshots a group at `offset` may not have passed, or passed last: after the entry
+    before the one holding the offset before it (from the first entry when there is none)."""
+    index = min(offset, partition.high_watermark) - 1
+    found = partition.ledger.position_of_index(index) if index >= partition.log_start_offset else None
+    return BEFORE_FIRST if found is None else Position(found.ledger_id, found.entry_id - 1)
 
 
 def message_id(position: Position) -> MarkersMessageIdData:
@@ -125,6 +142,7 @@ class SnapshotController:
         self.cached: dict[str, list[Snapshot]] = {}  # group -> the snapshots it has not passed yet
         self.completed_count = self.timed_out_count = self.updates_written = 0
         self._end_at_last_request = -1
+        self._rebuilt = False  # the cache holds the snapshots stored before this controller started
         self._busy = False
         self._writes: set[asyncio.Task] = set()  # markers written from an answer, held until done
 
@@ -155,6 +173,8 @@ class SnapshotController:
         groups = self.replicated_groups()
         if not remotes or not groups:
             return
+        if not self._rebuilt:
+            await self._rebuild(min(groups.values()))
         await self._send_updates(groups)
         end = self.partition.high_watermark  # markers do not move it: no new data, no new snapshot
         # Beyond Pulsar, which stops every snapshot while one cluster is down: the clusters that are up keep
@@ -169,6 +189,34 @@ class SnapshotController:
         self.pending[pending.snapshot_id] = pending
         self._end_at_last_request = end
         await self._request(pending)
+
+    async def _rebuild(self, oldest_group_offset: int) -> None:
+        """Cache the snapshots whose SNAPSHOT markers are stored here from the oldest group's position on."""
+        position, found = scan_start(self.partition, oldest_group_offset), 0
+        while entries := self.partition.ledger.read_after(position, REBUILD_BATCH):
+            for entry in entries:
+                if entry.span:
+                    continue  # records: only markers cover no offset
+                metadata = MessageMetadata.FromString(entry.metadata)
+                if metadata.marker_type == MarkerType.REPLICATED_SUBSCRIPTION_SNAPSHOT and \
+                        not metadata.replicated_from:
+                    found += self._cache_stored(ReplicatedSubscriptionsSnapshot.FromString(
+                        marker_payload(entry.data)[1]))
+            position = entries[-1].position
+            await asyncio.sleep(0)  # let the broker serve others during a long scan
+        self._rebuilt = True
+        if found:
+            log.info("%s: %d stored snapshots cached again", self.partition.name, found)
+
+    def _cache_stored(self, stored: ReplicatedSubscriptionsSnapshot) -> bool:
+        local = stored.local_message_id
+        local_offset = offset_after(self.partition, Position(local.ledger_id, local.entry_id))
+        if local_offset is None:
+            return False  # its local entry is gone (retention)
+        clusters = tuple((c.cluster, Position(c.message_id.ledger_id, c.message_id.entry_id))
+                         for c in stored.clusters)
+        add_thinned(self.recent, Snapshot(stored.snapshot_id, local_offset, clusters), self.settings.max_cached)
+        return True
 
     async def _request(self, pending: PendingSnapshot) -> None:
         payload = ReplicatedSubscriptionsSnapshotRequest(snapshot_id=pending.snapshot_id, source_cluster=self.local)

@@ -1,14 +1,14 @@
 """The PostgreSQL managed-ledger engine: stateless brokers, the log in the database.
 
-Every entry is a kop_entry row holding the file engine's framed entry bytes, keyed by its first offset (the offset
-index), with its position (ledger id, entry id). Appends are group-committed: the entries submitted while one commit
-is in flight go together in the next single statement, which also checks the owner's fencing epoch; an entry's
-future resolves only after that statement committed. The broker keeps the durable entries of the partitions it owns
+Every entry is a kop_entry row holding the file engine's framed entry bytes, keyed by its position (ledger id,
+entry id), with its first offset (a PIP-33 marker covers no offset, so offsets do not tell entries apart). Appends
+are group-committed: the entries submitted while one commit is in flight go together in the next single statement,
+which also checks the owner's fencing epoch; an entry's future resolves only after that statement committed. The broker keeps the durable entries of the partitions it owns
 in memory, so reads (synchronous in the managed-ledger interface) never wait for the database.
 
 A failed commit's outcome is unknown (the connection may have dropped after the commit): the failed entries and every
-later one are failed to their writers, and before anything more is accepted the tail from the first failed offset is
-deleted in a fenced transaction, so what was reported failed is really not stored; then a new ledger starts, as the
+later one are failed to their writers, and before anything more is accepted every row after the last confirmed entry
+is deleted in a fenced transaction, so what was reported failed is really not stored; then a new ledger starts, as the
 file engine rolls after a failed write. Ledgers roll on every open, on size and age, and after a failed write;
 retention deletes whole closed ledgers.
 """
@@ -227,7 +227,8 @@ class PgManagedLedger(LedgerBase):
         try:
             while not self._closed:
                 try:
-                    await self._store.drop_tail(self.name, self._epoch, self._confirmed_end, self._last_ledger_id)
+                    await self._store.drop_tail(self.name, self._epoch, self._lac, self._confirmed_end,
+                                               self._last_ledger_id)
                     log.info("%s: failed entries removed; writes resume in ledger %d", self.name,
                              self._current.ledger_id)
                     return

@@ -58,6 +58,13 @@ MIGRATIONS: tuple[str, ...] = (
         value bigint NOT NULL
     );
     """,
+    # 3: entries are keyed by their position. A PIP-33 marker covers no offset, so it shares its first offset with
+    # the entry after it: keyed by the offset, the second of the two could never be stored.
+    """
+    ALTER TABLE kop_entry DROP CONSTRAINT kop_entry_pkey;
+    DROP INDEX kop_entry_position;
+    ALTER TABLE kop_entry ADD PRIMARY KEY (name, ledger_id, entry_id);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

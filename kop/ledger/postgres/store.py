@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from kop.ledger.errors import ManagedLedgerError
+from kop.ledger.position import Position
 from kop.ledger.postgres.schema import migrate
 
 POOL_SIZE = 8
@@ -108,7 +109,7 @@ class PgStore:
             closed = await conn.fetch("SELECT ledger_id, closed_ms FROM kop_ledger WHERE name = $1 "
                                       "AND closed_ms IS NOT NULL", name)
             entries = await conn.fetch("SELECT ledger_id, entry_id, entry FROM kop_entry WHERE name = $1 "
-                                       "ORDER BY first_index", name)
+                                       "ORDER BY ledger_id, entry_id", name)
             cursors = await conn.fetch("SELECT info FROM kop_cursor WHERE name = $1", name)
         return Loaded(LedgerRow(*row), {r[0]: r[1] for r in closed},
                       [StoredEntry(*r) for r in entries], [r[0] for r in cursors])
@@ -124,12 +125,15 @@ class PgStore:
         if not owned:
             raise LedgerFencedOut(f"{name}: another broker owns it now")
 
-    async def drop_tail(self, name: str, epoch: int, end_index: int, next_ledger_id: int) -> None:
-        """After a failed append whose outcome is unknown: make sure nothing from end_index on is stored, so the
-        entries reported failed are really not there. Ledger ids up to next_ledger_id are never used again."""
+    async def drop_tail(self, name: str, epoch: int, last_confirmed: Position, end_index: int,
+                        next_ledger_id: int) -> None:
+        """After a failed append whose outcome is unknown: make sure nothing after the last confirmed entry is
+        stored, so the entries reported failed are really not there (by position: a confirmed marker covers no
+        offset and starts at end_index too). Ledger ids up to next_ledger_id are never used again."""
         async with self.pool.acquire() as conn, conn.transaction():
             await self._check_owner(conn, name, epoch)
-            await conn.execute("DELETE FROM kop_entry WHERE name = $1 AND first_index >= $2", name, end_index)
+            await conn.execute("DELETE FROM kop_entry WHERE name = $1 AND (ledger_id, entry_id) > ($2, $3)",
+                               name, last_confirmed.ledger_id, last_confirmed.entry_id)
             await conn.execute("UPDATE kop_managed_ledger SET end_floor = $2, "
                                "last_ledger_id = greatest(last_ledger_id, $3) WHERE name = $1",
                                name, end_index, next_ledger_id)
