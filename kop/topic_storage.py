@@ -175,16 +175,17 @@ class PgTopicStorage(TopicStorage):
         where = _without_password(self._store.url)
         try:
             await self._store.open()
-            locked = await self._store.hold_broker_lock()
         except StartupError:
             raise
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:  # unreachable, refused, no database
             await self._store.close()
             raise StartupError(f"cannot use PostgreSQL at {where}: {exc}") from exc
-        if not locked:
-            await self._store.close()
-            raise StartupError(f"PostgreSQL database {where} is in use by another kop: one broker per database")
         log.info("topics and ledgers in PostgreSQL at %s", where)
+
+    @property
+    def store(self) -> PgStore:
+        """The database, shared with the cluster membership (kop/cluster) whose lease every write checks."""
+        return self._store
 
     def producer_id_blocks(self) -> Callable[[int], Awaitable[int]]:
         return self._store.reserve_producer_ids

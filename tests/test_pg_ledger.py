@@ -177,7 +177,8 @@ async def test_a_database_of_the_first_schema_is_migrated(postgres_url):
         await store.close()
     conn = await asyncpg.connect(postgres_url)
     try:
-        assert await conn.fetchval("SELECT version FROM kop_schema") == SCHEMA_VERSION == 2
+        assert await conn.fetchval("SELECT version FROM kop_schema") == SCHEMA_VERSION == 3
+        assert await conn.fetchval("SELECT count(*) FROM kop_broker") == 0  # the table version 3 added
     finally:
         await conn.close()
 
