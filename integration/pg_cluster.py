@@ -7,7 +7,7 @@ import os
 import signal
 from dataclasses import dataclass, field
 
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse, MetadataRequest, MetadataResponse
 
 from integration.broker_process import BrokerProcess
 from integration.idem_raw import RawKafka, StoredRecord
@@ -31,6 +31,13 @@ def leaders(port: int, topic: str) -> dict[int, int]:
     """partition -> leader node id, as the broker on `port` tells it."""
     answer = metadata(port, topic)
     return {p.partition_index: p.leader_id for p in answer.topics[0].partitions}
+
+
+def coordinator(port: int, group: str) -> int:
+    """The node id the broker on `port` names as the group's coordinator (-1: none now)."""
+    with RawKafka(port, timeout=5) as kafka:
+        answer = kafka.call(FindCoordinatorRequest[1](key=group, key_type=0), FindCoordinatorResponse, 1)
+    return answer.node_id if answer.error_code == ErrorCode.NONE else -1
 
 
 @dataclass

@@ -8,11 +8,16 @@ import pytest
 
 from integration.clients import kp_consume_all
 from integration.idem_raw import RawKafka, plain_batch
-from integration.idem_stream import DELIVERY_TIMEOUT_S, Report, check_stream, confluent_reporter, produce_when_room
-from integration.pg_cluster import PgCluster
+from integration.idem_stream import (DELIVERY_TIMEOUT_S, Report, check_stream, confluent_reporter,
+                                     kafka_python_reports, produce_when_room)
+from integration.pg_cluster import PgCluster, coordinator
 from integration.waiting import wait_for
+from kop.cluster.groups import shard_of
 from kop.cluster.ownership import owner_of
 from protocol.errors import ErrorCode
+
+
+PARTITIONS = 4
 
 
 @pytest.fixture
@@ -103,10 +108,70 @@ def test_a_lone_broker_paused_past_its_lease_is_refused_even_though_no_one_took_
     assert "the lease ran out" in cluster.brokers[1].log_tail(200)
 
 
+@pytest.mark.slow
+def test_a_consumer_group_keeps_consuming_and_its_offsets_when_its_coordinator_is_killed(cluster):
+    from confluent_kafka import Consumer, KafkaException, Producer
+    cluster.start(3)
+    topic, group = "grouped", "survivors"
+    commit_errors: list[str] = []
+    with RawKafka(cluster.port(1)) as kafka:
+        assert kafka.create_topic(topic, PARTITIONS) == ErrorCode.NONE
+    wait_until_served_by_leaders(cluster, topic, PARTITIONS)
+    named = {coordinator(cluster.port(node), group) for node in (1, 2, 3)}
+    assert named == {owner_of(f"__consumer_offsets-partition-{shard_of(group)}", [1, 2, 3])}, named
+    victim = named.pop()
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
+
+    def produce(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            producer.produce(topic, key=b"k%d" % i, value=b"v%d" % i)
+        assert producer.flush(60) == 0
+
+    def consume(consumer, wanted: set[bytes], timeout: float) -> set[bytes]:
+        seen: set[bytes] = set()
+        deadline = time.monotonic() + timeout
+        while not wanted <= seen and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                seen.add(message.value())
+                try:
+                    consumer.commit(message, asynchronous=False)
+                except KafkaException as exc:  # e.g. UNKNOWN_MEMBER_ID while it rejoins: read again from the last
+                    commit_errors.append(exc.args[0].name())
+        return seen
+
+    config = {"bootstrap.servers": cluster.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+              "enable.auto.commit": False, "session.timeout.ms": 10_000, "heartbeat.interval.ms": 500}
+    consumer = Consumer(config)
+    consumer.subscribe([topic])
+    try:
+        produce(0, 100)
+        assert consume(consumer, {b"v%d" % i for i in range(100)}, 60) >= {b"v%d" % i for i in range(100)}
+        cluster.brokers[victim].kill()
+        moved_to = wait_for(lambda: next((c for n in cluster.running() if (c := coordinator(cluster.port(n), group))
+                                          not in (-1, victim)), None), "another broker to coordinate the group")
+        produce(100, 100)  # the same consumer, its coordinator gone: it finds the new one and goes on
+        wanted = {b"v%d" % i for i in range(100, 200)}
+        after = consume(consumer, wanted, 90)
+        # All of them, and nothing read before: the new coordinator loaded the offsets committed through the old.
+        assert after == wanted, (sorted(wanted - after)[:5], sorted(after - wanted)[:5])
+    finally:
+        consumer.close()
+    assert moved_to != victim
+    # The offsets it committed through the new coordinator hold: a new member of the group starts after them.
+    produce(200, 10)
+    consumer = Consumer(config)
+    consumer.subscribe([topic])
+    try:
+        later = consume(consumer, {b"v%d" % i for i in range(200, 210)}, 60)
+    finally:
+        consumer.close()
+    assert later == {b"v%d" % i for i in range(200, 210)}, sorted(later - {b"v%d" % i for i in range(200, 210)})
+
+
 # ---- kill -9 of the owner of busy partitions, idempotent producers of two clients
 
 KILLS = 3
-PARTITIONS = 4
 PACE = 50  # values between two short sleeps: about a thousand a second per producer
 
 
@@ -143,12 +208,7 @@ def paced_kafka_python(bootstrap: str, topic: str, running: threading.Event, val
             if len(values) % PACE == 0:
                 time.sleep(0.05)
         producer.flush(DELIVERY_TIMEOUT_S + 10)
-        for value, future in zip(values, futures):
-            try:
-                md = future.get(timeout=1)
-                out.append(Report(value, md.partition, md.offset if md.offset >= 0 else None, None))
-            except Exception as exc:  # noqa: BLE001 - any failure is a failed delivery, counted
-                out.append(Report(value, None, None, type(exc).__name__))
+        out.extend(kafka_python_reports(values, futures))
     finally:
         producer.close(timeout=10)
 

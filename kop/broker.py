@@ -176,6 +176,7 @@ class Broker:
         await self.cluster.join()
         await self.topics.load_all(self.cluster.owns)
         self.producer_ids = ProducerIdAllocator(self.topics.storage.producer_id_blocks())
+        await self.cluster.serve_groups(self.groups)
         await self.groups.start()  # needs the topics: groups are found from their partitions' cursors
         self.transactions = TransactionCoordinator(self.config, self.topics, self.groups, self.producer_ids)
         self.transactions.start()  # needs both: prepared transactions write markers and offsets

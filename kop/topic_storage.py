@@ -200,8 +200,8 @@ class PgTopicStorage(TopicStorage):
 
     async def remove_orphans(self, partitions: dict[str, int]) -> None:
         for name in await self._store.names_like(self._prefix.replace("%", r"\%").replace("_", r"\_") + "%"):
-            match = LEDGER_NAME.match(name[len(self._prefix):])
-            if match and int(match[2]) >= partitions.get(match[1], 0):
+            found = self.partition_of(name)
+            if found is not None and found[1] >= partitions.get(found[0], 0):
                 _log_orphan(name)
                 await self._store.remove(name)
 
@@ -213,16 +213,25 @@ class PgTopicStorage(TopicStorage):
         return -1, -1  # the database's, which PostgreSQL does not tell its clients
 
     def where(self, topic: str, partition: int) -> str:
-        return f"managed ledger {self._prefix}{ledger_name(topic, partition)} in PostgreSQL"
+        return f"managed ledger {self.ledger_key(topic, partition)} in PostgreSQL"
+
+    def ledger_key(self, topic: str, partition: int) -> str:
+        """The partition's managed ledger name in the database."""
+        return self._prefix + ledger_name(topic, partition)
+
+    def partition_of(self, key: str) -> tuple[str, int] | None:
+        """(topic, partition) of a managed ledger name of this namespace, None for any other."""
+        match = LEDGER_NAME.match(key[len(self._prefix):]) if key.startswith(self._prefix) else None
+        return (match[1], int(match[2])) if match else None
 
     async def open_ledger(self, topic: str, partition: int, new: bool) -> ManagedLedger:
-        name = self._prefix + ledger_name(topic, partition)
+        name = self.ledger_key(topic, partition)
         if new:
             await self._store.remove(name)
         return await PgManagedLedger.open(name, self._store, self._config)
 
     async def remove_ledger(self, topic: str, partition: int) -> None:
-        await self._store.remove(self._prefix + ledger_name(topic, partition))
+        await self._store.remove(self.ledger_key(topic, partition))
 
     async def write_metadata(self, meta: TopicMetadata) -> None:
         await self._store.put_record(TOPIC_RECORD, self._prefix + meta.name, meta.SerializeToString())

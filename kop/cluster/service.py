@@ -10,10 +10,12 @@ import contextlib
 import logging
 from typing import Protocol
 
+from kop.cluster.groups import GroupShards
 from kop.cluster.membership import Member, Membership, NodeIdInUse
 from kop.cluster.ownership import owner_of
+from kop.groups import GroupCoordinator
 from kop.ledger.postgres import PgStore
-from kop.topic_storage import ledger_name
+from kop.topic_storage import PgTopicStorage, ledger_name
 from kop.topics import TopicManager
 
 log = logging.getLogger(__name__)
@@ -22,6 +24,9 @@ log = logging.getLogger(__name__)
 class Cluster(Protocol):
     async def join(self) -> None:
         """Before the topics load."""
+
+    async def serve_groups(self, coordinator: GroupCoordinator) -> None:
+        """Before the group coordinator starts: have it coordinate the groups this broker is given."""
 
     def start(self) -> None:
         """Once the broker serves."""
@@ -48,6 +53,9 @@ class SingleBroker:
     async def join(self) -> None:
         pass
 
+    async def serve_groups(self, coordinator: GroupCoordinator) -> None:
+        pass  # it coordinates every group
+
     def start(self) -> None:
         pass
 
@@ -73,6 +81,7 @@ class ClusterService:
         self._heartbeat = heartbeat_ms / 1000
         self._members: list[Member] = [me]
         self._loop: asyncio.Task | None = None
+        self._groups: GroupShards | None = None
 
     async def join(self) -> None:
         """Register (NodeIdInUse, a StartupError, when another broker has this node id) and read the live brokers;
@@ -81,6 +90,13 @@ class ClusterService:
         self._members = await self._membership.live()
         log.info("joined the cluster as node %d (session %d); live brokers: %s", self._me.node_id, session,
                  [m.node_id for m in self._members])
+
+    async def serve_groups(self, coordinator: GroupCoordinator) -> None:
+        """Coordinate the groups of the `__consumer_offsets` shards this broker owns (kop/cluster/groups.py)."""
+        storage = self._topics.storage
+        assert isinstance(storage, PgTopicStorage)
+        self._groups = GroupShards(storage, self._topics, coordinator, self.owns)
+        await self._groups.follow()
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop().create_task(self._beat())
@@ -111,12 +127,16 @@ class ClusterService:
             log.error("node %d: the lease ran out (paused or cut off for longer than broker.session.timeout.ms); "
                       "dropping every partition and joining again", self._me.node_id)
             await self._topics.release_all()
+            if self._groups is not None:
+                self._groups.release_all()
             await self._membership.register()
         members = await self._membership.live()
         if [m.node_id for m in members] != [m.node_id for m in self._members]:
             log.info("live brokers now %s", [m.node_id for m in members])
         self._members = members
         await self._topics.sync(await self._topics.storage.load_metadata())
+        if self._groups is not None:
+            await self._groups.follow()
 
     async def stop(self) -> None:
         """Close this broker's partitions, then end the lease, so the others take them over at once."""

@@ -3,7 +3,7 @@ AllowAutoTopicCreation; v10+ topic ids; v8-10 cluster authorized operations; v13
 NONE: kop has no authorizer to refuse a describe). Brokers are the live members of the cluster (this one alone on the
 file engine), each at its address on the listener the request came by; a partition's leader is its owner
 (kop/cluster), LEADER_NOT_AVAILABLE while no broker is live. `__consumer_offsets` is listed as internal
-(kop/internal_topics.py), led by this broker."""
+(kop/internal_topics.py), each partition led by the coordinator of the groups it shards."""
 import uuid
 from typing import Any
 
@@ -16,15 +16,18 @@ from kop.topics import Topic, TopicError, validate_topic_name
 from protocol.errors import ErrorCode
 
 
-def broker_list(ctx: RequestContext, cls: type[MetadataResponse]) -> list[Any]:
+def endpoints(ctx: RequestContext) -> dict[int, tuple[str, int]]:
+    """node id -> (host, port) of every live broker on the listener the request came by (this one included)."""
     me = ctx.endpoint
-    brokers = {me.node_id: cls.MetadataResponseBroker(node_id=me.node_id, host=me.host, port=me.port, rack=None)}
-    for member in ctx.cluster.members():
-        if member.node_id != me.node_id and me.listener in member.endpoints:
-            host, port = member.endpoints[me.listener]
-            brokers[member.node_id] = cls.MetadataResponseBroker(node_id=member.node_id, host=host, port=port,
-                                                                 rack=None)
-    return [brokers[node] for node in sorted(brokers)]
+    found = {member.node_id: member.endpoints[me.listener] for member in ctx.cluster.members()
+             if me.listener in member.endpoints}
+    found[me.node_id] = (me.host, me.port)
+    return found
+
+
+def broker_list(ctx: RequestContext, cls: type[MetadataResponse]) -> list[Any]:
+    return [cls.MetadataResponseBroker(node_id=node, host=host, port=port, rack=None)
+            for node, (host, port) in sorted(endpoints(ctx).items())]
 
 
 def _partition(cls: type[MetadataResponse], index: int, leader: int) -> Any:
@@ -37,9 +40,10 @@ def _partition(cls: type[MetadataResponse], index: int, leader: int) -> Any:
 
 def topic_entry(ctx: RequestContext, cls: type[MetadataResponse], name: str | None, topic: Topic | None,
                 error: ErrorCode = ErrorCode.NONE) -> Any:
-    if internal_topics.is_internal(name):
-        node, error = ctx.endpoint.node_id, ErrorCode.NONE
-        partitions = [_partition(cls, p, node) for p in range(internal_topics.CONSUMER_OFFSETS_PARTITIONS)]
+    if internal_topics.is_internal(name):  # led by the group coordinators of its shards (kop/cluster/groups.py)
+        error = ErrorCode.NONE
+        partitions = [_partition(cls, p, ctx.cluster.leader(internal_topics.CONSUMER_OFFSETS, p))
+                      for p in range(internal_topics.CONSUMER_OFFSETS_PARTITIONS)]
         topic_id = internal_topics.CONSUMER_OFFSETS_ID
     elif topic is not None:
         partitions = [_partition(cls, p, ctx.cluster.leader(topic.name, p)) for p in range(topic.count)]

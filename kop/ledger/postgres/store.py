@@ -184,6 +184,49 @@ class PgStore:
         if await conn.fetchval(_OWNER_SHARED, name, epoch, self.session) is None:
             raise LedgerFencedOut(f"{name}: {FENCED}")
 
+    # ---- consumer-group cursors written by a group's coordinator (kop/cluster/offsets.py), wherever the partition is
+
+    async def group_cursors(self, system_prefix: str) -> list[tuple[str, bytes]]:
+        """(managed ledger name, ManagedCursorInfo) of every cursor not named with the system prefix."""
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch("SELECT name, info FROM kop_cursor WHERE NOT starts_with(cursor, $1)",
+                                    system_prefix)
+        return [(row[0], row[1]) for row in rows]
+
+    async def positions_before(self, wanted: list[tuple[str, int]]) -> list[tuple[int, int] | None]:
+        """For each (managed ledger name, offset): the position of the last entry starting before the offset (the
+        entry a consumer that committed it read last), None when there is none."""
+        names, offsets = zip(*wanted)
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch(
+                "SELECT e.ledger_id, e.entry_id FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS u(n, o, i) "
+                "LEFT JOIN LATERAL (SELECT ledger_id, entry_id FROM kop_entry WHERE name = u.n AND first_index < u.o "
+                "ORDER BY first_index DESC LIMIT 1) e ON true ORDER BY u.i", names, offsets)
+        return [None if row[0] is None else (row[0], row[1]) for row in rows]
+
+    async def put_group_cursors(self, fences: dict[str, int], upserts: list[tuple[str, str, bytes]],
+                                deletes: list[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Write (ledger name, cursor, info) rows and delete (ledger name, cursor) ones, in one transaction that
+        first checks each fence (coordinator ledger name -> epoch) as a write of that ledger would; the
+        (ledger, cursor) pairs upserted (not those of a ledger that no longer exists)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            for name, epoch in fences.items():
+                await self._check_owner(conn, name, epoch)
+            stored: set[tuple[str, str]] = set()
+            if upserts:
+                names, cursors, infos = zip(*upserts)
+                rows = await conn.fetch(
+                    "INSERT INTO kop_cursor (name, cursor, info) SELECT u.n, u.c, u.i FROM unnest($1::text[], "
+                    "$2::text[], $3::bytea[]) AS u(n, c, i) WHERE EXISTS (SELECT 1 FROM kop_managed_ledger m "
+                    "WHERE m.name = u.n) ON CONFLICT (name, cursor) DO UPDATE SET info = excluded.info "
+                    "RETURNING name, cursor", names, cursors, infos)
+                stored = {(row[0], row[1]) for row in rows}
+            if deletes:
+                names, cursors = zip(*deletes)
+                await conn.execute("DELETE FROM kop_cursor k USING unnest($1::text[], $2::text[]) AS u(n, c) "
+                                   "WHERE k.name = u.n AND k.cursor = u.c", names, cursors)
+        return stored
+
     async def reserve_producer_ids(self, size: int) -> int:
         """The first id of a block of `size` producer ids no other reservation got, durably."""
         async with self.pool.acquire() as conn:
