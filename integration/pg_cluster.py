@@ -51,7 +51,7 @@ class PgCluster:
         for node in range(1, count + 1):
             proc = BrokerProcess(os.path.join(self.root, f"node{node}"),
                                  config={"node.id": str(node), **LEASE, **(config or {})},
-                                 options=("--storage", self.url))
+                                 options=("--storage", self.url), admin_port=0)
             self.brokers[node] = proc.start()
         self.wait_for_members(set(self.brokers))
         return self

@@ -3,6 +3,7 @@ each partition's owner, a paused broker fenced out, and idempotent producers thr
 Real processes, a real PostgreSQL (skipped where its binaries are missing), real clients."""
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -46,6 +47,12 @@ def test_three_brokers_share_the_partitions_and_send_clients_to_the_owner(cluste
     leaders = wait_until_served_by_leaders(cluster, topic, count)
     assert leaders == {p: owner_of(f"{topic}-partition-{p}", [1, 2, 3]) for p in range(count)}
     assert set(leaders.values()) == {1, 2, 3}, leaders  # spread over every broker
+    cluster.brokers[3].restart()  # it loads the topic at start-up, and opens only its own partitions
+    cluster.wait_for_members({1, 2, 3})
+    assert wait_until_served_by_leaders(cluster, topic, count) == leaders
+    for broker in cluster.brokers.values():  # each is ready: every partition it owns is loaded
+        with urllib.request.urlopen(f"{broker.admin_url}/ready", timeout=5) as answer:
+            assert answer.status == 200
     for p, leader in leaders.items():  # each broker writes its own partitions only
         other = next(node for node in (1, 2, 3) if node != leader)
         with RawKafka(cluster.port(other)) as kafka:

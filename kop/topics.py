@@ -193,7 +193,7 @@ class TopicManager:
             self._owns = owns
         metas = await self._storage.load_metadata()
         await self._storage.remove_orphans({meta.name: meta.partitions for meta in metas})
-        loaded, total = 0, sum(meta.partitions for meta in metas)
+        loaded, total = 0, sum(self._owns(meta.name, p) for meta in metas for p in range(meta.partitions))
         self.load_progress = (loaded, total)
         self.storage_open = True
         for meta in metas:
