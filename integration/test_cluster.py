@@ -71,6 +71,7 @@ def test_three_brokers_share_the_partitions_and_send_clients_to_the_owner(cluste
     assert {r.partition for r in got} == set(range(count))
 
 
+@pytest.mark.slow
 def test_a_broker_paused_past_its_lease_cannot_write_again(cluster):
     cluster.start(3)
     topic = "fenced"
