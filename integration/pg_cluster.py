@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse, MetadataRequest, MetadataResponse
 
 from integration.broker_process import BrokerProcess
-from integration.idem_raw import RawKafka, StoredRecord
+from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
+
+from integration.idem_raw import LATEST, LIST_OFFSETS_VERSION, RawKafka, StoredRecord
 from integration.waiting import wait_for
 from protocol.errors import ErrorCode
 
@@ -31,6 +34,17 @@ def leaders(port: int, topic: str) -> dict[int, int]:
     """partition -> leader node id, as the broker on `port` tells it."""
     answer = metadata(port, topic)
     return {p.partition_index: p.leader_id for p in answer.topics[0].partitions}
+
+
+def answering(port: int, topic: str, partitions: Iterable[int]) -> set[int]:
+    """The partitions the broker on `port` serves now (it answers ListOffsets for them), in one request."""
+    with RawKafka(port, timeout=10) as kafka:
+        request = ListOffsetsRequest[LIST_OFFSETS_VERSION](replica_id=-1, isolation_level=0, topics=[
+            ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
+                ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1,
+                                                                         timestamp=LATEST) for p in partitions])])
+        answer = kafka.call(request, ListOffsetsResponse, LIST_OFFSETS_VERSION)
+    return {p.partition_index for t in answer.topics for p in t.partitions if p.error_code == ErrorCode.NONE}
 
 
 def coordinator(port: int, group: str) -> int:
@@ -86,15 +100,7 @@ class PgCluster:
 
     def serving(self, topic: str, partition: int) -> int | None:
         """The running broker that answers ListOffsets for the partition (it has the partition open), if any."""
-        for node in self.running():
-            with RawKafka(self.port(node), timeout=5) as kafka:
-                try:
-                    kafka.end_offsets(topic, [partition])
-                    return node
-                except RuntimeError as exc:
-                    if f"failed: {ErrorCode.NOT_LEADER_OR_FOLLOWER}" not in str(exc):
-                        raise
-        return None
+        return next((node for node in self.running() if answering(self.port(node), topic, [partition])), None)
 
     def read(self, topic: str, partitions: range) -> list[StoredRecord]:
         """Everything stored in the partitions, each read from the broker that owns it now."""

@@ -110,8 +110,9 @@ def test_a_lone_broker_paused_past_its_lease_is_refused_even_though_no_one_took_
         answer = kafka.receive_produce(late)
         assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER, answer
         assert "lease expired" in (answer.error_message or ""), answer
-        wait_for(lambda: cluster.serving("alone", 0), "the broker to take its partition back")
-        assert kafka.produce("alone", 0, plain_batch([b"after"])).error_code == ErrorCode.NONE
+        # Until it has reopened the partition (its next heartbeat) writes are refused, and a client retries.
+        wait_for(lambda: kafka.produce("alone", 0, plain_batch([b"after"])).error_code == ErrorCode.NONE,
+                 "the broker to take its partition back and accept a write")
     assert [r.value for r in cluster.read("alone", range(1))] == [b"before", b"after"]
     assert "the lease ran out" in cluster.brokers[1].log_tail(200)
 

@@ -18,7 +18,7 @@ from kop import internal_topics
 from kop.compaction.settings import DEFAULTS as COMPACTION_DEFAULTS
 from kop.compaction.settings import check as check_compaction_config
 from kop.config import BrokerConfig
-from kop.ledger import LedgerConfig
+from kop.ledger import LedgerConfig, ManagedLedgerError
 from kop.ledger.file_pool import OUT_OF_DESCRIPTORS, FilePool, capacity_for_open_files_limit
 from kop.partition import PartitionLog
 from kop.policies import PolicyBook
@@ -245,10 +245,10 @@ class TopicManager:
                 if exc.errno not in OUT_OF_DESCRIPTORS or not self._files.shed():
                     raise
             return await self._open_all_or_none(topic, first, end)
-        except OSError as exc:
+        except (OSError, ManagedLedgerError) as exc:  # ManagedLedgerError: e.g. this broker's lease ran out
             log.error("topic %s: partitions %d-%d not created: %s", topic, first, end - 1, exc)
-            raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR,
-                             f"partitions of {topic!r} could not be created: {exc.strerror or exc}") from exc
+            raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR, f"partitions of {topic!r} could not be created: "
+                                                            f"{getattr(exc, 'strerror', None) or exc}") from exc
 
     async def _open_all_or_none(self, topic: str, first: int, end: int) -> list[PartitionLog | None]:
         """The new partitions this broker owns, opened; None for those another broker owns, whose leftovers are
@@ -261,7 +261,7 @@ class TopicManager:
                 else:
                     await self._storage.remove_ledger(topic, p)
                     opened.append(None)
-        except OSError:
+        except (OSError, ManagedLedgerError):
             for partition in opened:
                 if partition is not None:
                     await partition.close()

@@ -1,8 +1,10 @@
 """Who serves what: one broker alone (the file engine), or a cluster of brokers on one PostgreSQL database.
 
-ClusterService beats every `broker.heartbeat.interval.ms`: it renews this broker's lease (registering again under a
-new session when the lease had run out, after dropping every partition it held), reads the live brokers, and has the
-topic manager follow the stored topics and the ownership they now give (kop/cluster/ownership.py). Handlers ask it
+ClusterService runs two loops every `broker.heartbeat.interval.ms`. One renews this broker's lease, and registers
+again under a new session when the lease had run out; it never waits for anything else, so a long CreateTopics or
+takeover cannot starve it. The other reads the live brokers and has the topic manager follow the stored topics and
+the ownership they now give (kop/cluster/ownership.py), after dropping every partition and group shard it held when
+the lease had run out (another broker may have taken them meanwhile). Handlers ask it
 who leads a partition (Metadata) and answer NOT_LEADER_OR_FOLLOWER for partitions another broker owns.
 """
 import asyncio
@@ -80,8 +82,9 @@ class ClusterService:
         self._me = me
         self._heartbeat = heartbeat_ms / 1000
         self._members: list[Member] = [me]
-        self._loop: asyncio.Task | None = None
+        self._loops: list[asyncio.Task] = []
         self._groups: GroupShards | None = None
+        self._lease_lost = False  # since the last follow: what this broker holds may have been taken
 
     async def join(self) -> None:
         """Register (NodeIdInUse, a StartupError, when another broker has this node id) and read the live brokers;
@@ -99,7 +102,8 @@ class ClusterService:
         await self._groups.follow()
 
     def start(self) -> None:
-        self._loop = asyncio.get_running_loop().create_task(self._beat())
+        loop = asyncio.get_running_loop()
+        self._loops = [loop.create_task(self._renew_loop()), loop.create_task(self._follow_loop())]
 
     def owns(self, topic: str, partition: int) -> bool:
         return self.leader(topic, partition) == self._me.node_id
@@ -111,25 +115,37 @@ class ClusterService:
     def members(self) -> list[Member]:
         return self._members
 
-    async def _beat(self) -> None:
+    async def _renew_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._heartbeat)
+            try:
+                if not await self._membership.renew():
+                    log.error("node %d: the lease ran out (paused or cut off for longer than "
+                              "broker.session.timeout.ms); dropping every partition and joining again",
+                              self._me.node_id)
+                    self._lease_lost = True
+                    await self._membership.register()
+            except NodeIdInUse as exc:
+                log.error("%s", exc)
+            except Exception:  # noqa: BLE001 - the database unreachable: the lease runs on until it expires
+                log.exception("cannot renew the lease; trying again")
+
+    async def _follow_loop(self) -> None:
         while True:
             await asyncio.sleep(self._heartbeat)
             try:
                 await self.follow()
-            except NodeIdInUse as exc:
-                log.error("%s", exc)
-            except Exception:  # noqa: BLE001 - the database unreachable: the lease runs on until it expires
-                log.exception("cannot renew the lease or follow ownership; trying again")
+            except Exception:  # noqa: BLE001 - the database unreachable: try again at the next beat
+                log.exception("cannot follow the cluster's ownership; trying again")
 
     async def follow(self) -> None:
-        """One beat: renew the lease (or register again), read the live brokers and the topics, follow ownership."""
-        if not await self._membership.renew():
-            log.error("node %d: the lease ran out (paused or cut off for longer than broker.session.timeout.ms); "
-                      "dropping every partition and joining again", self._me.node_id)
+        """Read the live brokers and the topics and follow ownership, first dropping everything held when the lease
+        had run out."""
+        if self._lease_lost:
+            self._lease_lost = False
             await self._topics.release_all()
             if self._groups is not None:
                 self._groups.release_all()
-            await self._membership.register()
         members = await self._membership.live()
         if [m.node_id for m in members] != [m.node_id for m in self._members]:
             log.info("live brokers now %s", [m.node_id for m in members])
@@ -140,10 +156,11 @@ class ClusterService:
 
     async def stop(self) -> None:
         """Close this broker's partitions, then end the lease, so the others take them over at once."""
-        if self._loop is not None:
-            self._loop.cancel()
+        for task in self._loops:
+            task.cancel()
+        for task in self._loops:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
+                await task
         await self._topics.release_all()
         with contextlib.suppress(Exception):  # the database gone: the lease expires by itself
             await self._membership.leave()
