@@ -12,6 +12,7 @@ from integration.idem_raw import RawKafka, plain_batch
 from integration.idem_stream import (DELIVERY_TIMEOUT_S, Report, check_stream, confluent_reporter,
                                      kafka_python_reports, produce_when_room)
 from integration.pg_cluster import PgCluster, coordinator
+from integration.test_groups_offsets import fetch_committed
 from integration.waiting import wait_for
 from kop.cluster.groups import shard_of
 from kop.cluster.ownership import owner_of
@@ -176,6 +177,30 @@ def test_a_consumer_group_keeps_consuming_and_its_offsets_when_its_coordinator_i
     finally:
         consumer.close()
     assert later == {b"v%d" % i for i in range(200, 210)}, sorted(later - {b"v%d" % i for i in range(200, 210)})
+
+
+def test_a_coordinators_offsets_go_with_their_topic_and_a_topic_created_again_has_none(cluster):
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.admin import KafkaAdminClient
+    from kafka.structs import OffsetAndMetadata
+    cluster.start(1)
+    bootstrap = cluster.brokers[1].bootstrap
+    with RawKafka(cluster.port(1)) as kafka:
+        assert kafka.create_topic("again", 1) == ErrorCode.NONE
+        assert kafka.produce("again", 0, plain_batch([b"a", b"b", b"c"])).error_code == ErrorCode.NONE
+    tp = TopicPartition("again", 0)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id="g-again", enable_auto_commit=False)
+    consumer.commit({tp: OffsetAndMetadata(2, "", -1)})
+    consumer.close()
+    assert fetch_committed(bootstrap, "g-again")[("again", 0)][0] == 2  # the control: it was committed
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.delete_topics(["again"])
+    finally:
+        admin.close()
+    with RawKafka(cluster.port(1)) as kafka:
+        assert wait_for(lambda: kafka.create_topic("again", 1) == ErrorCode.NONE, "the topic created again")
+    assert ("again", 0) not in fetch_committed(bootstrap, "g-again")
 
 
 # ---- kill -9 of the owner of busy partitions, idempotent producers of two clients

@@ -69,7 +69,8 @@ class ClusterOffsetStore:
         self._storage = storage
         self.metadata_max_bytes = metadata_max_bytes
         self._fence_of = fence_of
-        self._offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        # group -> partition -> (the topic's id then, the offset): a topic deleted and created again has none
+        self._offsets: dict[str, dict[TopicPartition, tuple[bytes, CommittedOffset]]] = {}
         self._inflight: defaultdict[str, int] = defaultdict(int)
         self._ever: set[str] = set()
         self._batcher = Batcher(self._flush)
@@ -86,10 +87,15 @@ class ClusterOffsetStore:
             if decoded is None or not wanted(decoded[0]):
                 continue
             group, committed, protocol_type = decoded
-            self._offsets.setdefault(group, {})[tp] = committed
+            self._keep(group, tp, committed)
             self._ever.add(group)
             found[group] = found.get(group) or protocol_type
         return found
+
+    def _keep(self, group: str, tp: TopicPartition, committed: CommittedOffset) -> None:
+        topic = self._topics.get(tp[0])
+        if topic is not None:
+            self._offsets.setdefault(group, {})[tp] = (topic.topic_id, committed)
 
     def drop(self, group: str) -> None:
         self._offsets.pop(group, None)
@@ -101,11 +107,12 @@ class ClusterOffsetStore:
         return {}  # groups come with the shards this broker takes over
 
     def fetch(self, group: str, topic: str, index: int) -> CommittedOffset | None:
-        return self._offsets.get(group, {}).get((topic, index))
+        kept, known = self._offsets.get(group, {}).get((topic, index)), self._topics.get(topic)
+        return kept[1] if kept is not None and known is not None and kept[0] == known.topic_id else None
 
     def fetch_all(self, group: str) -> dict[TopicPartition, CommittedOffset]:
-        return {tp: self._offsets[group][tp] for tp in sorted(self._offsets.get(group, {}))
-                if self._topics.get(tp[0]) is not None}
+        found = {tp: self.fetch(group, *tp) for tp in sorted(self._offsets.get(group, {}))}
+        return {tp: committed for tp, committed in found.items() if committed is not None}
 
     def has_offsets(self, group: str) -> bool:
         return bool(self._inflight.get(group)) or bool(self.fetch_all(group))
@@ -155,7 +162,7 @@ class ClusterOffsetStore:
             if stored is None:
                 _resolve(commit.future, ErrorCode.NOT_COORDINATOR)
             elif key in stored:
-                self._offsets.setdefault(commit.group, {})[commit.tp] = commit.committed
+                self._keep(commit.group, commit.tp, commit.committed)
                 _resolve(commit.future, ErrorCode.NONE)
             else:  # the partition's ledger is not in the database (topic deleted, or not opened by its owner yet)
                 _resolve(commit.future, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
