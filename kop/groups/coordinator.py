@@ -233,6 +233,11 @@ class GroupCoordinator:
     def fetch_offset(self, group_id: str, topic: str, partition: int) -> CommittedOffset | None:
         return None if self._being_deleted(group_id) else self.offsets.fetch(group_id, topic, partition)
 
+    def committed_on(self, topic: str, partition: int) -> dict[str, CommittedOffset]:
+        """The committed offset of every group this broker coordinates that has one on the partition."""
+        found = {group_id: self.fetch_offset(group_id, topic, partition) for group_id in sorted(self.groups)}
+        return {group_id: committed for group_id, committed in found.items() if committed is not None}
+
     def fetch_all_offsets(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
         return {} if self._being_deleted(group_id) else self.offsets.fetch_all(group_id)
 
