@@ -152,16 +152,21 @@ def kafka_python_stream(bootstrap: str, topic: str, values: Sequence[bytes], *, 
     try:
         futures = [producer.send(topic, key=_key(v), value=v) for v in values]
         producer.flush(DELIVERY_TIMEOUT_S + 10)
-        out = []
-        for value, future in zip(values, futures):
-            try:
-                md = future.get(timeout=1)
-                out.append(Report(value, md.partition, md.offset if md.offset >= 0 else None, None))
-            except Exception as exc:  # noqa: BLE001 - any failure is a failed delivery, counted
-                out.append(Report(value, None, None, type(exc).__name__))
-        return out
+        return kafka_python_reports(values, futures)
     finally:
         producer.close(timeout=10)
+
+
+def kafka_python_reports(values: Sequence[bytes], futures: Sequence) -> list[Report]:
+    """One Report per value from kafka-python's send() futures, once flushed."""
+    out = []
+    for value, future in zip(values, futures):
+        try:
+            md = future.get(timeout=1)
+            out.append(Report(value, md.partition, md.offset if md.offset >= 0 else None, None))
+        except Exception as exc:  # noqa: BLE001 - any failure is a failed delivery, counted
+            out.append(Report(value, None, None, type(exc).__name__))
+    return out
 
 
 def aiokafka_stream(bootstrap: str, topic: str, values: Sequence[bytes], *, idempotent: bool,

@@ -7,12 +7,14 @@ import errno
 import functools
 import logging
 import os
+import socket
 from collections.abc import Awaitable
 
 from kop import clock, handlers
 from kop.admin.metrics import BrokerCollector, BrokerMetrics
 from kop.admin.server import AdminServer
 from kop.byte_budget import ByteBudget
+from kop.cluster import Cluster, ClusterService, Member, SingleBroker
 from kop.compaction.cleaner import LogCleaner
 from kop.config import BrokerConfig, listener_specs, settings_not_default
 from kop.connection import Connection
@@ -28,6 +30,7 @@ from kop.security.quotas import QuotaBook, QuotaMeter
 from kop.security.tls import TlsSettings, server_context
 from kop.security.users import UserStore
 from kop.startup import StartupError, bind_failure, reading
+from kop.topic_storage import PgTopicStorage
 from kop.topics import TopicManager, deletes_by_retention
 from kop.transactions.coordinator import TransactionCoordinator
 
@@ -62,6 +65,7 @@ class Broker:
                                      config.authorizer_enabled, durable=config.fsync)
         self.producer_ids: ProducerIdAllocator | None = None
         self.transactions: TransactionCoordinator | None = None
+        self.cluster: Cluster | None = None  # who serves which partition: set once the ports are bound
         self.listeners = listener_specs(config)
         self._servers: list[tuple[ListenerSpec, asyncio.AbstractServer]] = []
         self.ports: dict[str, int] = {}  # listener name -> the port bound
@@ -167,8 +171,12 @@ class Broker:
             self.quota_book.load()
         if self._admin is not None:  # its probes answer while the topics load; the rest waits for them
             await _listen(self._admin.start(), self.config.admin_host, self.admin_port, "the admin API")
-        await self.topics.load_all()
+        await self.topics.open_storage()
+        self.cluster = self._cluster()
+        await self.cluster.join()
+        await self.topics.load_all(self.cluster.owns)
         self.producer_ids = ProducerIdAllocator(self.topics.storage.producer_id_blocks())
+        await self.cluster.serve_groups(self.groups)
         await self.groups.start()  # needs the topics: groups are found from their partitions' cursors
         self.transactions = TransactionCoordinator(self.config, self.topics, self.groups, self.producer_ids)
         self.transactions.start()  # needs both: prepared transactions write markers and offsets
@@ -176,6 +184,7 @@ class Broker:
         for listener, server in self._servers:
             await _listen(server.start_serving(), listener.host, self.ports[listener.name], self._purpose(listener))
         self.serving = True
+        self.cluster.start()
         self.replication.start()
         self._background.append(asyncio.create_task(self._retention_loop()))
         if self.config.log_cleaner_enable:
@@ -186,6 +195,17 @@ class Broker:
         listening = ", ".join(f"{listener.name}://{listener.host}:{self.ports[listener.name]}"
                               for listener in self.listeners)
         log.info("kop listening on %s (data in %s)", listening, self.config.data_dir)
+
+    def _cluster(self) -> Cluster:
+        """This broker alone (file storage), or a member of the cluster of every broker on its PostgreSQL database."""
+        me = Member(self.config.node_id, {listener.name: (listener.advertised_host, self.advertised_port(listener))
+                                          for listener in self.listeners})
+        storage = self.topics.storage
+        if not isinstance(storage, PgTopicStorage):
+            return SingleBroker(me)
+        home = f"{socket.gethostname()}:{os.path.abspath(self.config.data_dir)}"
+        return ClusterService(storage.store, self.topics, me, home, self.config.broker_session_timeout_ms,
+                              self.config.broker_heartbeat_interval_ms)
 
     async def _close_listeners(self) -> None:
         if self._admin is not None:
@@ -271,6 +291,8 @@ class Broker:
         if self.transactions is not None:
             await self.transactions.stop()
         await self.groups.stop()
+        if self.cluster is not None:
+            await self.cluster.stop()
         await self.topics.close()
         self._release_data_dir()
         log.info("kop stopped")

@@ -143,7 +143,15 @@ class BrokerConfig:
     storage: str = setting("file", Matches(r"file|postgres(ql)?://.+", "`file` or a postgresql:// URL"),
                            doc="Where topics and their partitions' managed ledgers are kept: `file` (the data "
                                "directory, one machine) or a PostgreSQL URL (`postgresql://user:password@host:port/"
-                               "database`); kop creates and migrates its tables there.")
+                               "database`); kop creates and migrates its tables there. Every broker started on "
+                               "the same database (each with its own node.id) joins one cluster.")
+    broker_session_timeout_ms: int = setting(
+        9000, Range(1000, INT32_MAX), "broker.session.timeout.ms",
+        doc="PostgreSQL storage: a broker that has not renewed its lease for this long is dead, and its partitions "
+            "move to the live brokers (Kafka's key).")
+    broker_heartbeat_interval_ms: int = setting(
+        2000, Range(100, INT32_MAX), "broker.heartbeat.interval.ms",
+        doc="PostgreSQL storage: how often a broker renews its lease and follows the partitions' ownership.")
     fsync: bool = setting(True, doc="Acknowledge a write only after an fsync covers it (group commit). Off: faster, "
                                     "and a machine crash can lose acknowledged records.")
     ledger_max_bytes: int = setting(256 * 1024 * 1024, Range(14), "log.segment.bytes",  # Kafka's lower bound
@@ -265,6 +273,9 @@ RULES: tuple[tuple[Callable[[BrokerConfig], bool], Callable[[BrokerConfig], str]
     (lambda c: c.host not in WILDCARD_HOSTS or c.advertised_host != "",
      lambda c: f"listening on every interface ({c.host}) needs an advertised host clients can connect to: set "
                f"--advertised-host or advertised.listeners"),
+    (lambda c: c.broker_heartbeat_interval_ms * 2 <= c.broker_session_timeout_ms,
+     lambda c: f"broker.heartbeat.interval.ms ({c.broker_heartbeat_interval_ms}) must be at most half of "
+               f"broker.session.timeout.ms ({c.broker_session_timeout_ms}): a lease must survive a late renewal"),
 )
 
 def listener_specs(config: BrokerConfig) -> list[ListenerSpec]:

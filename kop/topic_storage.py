@@ -175,16 +175,17 @@ class PgTopicStorage(TopicStorage):
         where = _without_password(self._store.url)
         try:
             await self._store.open()
-            locked = await self._store.hold_broker_lock()
         except StartupError:
             raise
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:  # unreachable, refused, no database
             await self._store.close()
             raise StartupError(f"cannot use PostgreSQL at {where}: {exc}") from exc
-        if not locked:
-            await self._store.close()
-            raise StartupError(f"PostgreSQL database {where} is in use by another kop: one broker per database")
         log.info("topics and ledgers in PostgreSQL at %s", where)
+
+    @property
+    def store(self) -> PgStore:
+        """The database, shared with the cluster membership (kop/cluster) whose lease every write checks."""
+        return self._store
 
     def producer_id_blocks(self) -> Callable[[int], Awaitable[int]]:
         return self._store.reserve_producer_ids
@@ -199,8 +200,8 @@ class PgTopicStorage(TopicStorage):
 
     async def remove_orphans(self, partitions: dict[str, int]) -> None:
         for name in await self._store.names_like(self._prefix.replace("%", r"\%").replace("_", r"\_") + "%"):
-            match = LEDGER_NAME.match(name[len(self._prefix):])
-            if match and int(match[2]) >= partitions.get(match[1], 0):
+            found = self.partition_of(name)
+            if found is not None and found[1] >= partitions.get(found[0], 0):
                 _log_orphan(name)
                 await self._store.remove(name)
 
@@ -212,16 +213,25 @@ class PgTopicStorage(TopicStorage):
         return -1, -1  # the database's, which PostgreSQL does not tell its clients
 
     def where(self, topic: str, partition: int) -> str:
-        return f"managed ledger {self._prefix}{ledger_name(topic, partition)} in PostgreSQL"
+        return f"managed ledger {self.ledger_key(topic, partition)} in PostgreSQL"
+
+    def ledger_key(self, topic: str, partition: int) -> str:
+        """The partition's managed ledger name in the database."""
+        return self._prefix + ledger_name(topic, partition)
+
+    def partition_of(self, key: str) -> tuple[str, int] | None:
+        """(topic, partition) of a managed ledger name of this namespace, None for any other."""
+        match = LEDGER_NAME.match(key[len(self._prefix):]) if key.startswith(self._prefix) else None
+        return (match[1], int(match[2])) if match else None
 
     async def open_ledger(self, topic: str, partition: int, new: bool) -> ManagedLedger:
-        name = self._prefix + ledger_name(topic, partition)
+        name = self.ledger_key(topic, partition)
         if new:
             await self._store.remove(name)
         return await PgManagedLedger.open(name, self._store, self._config)
 
     async def remove_ledger(self, topic: str, partition: int) -> None:
-        await self._store.remove(self._prefix + ledger_name(topic, partition))
+        await self._store.remove(self.ledger_key(topic, partition))
 
     async def write_metadata(self, meta: TopicMetadata) -> None:
         await self._store.put_record(TOPIC_RECORD, self._prefix + meta.name, meta.SerializeToString())

@@ -18,7 +18,7 @@ from kop import internal_topics
 from kop.compaction.settings import DEFAULTS as COMPACTION_DEFAULTS
 from kop.compaction.settings import check as check_compaction_config
 from kop.config import BrokerConfig
-from kop.ledger import LedgerConfig
+from kop.ledger import LedgerConfig, ManagedLedgerError
 from kop.ledger.file_pool import OUT_OF_DESCRIPTORS, FilePool, capacity_for_open_files_limit
 from kop.partition import PartitionLog
 from kop.policies import PolicyBook
@@ -125,10 +125,21 @@ class Topic:
     topic_id: bytes
     configs: dict[str, str]  # the overrides as stored and described (Kafka's names, string values)
     settings: TopicSettings  # the same, parsed; replaced together with configs
-    partitions: list[PartitionLog] = field(default_factory=list)
+    slots: list[PartitionLog | None] = field(default_factory=list)  # by index; None: another broker owns it
+
+    @property
+    def partitions(self) -> list[PartitionLog]:
+        """The partitions this broker owns: all of them on one broker, its share in a cluster (kop/cluster)."""
+        return [p for p in self.slots if p is not None]
+
+    @property
+    def count(self) -> int:
+        """How many partitions the topic has, wherever they are served."""
+        return len(self.slots)
 
     def partition(self, index: int) -> PartitionLog | None:
-        return self.partitions[index] if 0 <= index < len(self.partitions) else None
+        """Partition `index` when this broker owns it."""
+        return self.slots[index] if 0 <= index < len(self.slots) else None
 
 
 def unknown_topic(name: str) -> "TopicError":
@@ -169,24 +180,33 @@ class TopicManager:
         self._lock = asyncio.Lock()
         self.load_progress = (0, 0)  # (partitions loaded, partitions to load) by load_all
         self.storage_open = False  # load_all has opened the storage and read the topic list
+        self._owns: Callable[[str, int], bool] = lambda topic, partition: True  # one broker owns everything
 
     # ---- loading
 
-    async def load_all(self) -> None:
+    async def open_storage(self) -> None:
         await self._storage.start()
+
+    async def load_all(self, owns: Callable[[str, int], bool] | None = None) -> None:
+        """Read every topic and open the partitions this broker owns (`owns(topic, partition)`: all by default)."""
+        if owns is not None:
+            self._owns = owns
         metas = await self._storage.load_metadata()
         await self._storage.remove_orphans({meta.name: meta.partitions for meta in metas})
-        loaded, total = 0, sum(meta.partitions for meta in metas)
+        loaded, total = 0, sum(self._owns(meta.name, p) for meta in metas for p in range(meta.partitions))
         self.load_progress = (loaded, total)
         self.storage_open = True
         for meta in metas:
             configs = {kv.key: kv.value for kv in meta.configs}
             topic = Topic(meta.name, meta.topic_id or uuid.uuid4().bytes, configs, self._settings(configs))
             for p in range(meta.partitions):
+                if not self._owns(meta.name, p):
+                    topic.slots.append(None)
+                    continue
                 if self.config.test_partition_load_delay_ms:  # a slow disk, for tests of readiness
                     await asyncio.sleep(self.config.test_partition_load_delay_ms / 1000)
                 with reading(self._storage.where(meta.name, p)):
-                    topic.partitions.append(await self._open_partition(meta.name, p))
+                    topic.slots.append(await self._open_partition(meta.name, p))
                 loaded += 1
                 self.load_progress = (loaded, total)
             self._apply_configs(topic)
@@ -214,7 +234,7 @@ class TopicManager:
             raise
         return log_
 
-    async def _open_new_partitions(self, topic: str, first: int, end: int) -> list[PartitionLog]:
+    async def _open_new_partitions(self, topic: str, first: int, end: int) -> list[PartitionLog | None]:
         """Partitions first..end-1 of a topic being created or grown, all or none: when one cannot be opened (out of
         file descriptors, disk full) those opened are closed and removed and the request fails with an error code.
         Out of descriptors, the pool's idle files are closed and it is tried once more first."""
@@ -225,19 +245,26 @@ class TopicManager:
                 if exc.errno not in OUT_OF_DESCRIPTORS or not self._files.shed():
                     raise
             return await self._open_all_or_none(topic, first, end)
-        except OSError as exc:
+        except (OSError, ManagedLedgerError) as exc:  # ManagedLedgerError: e.g. this broker's lease ran out
             log.error("topic %s: partitions %d-%d not created: %s", topic, first, end - 1, exc)
-            raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR,
-                             f"partitions of {topic!r} could not be created: {exc.strerror or exc}") from exc
+            raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR, f"partitions of {topic!r} could not be created: "
+                                                            f"{getattr(exc, 'strerror', None) or exc}") from exc
 
-    async def _open_all_or_none(self, topic: str, first: int, end: int) -> list[PartitionLog]:
-        opened: list[PartitionLog] = []
+    async def _open_all_or_none(self, topic: str, first: int, end: int) -> list[PartitionLog | None]:
+        """The new partitions this broker owns, opened; None for those another broker owns, whose leftovers are
+        removed here so that broker opens them empty once it reads the topic."""
+        opened: list[PartitionLog | None] = []
         try:
             for p in range(first, end):
-                opened.append(await self._open_partition(topic, p, new=True))
-        except OSError:
+                if self._owns(topic, p):
+                    opened.append(await self._open_partition(topic, p, new=True))
+                else:
+                    await self._storage.remove_ledger(topic, p)
+                    opened.append(None)
+        except (OSError, ManagedLedgerError):
             for partition in opened:
-                await partition.close()
+                if partition is not None:
+                    await partition.close()
             for p in range(first, end):
                 await self._storage.remove_ledger(topic, p)
             raise
@@ -269,7 +296,7 @@ class TopicManager:
 
     async def _write_meta(self, topic: Topic) -> None:
         await self._storage.write_metadata(TopicMetadata(
-            name=topic.name, partitions=len(topic.partitions), topic_id=topic.topic_id,
+            name=topic.name, partitions=topic.count, topic_id=topic.topic_id,
             created_ms=int(time.time() * 1000), configs=[KeyValue(key=k, value=v) for k, v in topic.configs.items()]))
 
     @property
@@ -290,8 +317,17 @@ class TopicManager:
         return self.topics.get(name)
 
     def partition(self, name: str, index: int) -> PartitionLog | None:
+        """The partition when this broker has it (None: unknown, or another broker owns it)."""
         topic = self.topics.get(name)
         return None if topic is None else topic.partition(index)
+
+    def missing_partition_error(self, name: str, index: int) -> ErrorCode:
+        """Why `partition(name, index)` is None: another broker owns it (clients refresh their metadata and follow
+        it there), or kop has no such partition."""
+        topic = self.topics.get(name)
+        if topic is not None and 0 <= index < topic.count:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return internal_topics.missing_partition_error(name)
 
     async def get_or_create(self, name: str) -> Topic | None:
         """The topic, auto-created with the default partition count when enabled (as Kafka's Metadata/Produce do)."""
@@ -323,7 +359,7 @@ class TopicManager:
         async with self._lock:
             partitions = self.check_create(name, partitions, configs)
             topic = Topic(name, uuid.uuid4().bytes, dict(configs), self._settings(configs))
-            topic.partitions.extend(await self._open_new_partitions(name, 0, partitions))
+            topic.slots.extend(await self._open_new_partitions(name, 0, partitions))
             await self._write_meta(topic)
             self._apply_configs(topic)
             self.topics[name] = topic
@@ -343,7 +379,7 @@ class TopicManager:
             # The commit point, durable before any ledger goes: a crash after it leaves orphans that load_all
             # removes; before it, the whole topic.
             await self._storage.delete_metadata(name)
-            for p in range(len(topic.partitions)):
+            for p in range(topic.count):
                 await self._storage.remove_ledger(name, p)
             self.policies.drop_topic(name)
             log.info("deleted topic %s", name)
@@ -353,12 +389,12 @@ class TopicManager:
             topic = self.topics.get(name)
             if topic is None:
                 raise unknown_topic(name)
-            if count <= len(topic.partitions):
+            if count <= topic.count:
                 raise TopicError(ErrorCode.INVALID_PARTITIONS,
-                                 f"topic {name!r} has {len(topic.partitions)} partitions; {count} is not more")
+                                 f"topic {name!r} has {topic.count} partitions; {count} is not more")
             if count > self.config.max_partitions_per_topic:
                 raise TopicError(ErrorCode.INVALID_PARTITIONS, f"at most {self.config.max_partitions_per_topic}")
-            topic.partitions.extend(await self._open_new_partitions(name, len(topic.partitions), count))
+            topic.slots.extend(await self._open_new_partitions(name, topic.count, count))
             await self._write_meta(topic)
             self._apply_configs(topic)
 
@@ -375,6 +411,63 @@ class TopicManager:
             await self._write_meta(topic)
             self._apply_configs(topic)
             log.info("topic %s configs now %s", name, topic.configs)
+
+    # ---- ownership (kop/cluster): partitions come and go as brokers do
+
+    async def sync(self, metas: list[TopicMetadata]) -> None:
+        """Bring the topics in line with the stored ones (created, grown, reconfigured or deleted by other brokers)
+        and open or close partitions as `owns` now says. A partition taken over is opened as after a crash: its
+        fencing epoch rises (its earlier owner can no longer write) and its dedup state is recovered from the
+        snapshot plus replay before it takes a write."""
+        async with self._lock:
+            stored = {meta.name: meta for meta in metas}
+            for name in [name for name in self.topics if name not in stored]:
+                await self._forget(name)
+                log.info("topic %s was deleted by another broker", name)
+            for meta in metas:
+                topic = self.topics.get(meta.name)
+                configs = {kv.key: kv.value for kv in meta.configs}
+                if topic is not None and topic.topic_id != meta.topic_id:  # deleted and created again elsewhere
+                    await self._forget(meta.name)
+                    topic = None
+                if topic is None:
+                    topic = self.topics[meta.name] = Topic(meta.name, meta.topic_id, configs, self._settings(configs))
+                    self._names_by_id[topic.topic_id] = meta.name
+                elif topic.configs != configs:
+                    topic.configs, topic.settings = configs, self._settings(configs)
+                topic.slots.extend([None] * (meta.partitions - topic.count))
+                for index in range(topic.count):
+                    await self._follow_ownership(topic, index)
+                self._apply_configs(topic)
+
+    async def _follow_ownership(self, topic: Topic, index: int) -> None:
+        partition, owned = topic.slots[index], self._owns(topic.name, index)
+        if owned and partition is None:
+            try:
+                topic.slots[index] = await self._open_partition(topic.name, index)
+            except Exception as exc:  # noqa: BLE001 - lease lost meanwhile, database unreachable: tried again later
+                log.warning("%s: cannot take partition %d over yet: %s", topic.name, index, exc)
+                return
+            log.info("%s: took partition %d over", topic.name, index)
+        elif partition is not None and not owned:
+            topic.slots[index] = None
+            await partition.close()
+            log.info("%s: partition %d moved to another broker", topic.name, index)
+
+    async def _forget(self, name: str) -> None:
+        topic = self.topics.pop(name)
+        self._names_by_id.pop(topic.topic_id, None)
+        for partition in topic.partitions:
+            await partition.close()
+
+    async def release_all(self) -> None:
+        """Close every partition this broker owns (its lease is lost, or it leaves the cluster)."""
+        async with self._lock:
+            for topic in self.topics.values():
+                for index, partition in enumerate(topic.slots):
+                    if partition is not None:
+                        topic.slots[index] = None
+                        await partition.close()
 
     async def close(self) -> None:
         for topic in self.topics.values():

@@ -12,6 +12,7 @@ async def open_topics(data_dir) -> TopicManager:
     policies = PolicyBook(config)
     policies.load()
     topics = TopicManager(config, policies)
+    await topics.open_storage()
     await topics.load_all()
     return topics
 

@@ -5,7 +5,7 @@ commits keep it); a group with no commit yet keeps it in a file until its first 
 import logging
 from typing import TYPE_CHECKING
 
-from kop.admin.http import Request, Response, json_response
+from kop.admin.http import HttpError, Request, Response, json_response
 from kop.admin.parsing import bool_body
 from kop.admin.router import AdminRouter
 
@@ -29,6 +29,9 @@ class GroupRoutes:
 
     async def set(self, request: Request, group: str) -> Response:
         enabled = bool_body(request)
-        changed = await self.broker.groups.offsets.set_replicated(group, enabled)
+        try:
+            changed = await self.broker.groups.offsets.set_replicated(group, enabled)
+        except NotImplementedError as exc:  # a cluster of brokers on PostgreSQL
+            raise HttpError(400, str(exc)) from None
         log.info("admin: group %s replicated=%s (%d partitions changed)", group, enabled, changed)
         return json_response({"group": group, "replicated": enabled, "partitionsChanged": changed})

@@ -20,7 +20,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from kop.groups.offsets import committed_offsets
 from protocol.api import REQUEST_CLASSES
 from protocol.errors import ErrorCode
 from protocol.produce_response import ProduceResponse
@@ -176,7 +175,7 @@ class BrokerCollector(Collector):
                                   value=files.opens)
         yield from _topic_families(topics)
         yield from _dedup_partition_families(topics)
-        yield from _group_families(broker, topics)
+        yield from _group_families(broker)
         yield from _replication_families(broker)
 
 
@@ -246,7 +245,7 @@ def _dedup_partition_families(topics: list) -> Iterator[Metric]:
     yield from (seconds, replayed)
 
 
-def _group_families(broker: "Broker", topics: list) -> Iterator[Metric]:
+def _group_families(broker: "Broker") -> Iterator[Metric]:
     rebalances = CounterMetricFamily("kop_consumer_group_rebalances", "Rebalances completed (generations begun) "
                                      "since the group was loaded", labels=["group"])
     for group in sorted(broker.groups.groups.values(), key=lambda g: g.group_id):
@@ -255,11 +254,13 @@ def _group_families(broker: "Broker", topics: list) -> Iterator[Metric]:
                                   labels=["group", "topic", "partition"])
     lag = GaugeMetricFamily("kop_consumer_group_lag", "Offsets between the group's committed offset and the "
                             "partition's end (high watermark)", labels=["group", "topic", "partition"])
-    for topic in topics:
-        for p in topic.partitions:
-            end = p.high_watermark
-            for group, offset in sorted(committed_offsets(p.ledger).items()):
-                labels = [group, topic.name, str(p.partition)]
-                committed.add_metric(labels, offset.offset)
-                lag.add_metric(labels, max(0, end - offset.offset))
+    # The groups this broker coordinates (all of them on one broker), as their coordinator knows their offsets; the lag
+    # where this broker also serves the partition.
+    for group_id in sorted(broker.groups.groups):
+        for (topic, index), offset in broker.groups.offsets.fetch_all(group_id).items():
+            labels = [group_id, topic, str(index)]
+            committed.add_metric(labels, offset.offset)
+            partition = broker.topics.partition(topic, index)
+            if partition is not None:
+                lag.add_metric(labels, max(0, partition.high_watermark - offset.offset))
     yield from (rebalances, committed, lag)

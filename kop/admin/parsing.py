@@ -45,8 +45,9 @@ def find_topic(broker: "Broker", tenant: str, namespace: str, topic: str, *, par
     if match is not None:
         parent = broker.topics.get(match["topic"])
         index = int(match["index"])
-        if parent is not None and index < len(parent.partitions):
-            return TopicRef(ns, parent.name, (parent.partitions[index],), True)
+        partition = parent.partition(index) if parent is not None else None
+        if partition is not None:  # not here when another broker of the cluster owns it
+            return TopicRef(ns, parent.name, (partition,), True)
     raise HttpError(404, f"Topic persistent://{ns}/{topic} not found")
 
 

@@ -47,10 +47,11 @@ class TopicRoutes:
     async def stats(self, request: Request, tenant: str, namespace: str, topic: str) -> Response:
         ref = find_topic(self.broker, tenant, namespace, topic, partition_names=True)
         replication = self._replication
+        groups = views.GroupView(self.broker.groups.committed_on, self.broker.groups.offsets.replicated)
         if ref.single_partition:
-            return json_response(self._with_snapshots(views.partition_stats(ref.partitions[0], replication),
+            return json_response(self._with_snapshots(views.partition_stats(ref.partitions[0], replication, groups),
                                                       ref.partitions[0]))
-        stats = views.topic_stats(ref.namespace, ref.topic, ref.partitions, replication)
+        stats = views.topic_stats(ref.namespace, ref.topic, ref.partitions, replication, groups)
         for partition in ref.partitions:
             self._with_snapshots(stats["partitions"][views.partition_topic_name(ref.namespace, ref.topic,
                                                                                 partition.partition)], partition)

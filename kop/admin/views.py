@@ -4,11 +4,12 @@ A Kafka topic T with N partitions is Pulsar's partitioned topic `persistent://{n
 `persistent://{ns}/T-partition-{i}`. Stats of T aggregate its partitions and list each under `partitions`, as
 `pulsar-admin topics partitioned-stats --per-partition` does.
 """
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 
 from dedup.named_sequences import application_name
 from dedup.sequences import to_wire
-from kop.groups.offsets import REPLICATED_KEY, committed_offsets
+from kop.groups.offsets import CommittedOffset
 from kop.partition import PartitionLog
 
 
@@ -64,11 +65,16 @@ def _sequence_fields(last: int, persisted: int | None) -> dict:
 ReplicationView = Callable[[PartitionLog], Mapping[str, dict]]
 
 
-def no_replication(_partition: PartitionLog) -> Mapping[str, dict]:
-    return {}
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    """What the group coordinator knows of groups on a partition: their committed offsets (by topic and partition
+    index) and which groups are geo-replicated. In a cluster the coordinator, not the partition, knows the offsets."""
+
+    committed_on: Callable[[str, int], Mapping[str, CommittedOffset]]
+    replicated: Collection[str]
 
 
-def partition_stats(partition: PartitionLog, replication: ReplicationView = no_replication) -> dict:
+def partition_stats(partition: PartitionLog, replication: ReplicationView, groups: GroupView) -> dict:
     stats = partition.ledger.internal_stats()
     return {
         "deduplicationStatus": partition.dedup.status.value,
@@ -78,22 +84,20 @@ def partition_stats(partition: PartitionLog, replication: ReplicationView = no_r
         "logStartOffset": partition.log_start_offset,
         "highWatermark": partition.high_watermark,
         "namedSequences": named_sequences(partition),
-        "subscriptions": subscriptions(partition),
+        "subscriptions": subscriptions(partition, groups),
         "replication": dict(replication(partition)),
         "compaction": partition.cleaner_stats.as_json(),
     }
 
 
-def subscriptions(partition: PartitionLog) -> dict:
-    """The consumer groups with a committed offset on this partition (a cursor named after the group), as Pulsar
-    lists a topic's subscriptions: the offset and the backlog behind the partition's end (offsets, so records
-    dropped as duplicates still count)."""
+def subscriptions(partition: PartitionLog, groups: GroupView) -> dict:
+    """The consumer groups with a committed offset on this partition, as Pulsar lists a topic's subscriptions: the
+    offset and the backlog behind the partition's end (offsets, so records dropped as duplicates still count)."""
     end = partition.high_watermark
-    cursors = partition.ledger.cursors
     return {group: {"type": "KafkaConsumerGroup", "committedOffset": committed.offset,
                     "msgBacklog": max(0, end - committed.offset), "lastCommitTimestamp": committed.commit_timestamp,
-                    "isReplicated": bool(cursors[group].properties.get(REPLICATED_KEY))}
-            for group, committed in sorted(committed_offsets(partition.ledger).items())}
+                    "isReplicated": group in groups.replicated}
+            for group, committed in sorted(groups.committed_on(partition.topic, partition.partition).items())}
 
 
 def named_sequences(partition: PartitionLog) -> dict:
@@ -105,9 +109,9 @@ def named_sequences(partition: PartitionLog) -> dict:
 
 
 def topic_stats(namespace: str, topic: str, partitions: Sequence[PartitionLog],
-                replication: ReplicationView = no_replication) -> dict:
+                replication: ReplicationView, group_view: GroupView) -> dict:
     """Aggregated stats of a topic plus each partition's own."""
-    per_partition = {partition_topic_name(namespace, topic, p.partition): partition_stats(p, replication)
+    per_partition = {partition_topic_name(namespace, topic, p.partition): partition_stats(p, replication, group_view)
                      for p in partitions}
     statuses = {s["deduplicationStatus"] for s in per_partition.values()}
     by_producer: dict[str, dict] = {}
@@ -118,7 +122,7 @@ def topic_stats(namespace: str, topic: str, partitions: Sequence[PartitionLog],
             entry["partitions"] = entry.get("partitions", 0) + 1
     groups: dict[str, dict] = {}
     for partition in partitions:
-        for group, stats in subscriptions(partition).items():
+        for group, stats in subscriptions(partition, group_view).items():
             entry = groups.setdefault(group, {"type": stats["type"], "msgBacklog": 0, "partitions": {},
                                               "isReplicated": stats["isReplicated"]})
             entry["msgBacklog"] += stats["msgBacklog"]

@@ -12,6 +12,7 @@ committed).
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -72,17 +73,39 @@ class GroupCoordinator:
         self.loaded = False
         self._sweeper: asyncio.Task | None = None
         self._forgetting: set[asyncio.Task] = set()  # generation-log deletions in flight
+        self._clustered = False  # a cluster's coordinator: groups come and go with its shards (kop/cluster/groups.py)
+        self._serves: Callable[[str], ErrorCode | None] = lambda group_id: None
+
+    def join_cluster(self, offsets: "OffsetStore", serves: Callable[[str], ErrorCode | None]) -> None:
+        """Coordinate only the groups of the shards this broker owns in a cluster (kop/cluster/groups.py adopts and
+        drops them); serves(group_id): why this broker may not serve the group now, None when it may."""
+        self.offsets = offsets
+        self._serves = serves
+        self._clustered = True
+
+    def adopt(self, group_id: str, generation: int, protocol_type: str | None) -> None:
+        """A group of a shard this broker took over: known, Empty, past every generation handed out before."""
+        group = self.groups.setdefault(group_id, Group(group_id, protocol_type=protocol_type or None))
+        group.generation_id = max(group.generation_id, generation)
+
+    def drop(self, group_id: str) -> None:
+        """A group of a shard that moved to another broker: its members, waiting or not, are let go."""
+        group = self.groups.pop(group_id, None)
+        if group is not None:
+            self.membership.forget(group)
 
     # ---- lifecycle
 
     async def start(self) -> None:
-        """Find the groups that have committed offsets (topics must be loaded), then serve."""
-        for group_id, protocol_type in self.offsets.load().items():
-            self.groups.setdefault(group_id, Group(group_id, protocol_type=protocol_type))
-        for group_id, record in (await self.generations.load()).items():
-            group = self.groups.setdefault(group_id, Group(group_id, protocol_type=record.protocol_type or None))
-            restore_group(group, record)
-            self.membership.restored(group)
+        """Find the groups that have committed offsets (topics must be loaded), then serve. In a cluster the
+        groups come with the shards instead."""
+        if not self._clustered:
+            for group_id, protocol_type in self.offsets.load().items():
+                self.groups.setdefault(group_id, Group(group_id, protocol_type=protocol_type))
+            for group_id, record in (await self.generations.load()).items():
+                group = self.groups.setdefault(group_id, Group(group_id, protocol_type=record.protocol_type or None))
+                restore_group(group, record)
+                self.membership.restored(group)
         self.loaded = True
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop())
         log.info("group coordinator loaded %d groups with committed offsets", len(self.groups))
@@ -139,7 +162,7 @@ class GroupCoordinator:
             return ErrorCode.INVALID_GROUP_ID
         if not self.loaded:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        return None
+        return self._serves(group_id)
 
     # ---- membership
 
@@ -214,6 +237,11 @@ class GroupCoordinator:
     def fetch_offset(self, group_id: str, topic: str, partition: int) -> CommittedOffset | None:
         return None if self._being_deleted(group_id) else self.offsets.fetch(group_id, topic, partition)
 
+    def committed_on(self, topic: str, partition: int) -> dict[str, CommittedOffset]:
+        """The committed offset of every group this broker coordinates that has one on the partition."""
+        found = {group_id: self.fetch_offset(group_id, topic, partition) for group_id in sorted(self.groups)}
+        return {group_id: committed for group_id, committed in found.items() if committed is not None}
+
     def fetch_all_offsets(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
         return {} if self._being_deleted(group_id) else self.offsets.fetch_all(group_id)
 
@@ -231,7 +259,8 @@ class GroupCoordinator:
             return ErrorCode.NON_EMPTY_GROUP, {}
         results = {}
         for topic, partition in partitions:
-            if self.topics.partition(topic, partition) is None:
+            known = self.topics.get(topic)  # wherever it is served: a cluster's coordinator owns few of them
+            if known is None or not 0 <= partition < known.count:
                 results[(topic, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif not group.is_(GroupState.EMPTY) and group.is_subscribed_to(topic):
                 results[(topic, partition)] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC

@@ -11,6 +11,7 @@ from protocol.api import RequestHeader
 if TYPE_CHECKING:
     from kop.admin.metrics import BrokerMetrics
     from kop.broker import Broker
+    from kop.cluster import Cluster
     from kop.config import BrokerConfig
     from kop.groups import GroupCoordinator
     from kop.producer_ids import ProducerIdAllocator
@@ -52,17 +53,18 @@ class BrokerServices:
     authorizer: "Authorizer"
     quota_book: "QuotaBook"
     quota_meter: "QuotaMeter"
+    cluster: "Cluster"  # who leads each partition, the live brokers
 
     @classmethod
     def of(cls, broker: "Broker", listener: "ListenerSpec") -> "BrokerServices":
         config = broker.config
-        assert broker.producer_ids is not None and broker.transactions is not None, \
+        assert broker.producer_ids is not None and broker.transactions is not None and broker.cluster is not None, \
             "the broker serves requests only once started"
         endpoint = Endpoint(config.node_id, listener.advertised_host, broker.advertised_port(listener), listener.name)
         return cls(config, broker.explicit_settings, endpoint, broker.topics,
                    broker.groups, broker.producer_ids, broker.transactions, broker.api_router.versions,
                    broker.metrics, broker.replication, broker.users, broker.authorizer,
-                   broker.quota_book, broker.quota_meter)
+                   broker.quota_book, broker.quota_meter, broker.cluster)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +130,10 @@ class RequestContext:
     @property
     def endpoint(self) -> Endpoint:
         return self.services.endpoint
+
+    @property
+    def cluster(self) -> "Cluster":
+        return self.services.cluster
 
     @property
     def topics(self) -> "TopicManager":

@@ -1,8 +1,13 @@
 """DescribeCluster (key 60). Version notes: v1 adds the endpoint type (1 = brokers); v2 asks for fenced brokers
-too and marks them (KIP-1073). One broker is the whole cluster and its controller, and never fenced."""
+too and marks them (KIP-1073). The brokers are the live members of the cluster (kop/cluster), this one alone on
+the file engine; each answers as the controller, and none is fenced (a broker whose lease ran out is not listed).
+The brokers are the same as Metadata lists."""
 from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
 
+from kafka.protocol.metadata import MetadataResponse
+
 from kop.handlers.context import RequestContext
+from kop.handlers.metadata import broker_list
 from protocol.errors import ErrorCode
 
 BROKERS_ENDPOINT = 1
@@ -10,11 +15,10 @@ BROKERS_ENDPOINT = 1
 
 async def describe_cluster(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
     cls = DescribeClusterResponse[ctx.version]
-    me = ctx.endpoint
+    brokers = [cls.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port, rack=None, is_fenced=False)
+               for b in broker_list(ctx, MetadataResponse[0])]
     return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, endpoint_type=BROKERS_ENDPOINT,
-               cluster_id=ctx.config.cluster_id, controller_id=me.node_id,
-               brokers=[cls.DescribeClusterBroker(broker_id=me.node_id, host=me.host, port=me.port, rack=None,
-                                                  is_fenced=False)])
+               cluster_id=ctx.config.cluster_id, controller_id=ctx.endpoint.node_id, brokers=brokers)
 
 
 ROUTES = [(DescribeClusterRequest.API_KEY, 0, 2, describe_cluster)]

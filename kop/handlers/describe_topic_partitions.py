@@ -23,7 +23,7 @@ def _shape(ctx: RequestContext, name: str) -> tuple[int, uuid.UUID] | None:
     if internal_topics.is_internal(name):
         return internal_topics.CONSUMER_OFFSETS_PARTITIONS, internal_topics.CONSUMER_OFFSETS_ID
     topic = ctx.topics.get(name)
-    return None if topic is None else (len(topic.partitions), uuid.UUID(bytes=topic.topic_id))
+    return None if topic is None else (topic.count, uuid.UUID(bytes=topic.topic_id))
 
 
 def _topic(cls: type[DescribeTopicPartitionsResponse], name: str, error: ErrorCode,
@@ -47,7 +47,6 @@ async def handle(ctx: RequestContext, request: DescribeTopicPartitionsRequest) -
                    topics=[_topic(cls, name, ErrorCode.INVALID_REQUEST) for name in asked])
     names = [n for n in asked if cursor is None or n >= cursor.topic_name]
     room = max(1, min(request.response_partition_limit, MAX_PARTITIONS_PER_RESPONSE))
-    node = ctx.endpoint.node_id
     topics, next_cursor = [], None
     for i, name in enumerate(names):
         if room == 0:
@@ -65,10 +64,11 @@ async def handle(ctx: RequestContext, request: DescribeTopicPartitionsRequest) -
         first = cursor.partition_index if cursor is not None and i == 0 and name == cursor.topic_name else 0
         first = max(0, min(first, count))  # a cursor past the end lists none of this topic
         end = min(count, first + room)
-        entry.partitions = [Partition(error_code=ErrorCode.NONE, partition_index=p, leader_id=node, leader_epoch=0,
-                                      replica_nodes=[node], isr_nodes=[node], eligible_leader_replicas=[],
+        leaders = {p: ctx.cluster.leader(name, p) for p in range(first, end)}  # __consumer_offsets: by its shards
+        entry.partitions = [Partition(error_code=ErrorCode.NONE, partition_index=p, leader_id=leader, leader_epoch=0,
+                                      replica_nodes=[leader], isr_nodes=[leader], eligible_leader_replicas=[],
                                       last_known_elr=[], offline_replicas=[])
-                            for p in range(first, end)]
+                            for p, leader in leaders.items()]
         topics.append(entry)
         room -= end - first
         if end < count:

@@ -66,7 +66,7 @@ def _collect(ctx: RequestContext, request: FetchRequest) -> tuple[list[Any], int
                 parts.append(data)
                 continue
             if partition is None:
-                data.error_code = internal_topics.missing_partition_error(name) if name is not None \
+                data.error_code = topics.missing_partition_error(name, fpart.partition) if name is not None \
                     else ErrorCode.UNKNOWN_TOPIC_ID
                 parts.append(data)
                 continue

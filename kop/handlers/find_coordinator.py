@@ -2,13 +2,17 @@
 flexible; v4+ a batch of coordinator keys with one answer each (KIP-699); v6 allows key type 2 (share groups),
 which we refuse with INVALID_REQUEST.
 
-One broker coordinates every group, so the answer is always this broker, or COORDINATOR_NOT_AVAILABLE until the
-group coordinator has loaded. Transaction keys get this broker too: its transaction coordinator serves every
-transactional id.
+A group is coordinated by the owner of its `__consumer_offsets` shard (kop/cluster/groups.py): this broker alone on
+the file engine, the shard's owner in a cluster; COORDINATOR_NOT_AVAILABLE until the group coordinator has loaded or
+while no broker is live. Transaction keys get this broker: its transaction coordinator serves every transactional id
+that asks it.
 """
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
+from kop.cluster.groups import shard_of
 from kop.handlers.context import RequestContext
+from kop.handlers.metadata import endpoints
+from kop.internal_topics import CONSUMER_OFFSETS
 from kop.security.acls import Operation, ResourceType
 from protocol.errors import ErrorCode
 
@@ -19,32 +23,37 @@ RESOURCES = {GROUP_KEY: (ResourceType.GROUP, ErrorCode.GROUP_AUTHORIZATION_FAILE
              TRANSACTION_KEY: (ResourceType.TRANSACTIONAL_ID, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)}
 
 
-def _answer(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, str | None]:
+NOWHERE = (-1, "", -1)
+
+
+def _answer(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, str | None, tuple[int, str, int]]:
+    """The error, its message and the coordinator (node id, host, port)."""
     if key_type not in (GROUP_KEY, TRANSACTION_KEY):
-        return ErrorCode.INVALID_REQUEST, f"unsupported coordinator key type {key_type}"
+        return ErrorCode.INVALID_REQUEST, f"unsupported coordinator key type {key_type}", NOWHERE
     resource_type, refusal = RESOURCES[key_type]
     if not ctx.authorized(Operation.DESCRIBE, resource_type, key):
-        return refusal, f"{ctx.principal} may not describe {key}"
+        return refusal, f"{ctx.principal} may not describe {key}", NOWHERE
     if not ctx.groups.loaded:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is loading"
-    return ErrorCode.NONE, None
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is loading", NOWHERE
+    me = ctx.endpoint
+    node = me.node_id if key_type == TRANSACTION_KEY else ctx.cluster.leader(CONSUMER_OFFSETS, shard_of(key))
+    address = endpoints(ctx).get(node)
+    if address is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "no live broker coordinates it", NOWHERE
+    return ErrorCode.NONE, None, (node, *address)
 
 
 async def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     v = ctx.version
     cls = FindCoordinatorResponse[v]
-    node, host, port = ctx.endpoint.node_id, ctx.endpoint.host, ctx.endpoint.port
     key_type = request.key_type if v >= 1 else GROUP_KEY
     if v < 4:
-        error, message = _answer(ctx, key_type, request.key)
-        if error != ErrorCode.NONE:
-            node, host, port = -1, "", -1
+        error, message, (node, host, port) = _answer(ctx, key_type, request.key)
         return cls(throttle_time_ms=0, error_code=error, error_message=message, node_id=node, host=host, port=port)
     coordinators = []
     for key in request.coordinator_keys:
-        error, message = _answer(ctx, key_type, key)
-        found = (node, host, port) if error == ErrorCode.NONE else (-1, "", -1)
-        coordinators.append(cls.Coordinator(key=key, node_id=found[0], host=found[1], port=found[2], error_code=error,
+        error, message, (node, host, port) = _answer(ctx, key_type, key)
+        coordinators.append(cls.Coordinator(key=key, node_id=node, host=host, port=port, error_code=error,
                                             error_message=message))
     return cls(throttle_time_ms=0, coordinators=coordinators)
 

@@ -8,7 +8,6 @@ its records the offset (as Kafka's time index and LogSegment.findOffsetByTimesta
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
 from kop.handlers.context import RequestContext
-from kop.internal_topics import missing_partition_error
 from kop.security.acls import Operation, ResourceType
 from kop.partition import PartitionLog
 from protocol.errors import ErrorCode
@@ -52,7 +51,7 @@ async def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffset
             if not ctx.authorized(Operation.DESCRIBE, ResourceType.TOPIC, topic.name):
                 result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif partition is None:
-                result.error_code = missing_partition_error(topic.name)
+                result.error_code = ctx.topics.missing_partition_error(topic.name, p.partition_index)
             elif p.timestamp in (EARLIEST, EARLIEST_LOCAL):
                 result.offset = partition.log_start_offset
             elif p.timestamp == LATEST:

@@ -1,7 +1,9 @@
 """Metadata (key 3). Version notes: v0 with an empty list means all topics, v1+ uses null for that; v4+ carries
 AllowAutoTopicCreation; v10+ topic ids; v8-10 cluster authorized operations; v13+ a top-level error code (always
-NONE: kop has no authorizer to refuse a describe). One broker leads every partition.
-`__consumer_offsets` is listed as internal (kop/internal_topics.py)."""
+NONE: kop has no authorizer to refuse a describe). Brokers are the live members of the cluster (this one alone on the
+file engine), each at its address on the listener the request came by; a partition's leader is its owner
+(kop/cluster), LEADER_NOT_AVAILABLE while no broker is live. `__consumer_offsets` is listed as internal
+(kop/internal_topics.py), each partition led by the coordinator of the groups it shards."""
 import uuid
 from typing import Any
 
@@ -14,26 +16,40 @@ from kop.topics import Topic, TopicError, validate_topic_name
 from protocol.errors import ErrorCode
 
 
-def broker_list(ctx: RequestContext, cls: type[MetadataResponse]) -> list[Any]:
+def endpoints(ctx: RequestContext) -> dict[int, tuple[str, int]]:
+    """node id -> (host, port) of every live broker on the listener the request came by (this one included)."""
     me = ctx.endpoint
-    return [cls.MetadataResponseBroker(node_id=me.node_id, host=me.host, port=me.port, rack=None)]
+    found = {member.node_id: member.endpoints[me.listener] for member in ctx.cluster.members()
+             if me.listener in member.endpoints}
+    found[me.node_id] = (me.host, me.port)
+    return found
+
+
+def broker_list(ctx: RequestContext, cls: type[MetadataResponse]) -> list[Any]:
+    return [cls.MetadataResponseBroker(node_id=node, host=host, port=port, rack=None)
+            for node, (host, port) in sorted(endpoints(ctx).items())]
+
+
+def _partition(cls: type[MetadataResponse], index: int, leader: int) -> Any:
+    error = ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
+    replicas = [leader] if leader >= 0 else []
+    return cls.MetadataResponseTopic.MetadataResponsePartition(
+        error_code=error, partition_index=index, leader_id=leader, leader_epoch=0, replica_nodes=replicas,
+        isr_nodes=replicas, offline_replicas=[])
 
 
 def topic_entry(ctx: RequestContext, cls: type[MetadataResponse], name: str | None, topic: Topic | None,
                 error: ErrorCode = ErrorCode.NONE) -> Any:
-    node = ctx.endpoint.node_id
-    if internal_topics.is_internal(name):
-        count, topic_id, error = internal_topics.CONSUMER_OFFSETS_PARTITIONS, internal_topics.CONSUMER_OFFSETS_ID, \
-            ErrorCode.NONE
+    if internal_topics.is_internal(name):  # led by the group coordinators of its shards (kop/cluster/groups.py)
+        error = ErrorCode.NONE
+        partitions = [_partition(cls, p, ctx.cluster.leader(internal_topics.CONSUMER_OFFSETS, p))
+                      for p in range(internal_topics.CONSUMER_OFFSETS_PARTITIONS)]
+        topic_id = internal_topics.CONSUMER_OFFSETS_ID
     elif topic is not None:
-        count, topic_id = len(topic.partitions), uuid.UUID(bytes=topic.topic_id)
+        partitions = [_partition(cls, p, ctx.cluster.leader(topic.name, p)) for p in range(topic.count)]
+        topic_id = uuid.UUID(bytes=topic.topic_id)
     else:
-        count, topic_id = 0, uuid.UUID(int=0)
-    partitions = [
-        cls.MetadataResponseTopic.MetadataResponsePartition(
-            error_code=ErrorCode.NONE, partition_index=p, leader_id=node, leader_epoch=0,
-            replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
-        for p in range(count)]
+        partitions, topic_id = [], uuid.UUID(int=0)
     return cls.MetadataResponseTopic(error_code=error, name=name, topic_id=topic_id,
                                      is_internal=internal_topics.is_internal(name), partitions=partitions)
 

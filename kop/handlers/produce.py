@@ -17,7 +17,7 @@ from kafka.protocol.producer import ProduceRequest
 
 from kop import internal_topics
 from kop.handlers.context import RequestContext
-from kop.internal_topics import REFUSAL, REFUSED, missing_partition_error
+from kop.internal_topics import REFUSAL, REFUSED
 from kop.security.acls import Operation, ResourceType
 from kop.security.quotas import PRODUCE_RATE
 from kop.partition import AppendResult, PartitionLog
@@ -105,11 +105,15 @@ Outcomes = list[tuple[str | bytes, list[tuple[int, PartitionLog | None, asyncio.
 TOPIC_IDS_FROM = 13
 
 
-def _missing(name: str | None, index: int) -> asyncio.Future:
+def _missing(ctx: RequestContext, name: str | None, index: int) -> asyncio.Future:
     if name is None:
         return _rejected(ErrorCode.UNKNOWN_TOPIC_ID, "unknown topic id")
-    error = missing_partition_error(name)
-    return _rejected(error, REFUSAL if error == REFUSED else f"unknown topic or partition {name}-{index}")
+    error = ctx.topics.missing_partition_error(name, index)
+    if error == REFUSED:
+        return _rejected(error, REFUSAL)
+    if error == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+        return _rejected(error, f"another broker leads {name}-{index}")
+    return _rejected(error, f"unknown topic or partition {name}-{index}")
 
 
 async def handle(ctx: RequestContext, request: ProduceRequest) -> Awaitable[ProduceResponse] | None:
@@ -140,7 +144,7 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> Awaitable[Prod
             elif not writable:
                 future = _rejected(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{ctx.principal} may not write to {name}")
             elif topic is None or partition is None:
-                future = _missing(name, index)
+                future = _missing(ctx, name, index)
             else:
                 future = _publish_one(ctx, partition, topic.settings, pdata.records, request.timeout_ms)
             per_partition.append((index, partition, future))

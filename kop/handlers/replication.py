@@ -50,7 +50,7 @@ async def _topic(ctx: RequestContext, name: str, partitions: int) -> Topic:
             if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 raise
             topic = ctx.topics.get(name)
-    if topic is not None and len(topic.partitions) < partitions:
+    if topic is not None and topic.count < partitions:
         try:
             await ctx.topics.add_partitions(name, partitions)
         except TopicError as exc:

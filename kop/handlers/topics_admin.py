@@ -52,7 +52,7 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
                 topic_id = uuid.UUID(int=0)
             else:
                 topic = await ctx.topics.create(item.name, num_partitions, configs)
-                partitions = len(topic.partitions)
+                partitions = topic.count
                 topic_id = uuid.UUID(bytes=topic.topic_id)
             result.topic_id = topic_id
             result.num_partitions = partitions
@@ -117,11 +117,11 @@ async def create_partitions(ctx: RequestContext, request: CreatePartitionsReques
             topic = ctx.topics.get(item.name)
             if topic is None:
                 raise unknown_topic(item.name)
-            if item.count <= len(topic.partitions):
+            if item.count <= topic.count:
                 raise TopicError(ErrorCode.INVALID_PARTITIONS,
-                                 f"topic has {len(topic.partitions)} partitions; {item.count} is not more")
+                                 f"topic has {topic.count} partitions; {item.count} is not more")
             if item.assignments is not None:
-                added = item.count - len(topic.partitions)
+                added = item.count - topic.count
                 if len(item.assignments) != added:
                     raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                      f"{len(item.assignments)} assignments for {added} new partitions")

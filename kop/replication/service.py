@@ -116,7 +116,7 @@ class ReplicationService:
 
         def partition_count() -> int:
             topic = self.topics.get(name)
-            return len(topic.partitions) if topic is not None else partition.partition + 1
+            return topic.count if topic is not None else partition.partition + 1
 
         replicator = Replicator(partition, topic_id, partition_count, self.local, remote,
                                 lambda: self._links.get(remote),

@@ -65,6 +65,18 @@ MIGRATIONS: tuple[str, ...] = (
     DROP INDEX kop_entry_position;
     ALTER TABLE kop_entry ADD PRIMARY KEY (name, ledger_id, entry_id);
     """,
+    # 4: several brokers on one database: their leases, and which run of which broker owns each managed ledger
+    """
+    CREATE TABLE kop_broker (
+        node_id integer PRIMARY KEY,
+        session bigint NOT NULL UNIQUE,     -- this run of the broker: a restarted or resumed one registers anew
+        home text NOT NULL,                 -- host and data directory: a second broker with the same id is refused
+        endpoints text NOT NULL,            -- JSON: listener name -> [host, port], as clients are told
+        lease_until timestamptz NOT NULL    -- the database's clock: brokers' clocks never matter
+    );
+    CREATE SEQUENCE kop_broker_session;
+    ALTER TABLE kop_managed_ledger ADD COLUMN owner_session bigint;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

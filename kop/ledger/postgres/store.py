@@ -2,7 +2,10 @@
 
 Fencing: opening a managed ledger raises its epoch; every write names the epoch it was opened with and changes
 nothing unless that is still the current one (checked in the same statement, under the row's lock), so a broker that
-lost a partition can never write to it again. A write refused this way raises LedgerFencedOut.
+lost a partition can never write to it again. In a cluster (kop/cluster) the store also knows its broker's session,
+and every write and every opening checks, in the same transaction and by the database's clock, that the session's
+lease has not expired: a broker paused past its lease cannot write even before another broker takes its partitions
+over. A write refused this way raises LedgerFencedOut.
 """
 import asyncio
 from dataclasses import dataclass
@@ -14,11 +17,19 @@ from kop.ledger.position import Position
 from kop.ledger.postgres.schema import migrate
 
 POOL_SIZE = 8
-BROKER_LOCK = 0x6B6F7062  # session advisory lock a broker holds on its database ("kopb")
 
 
 class LedgerFencedOut(ManagedLedgerError):
-    """Another owner opened the managed ledger since: this broker may not write to it any more."""
+    """Another owner opened the managed ledger since, or this broker's lease expired: it may not write to it."""
+
+
+FENCED = "another broker owns it now, or this broker's lease expired"
+
+
+def _leased(session: str) -> str:
+    """SQL: the broker session named by the parameter `session` holds an unexpired lease (always true without one)."""
+    return (f"({session}::bigint IS NULL OR EXISTS (SELECT 1 FROM kop_broker WHERE session = {session} "
+            "AND lease_until > clock_timestamp()))")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +58,7 @@ class Loaded:
 _APPEND = """
 WITH owner AS (
     UPDATE kop_managed_ledger SET last_ledger_id = greatest(last_ledger_id, $3), end_floor = greatest(end_floor, $4)
-    WHERE name = $1 AND epoch = $2 RETURNING name),
+    WHERE name = $1 AND epoch = $2 AND {leased} RETURNING name),
 closed AS (
     UPDATE kop_ledger SET closed_ms = $5
     WHERE name IN (SELECT name FROM owner) AND ledger_id < $3 AND closed_ms IS NULL),
@@ -60,16 +71,16 @@ added AS (
         AS u(f, l, e, b)
     RETURNING 1)
 SELECT count(*) FROM owner
-"""
+""".format(leased=_leased("$10"))
 
-_OWNER_SHARED = "SELECT 1 FROM kop_managed_ledger WHERE name = $1 AND epoch = $2 FOR SHARE"
+_OWNER_SHARED = f"SELECT 1 FROM kop_managed_ledger WHERE name = $1 AND epoch = $2 AND {_leased('$3')} FOR SHARE"
 
 
 class PgStore:
     def __init__(self, url: str) -> None:
         self.url = url
         self._pool: asyncpg.Pool | None = None
-        self._lock_conn: asyncpg.Connection | None = None
+        self.session: int | None = None  # this broker's lease (kop/cluster), checked by every write; None: no lease
 
     async def open(self) -> "PgStore":
         self._pool = await asyncpg.create_pool(self.url, min_size=1, max_size=POOL_SIZE)
@@ -77,16 +88,7 @@ class PgStore:
             await migrate(conn)
         return self
 
-    async def hold_broker_lock(self) -> bool:
-        """Take the database's broker lock for as long as this store is open (the server drops it when the
-        connection ends, however the broker ends); False when another broker holds it."""
-        self._lock_conn = await asyncpg.connect(self.url)
-        return bool(await self._lock_conn.fetchval("SELECT pg_try_advisory_lock($1)", BROKER_LOCK))
-
     async def close(self) -> None:
-        if self._lock_conn is not None:
-            await self._lock_conn.close()
-            self._lock_conn = None
         if self._pool is not None:
             await asyncio.wait_for(self._pool.close(), 10)
             self._pool = None
@@ -100,12 +102,15 @@ class PgStore:
 
     async def take_ownership(self, name: str, initial_index: int) -> Loaded:
         """Raise the epoch (fencing out any earlier owner, whose writes wait for this to commit and then fail) and
-        read everything stored, in one transaction."""
+        read everything stored, in one transaction. Refused (LedgerFencedOut) once this broker's lease expired."""
         async with self.pool.acquire() as conn, conn.transaction():
+            if not await conn.fetchval(f"SELECT {_leased('$1')}", self.session):
+                raise LedgerFencedOut(f"{name}: this broker's lease expired")
             row = await conn.fetchrow(
-                "INSERT INTO kop_managed_ledger AS m (name, epoch, last_ledger_id, end_floor, deleted_before) "
-                "VALUES ($1, 1, -1, $2, 0) ON CONFLICT (name) DO UPDATE SET epoch = m.epoch + 1 "
-                "RETURNING epoch, last_ledger_id, end_floor, deleted_before", name, initial_index)
+                "INSERT INTO kop_managed_ledger AS m (name, epoch, last_ledger_id, end_floor, deleted_before, "
+                "owner_session) VALUES ($1, 1, -1, $2, 0, $3) ON CONFLICT (name) DO UPDATE SET epoch = m.epoch + 1, "
+                "owner_session = $3 RETURNING epoch, last_ledger_id, end_floor, deleted_before",
+                name, initial_index, self.session)
             closed = await conn.fetch("SELECT ledger_id, closed_ms FROM kop_ledger WHERE name = $1 "
                                       "AND closed_ms IS NOT NULL", name)
             entries = await conn.fetch("SELECT ledger_id, entry_id, entry FROM kop_entry WHERE name = $1 "
@@ -121,9 +126,9 @@ class PgStore:
         first_indexes, ledger_ids, entry_ids, payloads = zip(*entries)
         async with self.pool.acquire() as conn:
             owned = await conn.fetchval(_APPEND, name, epoch, max(ledger_ids), end_index, closed_ms,
-                                        first_indexes, ledger_ids, entry_ids, payloads)
+                                        first_indexes, ledger_ids, entry_ids, payloads, self.session)
         if not owned:
-            raise LedgerFencedOut(f"{name}: another broker owns it now")
+            raise LedgerFencedOut(f"{name}: {FENCED}")
 
     async def drop_tail(self, name: str, epoch: int, last_confirmed: Position, end_index: int,
                         next_ledger_id: int) -> None:
@@ -179,10 +184,52 @@ class PgStore:
             return [r[0] for r in await conn.fetch("SELECT name FROM kop_managed_ledger WHERE name LIKE $1",
                                                    pattern)]
 
-    @staticmethod
-    async def _check_owner(conn: asyncpg.Connection, name: str, epoch: int) -> None:
-        if await conn.fetchval(_OWNER_SHARED, name, epoch) is None:
-            raise LedgerFencedOut(f"{name}: another broker owns it now")
+    async def _check_owner(self, conn: asyncpg.Connection, name: str, epoch: int) -> None:
+        if await conn.fetchval(_OWNER_SHARED, name, epoch, self.session) is None:
+            raise LedgerFencedOut(f"{name}: {FENCED}")
+
+    # ---- consumer-group cursors written by a group's coordinator (kop/cluster/offsets.py), wherever the partition is
+
+    async def group_cursors(self, system_prefix: str) -> list[tuple[str, bytes]]:
+        """(managed ledger name, ManagedCursorInfo) of every cursor not named with the system prefix."""
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch("SELECT name, info FROM kop_cursor WHERE NOT starts_with(cursor, $1)",
+                                    system_prefix)
+        return [(row[0], row[1]) for row in rows]
+
+    async def positions_before(self, wanted: list[tuple[str, int]]) -> list[tuple[int, int] | None]:
+        """For each (managed ledger name, offset): the position of the last entry starting before the offset (the
+        entry a consumer that committed it read last), None when there is none."""
+        names, offsets = zip(*wanted)
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch(
+                "SELECT e.ledger_id, e.entry_id FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS u(n, o, i) "
+                "LEFT JOIN LATERAL (SELECT ledger_id, entry_id FROM kop_entry WHERE name = u.n AND first_index < u.o "
+                "ORDER BY first_index DESC LIMIT 1) e ON true ORDER BY u.i", names, offsets)
+        return [None if row[0] is None else (row[0], row[1]) for row in rows]
+
+    async def put_group_cursors(self, fences: dict[str, int], upserts: list[tuple[str, str, bytes]],
+                                deletes: list[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Write (ledger name, cursor, info) rows and delete (ledger name, cursor) ones, in one transaction that
+        first checks each fence (coordinator ledger name -> epoch) as a write of that ledger would; the
+        (ledger, cursor) pairs upserted (not those of a ledger that no longer exists)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            for name, epoch in fences.items():
+                await self._check_owner(conn, name, epoch)
+            stored: set[tuple[str, str]] = set()
+            if upserts:
+                names, cursors, infos = zip(*upserts)
+                rows = await conn.fetch(
+                    "INSERT INTO kop_cursor (name, cursor, info) SELECT u.n, u.c, u.i FROM unnest($1::text[], "
+                    "$2::text[], $3::bytea[]) AS u(n, c, i) WHERE EXISTS (SELECT 1 FROM kop_managed_ledger m "
+                    "WHERE m.name = u.n) ON CONFLICT (name, cursor) DO UPDATE SET info = excluded.info "
+                    "RETURNING name, cursor", names, cursors, infos)
+                stored = {(row[0], row[1]) for row in rows}
+            if deletes:
+                names, cursors = zip(*deletes)
+                await conn.execute("DELETE FROM kop_cursor k USING unnest($1::text[], $2::text[]) AS u(n, c) "
+                                   "WHERE k.name = u.n AND k.cursor = u.c", names, cursors)
+        return stored
 
     async def reserve_producer_ids(self, size: int) -> int:
         """The first id of a block of `size` producer ids no other reservation got, durably."""

@@ -1,0 +1,298 @@
+"""Several brokers on one PostgreSQL database (kop/cluster): partitions spread over the live brokers, clients sent to
+each partition's owner, a paused broker fenced out, and idempotent producers through kill -9 of partition owners.
+Real processes, a real PostgreSQL (skipped where its binaries are missing), real clients."""
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from integration.clients import kp_consume_all
+from integration.idem_raw import RawKafka, plain_batch
+from integration.idem_stream import (DELIVERY_TIMEOUT_S, Report, check_stream, confluent_reporter,
+                                     kafka_python_reports, produce_when_room)
+from integration.pg_cluster import PgCluster, coordinator
+from integration.test_groups_offsets import fetch_committed
+from integration.waiting import wait_for
+from kop.cluster.groups import shard_of
+from kop.cluster.ownership import owner_of
+from protocol.errors import ErrorCode
+
+
+PARTITIONS = 4
+
+
+@pytest.fixture
+def cluster(tmp_path, postgres_url):
+    made = PgCluster(str(tmp_path), postgres_url)
+    yield made
+    made.stop()
+
+
+def wait_until_served_by_leaders(cluster: PgCluster, topic: str, count: int) -> dict[int, int]:
+    """Until the brokers agree on each partition's leader and that leader has it open; the leaders."""
+    def settled():
+        views = [cluster.leaders(topic, asking=node) for node in cluster.running()]
+        if any(view != views[0] or len(view) != count for view in views):
+            return None
+        return views[0] if all(cluster.serving(topic, p) == leader for p, leader in views[0].items()) else None
+    return wait_for(settled, f"the leaders of {topic} to settle")
+
+
+def test_three_brokers_share_the_partitions_and_send_clients_to_the_owner(cluster):
+    from confluent_kafka import Producer
+    cluster.start(3)
+    topic, count = "spread", 6
+    with RawKafka(cluster.port(1)) as kafka:
+        assert kafka.create_topic(topic, count) == ErrorCode.NONE
+    leaders = wait_until_served_by_leaders(cluster, topic, count)
+    assert leaders == {p: owner_of(f"{topic}-partition-{p}", [1, 2, 3]) for p in range(count)}
+    assert set(leaders.values()) == {1, 2, 3}, leaders  # spread over every broker
+    cluster.brokers[3].restart()  # it loads the topic at start-up, and opens only its own partitions
+    cluster.wait_for_members({1, 2, 3})
+    assert wait_until_served_by_leaders(cluster, topic, count) == leaders
+    for broker in cluster.brokers.values():  # each is ready: every partition it owns is loaded
+        with urllib.request.urlopen(f"{broker.admin_url}/ready", timeout=5) as answer:
+            assert answer.status == 200
+    for p, leader in leaders.items():  # each broker writes its own partitions only
+        other = next(node for node in (1, 2, 3) if node != leader)
+        with RawKafka(cluster.port(other)) as kafka:
+            refused = kafka.produce(topic, p, plain_batch([b"wrong broker"]))
+        assert refused.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER, refused
+    # Real clients bootstrapped from one broker each find every partition's owner from Metadata.
+    failures = []
+    producer = Producer({"bootstrap.servers": cluster.brokers[1].bootstrap, "enable.idempotence": True,
+                         "acks": "all"})
+    for i in range(60):
+        producer.produce(topic, key=b"k%d" % i, value=b"v%d" % i, partition=i % count,
+                         on_delivery=lambda err, msg: err is not None and failures.append(err))
+    assert producer.flush(30) == 0 and not failures, failures
+    got = kp_consume_all(cluster.brokers[2].bootstrap, topic, 60)
+    assert sorted(r.value for r in got) == sorted(b"v%d" % i for i in range(60))
+    assert {r.partition for r in got} == set(range(count))
+
+
+@pytest.mark.slow
+def test_a_broker_paused_past_its_lease_cannot_write_again(cluster):
+    cluster.start(3)
+    topic = "fenced"
+    with RawKafka(cluster.port(1)) as kafka:
+        assert kafka.create_topic(topic, 3) == ErrorCode.NONE
+    paused = wait_until_served_by_leaders(cluster, topic, 3)[0]
+    with RawKafka(cluster.port(paused)) as on_paused:
+        assert on_paused.produce(topic, 0, plain_batch([b"before"])).error_code == ErrorCode.NONE
+        cluster.pause(paused)
+        taker = wait_for(lambda: cluster.serving(topic, 0), "another broker to take partition 0 over")
+        with RawKafka(cluster.port(taker)) as on_taker:
+            assert on_taker.produce(topic, 0, plain_batch([b"after"])).error_code == ErrorCode.NONE
+        late = on_paused.send_produce(topic, 0, plain_batch([b"late"]))  # waits in the paused broker's socket
+        cluster.resume(paused)
+        answer = on_paused.receive_produce(late)
+    assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER, answer
+    # The control: the paused broker did try to write it (the database refused), it did not just lack the partition.
+    assert "lease expired" in (answer.error_message or ""), answer
+    assert "write failed" in cluster.brokers[paused].log_tail(200)
+    assert [r.value for r in cluster.read(topic, range(1))] == [b"before", b"after"]
+    # Resumed, it registered again and serves as a member: the cluster has three brokers again.
+    cluster.wait_for_members({1, 2, 3})
+
+
+def test_a_lone_broker_paused_past_its_lease_is_refused_even_though_no_one_took_over(cluster):
+    """The lease itself fences, not only a new owner's epoch: the write it sends on waking is refused by the
+    database's clock; it registers again, takes its partitions back as after a crash, and writes resume."""
+    cluster.start(1)
+    with RawKafka(cluster.port(1)) as kafka:
+        assert kafka.create_topic("alone", 1) == ErrorCode.NONE
+        assert kafka.produce("alone", 0, plain_batch([b"before"])).error_code == ErrorCode.NONE
+        cluster.pause(1)
+        time.sleep(4)  # past the 3 s lease
+        late = kafka.send_produce("alone", 0, plain_batch([b"late"]))
+        cluster.resume(1)
+        answer = kafka.receive_produce(late)
+        assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER, answer
+        assert "lease expired" in (answer.error_message or ""), answer
+        # Until it has reopened the partition (its next heartbeat) writes are refused, and a client retries.
+        wait_for(lambda: kafka.produce("alone", 0, plain_batch([b"after"])).error_code == ErrorCode.NONE,
+                 "the broker to take its partition back and accept a write")
+    assert [r.value for r in cluster.read("alone", range(1))] == [b"before", b"after"]
+    assert "the lease ran out" in cluster.brokers[1].log_tail(200)
+
+
+@pytest.mark.slow
+def test_a_consumer_group_keeps_consuming_and_its_offsets_when_its_coordinator_is_killed(cluster):
+    from confluent_kafka import Consumer, KafkaException, Producer
+    cluster.start(3)
+    topic, group = "grouped", "survivors"
+    commit_errors: list[str] = []
+    with RawKafka(cluster.port(1)) as kafka:
+        assert kafka.create_topic(topic, PARTITIONS) == ErrorCode.NONE
+    wait_until_served_by_leaders(cluster, topic, PARTITIONS)
+    named = {coordinator(cluster.port(node), group) for node in (1, 2, 3)}
+    assert named == {owner_of(f"__consumer_offsets-partition-{shard_of(group)}", [1, 2, 3])}, named
+    victim = named.pop()
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
+
+    def produce(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            producer.produce(topic, key=b"k%d" % i, value=b"v%d" % i)
+        assert producer.flush(60) == 0
+
+    def consume(consumer, wanted: set[bytes], timeout: float) -> set[bytes]:
+        seen: set[bytes] = set()
+        deadline = time.monotonic() + timeout
+        while not wanted <= seen and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                seen.add(message.value())
+                try:
+                    consumer.commit(message, asynchronous=False)
+                except KafkaException as exc:  # e.g. UNKNOWN_MEMBER_ID while it rejoins: read again from the last
+                    commit_errors.append(exc.args[0].name())
+        return seen
+
+    config = {"bootstrap.servers": cluster.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+              "enable.auto.commit": False, "session.timeout.ms": 10_000, "heartbeat.interval.ms": 500}
+    consumer = Consumer(config)
+    consumer.subscribe([topic])
+    try:
+        produce(0, 100)
+        assert consume(consumer, {b"v%d" % i for i in range(100)}, 60) >= {b"v%d" % i for i in range(100)}
+        cluster.brokers[victim].kill()
+        moved_to = wait_for(lambda: next((c for n in cluster.running() if (c := coordinator(cluster.port(n), group))
+                                          not in (-1, victim)), None), "another broker to coordinate the group")
+        produce(100, 100)  # the same consumer, its coordinator gone: it finds the new one and goes on
+        wanted = {b"v%d" % i for i in range(100, 200)}
+        after = consume(consumer, wanted, 90)
+        # All of them, and nothing read before: the new coordinator loaded the offsets committed through the old.
+        assert after == wanted, (sorted(wanted - after)[:5], sorted(after - wanted)[:5])
+    finally:
+        consumer.close()
+    assert moved_to != victim
+    # The offsets it committed through the new coordinator hold: a new member of the group starts after them.
+    produce(200, 10)
+    consumer = Consumer(config)
+    consumer.subscribe([topic])
+    try:
+        later = consume(consumer, {b"v%d" % i for i in range(200, 210)}, 60)
+    finally:
+        consumer.close()
+    assert later == {b"v%d" % i for i in range(200, 210)}, sorted(later - {b"v%d" % i for i in range(200, 210)})
+
+
+def test_a_coordinators_offsets_go_with_their_topic_and_a_topic_created_again_has_none(cluster):
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.admin import KafkaAdminClient
+    from kafka.structs import OffsetAndMetadata
+    cluster.start(1)
+    bootstrap = cluster.brokers[1].bootstrap
+    with RawKafka(cluster.port(1)) as kafka:
+        assert kafka.create_topic("again", 1) == ErrorCode.NONE
+        assert kafka.produce("again", 0, plain_batch([b"a", b"b", b"c"])).error_code == ErrorCode.NONE
+    tp = TopicPartition("again", 0)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id="g-again", enable_auto_commit=False)
+    consumer.commit({tp: OffsetAndMetadata(2, "", -1)})
+    consumer.close()
+    assert fetch_committed(bootstrap, "g-again")[("again", 0)][0] == 2  # the control: it was committed
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.delete_topics(["again"])
+    finally:
+        admin.close()
+    with RawKafka(cluster.port(1)) as kafka:
+        assert wait_for(lambda: kafka.create_topic("again", 1) == ErrorCode.NONE, "the topic created again")
+    assert ("again", 0) not in fetch_committed(bootstrap, "g-again")
+
+
+# ---- kill -9 of the owner of busy partitions, idempotent producers of two clients
+
+KILLS = 3
+PACE = 50  # values between two short sleeps: about a thousand a second per producer
+
+
+def paced_confluent(bootstrap: str, topic: str, running: threading.Event, values: list[bytes],
+                    out: list[Report]) -> None:
+    from confluent_kafka import Producer
+    reports: dict[bytes, Report] = {}
+    on_delivery = confluent_reporter(reports)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 5, "message.timeout.ms": DELIVERY_TIMEOUT_S * 1000, "retry.backoff.ms": 50,
+                         "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500})
+    while running.is_set():
+        value = f"{topic}-{len(values)}".encode()
+        values.append(value)
+        produce_when_room(producer, topic, key=b"k%d" % len(values), value=value, on_delivery=on_delivery)
+        if len(values) % PACE == 0:
+            time.sleep(0.05)
+    producer.flush(DELIVERY_TIMEOUT_S + 10)
+    out.extend(reports.get(v) or Report(v, None, None, "NoReport") for v in values)
+
+
+def paced_kafka_python(bootstrap: str, topic: str, running: threading.Event, values: list[bytes],
+                       out: list[Report]) -> None:
+    from kafka import KafkaProducer
+    producer = KafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all", linger_ms=5,
+                             retry_backoff_ms=50, reconnect_backoff_ms=50, reconnect_backoff_max_ms=500,
+                             request_timeout_ms=10_000, delivery_timeout_ms=DELIVERY_TIMEOUT_S * 1000)
+    futures = []
+    try:
+        while running.is_set():
+            value = f"{topic}-{len(values)}".encode()
+            values.append(value)
+            futures.append(producer.send(topic, key=b"k%d" % len(values), value=value))
+            if len(values) % PACE == 0:
+                time.sleep(0.05)
+        producer.flush(DELIVERY_TIMEOUT_S + 10)
+        out.extend(kafka_python_reports(values, futures))
+    finally:
+        producer.close(timeout=10)
+
+
+@pytest.mark.slow
+def test_idempotent_producers_lose_and_duplicate_nothing_while_partition_owners_are_killed(cluster):
+    cluster.start(3)
+    streams = {"failover-ck": paced_confluent, "failover-kp": paced_kafka_python}
+    with RawKafka(cluster.port(1)) as kafka:
+        for topic in streams:
+            assert kafka.create_topic(topic, PARTITIONS) == ErrorCode.NONE
+    for topic in streams:
+        wait_until_served_by_leaders(cluster, topic, PARTITIONS)
+    running = threading.Event()
+    running.set()
+    sent: dict[str, list[bytes]] = {topic: [] for topic in streams}
+    reports: dict[str, list[Report]] = {topic: [] for topic in streams}
+    threads = [threading.Thread(target=run, args=(cluster.bootstrap, topic, running, sent[topic], reports[topic]),
+                                daemon=True) for topic, run in streams.items()]
+    for thread in threads:
+        thread.start()
+    failovers = []
+    try:
+        for _ in range(KILLS):
+            time.sleep(2)  # the producers write to every partition meanwhile
+            owned = {node: 0 for node in cluster.running()}
+            for topic in streams:
+                for leader in cluster.leaders(topic).values():
+                    owned[leader] += 1
+            victim = max(owned, key=owned.get)
+            moved = {(topic, p) for topic in streams for p, leader in cluster.leaders(topic).items()
+                     if leader == victim}
+            progress = {topic: len(sent[topic]) for topic in streams}
+            cluster.brokers[victim].kill()
+            killed = time.monotonic()
+            for topic, p in sorted(moved):  # the survivors take the victim's partitions over
+                wait_for(lambda: cluster.serving(topic, p) not in (None, victim), f"{topic}-{p} to move", 30)
+            failovers.append(time.monotonic() - killed)
+            cluster.brokers[victim].start()
+            cluster.wait_for_members({1, 2, 3})
+            assert all(len(sent[topic]) > progress[topic] for topic in streams), "a producer stopped sending"
+    finally:
+        time.sleep(2)
+        running.clear()
+        for thread in threads:
+            thread.join(DELIVERY_TIMEOUT_S + 30)
+    assert not any(thread.is_alive() for thread in threads), "a producer did not finish"
+    for topic in streams:
+        check = check_stream(sent[topic], reports[topic], cluster.read(topic, range(PARTITIONS)))
+        print(f"\n[{topic}: {KILLS} kills, failover {', '.join(f'{s:.1f}' for s in failovers)} s] {check.summary()}")
+        assert check.lost == 0 and check.foreign == 0 and check.duplicated == 0, check.summary()
+        assert check.out_of_order == 0 and check.holes == 0 and check.offset_mismatches == 0, check.summary()
+        assert check.failed == 0 and check.stored == len(sent[topic]), check.summary()

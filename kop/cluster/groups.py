@@ -1,0 +1,100 @@
+"""Group coordinators in a cluster: a group is coordinated by the owner of its shard, as in Kafka.
+
+Group ids are spread over the 50 partitions of `__consumer_offsets` by Kafka's own rule (the Java hash of the id,
+modulo 50), and shard k is owned like any partition, by rendezvous hashing of `__consumer_offsets-partition-k` over
+the live brokers: FindCoordinator and Metadata name the same broker. Taking a shard over raises the epoch of a small
+managed-ledger row of its own (fencing out the previous coordinator's offset writes), then reads the shard's groups'
+generations and committed offsets from the database; members rejoin (the new coordinator knows the group and its
+generation, not its members). Losing a shard drops its groups; their members are answered NOT_COORDINATOR and look
+the coordinator up again.
+"""
+import logging
+from collections.abc import Callable
+
+from kop import internal_topics
+from kop.cluster.offsets import ClusterOffsetStore
+from kop.groups import GroupCoordinator
+from kop.groups.offsets import SYSTEM_CURSOR_PREFIX
+from kop.topic_storage import PgTopicStorage
+from kop.topics import TopicManager
+from protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+SHARDS = internal_topics.CONSUMER_OFFSETS_PARTITIONS
+SHARD_TOPIC = internal_topics.CONSUMER_OFFSETS
+
+
+def shard_of(group_id: str) -> int:
+    """Kafka's partitionFor: abs(groupId.hashCode()) % 50, with Java's String.hashCode over UTF-16 code units."""
+    h = 0
+    data = group_id.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
+    return (h & 0x7FFFFFFF) % SHARDS
+
+
+def shard_ledger(shard: int) -> str:
+    """The managed-ledger row whose epoch fences a shard's coordinator (no topic's: never an orphan to remove)."""
+    return f"kop.coordinator/{SHARD_TOPIC}-{shard}"
+
+
+class GroupShards:
+    def __init__(self, storage: PgTopicStorage, topics: TopicManager, coordinator: GroupCoordinator,
+                 owns: Callable[[str, int], bool]) -> None:
+        """owns(topic, partition): whether this broker owns that partition now (the cluster's view)."""
+        self._store = storage.store
+        self._coordinator = coordinator
+        self._owns = owns
+        self.epochs: dict[int, int] = {}  # shard -> this broker's coordinator epoch, for the shards it has loaded
+        self.offsets = ClusterOffsetStore(storage.store, topics, storage, coordinator.config.offset_metadata_max_bytes,
+                                          self.fence_of)
+        coordinator.join_cluster(self.offsets, self.error_for)
+
+    def error_for(self, group_id: str) -> ErrorCode | None:
+        """Why this broker may not serve the group now (None: it may)."""
+        shard = shard_of(group_id)
+        if not self._owns(SHARD_TOPIC, shard):
+            return ErrorCode.NOT_COORDINATOR
+        if shard not in self.epochs:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return None
+
+    def fence_of(self, group_id: str) -> tuple[str, int] | None:
+        shard = shard_of(group_id)
+        epoch = self.epochs.get(shard)
+        return None if epoch is None else (shard_ledger(shard), epoch)
+
+    def release_all(self) -> None:
+        """This broker's lease ran out: whatever it loaded may be stale, load again once it owns shards again."""
+        for shard in sorted(self.epochs):
+            self._release(shard)
+
+    def _release(self, shard: int) -> None:
+        del self.epochs[shard]
+        for group_id in [g for g in self._coordinator.groups if shard_of(g) == shard]:
+            self._coordinator.drop(group_id)
+            self.offsets.drop(group_id)
+
+    async def follow(self) -> None:
+        """Load the shards this broker owns now and has not loaded; drop those it no longer owns."""
+        owned = {shard for shard in range(SHARDS) if self._owns(SHARD_TOPIC, shard)}
+        for shard in sorted(set(self.epochs) - owned):
+            self._release(shard)
+            log.info("group coordinator shard %d moved to another broker", shard)
+        new = owned - set(self.epochs)
+        if not new:
+            return
+        epochs = {shard: (await self._store.take_ownership(shard_ledger(shard), 0)).row.epoch for shard in new}
+        # Read after the fencing: the previous coordinator's every write is in, and no later one can be.
+        rows = await self._store.group_cursors(SYSTEM_CURSOR_PREFIX)
+        generations = await self._coordinator.generations.load()
+        protocols = self.offsets.adopt(rows, lambda group_id: shard_of(group_id) in new)
+        for group_id, record in generations.items():  # members rejoin the new coordinator: generations only
+            if shard_of(group_id) in new:
+                self._coordinator.adopt(group_id, record.generation_id,
+                                        record.protocol_type or protocols.get(group_id))
+        for group_id, protocol_type in protocols.items():
+            self._coordinator.adopt(group_id, 0, protocol_type)
+        self.epochs.update(epochs)
+        log.info("group coordinator shards %s loaded", sorted(new))

@@ -1,0 +1,16 @@
+"""Which live broker owns a partition: rendezvous (highest random weight) hashing over the live node ids.
+
+Every broker computes the same answer from the same member list, with no coordination; when a broker leaves, only
+its partitions move (each to the broker that scores next highest), and when one joins it takes about 1/n of them.
+"""
+import hashlib
+from collections.abc import Iterable
+
+
+def _score(node_id: int, key: str) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{node_id}/{key}".encode(), digest_size=8).digest(), "big")
+
+
+def owner_of(key: str, node_ids: Iterable[int]) -> int | None:
+    """The node that owns `key` (a managed ledger's name, a coordinator key); None with no live node."""
+    return max(node_ids, key=lambda node: _score(node, key), default=None)
