@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-KNOWN_TAGS = frozenset({"quick", "plain-only", "full", "sasl"})
+KNOWN_TAGS = frozenset({"quick", "plain-only", "full", "sasl", "kip848", "kip848-only"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -177,7 +177,9 @@ def run_tests(
     scenario: str = "default",
     full: frozenset[str] = frozenset(),
     sasl: SaslAccess | None = None,
+    consumer_protocol: bool = False,
 ) -> list[TestOutcome]:
+    """consumer_protocol: the tests' consumers use KIP-848's protocol (TEST_CONSUMER_GROUP_PROTOCOL=consumer)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     conf_path = log_dir / f"test-{scenario}.conf"
     write_test_conf(conf_path, broker.bootstrap, sasl)
@@ -192,7 +194,8 @@ def run_tests(
         args = runner_args(idempotent=idempotent, allow_sockem=any(test.sockem for test in wanted), scenario=scenario,
                            quick=not any(test.name in full for test in wanted))
         log_path = log_dir / f"{number}{'' if scenario == 'default' else '-' + scenario}.log"
-        output, returncode, timed_out = _run_one(tests_dir, number, args, conf_path, log_path, broker.bootstrap)
+        output, returncode, timed_out = _run_one(tests_dir, number, args, conf_path, log_path, broker.bootstrap,
+                                                 consumer_protocol)
         died = None if broker.alive() else broker.process.returncode if broker.process else "?"
         table = parse_summary(output)
         messages = failure_messages(output)
@@ -215,7 +218,7 @@ def run_tests(
 
 
 def _run_one(tests_dir: Path, number: str, args: list[str], conf_path: Path, log_path: Path,
-             bootstrap: str) -> tuple[str, int, bool]:
+             bootstrap: str, consumer_protocol: bool = False) -> tuple[str, int, bool]:
     env = dict(os.environ)
     env.pop("CI", None)  # test-runner changes its timeouts and parallelism on CI; keep runs comparable
     env.update(
@@ -229,6 +232,9 @@ def _run_one(tests_dir: Path, number: str, args: list[str], conf_path: Path, log
         KOP_COMPAT_PYTHON=sys.executable,
         LD_LIBRARY_PATH=":".join(filter(None, ["../src", "../src-cpp", env.get("LD_LIBRARY_PATH")])),
     )
+    env.pop("TEST_CONSUMER_GROUP_PROTOCOL", None)
+    if consumer_protocol:
+        env["TEST_CONSUMER_GROUP_PROTOCOL"] = "consumer"  # test.c sets group.protocol on every consumer
     # Line-buffered stdout: on a timeout test-runner SIGKILLs itself, and a block-buffered summary is lost.
     command = ["./test-runner", *args]
     if shutil.which("stdbuf"):
