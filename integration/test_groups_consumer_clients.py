@@ -58,6 +58,7 @@ def test_a_static_librdkafka_member_comes_back_to_its_partitions(kip848_broker):
     create_topic(bootstrap, topic)
     a = ThreadMember(LIB, bootstrap, topic, group, "a", **{"group.instance.id": "static-a"})
     b = ThreadMember(LIB, bootstrap, topic, group, "b", **{"group.instance.id": "static-b"})
+    back = None
     try:
         wait_balanced([a, b], "two static members")
         before = b.log.assignment
@@ -70,5 +71,5 @@ def test_a_static_librdkafka_member_comes_back_to_its_partitions(kip848_broker):
     finally:
         a.leave()
         b.leave()
-        if "back" in locals():
+        if back is not None:
             back.leave()

@@ -204,6 +204,9 @@ class GroupCoordinator:
         return out
 
     def consumer_heartbeat(self, hb: Heartbeat, describable: Callable[[str], bool]) -> HeartbeatResult:
+        if not hb.group_id:
+            return HeartbeatResult(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.", hb.member_id or None,
+                                   hb.member_epoch)
         error = self.check(hb.group_id)
         classic = self.groups.get(hb.group_id)
         if error is None and classic is not None:

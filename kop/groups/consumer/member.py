@@ -7,7 +7,7 @@ member still holds (assigned, or being revoked); the rest it gets on a later hea
 has let them go (UNRELEASED_PARTITIONS). So a partition never has two owners.
 """
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
 TopicPartition = tuple[str, int]
