@@ -256,3 +256,14 @@ def test_classic_and_consumer_protocol_groups_keep_to_their_kind(raw):
                          group_instance_id=None, protocol_type="consumer",
                          protocols=[Join.JoinGroupRequestProtocol(name="range", metadata=b"")]), RESP[11], 7)
     assert join.error_code == E.MEMBER_ID_REQUIRED
+
+
+def test_metrics_count_a_consumer_groups_assignments(start_broker):
+    from integration.test_metrics import sample, scrape
+    broker = start_broker()
+    with RawKafka(broker.port) as conn:
+        conn.create_topic(TOPIC, 4)
+        a, b = Member(conn, "g-metrics"), Member(conn, "g-metrics")
+        a.join()
+        b.join()
+    assert sample(scrape(broker), "kop_consumer_group_rebalances_total", group="g-metrics") == 2
