@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-KNOWN_TAGS = frozenset({"quick", "plain-only", "full", "sasl", "oauthbearer"})
+KNOWN_TAGS = frozenset({"quick", "plain-only", "full", "sasl", "oauthbearer", "kip848", "kip848-only"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -140,15 +140,25 @@ def run_librdkafka(args: argparse.Namespace, requested: list[str], command: str,
     secured = {kind: [test for test in plain if test.name in members[kind]] for kind in SECURED_PASSES}
     plain = [test for test in plain if not any(test in tests for tests in secured.values())]
     idempotent = [test for test in idempotent if not any(test in tests for tests in secured.values())]
-    passes = [] if args.idempotent_only else [("librdkafka", "librdkafka test suite", plain, False)]
+    # Tests tagged `kip848` also run with KIP-848's consumer group protocol, in a pass of their own; `kip848-only`
+    # ones only there (the suite skips them with the classic protocol).
+    kip848_names = {entry.name for entry in allow if entry.tags & {"kip848", "kip848-only"}}
+    classic_only = {entry.name for entry in allow if "kip848-only" in entry.tags}
+    kip848 = [test for test in plain if test.name in kip848_names]
+    plain = [test for test in plain if test.name not in classic_only]
+    idempotent = [test for test in idempotent if test.name not in classic_only]
+    passes = [] if args.idempotent_only else [("librdkafka", "librdkafka test suite", plain, False, False)]
     if not args.plain_only:
-        passes.append(("librdkafka-idempotent", "librdkafka test suite, idempotent producer (-P)", idempotent, True))
+        passes.append(("librdkafka-idempotent", "librdkafka test suite, idempotent producer (-P)", idempotent, True,
+                       False))
+    if kip848 and not args.idempotent_only:
+        passes.append(("librdkafka-kip848", "librdkafka test suite, group.protocol=consumer", kip848, False, True))
     results = []
     run = LibrdkafkaRun(tests_dir, logs, version, command, len(broker_tests), full)
     for kind, tests in secured.items():
         if tests and not args.idempotent_only:
             results.append(SECURED_PASSES[kind](run, tests))
-    for label, suite, tests, idem in passes:
+    for label, suite, tests, idem, consumer_protocol in passes:
         print(f"compat: {label}: {len(tests)} tests (test-runner "
               f"{' '.join(rdk_runner.runner_args(idempotent=idem, allow_sockem=False))})", flush=True)
         outcomes = []
@@ -158,7 +168,7 @@ def run_librdkafka(args: argparse.Namespace, requested: list[str], command: str,
             properties = rdk_runner.scenario_properties(tests_dir, scenario)
             with KopBroker(log_path=logs / f"{label}-{scenario}-broker.log", properties=properties) as broker:
                 outcomes += rdk_runner.run_tests(tests_dir, chosen, broker, logs / label, idempotent=idem,
-                                                 scenario=scenario, full=full)
+                                                 scenario=scenario, full=full, consumer_protocol=consumer_protocol)
         results.append(SuiteResult(label, suite, version, command, tuple(outcomes), len(broker_tests)))
     return results
 

@@ -164,7 +164,20 @@ class AiokafkaClient:
             self.loop.close()
 
 
+class ConfluentConsumerProtocolClient(ConfluentClient):
+    """librdkafka with KIP-848's consumer group protocol: the broker assigns and sets the session and heartbeat
+    times (librdkafka refuses session.timeout.ms and heartbeat.interval.ms with it)."""
+
+    def __init__(self, bootstrap, topic, group, **extra):
+        from confluent_kafka import Consumer
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+                                  "auto.offset.reset": "earliest", "enable.auto.commit": False, **extra})
+        self.consumer.subscribe([topic])
+
+
 CLIENTS = {"kafka-python": KafkaPythonClient, "confluent-kafka": ConfluentClient, "aiokafka": AiokafkaClient}
+# Members of KIP-848's protocol, driven the same way (integration/test_groups_consumer_clients.py)
+CONSUMER_PROTOCOL_CLIENTS = {"confluent-kafka-consumer-protocol": ConfluentConsumerProtocolClient}
 
 
 @dataclass(frozen=True)
@@ -222,7 +235,7 @@ class ThreadMember:
         lib, bootstrap, topic, group, extra = self._args
         client = None
         try:
-            client = CLIENTS[lib](bootstrap, topic, group, **extra)
+            client = (CLIENTS | CONSUMER_PROTOCOL_CLIENTS)[lib](bootstrap, topic, group, **extra)
             consume_loop(client, self.log, self._stop)
         except BaseException as exc:  # reported by the test
             self.log.error = exc
@@ -244,7 +257,7 @@ def subprocess_member_main() -> None:
     def emit(obj):
         with lock:
             print(json.dumps(obj), flush=True)
-    client = CLIENTS[lib](bootstrap, topic, group)
+    client = (CLIENTS | CONSUMER_PROTOCOL_CLIENTS)[lib](bootstrap, topic, group)
     consume_loop(client, MemberLog(name), threading.Event(), emit)
 
 
@@ -332,11 +345,17 @@ def check_deliveries(members, produced: list[str]) -> None:
 
 @pytest.mark.parametrize("lib", list(CLIENTS))
 def test_members_share_partitions_and_hand_them_over_on_join_leave_and_kill(group_broker, lib):
-    bootstrap, topic, group = group_broker.bootstrap, f"shared-{lib}", f"group-{lib}"
+    share_join_leave_kill(group_broker.bootstrap, lib)
+
+
+def share_join_leave_kill(bootstrap: str, lib: str, **extra) -> None:
+    """Two members, a third joins and leaves, one in another process joins and is killed; records keep coming and
+    check_deliveries judges every delivery. extra: client settings of members a and b."""
+    topic, group = f"shared-{lib}", f"group-{lib}"
     create_topic(bootstrap, topic)
     produced = produce(bootstrap, topic, 0, 120)
-    a = ThreadMember(lib, bootstrap, topic, group, "a")
-    b = ThreadMember(lib, bootstrap, topic, group, "b")
+    a = ThreadMember(lib, bootstrap, topic, group, "a", **extra)
+    b = ThreadMember(lib, bootstrap, topic, group, "b", **extra)
     members = [a, b]
     killed = None
     try:

@@ -1,5 +1,5 @@
 """The group APIs on the wire, version by version, against a real kop process with hand-made requests: what
-ApiVersions advertises (and that KIP-848's ConsumerGroupHeartbeat is not), v0/v1 simple offset commits, multi-group
+ApiVersions advertises, v0/v1 simple offset commits, multi-group
 OffsetFetch, batched FindCoordinator, JoinGroup before and after MEMBER_ID_REQUIRED, batch LeaveGroup by instance id,
 DescribeGroups before and after v6, ListGroups filters, and the error codes for reserved and unknown groups."""
 import time
@@ -39,11 +39,10 @@ def commit_v(raw, version, group, offset, **extra):
     return raw.call(Req(**fields), RESP[8], version)
 
 
-def test_api_versions_advertise_the_group_apis_and_not_kip_848(raw):
+def test_api_versions_advertise_the_group_apis(raw):
     response = call(raw, 18, 3, client_software_name="t", client_software_version="1")
     served = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     assert {k: served.get(k) for k in SERVED} == SERVED
-    assert 68 not in served and 69 not in served  # ConsumerGroupHeartbeat / ConsumerGroupDescribe
 
 
 @pytest.mark.parametrize("version", [0, 1, 2, 8])

@@ -81,14 +81,18 @@ def test_metadata_hides_topics_a_principal_may_not_describe(broker):
     assert {"orders-a", "orders-blocked", "secret"} <= set(admin_client(broker).list_topics(timeout=10).topics)
 
 
-def test_consuming_needs_read_on_the_topic_and_the_group(broker):
+# consumer: KIP-848's ConsumerGroupHeartbeat; it finds "readers" an empty classic group after the classic run, and
+# takes it over (offline upgrade)
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_consuming_needs_read_on_the_topic_and_the_group(broker, protocol):
     from confluent_kafka import Consumer
     create(broker, WRITE_ORDERS, acl(ResourceType.TOPIC, "orders-a", ResourcePatternType.LITERAL, AclOperation.READ),
            acl(ResourceType.GROUP, "readers", ResourcePatternType.LITERAL, AclOperation.READ))
     assert produce(broker, "orders-a") is None
 
     def first_poll(group: str):
-        consumer = Consumer({**config(broker), "group.id": group, "auto.offset.reset": "earliest"})
+        consumer = Consumer({**config(broker), "group.id": group, "group.protocol": protocol,
+                             "auto.offset.reset": "earliest"})
         consumer.subscribe(["orders-a"])
         try:
             deadline = time.monotonic() + 20

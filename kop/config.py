@@ -231,6 +231,11 @@ class BrokerConfig:
                                                                      "first rebalance of an empty group (Kafka: "
                                                                      "3000).")
     group_max_size: int = setting(INT32_MAX, SIZE, doc="The most members a group may have.")
+    group_consumer_session_timeout_ms: int = setting(45000, SIZE, doc="How long a member of a consumer-protocol "
+                                                                      "group (KIP-848) may go without a heartbeat "
+                                                                      "before it is removed from the group.")
+    group_consumer_heartbeat_interval_ms: int = setting(5000, SIZE, doc="How often members of consumer-protocol "
+                                                                        "groups heartbeat (the broker tells them).")
     offset_metadata_max_bytes: int = setting(4096, Range(0), doc="The longest metadata string an offset commit may "
                                                                  "carry.")
     offsets_retention_check_interval_ms: int = setting(600_000, MILLIS,
@@ -262,6 +267,9 @@ class BrokerConfig:
 RULES: tuple[tuple[Callable[[BrokerConfig], bool], Callable[[BrokerConfig], str]], ...] = (
     (lambda c: c.num_partitions <= c.max_partitions_per_topic,
      lambda c: f"num.partitions ({c.num_partitions}) exceeds max.partitions.per.topic ({c.max_partitions_per_topic})"),
+    (lambda c: c.group_consumer_heartbeat_interval_ms < c.group_consumer_session_timeout_ms,
+     lambda c: f"group.consumer.heartbeat.interval.ms ({c.group_consumer_heartbeat_interval_ms}) must be less than "
+               f"group.consumer.session.timeout.ms ({c.group_consumer_session_timeout_ms})"),
     (lambda c: c.group_min_session_timeout_ms <= c.group_max_session_timeout_ms,
      lambda c: f"group.min.session.timeout.ms ({c.group_min_session_timeout_ms}) exceeds "
                f"group.max.session.timeout.ms ({c.group_max_session_timeout_ms})"),

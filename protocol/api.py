@@ -14,6 +14,7 @@ import kafka.protocol.admin  # noqa: F401  (importing registers the message clas
 import kafka.protocol.consumer  # noqa: F401
 import kafka.protocol.metadata  # noqa: F401
 import kafka.protocol.producer  # noqa: F401
+import protocol.consumer_groups  # noqa: F401  (KIP-848's APIs, which kafka-python lacks)
 import protocol.replication  # noqa: F401  (kop's own API, registered the same way)
 from kafka.protocol.api_message import ApiMessage
 

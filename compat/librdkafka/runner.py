@@ -215,8 +215,10 @@ def run_tests(
     full: frozenset[str] = frozenset(),
     access: ClientAccess | None = None,
     cpus: frozenset[int] | None = None,
+    consumer_protocol: bool = False,
 ) -> list[TestOutcome]:
-    """`cpus`: the CPUs test-runner runs on (None: any)."""
+    """`cpus`: the CPUs test-runner runs on (None: any); consumer_protocol: the tests' consumers use KIP-848's protocol
+    (TEST_CONSUMER_GROUP_PROTOCOL=consumer)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     conf_path = log_dir / f"test-{scenario}.conf"
     write_test_conf(conf_path, broker.bootstrap, access)
@@ -232,7 +234,7 @@ def run_tests(
                            quick=not any(test.name in full for test in wanted))
         log_path = log_dir / f"{number}{'' if scenario == 'default' else '-' + scenario}.log"
         output, returncode, timed_out = _run_one(tests_dir, number, args, conf_path, log_path, broker.bootstrap,
-                                                 access.env() if access else {}, cpus)
+                                                 access.env() if access else {}, cpus, consumer_protocol)
         died = None if broker.alive() else broker.process.returncode if broker.process else "?"
         table = parse_summary(output)
         messages = failure_messages(output)
@@ -255,7 +257,8 @@ def run_tests(
 
 
 def _run_one(tests_dir: Path, number: str, args: list[str], conf_path: Path, log_path: Path,
-             bootstrap: str, access_env: dict[str, str], cpus: frozenset[int] | None) -> tuple[str, int, bool]:
+             bootstrap: str, access_env: dict[str, str], cpus: frozenset[int] | None,
+             consumer_protocol: bool = False) -> tuple[str, int, bool]:
     env = dict(os.environ)
     env.pop("CI", None)  # test-runner changes its timeouts and parallelism on CI; keep runs comparable
     env.update(
@@ -270,6 +273,9 @@ def _run_one(tests_dir: Path, number: str, args: list[str], conf_path: Path, log
         LD_LIBRARY_PATH=":".join(filter(None, ["../src", "../src-cpp", env.get("LD_LIBRARY_PATH")])),
         **access_env,
     )
+    env.pop("TEST_CONSUMER_GROUP_PROTOCOL", None)
+    if consumer_protocol:
+        env["TEST_CONSUMER_GROUP_PROTOCOL"] = "consumer"  # test.c sets group.protocol on every consumer
     # Line-buffered stdout: on a timeout test-runner SIGKILLs itself, and a block-buffered summary is lost.
     command = ["./test-runner", *args]
     if shutil.which("stdbuf"):

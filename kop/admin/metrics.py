@@ -246,10 +246,13 @@ def _dedup_partition_families(topics: list) -> Iterator[Metric]:
 
 
 def _group_families(broker: "Broker") -> Iterator[Metric]:
-    rebalances = CounterMetricFamily("kop_consumer_group_rebalances", "Rebalances completed (generations begun) "
-                                     "since the group was loaded", labels=["group"])
-    for group in sorted(broker.groups.groups.values(), key=lambda g: g.group_id):
-        rebalances.add_metric([group.group_id], group.rebalances)
+    rebalances = CounterMetricFamily("kop_consumer_group_rebalances", "Rebalances completed (generations begun; "
+                                     "for KIP-848 groups, target assignments computed) since the group was loaded",
+                                     labels=["group"])
+    counts = {g.group_id: g.rebalances for g in broker.groups.groups.values()}
+    counts.update((g.group_id, g.epoch) for g in broker.groups.consumer.groups.values())
+    for group_id, count in sorted(counts.items()):
+        rebalances.add_metric([group_id], count)
     committed = GaugeMetricFamily("kop_consumer_group_committed_offset", "The group's committed offset",
                                   labels=["group", "topic", "partition"])
     lag = GaugeMetricFamily("kop_consumer_group_lag", "Offsets between the group's committed offset and the "

@@ -1,5 +1,6 @@
 """Consumer groups: the classic group protocol's state machine (group), its membership protocol (membership),
-committed offsets as managed-ledger cursors (offsets), and the coordinator that ties them together."""
+committed offsets as managed-ledger cursors (offsets), KIP-848's consumer group protocol (consumer), and the
+coordinator that ties them together."""
 from kop.groups.coordinator import GroupCoordinator, GroupDescription, GroupListing, MemberDescription
 from kop.groups.group import Group, GroupState, JoinResult, SyncResult
 from kop.groups.membership import JoinRequest

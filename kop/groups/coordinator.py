@@ -4,6 +4,11 @@ protocol, their committed offsets, and the admin operations on both.
 Groups with committed offsets are found at start-up by looking at the cursors of every partition; they exist in
 state Empty until members join. Until that scan is done the group APIs answer COORDINATOR_LOAD_IN_PROGRESS (the
 broker opens its listener only after the scan, so clients meet it only while the broker stops).
+Consumer-protocol groups (KIP-848, `kop.groups.consumer`) live beside the classic ones: a group id is one kind or
+the other. An empty classic group becomes a consumer-protocol group when a consumer-protocol member joins, and an
+empty consumer-protocol group a classic one when a classic member joins (Kafka's offline upgrade and downgrade); a
+group with members keeps its kind, and requests of the other protocol are refused as Kafka refuses them. Committed
+offsets are the same group cursors for both.
 Offsets are never expired by time (Pulsar keeps a subscription until it is deleted). A group exists while it has
 members or offsets: one whose last offset goes (OffsetDelete, DeleteGroups, its topics deleted) is forgotten at
 once, as Kafka does, and the periodic sweep catches the rest (e.g. the last member left a group that never
@@ -12,12 +17,18 @@ committed).
 import asyncio
 import logging
 import os
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
+
 from kop.config import BrokerConfig
 from kop.groups.generations import generation_record, restore_group
+from kop.groups.consumer.group import CONSUMER_GROUP_TYPE, CONSUMER_PROTOCOL_TYPE, ConsumerGroup, ConsumerGroupState
+from kop.groups.consumer.heartbeat import ConsumerGroups, Heartbeat, HeartbeatResult
+from kop.groups.consumer.member import JOIN_EPOCH, by_topic
 from kop.groups.group import Group, GroupState, JoinResult, SyncResult
 from kop.groups.membership import JoinRequest, Membership, resolved
 from kop.groups.offsets import SYSTEM_CURSOR_PREFIX, CommittedOffset, OffsetStore
@@ -36,6 +47,7 @@ class GroupListing:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = CLASSIC_GROUP_TYPE
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +81,9 @@ class GroupCoordinator:
         self.membership = Membership(self.groups, config.group_initial_rebalance_delay_ms,
                                      config.group_min_session_timeout_ms, config.group_max_session_timeout_ms,
                                      config.group_max_size, self._store_generation)
+        self.consumer = ConsumerGroups(config.group_consumer_session_timeout_ms,
+                                       config.group_consumer_heartbeat_interval_ms, config.group_max_size,
+                                       self._partition_counts, lambda: list(topics.topics))
         self.sweep_interval_ms = config.offsets_retention_check_interval_ms
         self.loaded = False
         self._sweeper: asyncio.Task | None = None
@@ -115,6 +130,7 @@ class GroupCoordinator:
             self._sweeper.cancel()
         self.membership.close()
         await self.membership.settle()
+        self.consumer.close()
         await self.settle()
         self.generations.close()
         self.loaded = False
@@ -134,6 +150,9 @@ class GroupCoordinator:
         for group in list(self.groups.values()):
             if self._idle_without_offsets(group):
                 self._discard(group)
+        for group_id, consumer_group in list(self.consumer.groups.items()):
+            if not consumer_group.members and not self.offsets.has_offsets(group_id):
+                self.consumer.forget(group_id)
 
     def _idle_without_offsets(self, group: Group) -> bool:
         return group.is_(GroupState.EMPTY) and not group.pending_members \
@@ -168,26 +187,72 @@ class GroupCoordinator:
 
     def join(self, req: JoinRequest) -> asyncio.Future:
         error = self.check(req.group_id)
+        if error is None and req.group_id in self.consumer.groups:
+            if self.consumer.groups[req.group_id].members:
+                error = ErrorCode.INCONSISTENT_GROUP_PROTOCOL  # no mixed groups: see kop.groups.consumer
+            else:
+                self.consumer.forget(req.group_id)  # an empty consumer-protocol group becomes a classic one
         if error is not None:
             return resolved(JoinResult(error, req.member_id))
         return self.membership.join(req)
 
+    def _classic_error(self, group_id: str) -> ErrorCode | None:
+        """A classic request other than JoinGroup: no member of a consumer-protocol group is a classic member."""
+        return self.check(group_id) or (ErrorCode.UNKNOWN_MEMBER_ID if group_id in self.consumer.groups else None)
+
     def sync(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
              protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes]) -> asyncio.Future:
-        error = self.check(group_id)
+        error = self._classic_error(group_id)
         if error is not None:
             return resolved(SyncResult(error))
         return self.membership.sync(group_id, generation_id, member_id, instance_id, protocol_type, protocol_name,
                                     assignments)
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> ErrorCode:
-        return self.check(group_id) or self.membership.heartbeat(group_id, generation_id, member_id, instance_id)
+        return self._classic_error(group_id) or self.membership.heartbeat(group_id, generation_id, member_id,
+                                                                          instance_id)
 
     def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
-        error = self.check(group_id)
+        error = self._classic_error(group_id)
         if error is not None:
             return error, []
         return self.membership.leave(group_id, leaving)
+
+    # ---- the consumer group protocol (KIP-848)
+
+    def _partition_counts(self, names: frozenset[str]) -> dict[str, int]:
+        out = {}
+        for name in names:
+            topic = self.topics.get(name)
+            if topic is not None:
+                out[name] = len(topic.partitions)
+        return out
+
+    def consumer_heartbeat(self, hb: Heartbeat, describable: Callable[[str], bool]) -> HeartbeatResult:
+        if not hb.group_id:
+            return HeartbeatResult(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.", hb.member_id or None,
+                                   hb.member_epoch)
+        error = self.check(hb.group_id)
+        classic = self.groups.get(hb.group_id)
+        if error is None and classic is not None:
+            if not self._idle(classic):
+                return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {hb.group_id} is not a consumer group.",
+                                       hb.member_id or None, hb.member_epoch)
+            if hb.member_epoch != JOIN_EPOCH:
+                error = ErrorCode.UNKNOWN_MEMBER_ID
+            else:  # an empty classic group becomes a consumer-protocol group; its offsets stay
+                self.membership.forget(classic)
+                del self.groups[hb.group_id]
+        if error is not None:
+            return HeartbeatResult(error, None, hb.member_id or None, hb.member_epoch)
+        return self.consumer.heartbeat(hb, describable)
+
+    def consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        return self.consumer.groups.get(group_id)
+
+    @staticmethod
+    def _idle(group: Group) -> bool:
+        return group.is_(GroupState.EMPTY) and not group.pending_members
 
     # ---- offsets
 
@@ -197,6 +262,9 @@ class GroupCoordinator:
         error = self.check(group_id, allow_empty=True)
         if error is not None:
             return error
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            return self._validate_member_epoch(consumer_group, member_id, generation_id)
         group = self.groups.get(group_id)
         if group is None:
             # generation -1: a group that only stores offsets, created by its first commit that gets stored
@@ -217,14 +285,33 @@ class GroupCoordinator:
         self.membership.touch(group, member_id)
         return ErrorCode.NONE
 
+    def validate_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
+        """OffsetFetch v9+ from a member of a consumer-protocol group names its epoch; others (admin clients, classic
+        groups) send none, or Kafka ignores it."""
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is None or (member_id is None and member_epoch < 0):
+            return ErrorCode.NONE
+        return self._validate_member_epoch(consumer_group, member_id or "", member_epoch, for_fetch=True)
+
+    @staticmethod
+    def _validate_member_epoch(group: ConsumerGroup, member_id: str, epoch: int, for_fetch: bool = False) -> ErrorCode:
+        if epoch < 0 and not for_fetch and not group.members:
+            return ErrorCode.NONE  # a commit from outside the group (an admin client) while it is empty
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return ErrorCode.NONE if epoch == member.epoch else ErrorCode.STALE_MEMBER_EPOCH
+
     def commit(self, group_id: str, topic: str, partition: int, offset: int, leader_epoch: int = -1,
                metadata: str | None = "", commit_timestamp: int = -1, keep_newer: bool = False) -> asyncio.Future:
         """Store one offset after validate_commit said yes; resolves to its ErrorCode once durable. keep_newer:
         not if a commit with a later timestamp was made (a transaction's offsets on completion)."""
         group = self.groups.get(group_id)
+        consumer_group = group is None and group_id in self.consumer.groups
+        protocol_type = CONSUMER_PROTOCOL_TYPE if consumer_group else group.protocol_type if group is not None else None
         result = self.offsets.commit(group_id, topic, partition, offset, leader_epoch, metadata, commit_timestamp,
-                                     group.protocol_type if group is not None else None, keep_newer)
-        if group is None and self.offsets.has_offsets(group_id):
+                                     protocol_type, keep_newer)
+        if group is None and not consumer_group and self.offsets.has_offsets(group_id):
             # Only a commit that is being stored makes a group: one refused (unknown topic, metadata too large)
             # leaves none behind, as in Kafka.
             self.groups[group_id] = Group(group_id)
@@ -252,24 +339,34 @@ class GroupCoordinator:
         error = self.check(group_id)
         if error is not None:
             return error, {}
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            return ErrorCode.NONE, await self._delete_offsets(group_id, partitions, consumer_group.subscribed_topics())
         group = self.groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD):
             return ErrorCode.GROUP_ID_NOT_FOUND, {}
         if not group.is_(GroupState.EMPTY) and group.protocol_type != "consumer":
             return ErrorCode.NON_EMPTY_GROUP, {}
+        subscribed = frozenset() if group.is_(GroupState.EMPTY) else \
+            frozenset(topic for topic, _ in partitions if group.is_subscribed_to(topic))
+        results = await self._delete_offsets(group_id, partitions, subscribed)
+        if self.groups.get(group_id) is group and self._idle_without_offsets(group):
+            self._discard(group)  # its last offset went: Kafka drops the group at once
+        return ErrorCode.NONE, results
+
+    async def _delete_offsets(self, group_id: str, partitions: list[tuple[str, int]],
+                              subscribed: frozenset[str]) -> dict[tuple[str, int], ErrorCode]:
         results = {}
         for topic, partition in partitions:
             known = self.topics.get(topic)  # wherever it is served: a cluster's coordinator owns few of them
             if known is None or not 0 <= partition < known.count:
                 results[(topic, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif not group.is_(GroupState.EMPTY) and group.is_subscribed_to(topic):
+            elif topic in subscribed:
                 results[(topic, partition)] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
             else:
                 await self.offsets.delete(group_id, topic, partition)
                 results[(topic, partition)] = ErrorCode.NONE
-        if self.groups.get(group_id) is group and self._idle_without_offsets(group):
-            self._discard(group)  # its last offset went: Kafka drops the group at once
-        return ErrorCode.NONE, results
+        return results
 
     # ---- admin
 
@@ -283,22 +380,24 @@ class GroupCoordinator:
         return True
 
     def list_groups(self, states: list[str] | None = None, types: list[str] | None = None) -> list[GroupListing]:
-        if types and CLASSIC_GROUP_TYPE not in {t.lower() for t in types}:
-            return []
+        kinds = {t.lower() for t in types} if types else {CLASSIC_GROUP_TYPE, CONSUMER_GROUP_TYPE}
+        listed = []
+        if CLASSIC_GROUP_TYPE in kinds:
+            listed += [GroupListing(g.group_id, g.protocol_type or "", g.state.value)
+                       for g in list(self.groups.values()) if self._alive(g)]
+        if CONSUMER_GROUP_TYPE in kinds:
+            listed += [GroupListing(g.group_id, CONSUMER_PROTOCOL_TYPE, g.state.value, CONSUMER_GROUP_TYPE)
+                       for g in self.consumer.groups.values()]
         wanted = {s.lower() for s in states} if states else None
-        out = []
-        for group in list(self.groups.values()):
-            if not self._alive(group):
-                continue
-            if wanted is not None and group.state.value.lower() not in wanted:
-                continue
-            out.append(GroupListing(group.group_id, group.protocol_type or "", group.state.value))
-        return out
+        return [g for g in listed if wanted is None or g.state.lower() in wanted]
 
     def describe(self, group_id: str) -> GroupDescription:
         error = self.check(group_id, allow_empty=True)
         if error is not None:
             return GroupDescription(error, group_id)
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            return _describe_consumer_group(consumer_group)
         group = self.groups.get(group_id)
         if group is None or not self._alive(group):
             return GroupDescription(ErrorCode.GROUP_ID_NOT_FOUND, group_id)
@@ -315,6 +414,9 @@ class GroupCoordinator:
         results = []
         for group_id in group_ids:
             error = self.check(group_id, allow_empty=True)
+            if error is None and group_id in self.consumer.groups:
+                results.append((group_id, await self._delete_consumer_group(group_id)))
+                continue
             group = self.groups.get(group_id) if error is None else None
             if error is None and (group is None or not self._alive(group)):
                 error = ErrorCode.GROUP_ID_NOT_FOUND
@@ -324,6 +426,19 @@ class GroupCoordinator:
                 error = await self._delete(group)
             results.append((group_id, error or ErrorCode.NONE))
         return results
+
+    async def _delete_consumer_group(self, group_id: str) -> ErrorCode:
+        group = self.consumer.groups[group_id]
+        if group.members:
+            return ErrorCode.NON_EMPTY_GROUP
+        self.consumer.forget(group_id)
+        try:
+            await self.offsets.delete_group(group_id)
+        except OSError as exc:
+            log.error("could not delete the offsets of group %s: %s", group_id, exc)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        log.info("deleted consumer group %s and its offsets", group_id)
+        return ErrorCode.NONE
 
     async def _delete(self, group: Group) -> ErrorCode | None:
         """Delete a group and answer once it is gone for good. Until then it stays in the table as Dead, so joins and
@@ -345,3 +460,21 @@ class GroupCoordinator:
                     self.groups[group_id] = Group(group_id)  # a failed deletion left offsets: keep them listed
         log.info("deleted group %s and its offsets", group_id)
         return None
+
+
+def _describe_consumer_group(group: ConsumerGroup) -> GroupDescription:
+    """A consumer-protocol group as DescribeGroups shows it (as Kafka does): protocol type "consumer", the assignor
+    as the protocol, and each member's subscription and partitions in the classic consumer protocol's encoding."""
+    version = struct.pack(">h", 0)
+    members = tuple(
+        MemberDescription(
+            m.member_id, m.instance_id, m.client_id, m.client_host,
+            version + ConsumerProtocolSubscription(version=0, topics=sorted(m.subscribed_topics),
+                                                   user_data=None).encode(),
+            version + ConsumerProtocolAssignment(version=0, assigned_partitions=[
+                ConsumerProtocolAssignment.TopicPartition(topic=t, partitions=p)
+                for t, p in by_topic(m.assigned).items()], user_data=None).encode())
+        for m in group.members.values())
+    state = group.state
+    return GroupDescription(ErrorCode.NONE, group.group_id, state.value, CONSUMER_PROTOCOL_TYPE,
+                            group.assignor if state is not ConsumerGroupState.EMPTY else "", members)

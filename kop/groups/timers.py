@@ -24,6 +24,9 @@ class Timers:
         except Exception:
             log.exception("group timer %r failed", key)
 
+    def armed(self, key: Hashable) -> bool:
+        return key in self._handles
+
     def cancel(self, key: Hashable) -> None:
         handle = self._handles.pop(key, None)
         if handle is not None:

@@ -7,13 +7,15 @@
 - Heartbeat (12) v0-4: v3+ group.instance.id.
 - LeaveGroup (13) v0-5: v0-2 one member id, the error at the top; v3+ a batch of member identities with one error
   each (KIP-345); v5+ reasons.
-- ListGroups (16) v0-5: v4+ states filter (KIP-518); v5+ types filter, every group here is "classic".
+- ListGroups (16) v0-5: v4+ states filter (KIP-518); v5+ types filter: "classic", or "consumer" for groups of
+  KIP-848's protocol (kop.handlers.consumer_groups).
 - DescribeGroups (15) v0-6: v3+ authorized operations; v6+ GROUP_ID_NOT_FOUND for an unknown group where older
   versions describe it as Dead.
 - DeleteGroups (42) v0-2.
 Version ranges: aiokafka 0.14 sends JoinGroup v5, SyncGroup v3, Heartbeat/LeaveGroup v1; librdkafka 2.x JoinGroup v5,
 SyncGroup/Heartbeat v3, LeaveGroup v1, DescribeGroups v4, ListGroups v5; kafka-python 3 JoinGroup v7; the Java
-client 3.9 the maxima listed. KIP-848's ConsumerGroupHeartbeat (68) is not served, so every client uses these.
+client 3.9 the maxima listed. A group of KIP-848's protocol refuses these: JoinGroup answers
+INCONSISTENT_GROUP_PROTOCOL while it has members, the others UNKNOWN_MEMBER_ID.
 """
 import asyncio
 from collections.abc import Awaitable
@@ -24,7 +26,6 @@ from kafka.protocol.consumer import (HeartbeatRequest, HeartbeatResponse, JoinGr
                                      LeaveGroupRequest, LeaveGroupResponse, SyncGroupRequest, SyncGroupResponse)
 
 from kop.groups import JoinRequest, JoinResult, SyncResult
-from kop.groups.coordinator import CLASSIC_GROUP_TYPE
 from kop.handlers.context import RequestContext
 from kop.security.acls import Operation, ResourceType
 from protocol.errors import ErrorCode
@@ -152,7 +153,7 @@ async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGr
                                      request.types_filter if v >= 5 else None)
     every = ctx.authorized_on_cluster(Operation.DESCRIBE)
     groups = [cls.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
-                              group_type=CLASSIC_GROUP_TYPE) for g in listed
+                              group_type=g.group_type) for g in listed
               if every or ctx.authorized(Operation.DESCRIBE, ResourceType.GROUP, g.group_id)]
     return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=groups)
 

@@ -3,12 +3,14 @@
 - OffsetCommit (8) v0-9: v0 has no generation (a simple commit, as generation -1 is in v1+: groups without members,
   assign-only consumers and the Reader pattern commit that way); v1 carries a commit timestamp; v2-4 a retention time
   we ignore (offsets live as long as the cursor); v6+ leader epochs; v7+ group.instance.id; v8+ flexible; v9 renames
-  the generation to GenerationIdOrMemberEpoch, which for a classic group is still the generation. v10 (topic ids) is
-  not served.
+  the generation to GenerationIdOrMemberEpoch, which for a classic group is still the generation and for a
+  consumer-protocol group (KIP-848) the member epoch: a member's commit with another epoch answers
+  STALE_MEMBER_EPOCH, an unknown member UNKNOWN_MEMBER_ID, as Kafka does. v10 (topic ids) is not served.
 - OffsetFetch (9) v0-9: v2+ null topics mean every partition with an offset, and a top-level error; v5+ leader
   epochs; v7+ require_stable (a partition whose offset an open transaction holds answers UNSTABLE_OFFSET_COMMIT,
   which clients retry until the transaction ends); v8+ many
-  groups per request; v9 member id and epoch, which Kafka ignores for classic groups, as we do.
+  groups per request; v9 member id and epoch, which Kafka ignores for classic groups, as we do, and checks for
+  consumer-protocol groups (none given: an admin client's fetch), as we do.
 - OffsetDelete (47) v0.
 
 Durability: the ordered phase validates and hands every partition's offset to its cursor in request order; the
@@ -77,11 +79,14 @@ async def _commit_response(cls: type[OffsetCommitResponse], pending: PendingComm
 
 # ---- OffsetFetch
 
-def _fetch_group(ctx: RequestContext, group_id: str, topics: Sequence[Any] | None) -> tuple[ErrorCode, Committed]:
+def _fetch_group(ctx: RequestContext, group_id: str, topics: Sequence[Any] | None, member_id: str | None = None,
+                 member_epoch: int = -1) -> tuple[ErrorCode, Committed]:
     """(group error, [(topic, [(partition, CommittedOffset | None)])]) for named topics, or every committed
     partition when topics is None."""
     groups = ctx.groups
     error = groups.check(group_id, allow_empty=True)
+    if error is None:
+        error = groups.validate_fetch(group_id, member_id, member_epoch) or None
     if not ctx.authorized(Operation.DESCRIBE, ResourceType.GROUP, group_id):
         error = ErrorCode.GROUP_AUTHORIZATION_FAILED
     if error is not None:
@@ -120,7 +125,8 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
     if v >= 8:
         out = []
         for group in request.groups:
-            error, found = _fetch_group(ctx, group.group_id, group.topics)
+            error, found = _fetch_group(ctx, group.group_id, group.topics,
+                                        *((group.member_id, group.member_epoch) if v >= 9 else ()))
             Topics = cls.OffsetFetchResponseGroup.OffsetFetchResponseTopics
             topics = [] if error != ErrorCode.NONE else [
                 Topics(name=name, partitions=[Topics.OffsetFetchResponsePartitions(
