@@ -95,6 +95,7 @@ def test_namespace_policies_round_trip_and_remove_falls_back_to_the_broker(admin
                       "--applied") == BROKER_INTERVAL
 
 
+@pytest.mark.slow  # 5-13 s of restarts, retention or snapshot rounds: make test-slow
 def test_topic_policies_resolve_topic_over_namespace_over_broker(admin_broker):
     create_topic(admin_broker, "orders", 2)
     create_topic(admin_broker, "other")

@@ -70,6 +70,7 @@ def test_every_client_reads_the_latest_value_of_each_key_at_its_offset(broker):
         assert [(r.offset, r.key, r.value) for r in got] == [(o, k.decode(), v.decode()) for o, k, v in expected]
 
 
+@pytest.mark.slow  # 5-13 s of restarts, retention or snapshot rounds: make test-slow
 def test_a_tombstone_stays_for_delete_retention_ms_then_goes(broker):
     create(broker, "tombs", **{"delete.retention.ms": "3000"})
     ck_produce(broker.bootstrap, "tombs", [(b"a", b"a1", [], 0), (b"a", b"a2", [], 0), (b"b", b"b1", [], 0),

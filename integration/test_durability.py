@@ -2,6 +2,8 @@
 import threading
 import time
 
+import pytest
+
 from integration.clients import ck_consume_all, ck_produce, kp_consume_all
 
 
@@ -17,6 +19,7 @@ def test_restart_keeps_records_and_offsets(broker):
     assert got[-1].value == b"after" and got[-1].offset == 50
 
 
+@pytest.mark.slow  # 5-13 s of restarts, retention or snapshot rounds: make test-slow
 def test_kill_9_during_a_produce_stream_loses_no_acknowledged_record(broker):
     from confluent_kafka import Producer
     acked: dict[bytes, int] = {}

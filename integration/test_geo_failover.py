@@ -204,6 +204,7 @@ def test_one_way_standby_takes_over_the_group(one_way):
     assert 0 <= len(consumed) - TOTAL <= PER_ROUND
 
 
+@pytest.mark.slow  # 5-13 s of restarts, retention or snapshot rounds: make test-slow
 def test_group_that_stopped_committing_still_gets_its_last_position_replicated(pair):
     """Pulsar #19551: the snapshot that covers a group's last commit completes after that commit; kop still sends
     the update, so the group resumes in west with nothing repeated."""
@@ -220,6 +221,7 @@ def test_group_that_stopped_committing_still_gets_its_last_position_replicated(p
     assert len(in_east) == PER_ROUND
 
 
+@pytest.mark.slow  # 5-13 s of restarts, retention or snapshot rounds: make test-slow
 def test_a_group_far_behind_the_newest_data_gets_its_position_replicated_as_it_catches_up(tmp_path):
     """Snapshots complete while the group lags, far more than the three a group may keep: it keeps three it can
     still pass (not the newest three, all beyond it), so consuming part of the way moves it in west."""
@@ -244,6 +246,7 @@ def test_a_group_far_behind_the_newest_data_gets_its_position_replicated_as_it_c
             broker.stop()
 
 
+@pytest.mark.slow  # 5-13 s of restarts, retention or snapshot rounds: make test-slow
 def test_snapshots_go_on_between_the_clusters_that_are_up(tmp_path):
     """Beyond Pulsar (which stops them all): with c down, a and b keep snapshotting and b follows the group; when c
     is back, it follows too."""
@@ -270,6 +273,7 @@ def test_snapshots_go_on_between_the_clusters_that_are_up(tmp_path):
             broker.stop()
 
 
+@pytest.mark.slow  # 5-13 s of restarts, retention or snapshot rounds: make test-slow
 def test_markers_reach_no_client(pair):
     """Every client reads exactly the records, at contiguous offsets, from partitions full of snapshot markers."""
     from integration.clients import aio_consume_all, ck_consume_all, kp_consume_all
@@ -309,6 +313,7 @@ def test_markers_reach_no_client(pair):
             assert [int(o) for q, o, _ in lines if int(q) == p] == list(range(total // PARTITIONS))
 
 
+@pytest.mark.slow  # 5-13 s of restarts, retention or snapshot rounds: make test-slow
 def test_admin_toggles_replication_of_a_group_and_of_every_group(pair):
     east, west = pair
     assert admin_json(east, "groups", "get-replicated", "app") is False

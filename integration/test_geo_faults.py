@@ -62,6 +62,7 @@ def records_in(broker) -> int:
         return sum(kafka.end_offsets("orders", range(PARTITIONS)).values())
 
 
+@pytest.mark.slow  # 5-13 s of restarts, retention or snapshot rounds: make test-slow
 def test_lost_answers_are_resent_and_stored_once(linked):
     east, west, proxy = linked
     proxy.set_policy(CutPolicy(every=2, max_cuts=4, apis=frozenset({REPLICATE_ENTRIES_KEY})))

@@ -95,6 +95,7 @@ def test_three_clusters_all_to_all_no_loops(clusters):
         check_everything_once(broker, "events", 2, {name: 200 for name in names})
 
 
+@pytest.mark.slow  # 5-13 s of restarts, retention or snapshot rounds: make test-slow
 def test_a_one_way_standby_never_sends_on_what_it_got_from_elsewhere(clusters):
     """a replicates to b only (b does not replicate back), b replicates to c: what b got from a is not sent on to c
     (Pulsar's rule: entries with replicated_from set never are). `direct` also lists c in a's policy: c gets a's

@@ -59,6 +59,7 @@ def west_down_while_retention_runs(east: BrokerProcess, west: BrokerProcess) -> 
     wait_for(lambda: offsets(east, "local") == (10, 10), 20, "retention to delete the control topic's records")
 
 
+@pytest.mark.slow  # 5-13 s of restarts, retention or snapshot rounds: make test-slow
 def test_retention_keeps_what_a_replicator_has_not_sent_until_the_remote_is_back(pair):
     east, west = pair
     west_down_while_retention_runs(east, west)
@@ -71,6 +72,7 @@ def test_retention_keeps_what_a_replicator_has_not_sent_until_the_remote_is_back
     wait_for(lambda: offsets(east, "orders") == (120, 120), 20, "retention to delete what was replicated")
 
 
+@pytest.mark.slow  # 5-13 s of restarts, retention or snapshot rounds: make test-slow
 @pytest.mark.parametrize("pair", [{"replicationBacklogQuotaLimitBytes": "1"}], indirect=True)
 def test_a_replicator_over_the_backlog_quota_holds_nothing_back(pair):
     east, west = pair
@@ -83,6 +85,7 @@ def test_a_replicator_over_the_backlog_quota_holds_nothing_back(pair):
     check_everything_once(west, "orders", PARTITIONS, {"early": 20, "after": 10})  # the late ones never came
 
 
+@pytest.mark.slow  # 5-13 s of restarts, retention or snapshot rounds: make test-slow
 def test_a_replicator_cursor_no_replicator_is_wanted_for_holds_nothing_back(pair):
     """east restarts with a registry that lacks west (restored from before west was added, say): the cursor of its
     replicator toward west is deleted, as Pulsar does when it loads a topic, and retention goes on."""

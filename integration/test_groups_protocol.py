@@ -227,6 +227,7 @@ def test_every_acknowledged_commit_survives_kill_9_in_the_middle_of_a_commit_str
         assert offset >= acked[group.group_id] and offset in sent[group.group_id], (group.group_id, offset)
 
 
+@pytest.mark.slow  # 5-13 s of restarts, retention or snapshot rounds: make test-slow
 def test_generation_ids_keep_rising_across_kill_9(broker):
     """Kafka keeps a group's generation in __consumer_offsets; kop keeps it in its generation log. A member of a
     pre-crash generation must not be mistaken for a member of the new one, so ids never repeat after a restart."""

@@ -126,6 +126,7 @@ def test_segment_configs_below_kafkas_minimum_are_refused(broker):
             future.result(10)
 
 
+@pytest.mark.slow  # 5-13 s of restarts, retention or snapshot rounds: make test-slow
 def test_retention_by_time_reaches_a_quiet_idempotent_topic_with_dedup_on(tmp_path):
     """Deduplication is on by default, and its cursor's records (the snapshot and its fallback) would hold a quiet
     topic's ledger for ever: no new entry means no new snapshot. Retention snapshots again at the last entry, deletes
