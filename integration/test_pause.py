@@ -11,7 +11,7 @@ from integration.broker_process import BrokerProcess
 from integration.fault_proxy import FaultProxy
 from integration.idem_raw import RawKafka, read_topic
 from integration.idem_stream import check_stream
-from integration.soak.consumers import SESSION_TIMEOUT_MS, CommitWatcher, GroupMember
+from integration.soak.consumers import SESSION_TIMEOUT_MS, CommitWatcher, ConfluentMember
 from integration.soak.producers import ConfluentProducer
 from integration.waiting import wait_for
 from protocol.errors import ErrorCode
@@ -33,7 +33,7 @@ def test_a_pause_past_every_client_timeout_loses_nothing_duplicates_nothing_and_
             with RawKafka(broker.port) as kafka:
                 assert kafka.create_topic(TOPIC, PARTITIONS) == ErrorCode.NONE
             producer = ConfluentProducer(proxy.bootstrap, TOPIC)
-            members = [GroupMember(proxy.bootstrap, GROUP, [TOPIC], f"m{i}") for i in range(2)]
+            members = [ConfluentMember(proxy.bootstrap, GROUP, [TOPIC], f"m{i}", lifetime=600) for i in range(2)]
             watcher = CommitWatcher(proxy.bootstrap, GROUP, [(TOPIC, p) for p in range(PARTITIONS)])
             for thread in (producer, *members, watcher):
                 thread.start()

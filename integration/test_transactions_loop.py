@@ -58,9 +58,9 @@ def copy_through_faults(broker_factory, copy: Callable[[str, int, float], dict],
         runner.join(deadline_s + 90)
         assert not runner.is_alive(), "the copy loop did not end"
         assert result["copied"] == count, result
-        if kills:  # control: each kill came while the loop ran, and caught transactions half done
+        if kills:  # control: each kill came while the loop ran (group members now go on across a restart, so a kill
+            # need not make the loop abort a transaction: the coordinator completes or times out what it caught)
             assert kills_mid_run == kills
-            assert result["aborts"] > 0, result
         if proxy:
             proxy.set_policy(None)
             stats = proxy.stats()
