@@ -121,3 +121,33 @@ async def test_an_entry_whose_index_record_the_disk_refuses_is_answered_and_inde
     reopened = FileManagedLedger.open("t", str(tmp_path), CONFIG, None)
     assert [e.first_index for e in reopened.read_from_index(0, 1 << 20)] == [0, 1, 2]
     await reopened.close()
+
+
+async def test_a_failed_write_whose_entry_cannot_be_cut_off_still_fails_and_is_dropped_at_open(tmp_path, monkeypatch,
+                                                                                             caplog):
+    """The flush fails (EIO) and cutting the entry off the log fails too: the write is still failed (before, the error
+    escaped the group commit and it was never answered), later writes go to a new ledger, and the entry is not
+    served, now or after the ledger is opened again."""
+    ml = FileManagedLedger.open("t", str(tmp_path), CONFIG, None)
+    assert await (await append(ml)) == Position(0, 0)
+    good = os.path.getsize(tmp_path / "0.log")
+    ml.inject_write_failures(1)
+
+    def ftruncate(fd: int, length: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(framed_file.os, "ftruncate", ftruncate)
+        failed = await append(ml, b"y" * 100)
+        with pytest.raises(LedgerWriteError):
+            await asyncio.wait_for(failed, 5)
+    assert "cannot cut the failed entries off" in caplog.text  # the control: the cut was refused
+    assert os.path.getsize(tmp_path / "0.log") > good  # the failed entry is still in the file
+    assert await (await append(ml)) == Position(1, 0)
+    assert [(e.first_index, bytes(e.data)) for e in ml.read_from_index(0, 1 << 20)] == [(0, b"x" * 100),
+                                                                                        (1, b"x" * 100)]
+    await ml.close()
+    reopened = FileManagedLedger.open("t", str(tmp_path), CONFIG, None)
+    assert [(e.first_index, bytes(e.data)) for e in reopened.read_from_index(0, 1 << 20)] == [(0, b"x" * 100),
+                                                                                              (1, b"x" * 100)]
+    await reopened.close()

@@ -289,7 +289,11 @@ class FileManagedLedger(LedgerBase):
         _unpin(adds)
         for add in adds:
             if add.ledger.entries > add.entry_id:
-                add.ledger.truncate(add.entry_id)
+                try:
+                    add.ledger.truncate(add.entry_id)
+                except OSError as cut_error:  # left out of the ledger all the same; its next open drops them
+                    log.error("%s: cannot cut the failed entries off ledger %d: %s", self.name, add.ledger.ledger_id,
+                              cut_error)
         self._written_end = self._confirmed_end
         if not self._closed:
             self._roll_pending = True
