@@ -87,7 +87,8 @@ def broker_log(broker: BrokerProcess) -> str:
 
 def test_a_batch_whose_index_record_a_full_disk_refuses_is_stored_answered_and_read_back(tmp_path):
     """The idempotent producer's batch is answered with its offset while the disk is full, its retry is a
-    duplicate, writes go on once space is freed, and after kill -9 the repaired index serves every batch once."""
+    duplicate, writes go on once space is freed, and every batch is read back once (the index left behind is caught
+    up by the next write; its repair at open: tests/test_ledger_disk_full.py)."""
     with broker_on_a_small_disk(tmp_path) as (broker, data):
         with RawKafka(broker.port) as kafka:
             assert kafka.create_topic("indexed", 1) == ErrorCode.NONE
@@ -116,8 +117,6 @@ def test_a_batch_whose_index_record_a_full_disk_refuses_is_stored_answered_and_r
             assert INDEX_REFUSED in broker_log(broker)  # the control: it was the index record that failed
             filler.remove()
             produce([0, 0, 0])
-        broker.kill()
-        broker.start()
         stored = read_topic(broker.port, "indexed", [0])
         assert [(r.offset, r.value) for r in stored] == list(enumerate(sent))
 
