@@ -2,7 +2,7 @@
 process: joining and the epochs, the reconciliation (a partition is given to its new member only after its previous
 owner reported it revoked), fencing (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID), static members (epoch -2 and
 UNRELEASED_INSTANCE_ID), both assignors, new partitions picked up, member epochs on OffsetCommit/OffsetFetch, and
-classic and consumer-protocol groups side by side."""
+classic and consumer-protocol groups side by side (their migration: test_groups_migration_protocol)."""
 import time
 import uuid
 
@@ -223,14 +223,12 @@ def test_offset_commit_and_fetch_check_the_member_epoch(raw):
     assert fetch(None, -1).topics[0].partitions[0].committed_offset == 7  # an admin client's fetch
 
 
-def test_classic_and_consumer_protocol_groups_keep_to_their_kind(raw):
+def test_classic_and_consumer_protocol_groups_share_the_group_ids(raw):
+    """A group id is one kind or the other; online migration (test_groups_migration_protocol) changes the kind of a
+    group with members, the offline migration that of an empty one."""
     a = Member(raw, "g-kind")
     a.join()
     Join = REQ[11][7]
-    join = raw.call(Join(group_id="g-kind", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
-                         group_instance_id=None, protocol_type="consumer",
-                         protocols=[Join.JoinGroupRequestProtocol(name="range", metadata=b"")]), RESP[11], 7)
-    assert join.error_code == E.INCONSISTENT_GROUP_PROTOCOL
     beat = raw.call(REQ[12][4](group_id="g-kind", generation_id=1, member_id="m", group_instance_id=None),
                     RESP[12], 4)
     assert beat.error_code == E.UNKNOWN_MEMBER_ID
@@ -238,7 +236,7 @@ def test_classic_and_consumer_protocol_groups_keep_to_their_kind(raw):
     assert [(g.group_id, g.group_type, g.group_state) for g in listed.groups] == [("g-kind", "consumer", "Stable")]
     classic = raw.call(REQ[15][5](groups=["g-kind"], include_authorized_operations=False), RESP[15], 5).groups[0]
     assert (classic.protocol_type, classic.protocol_data, len(classic.members)) == ("consumer", "uniform", 1)
-    # a classic group with members is not a consumer group
+    # a classic group whose member's subscription is not the consumer protocol's cannot become a consumer group
     join = raw.call(Join(group_id="g-classic", session_timeout_ms=10000, rebalance_timeout_ms=10000,
                          member_id="", group_instance_id=None, protocol_type="consumer",
                          protocols=[Join.JoinGroupRequestProtocol(name="range", metadata=b"")]), RESP[11], 7)
@@ -246,16 +244,19 @@ def test_classic_and_consumer_protocol_groups_keep_to_their_kind(raw):
                          member_id=join.member_id, group_instance_id=None, protocol_type="consumer",
                          protocols=[Join.JoinGroupRequestProtocol(name="range", metadata=b"")]), RESP[11], 7)
     assert join.error_code == E.NONE
-    assert Member(raw, "g-classic").join().error_code == E.GROUP_ID_NOT_FOUND
+    refused = Member(raw, "g-classic").join()
+    assert refused.error_code == E.GROUP_ID_NOT_FOUND and "Cannot upgrade" in refused.error_message
     described = raw.call(REQ[69][0](group_ids=["g-classic", "g-none"], include_authorized_operations=False),
                          RESP[69], 0)
     assert [g.error_code for g in described.groups] == [E.GROUP_ID_NOT_FOUND, E.GROUP_ID_NOT_FOUND]
-    # the last member leaves: the empty group may become a classic one
+    # the last member leaves: the empty group becomes a classic one when a classic member joins
     assert a.heartbeat(epoch=-1).error_code == E.NONE
     join = raw.call(Join(group_id="g-kind", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
                          group_instance_id=None, protocol_type="consumer",
                          protocols=[Join.JoinGroupRequestProtocol(name="range", metadata=b"")]), RESP[11], 7)
     assert join.error_code == E.MEMBER_ID_REQUIRED
+    listed = raw.call(REQ[16][5](states_filter=[], types_filter=["classic"]), RESP[16], 5)
+    assert sorted(g.group_id for g in listed.groups) == ["g-classic", "g-kind"]
 
 
 def test_metrics_count_a_consumer_groups_assignments(start_broker):
