@@ -190,6 +190,23 @@ def test_assignors_and_new_partitions(raw, assignor, expected):
     assert sorted(len(m.partitions()) for m in (a, b)) == [3, 3]
 
 
+def test_the_brokers_assignors_setting_names_the_default_and_the_assignors_members_may_ask_for(broker_factory):
+    broker = broker_factory({"group.consumer.assignors": "range"})  # range alone: the default, and the only one
+    with RawKafka(broker.port) as conn:
+        conn.create_topic(TOPIC, 4)
+        a, b = Member(conn, "g-default"), Member(conn, "g-default")
+        a.join()
+        b.join()
+        settle([a, b])
+        first = min((a, b), key=lambda m: m.member_id)
+        assert {p for _, p in first.partitions()} == {0, 1}  # range's contiguous share, without asking for it
+        described = conn.call(REQ[69][1](group_ids=["g-default"], include_authorized_operations=False), RESP[69], 1)
+        assert described.groups[0].assignor_name == "range"
+        refused = Member(conn, "g-other", assignor="uniform").join()  # not one the broker offers
+        assert (refused.error_code, refused.error_message) == \
+            (E.UNSUPPORTED_ASSIGNOR, "ServerAssignor uniform is not supported. Supported assignors: range.")
+
+
 def test_offset_commit_and_fetch_check_the_member_epoch(raw):
     a = Member(raw, "g-commit")
     a.join()

@@ -116,6 +116,11 @@ class GroupCoordinator:
         group = self.groups.pop(group_id, None)
         if group is not None:
             self.membership.forget(group)
+        self.consumer.forget(group_id)
+
+    def group_ids(self) -> list[str]:
+        """Every group this broker coordinates, of both kinds."""
+        return [*self.groups, *self.consumer.groups]
 
     # ---- lifecycle
 
@@ -136,7 +141,8 @@ class GroupCoordinator:
                 self.membership.restored(group)
         self.loaded = True
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop())
-        log.info("group coordinator loaded %d groups with committed offsets", len(self.groups))
+        log.info("group coordinator loaded %d classic and %d consumer groups", len(self.groups),
+                 len(self.consumer.groups))
 
     async def stop(self) -> None:
         if self._sweeper is not None:

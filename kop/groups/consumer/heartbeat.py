@@ -241,6 +241,8 @@ class ConsumerGroups:
     def _update(self, member: ConsumerMember, hb: Heartbeat, describable: Callable[[str], bool]) -> bool:
         """Take what the heartbeat changed; True if the assignment depends on it."""
         before = (member.subscribed_topics, member.server_assignor)
+        member.classic = None  # a member that heartbeats speaks the consumer protocol (a static one may replace a
+        # classic member of its instance id)
         if hb.subscribed_names is not None:
             member.subscribed_names = frozenset(hb.subscribed_names)
         if hb.subscribed_regex is not None:
