@@ -279,6 +279,20 @@ def test_the_upgrade_is_refused_with_migration_disabled_but_classic_members_stil
         assert group_type(raw, "g-consumer") == ("consumer", "Reconciling")
 
 
+def test_a_heartbeat_that_cannot_join_leaves_the_classic_group_as_it_was(kip848):
+    """As in Kafka, where a refused join writes nothing: a full group, or a request no group accepts."""
+    broker, raw = kip848(**{"group.max.size": "2"})
+    with raw, RawKafka(broker.port) as other:
+        c1, c2 = ClassicMember(raw, "g-full"), ClassicMember(other, "g-full")
+        classic_two_member_generation(c1, c2)
+        full = Member(raw, "g-full").join()
+        assert (full.error_code, full.error_message) == \
+            (E.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum capacity of 2 members.")
+        assert Member(raw, "g-full", assignor="sticky").join().error_code == E.UNSUPPORTED_ASSIGNOR
+        assert group_type(raw, "g-full") == ("classic", "Stable")
+        assert c1.heartbeat() == c2.heartbeat() == E.NONE
+
+
 def test_a_consumer_group_becomes_classic_again_when_its_last_consumer_member_leaves(raw):
     a, b = Member(raw, "g-down"), Member(raw, "g-down")
     a.join()
@@ -378,6 +392,9 @@ def test_a_static_classic_member_replacing_the_last_consumer_member_makes_the_gr
     taken_over = ClassicMember(raw, "g-replace", instance_id="i-1")
     joined = taken_over.join()  # the consumer-protocol static member restarts as a classic consumer
     assert joined.error_code == E.NONE
-    assert group_type(raw, "g-replace")[0] == "classic"
-    assert a.heartbeat().error_code in (E.UNKNOWN_MEMBER_ID, E.GROUP_ID_NOT_FOUND, E.FENCED_INSTANCE_ID)
+    # every member is classic now: a classic group, which rebalances before anyone starts on a's partitions
+    assert group_type(raw, "g-replace") == ("classic", "PreparingRebalance")
+    assert taken_over.sync().error_code in (E.REBALANCE_IN_PROGRESS, E.ILLEGAL_GENERATION)
+    assert c.heartbeat() in (E.REBALANCE_IN_PROGRESS, E.ILLEGAL_GENERATION)
+    assert a.heartbeat().error_code == E.GROUP_ID_NOT_FOUND  # the replaced member is gone with its protocol
 

@@ -267,7 +267,7 @@ class GroupCoordinator:
     def _join_consumer_group(self, group: ConsumerGroup, req: JoinRequest) -> asyncio.Future:
         """A classic member joins a consumer group (kop.groups.consumer.classic). If it is a static member taking
         the place of the group's last consumer-protocol member, the group becomes a classic group (Kafka's
-        downgrade on replacement) with it as a member, without a rebalance."""
+        downgrade on replacement) with it as a member."""
         if not self.membership.valid_session_timeout(req.session_timeout_ms):
             return resolved(JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, req.member_id))
         replaced = group.static_members.get(req.group_instance_id) \
@@ -276,7 +276,9 @@ class GroupCoordinator:
         result = self.classic_members.join(group, req)
         if result.error == ErrorCode.NONE and last_consumer_member and self.migration.downgrades \
                 and len(group.members) <= self.config.group_max_size:
-            self._downgrade(group, None, rebalance=False)
+            # Kafka hands each member its target at once; kop rebalances, so that no member starts on partitions
+            # another has not yet given up (the joiner's SyncGroup is told to rejoin).
+            self._downgrade(group, None)
         return self._when_stored(req.group_id, result, JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                                                   req.member_id))
 
@@ -314,19 +316,28 @@ class GroupCoordinator:
 
     # ---- online migration (kop.groups.consumer.migration)
 
-    def _upgrade(self, classic: Group) -> str | None:
-        """Turn a classic group with members into a consumer group; None if done, else why not."""
+    def _upgrade(self, classic: Group, hb: Heartbeat) -> tuple[ErrorCode, str] | None:
+        """Turn a classic group with members into a consumer group for the member joining; None if done, else the
+        error and why (the group then stays as it was: nothing is changed unless the member can join)."""
         group_id = classic.group_id
         if not self.migration.upgrades:
-            return f"Cannot upgrade classic group {group_id} to consumer group because the online upgrade is disabled."
+            return ErrorCode.GROUP_ID_NOT_FOUND, \
+                f"Cannot upgrade classic group {group_id} to consumer group because the online upgrade is disabled."
         if classic.protocol_type != CONSUMER_PROTOCOL_TYPE:
-            return f"Group {group_id} is not a consumer group."
-        if len(classic.members) > self.config.group_max_size:
-            return f"Cannot upgrade classic group {group_id}: it has more members than a consumer group may have."
+            return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
+        max_size = self.config.group_max_size
+        if len(classic.members) > max_size:
+            return ErrorCode.GROUP_ID_NOT_FOUND, \
+                f"Cannot upgrade classic group {group_id}: it has more members than a consumer group may have."
+        takes_a_place = hb.instance_id is not None and hb.instance_id in classic.static_members
+        if len(classic.members) == max_size and not takes_a_place:
+            return ErrorCode.GROUP_MAX_SIZE_REACHED, \
+                f"The consumer group has reached its maximum capacity of {max_size} members."
         try:
             group = to_consumer_group(classic)
         except MigrationRefused as exc:
-            return f"Cannot upgrade the classic group {group_id} to consumer group: {exc}."
+            return ErrorCode.GROUP_ID_NOT_FOUND, \
+                f"Cannot upgrade the classic group {group_id} to consumer group: {exc}."
         self.membership.hand_over(classic)
         del self.groups[group_id]
         self.consumer.groups[group_id] = group
@@ -344,9 +355,9 @@ class GroupCoordinator:
             return False
         log.info("consumer group %s: its last consumer-protocol member %s is out (%s)", group.group_id, member_id,
                  why)
-        return self._downgrade(group, member_id, rebalance=True)
+        return self._downgrade(group, member_id)
 
-    def _downgrade(self, group: ConsumerGroup, leaving: str | None, rebalance: bool) -> bool:
+    def _downgrade(self, group: ConsumerGroup, leaving: str | None) -> bool:
         try:
             classic = to_classic_group(group, leaving)
         except MigrationRefused as exc:
@@ -358,8 +369,7 @@ class GroupCoordinator:
         self._write(generation_record(classic, {m.member_id: m.assignment for m in classic.members.values()}))
         log.info("consumer group %s with %d classic members became a classic group at generation %d (online "
                  "downgrade)", group.group_id, len(classic.members), classic.generation_id)
-        if rebalance:
-            self.membership.rebalance(classic, "the group became a classic group")
+        self.membership.rebalance(classic, "the group became a classic group")
         return True
 
     # ---- the consumer group protocol (KIP-848)
@@ -377,6 +387,9 @@ class GroupCoordinator:
         if not hb.group_id:
             return HeartbeatResult(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.", hb.member_id or None,
                                    hb.member_epoch)
+        refused = self.consumer.refusal(hb)
+        if refused is not None:
+            return refused
         error, message = self.check(hb.group_id), None
         classic = self.groups.get(hb.group_id) if error is None else None
         if classic is not None:
@@ -389,8 +402,7 @@ class GroupCoordinator:
             elif hb.member_epoch != JOIN_EPOCH:
                 error, message = ErrorCode.GROUP_ID_NOT_FOUND, f"Group {hb.group_id} is not a consumer group."
             else:
-                message = self._upgrade(classic)
-                error = ErrorCode.GROUP_ID_NOT_FOUND if message is not None else None
+                error, message = self._upgrade(classic, hb) or (None, None)
         if error is not None:
             return HeartbeatResult(error, message, hb.member_id or None, hb.member_epoch)
         result = self.consumer.heartbeat(hb, describable)

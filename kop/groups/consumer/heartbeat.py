@@ -162,6 +162,14 @@ class ConsumerGroups:
         member.last_sent = sent
         return HeartbeatResult(ErrorCode.NONE, None, member.member_id, member.epoch, assignment)
 
+    def refusal(self, hb: Heartbeat) -> HeartbeatResult | None:
+        """The answer to a heartbeat no group could accept (checked before anything changes), or None."""
+        try:
+            _validate(hb, self.assignors)
+        except HeartbeatError as exc:
+            return HeartbeatResult(exc.error, str(exc), hb.member_id or None, hb.member_epoch)
+        return None
+
     def rebalance_if(self, group: ConsumerGroup, changed: bool) -> None:
         """Move the group to its next epoch if what its assignment depends on changed: a member's subscription
         (changed), or the partitions of the topics it subscribes to."""
