@@ -14,6 +14,7 @@ from integration.broker_process import BrokerProcess
 from integration.clients import aio_consume_all, ck_consume_all, ck_produce, kp_consume_all
 from integration.idem_raw import RawKafka, read_topic
 from integration.java_client import java_available, java_consume_all
+from integration.txn_clients import READ_UNCOMMITTED, ck_abort, ck_commit, ck_read_to_end
 from protocol.errors import ErrorCode
 from protocol.records import Record, build_batch
 
@@ -83,6 +84,44 @@ def test_a_tombstone_stays_for_delete_retention_ms_then_goes(broker):
     wait_for_runs(broker, 2)
     got = ck_consume_all(broker.bootstrap, "tombs", expected=2)
     assert [(r.offset, r.key, r.value) for r in got] == [(1, b"a", b"a2"), (4, b"c", b"c1")]
+
+
+def wait_for_removed(broker: BrokerProcess, records: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while metric(broker, "kop_compaction_records_removed_total") < records:
+        assert time.monotonic() < deadline, f"fewer than {records} records removed within {timeout}s"
+        time.sleep(0.2)
+
+
+@pytest.mark.slow  # three transactions, a compaction and a restart: about 8 s
+def test_a_transactional_topic_is_compacted_and_its_transactions_rebuilt_after_a_kill_9(broker):
+    """A committed transaction's records are compacted, an aborted one's removed, the markers kept: read_committed
+    readers see each key's latest committed value, read_uncommitted ones no longer the aborted record, and after a
+    kill -9 the transaction index is rebuilt from what compaction left (the next transaction reads to its end).
+    Before, transactional batches stayed whole, so an exactly-once changelog never shrank."""
+    from confluent_kafka import Producer
+    create(broker, "txn-compacted")
+
+    def transactions(*runs: tuple[list[tuple[bytes, bytes]], bool]) -> None:
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "compacted-writer"})
+        producer.init_transactions(15)
+        for items, commit in runs:
+            producer.begin_transaction()
+            for key, value in items:
+                producer.produce("txn-compacted", value, key=key, partition=0)
+            assert producer.flush(15) == 0
+            (ck_commit if commit else ck_abort)(producer)
+
+    transactions(([(b"a", b"a1"), (b"b", b"b1")], True),  # offsets 0-1, COMMIT at 2
+                 ([(b"a", b"aborted")], False),  # 3, ABORT at 4
+                 ([(b"a", b"a2")], True))  # 5, COMMIT at 6
+    wait_for_removed(broker, 2)  # a1 (superseded by a2) and the aborted record
+    assert ck_read_to_end(broker.bootstrap, "txn-compacted") == [(0, 1, b"b1"), (0, 5, b"a2")]
+    assert ck_read_to_end(broker.bootstrap, "txn-compacted", isolation=READ_UNCOMMITTED) == \
+        [(0, 1, b"b1"), (0, 5, b"a2")]
+    broker.restart(hard=True)
+    transactions(([(b"b", b"b2")], True))  # 7, COMMIT at 8
+    assert ck_read_to_end(broker.bootstrap, "txn-compacted") == [(0, 1, b"b1"), (0, 5, b"a2"), (0, 7, b"b2")]
 
 
 def keyed_batch(keys: list[bytes], value: bytes, *, producer_id: int, epoch: int, base_sequence: int) -> bytes:

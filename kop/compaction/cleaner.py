@@ -127,6 +127,7 @@ class LogCleaner:
         stats.last_run_ms = now
         stats.records_removed += result.records_removed
         stats.tombstones_removed += result.tombstones_removed
+        stats.aborted_removed += result.aborted_removed
         stats.bytes_reclaimed += reclaimed
         stats.cleaned_through_ledger = through
         stats.dirty_ratio = 0.0
@@ -135,6 +136,7 @@ class LogCleaner:
         metrics.compaction_records_removed.inc(result.records_removed)
         metrics.compaction_bytes_reclaimed.inc(reclaimed)
         metrics.compaction_dirty_ratio.labels(partition.topic, str(partition.partition)).set(0.0)
-        log.info("%s: compacted through ledger %d: %d keys, %d of %d records removed (%d tombstones), %d ledgers "
-                 "rewritten, %d bytes reclaimed", partition.name, through, result.keys, result.records_removed,
-                 result.records_read, result.tombstones_removed, len(installed), reclaimed)
+        log.info("%s: compacted through ledger %d: %d keys, %d of %d records removed (%d tombstones, %d of aborted "
+                 "transactions), %d ledgers rewritten, %d bytes reclaimed", partition.name, through, result.keys,
+                 result.records_removed, result.records_read, result.tombstones_removed, result.aborted_removed,
+                 len(installed), reclaimed)
