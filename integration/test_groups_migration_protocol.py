@@ -337,6 +337,8 @@ def test_the_downgrade_follows_a_session_timeout_and_respects_the_policy(kip848)
         assert group_type(raw, "g-timeout") == ("classic", "PreparingRebalance")
 
 
+@pytest.mark.file_storage(reason="on PostgreSQL the brokers form a cluster, whose coordinator takes a group over "
+                                  "with its epoch, not its members (they rejoin), classic and consumer groups alike")
 def test_consumer_group_members_are_restored_after_a_kill_mid_revocation(kip848):
     """Before, kop kept consumer groups' membership in memory: after a restart every member was unknown, and a member
     whose partitions were being revoked lost them to the first member to rejoin."""
@@ -360,6 +362,8 @@ def test_consumer_group_members_are_restored_after_a_kill_mid_revocation(kip848)
         assert a.partitions() | b.partitions() == ALL
 
 
+@pytest.mark.file_storage(reason="on PostgreSQL the brokers form a cluster, whose coordinator takes a group over "
+                                  "with its epoch, not its members (they rejoin), classic and consumer groups alike")
 def test_a_mixed_group_goes_on_after_a_kill(kip848):
     broker, raw = kip848()
     a = Member(raw, "g-mixed-restart")
