@@ -223,7 +223,7 @@ class GroupCoordinator:
             return True
         try:
             await asyncio.shield(task)
-        except Exception:  # noqa: BLE001 - logged by the write's own callback
+        except Exception:  # whatever the engine raised: logged by the write's own callback
             return False
         return True
 
@@ -603,6 +603,7 @@ class GroupCoordinator:
         if group.members:
             return ErrorCode.NON_EMPTY_GROUP
         self.consumer.forget(group_id)
+        await self.stored(group_id)  # its last change first: a write landing after the deletion would bring it back
         try:
             await self.generations.delete(group_id)
             await self.offsets.delete_group(group_id)
