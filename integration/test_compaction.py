@@ -35,7 +35,7 @@ def broker(tmp_path):
 def metric(broker: BrokerProcess, name: str) -> float:
     with urllib.request.urlopen(broker.admin_url + "/metrics", timeout=10) as response:
         text = response.read().decode()
-    found = re.search(rf"^{name} (\S+)$", text, re.M)
+    found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
     return float(found[1]) if found else 0.0
 
 
@@ -84,6 +84,22 @@ def test_a_tombstone_stays_for_delete_retention_ms_then_goes(broker):
     wait_for_runs(broker, 2)
     got = ck_consume_all(broker.bootstrap, "tombs", expected=2)
     assert [(r.offset, r.key, r.value) for r in got] == [(1, b"a", b"a2"), (4, b"c", b"c1")]
+
+
+@pytest.mark.slow  # waits out max.compaction.lag.ms: about 7 s
+def test_the_cleaners_lag_shows_while_a_partition_waits_and_drops_to_zero_once_cleaned(broker):
+    create(broker, "waiting", **{"min.cleanable.dirty.ratio": "0.5", "max.compaction.lag.ms": "4000"})
+    ck_produce(broker.bootstrap, "waiting", [(b"k%d" % i, b"v" * 100, [], 0) for i in range(20)])
+    wait_for_runs(broker, 1)  # all of it was dirty: cleaned at once (twenty keys: nothing to remove)
+    ck_produce(broker.bootstrap, "waiting", [(b"k0", b"new", [], 0)])  # a little dirty data: well below 0.5
+    lag = 'kop_compaction_lag_seconds{partition="0",topic="waiting"}'
+    deadline = time.monotonic() + 30
+    while metric(broker, lag) < 1.0:  # its ledger closed, but the partition waits for more dirty data
+        assert time.monotonic() < deadline, "the cleaner's lag never showed"
+        time.sleep(0.2)
+    assert metric(broker, "kop_compaction_runs_total") == 1  # control: nothing was cleaned meanwhile
+    wait_for_runs(broker, 2)  # max.compaction.lag.ms forces the pass
+    assert metric(broker, lag) == 0.0 and metric(broker, "kop_compaction_records_removed_total") == 1
 
 
 def wait_for_removed(broker: BrokerProcess, records: int, timeout: float = 30.0) -> None:

@@ -126,13 +126,16 @@ class BrokerMetrics:
         self.compaction_runs = Counter("kop_compaction_runs", "Partitions compacted by the log cleaner (passes)",
                                        registry=registry)
         self.compaction_records_removed = Counter("kop_compaction_records_removed", "Records the log cleaner "
-                                                  "removed (older versions of a key, expired tombstones)",
-                                                  registry=registry)
+                                                  "removed (older versions of a key, expired tombstones, aborted "
+                                                  "transactions' records)", registry=registry)
         self.compaction_bytes_reclaimed = Counter("kop_compaction_bytes_reclaimed", "Bytes of ledgers the log "
                                                   "cleaner's rewrites freed", registry=registry)
         self.compaction_dirty_ratio = Gauge("kop_compaction_dirty_ratio", "A compacted partition's dirty bytes / "
                                             "cleanable bytes at the cleaner's last look", ["topic", "partition"],
                                             registry=registry)
+        self.compaction_lag = Gauge("kop_compaction_lag_seconds", "How long a compacted partition's oldest "
+                                    "uncleaned closed ledger has waited, at the cleaner's last look (0: none)",
+                                    ["topic", "partition"], registry=registry)
         self._series: dict[int, RequestSeries] = {}
 
     def request_series(self, api_key: int) -> RequestSeries:
