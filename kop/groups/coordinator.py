@@ -91,7 +91,10 @@ class GroupCoordinator:
                                        config.consumer_assignors, self._consumer_changed, self._maybe_downgrade)
         self.classic_members = ClassicMembers(self.consumer)
         self.migration = MigrationPolicy.parse(config.group_consumer_migration_policy)
-        self._writes: dict[str, asyncio.Task] = {}  # group id -> its latest generation-log write in flight
+        self._unwritten: dict[str, GroupGeneration] = {}  # group id -> its latest record, not being written yet
+        self._next_write: dict[str, asyncio.Future] = {}  # group id -> True once that record is durable
+        self._in_flight: dict[str, asyncio.Future] = {}  # group id -> the same, of the record being written
+        self._writers: dict[str, asyncio.Task] = {}  # group id -> what writes its records, while it has any
         self.sweep_interval_ms = config.offsets_retention_check_interval_ms
         self.loaded = False
         self._sweeper: asyncio.Task | None = None
@@ -156,7 +159,7 @@ class GroupCoordinator:
 
     async def settle(self) -> None:
         """Wait for the generation-log writes in flight and the deletions of discarded groups."""
-        pending = [*self._writes.values(), *self._forgetting]
+        pending = [*self._writers.values(), *self._forgetting]
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
 
@@ -197,19 +200,39 @@ class GroupCoordinator:
     async def _store_generation(self, group: Group, assignments: dict[str, bytes]) -> None:
         await self.generations.record(generation_record(group, assignments))
 
-    # ---- consumer groups' writes: in the order of their changes, each answer after its write
+    # ---- consumer groups' writes: each answer after a write that holds its change. A group's changes while one of
+    # its writes is in flight are coalesced into its next write (the record holds the whole group), so a rebalance
+    # of many members costs a few writes, not one per member.
 
     def _write(self, record: GroupGeneration) -> None:
         group_id = record.group_id
-        task = asyncio.get_running_loop().create_task(self.generations.record(record))
-        self._writes[group_id] = task
+        self._unwritten[group_id] = record
+        if group_id not in self._next_write:
+            self._next_write[group_id] = asyncio.get_running_loop().create_future()
+        if group_id not in self._writers:
+            self._writers[group_id] = asyncio.get_running_loop().create_task(self._write_group(group_id))
 
-        def done(finished: asyncio.Task) -> None:
-            if self._writes.get(group_id) is finished:
-                del self._writes[group_id]
-            if not finished.cancelled() and finished.exception() is not None:
-                log.error("group %s: could not store its state: %s", group_id, finished.exception())
-        task.add_done_callback(done)
+    async def _write_group(self, group_id: str) -> None:
+        try:
+            while group_id in self._unwritten:
+                record = self._unwritten.pop(group_id)
+                done = self._in_flight[group_id] = self._next_write.pop(group_id)
+                try:
+                    await self.generations.record(record)
+                    done.set_result(True)
+                except Exception as exc:  # whatever the engine raised: the members waiting are told
+                    log.error("group %s: could not store its state: %s", group_id, exc)
+                finally:
+                    del self._in_flight[group_id]
+                    if not done.done():
+                        done.set_result(False)
+        finally:
+            del self._writers[group_id]  # with no await since the last check: a change after it starts a writer
+
+    def _latest_write(self, group_id: str) -> asyncio.Future | None:
+        """Resolves to True once the group's latest change is durable (False: its write failed); None: nothing to
+        wait for."""
+        return self._next_write.get(group_id) or self._in_flight.get(group_id)
 
     def _consumer_changed(self, group: ConsumerGroup) -> None:
         if not group.dead:
@@ -218,27 +241,20 @@ class GroupCoordinator:
     async def stored(self, group_id: str) -> bool:
         """Wait until what the group's latest change wrote is durable; False if that write failed."""
         await self.membership.emptied_stored(group_id)
-        task = self._writes.get(group_id)
-        if task is None:
-            return True
-        try:
-            await asyncio.shield(task)
-        except Exception:  # whatever the engine raised: logged by the write's own callback
-            return False
-        return True
+        written = self._latest_write(group_id)
+        return True if written is None else await asyncio.shield(written)
 
     def _when_stored(self, group_id: str, result, failed):
-        """A future of `result` once the group's latest write is durable (`failed` if it could not be written)."""
-        task = self._writes.get(group_id)
-        if task is None:
+        """A future of `result` once the group's latest change is durable (`failed` if it could not be written)."""
+        written = self._latest_write(group_id)
+        if written is None:
             return resolved(result)
         future = asyncio.get_running_loop().create_future()
 
-        def done(finished: asyncio.Task) -> None:
+        def done(finished: asyncio.Future) -> None:
             if not future.done():
-                ok = not finished.cancelled() and finished.exception() is None
-                future.set_result(result if ok else failed)
-        task.add_done_callback(done)
+                future.set_result(result if not finished.cancelled() and finished.result() else failed)
+        written.add_done_callback(done)
         return future
 
     # ---- validation
