@@ -91,7 +91,8 @@ class GroupCoordinator:
                                        config.consumer_assignors, self._consumer_changed, self._maybe_downgrade)
         self.classic_members = ClassicMembers(self.consumer)
         self.migration = MigrationPolicy.parse(config.group_consumer_migration_policy)
-        self._unwritten: dict[str, GroupGeneration] = {}  # group id -> its latest record, not being written yet
+        # group id -> what makes its record, while it is not being written yet
+        self._unwritten: dict[str, Callable[[], GroupGeneration | None]] = {}
         self._next_write: dict[str, asyncio.Future] = {}  # group id -> True once that record is durable
         self._in_flight: dict[str, asyncio.Future] = {}  # group id -> the same, of the record being written
         self._writers: dict[str, asyncio.Task] = {}  # group id -> what writes its records, while it has any
@@ -204,8 +205,9 @@ class GroupCoordinator:
     # its writes is in flight are coalesced into its next write (the record holds the whole group), so a rebalance
     # of many members costs a few writes, not one per member.
 
-    def _write(self, record: GroupGeneration) -> None:
-        group_id = record.group_id
+    def _write(self, group_id: str, record: Callable[[], GroupGeneration | None]) -> None:
+        """record(): the group's record, made when it is written (so it holds every change made until then); None:
+        nothing to write any more (the group was deleted, or changed kind and was recorded as its new kind)."""
         self._unwritten[group_id] = record
         if group_id not in self._next_write:
             self._next_write[group_id] = asyncio.get_running_loop().create_future()
@@ -218,7 +220,9 @@ class GroupCoordinator:
                 record = self._unwritten.pop(group_id)
                 done = self._in_flight[group_id] = self._next_write.pop(group_id)
                 try:
-                    await self.generations.record(record)
+                    made = record()
+                    if made is not None:
+                        await self.generations.record(made)
                     done.set_result(True)
                 except Exception as exc:  # whatever the engine raised: the members waiting are told
                     log.error("group %s: could not store its state: %s", group_id, exc)
@@ -236,7 +240,7 @@ class GroupCoordinator:
 
     def _consumer_changed(self, group: ConsumerGroup) -> None:
         if not group.dead:
-            self._write(consumer_group_record(group))
+            self._write(group.group_id, lambda: None if group.dead else consumer_group_record(group))
 
     async def stored(self, group_id: str) -> bool:
         """Wait until what the group's latest change wrote is durable; False if that write failed."""
@@ -382,7 +386,8 @@ class GroupCoordinator:
         self.consumer.forget(group.group_id)
         self.groups[group.group_id] = classic
         self.membership.restored(classic)
-        self._write(generation_record(classic, {m.member_id: m.assignment for m in classic.members.values()}))
+        record = generation_record(classic, {m.member_id: m.assignment for m in classic.members.values()})
+        self._write(group.group_id, lambda: record)
         log.info("consumer group %s with %d classic members became a classic group at generation %d (online "
                  "downgrade)", group.group_id, len(classic.members), classic.generation_id)
         self.membership.rebalance(classic, "the group became a classic group")
