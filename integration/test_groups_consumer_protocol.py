@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from integration.idem_raw import RawKafka
+from integration.idem_raw import RawKafka, plain_batch
 from protocol.api import REQUEST_CLASSES as REQ
 from protocol.api import RESPONSE_CLASSES as RESP
 from protocol.errors import ErrorCode as E
@@ -284,4 +284,17 @@ def test_metrics_count_a_consumer_groups_assignments(start_broker):
         a, b = Member(conn, "g-metrics"), Member(conn, "g-metrics")
         a.join()
         b.join()
-    assert sample(scrape(broker), "kop_consumer_group_rebalances_total", group="g-metrics") == 2
+        conn.produce(TOPIC, 0, plain_batch([b"x"] * 5))
+        Req = REQ[8][9]
+        committed = conn.call(Req(group_id="g-metrics", generation_id_or_member_epoch=a.epoch, member_id=a.member_id,
+                                  group_instance_id=None, topics=[Req.OffsetCommitRequestTopic(name=TOPIC, partitions=[
+                                      Req.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                                          partition_index=0, committed_offset=2, committed_leader_epoch=-1,
+                                          committed_metadata="")])]), RESP[8], 9)
+        assert committed.topics[0].partitions[0].error_code == E.NONE
+    samples = scrape(broker)
+    assert sample(samples, "kop_consumer_group_rebalances_total", group="g-metrics") == 2
+    # a consumer-protocol group's offsets and lag are shown as a classic group's are (before, they were left out)
+    labels = dict(group="g-metrics", topic=TOPIC, partition="0")
+    assert sample(samples, "kop_consumer_group_committed_offset", **labels) == 2
+    assert sample(samples, "kop_consumer_group_lag", **labels) == 3

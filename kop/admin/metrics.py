@@ -260,9 +260,9 @@ def _group_families(broker: "Broker") -> Iterator[Metric]:
                                   labels=["group", "topic", "partition"])
     lag = GaugeMetricFamily("kop_consumer_group_lag", "Offsets between the group's committed offset and the "
                             "partition's end (high watermark)", labels=["group", "topic", "partition"])
-    # The groups this broker coordinates (all of them on one broker), as their coordinator knows their offsets; the lag
-    # where this broker also serves the partition.
-    for group_id in sorted(broker.groups.groups):
+    # The groups this broker coordinates (all of them on one broker), of both protocols, as their coordinator knows
+    # their offsets; the lag where this broker also serves the partition.
+    for group_id in sorted(set(broker.groups.group_ids())):
         for (topic, index), offset in broker.groups.offsets.fetch_all(group_id).items():
             labels = [group_id, topic, str(index)]
             committed.add_metric(labels, offset.offset)
