@@ -276,8 +276,9 @@ def test_classic_and_consumer_protocol_groups_share_the_group_ids(raw):
     assert sorted(g.group_id for g in listed.groups) == ["g-classic", "g-kind"]
 
 
-def test_metrics_count_a_consumer_groups_assignments(start_broker):
-    from integration.test_metrics import sample, scrape
+def test_metrics_and_topic_stats_show_a_consumer_group(start_broker):
+    import json
+    from integration.test_metrics import get, sample, scrape
     broker = start_broker()
     with RawKafka(broker.port) as conn:
         conn.create_topic(TOPIC, 4)
@@ -298,3 +299,7 @@ def test_metrics_count_a_consumer_groups_assignments(start_broker):
     labels = dict(group="g-metrics", topic=TOPIC, partition="0")
     assert sample(samples, "kop_consumer_group_committed_offset", **labels) == 2
     assert sample(samples, "kop_consumer_group_lag", **labels) == 3
+    status, body = get(broker, f"/admin/v2/persistent/public/default/{TOPIC}-partition-0/stats")
+    assert status == 200
+    subscription = json.loads(body)["subscriptions"]["g-metrics"]  # `kop admin topics stats` lists it
+    assert (subscription["committedOffset"], subscription["msgBacklog"]) == (2, 3)

@@ -518,7 +518,7 @@ class GroupCoordinator:
 
     def committed_on(self, topic: str, partition: int) -> dict[str, CommittedOffset]:
         """The committed offset of every group this broker coordinates that has one on the partition."""
-        found = {group_id: self.fetch_offset(group_id, topic, partition) for group_id in sorted(self.groups)}
+        found = {group_id: self.fetch_offset(group_id, topic, partition) for group_id in sorted(set(self.group_ids()))}
         return {group_id: committed for group_id, committed in found.items() if committed is not None}
 
     def fetch_all_offsets(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
