@@ -387,6 +387,24 @@ def test_a_mixed_group_goes_on_after_a_kill(kip848):
         assert a.partitions() | b.partitions() | c.partitions() == ALL
 
 
+def test_a_static_classic_member_restarting_with_the_consumer_protocol_takes_its_place(kip848):
+    """The rolling upgrade of static members: the instance comes back speaking the other protocol, under a new member
+    id, with its partitions and no rebalance; the old member id is fenced."""
+    broker, raw = kip848()
+    with raw, RawKafka(broker.port) as other:
+        c1 = ClassicMember(raw, "g-static-up", instance_id="i-1")
+        c2 = ClassicMember(other, "g-static-up", instance_id="i-2")
+        classic_two_member_generation(c1, c2)
+        held = c1.partitions()
+        again = Member(raw, "g-static-up", instance_id="i-1")
+        joined = again.join()
+        assert joined.error_code == E.NONE and group_type(raw, "g-static-up")[0] == "consumer"
+        assert again.partitions() == held  # c1's partitions, at once: the same instance, restarted
+        assert c1.heartbeat() == E.FENCED_INSTANCE_ID
+        classic_rounds([c2], [again])
+        assert again.partitions() | c2.partitions() == ALL
+
+
 def test_a_static_classic_member_replacing_the_last_consumer_member_makes_the_group_classic(raw):
     a = Member(raw, "g-replace", instance_id="i-1")
     a.join()
