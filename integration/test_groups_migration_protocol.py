@@ -314,6 +314,7 @@ def test_a_consumer_group_becomes_classic_again_when_its_last_consumer_member_le
     assert group_type(raw, "g-down") == ("classic", "Stable") and c.heartbeat() == E.NONE
 
 
+@pytest.mark.slow  # two brokers and a session timeout: about 8 s
 def test_the_downgrade_follows_a_session_timeout_and_respects_the_policy(kip848):
     broker, raw = kip848(**{"group.consumer.migration.policy": "upgrade"})
     with raw:
@@ -337,6 +338,7 @@ def test_the_downgrade_follows_a_session_timeout_and_respects_the_policy(kip848)
         assert group_type(raw, "g-timeout") == ("classic", "PreparingRebalance")
 
 
+@pytest.mark.slow  # a kill -9 and a restart: about 6 s
 @pytest.mark.file_storage(reason="on PostgreSQL the brokers form a cluster, whose coordinator takes a group over "
                                   "with its epoch, not its members (they rejoin), classic and consumer groups alike")
 def test_consumer_group_members_are_restored_after_a_kill_mid_revocation(kip848):
@@ -362,6 +364,7 @@ def test_consumer_group_members_are_restored_after_a_kill_mid_revocation(kip848)
         assert a.partitions() | b.partitions() == ALL
 
 
+@pytest.mark.slow  # a kill -9 and a restart: about 6 s
 @pytest.mark.file_storage(reason="on PostgreSQL the brokers form a cluster, whose coordinator takes a group over "
                                   "with its epoch, not its members (they rejoin), classic and consumer groups alike")
 def test_a_mixed_group_goes_on_after_a_kill(kip848):
