@@ -17,7 +17,7 @@ class CleanerStats:
     cleaned_through_ledger: int = -1
 
     def as_json(self) -> dict:
-        return {"dirtyRatio": round(self.dirty_ratio, 4), "lagMs": self.lag_ms, "runs": self.runs, "lastRunMs": self.last_run_ms,
-                "recordsRemoved": self.records_removed, "tombstonesRemoved": self.tombstones_removed,
-                "abortedRecordsRemoved": self.aborted_removed,
+        return {"dirtyRatio": round(self.dirty_ratio, 4), "lagMs": self.lag_ms, "runs": self.runs,
+                "lastRunMs": self.last_run_ms, "recordsRemoved": self.records_removed,
+                "tombstonesRemoved": self.tombstones_removed, "abortedRecordsRemoved": self.aborted_removed,
                 "bytesReclaimed": self.bytes_reclaimed, "cleanedThroughLedger": self.cleaned_through_ledger}

@@ -35,7 +35,7 @@ from kop.groups.generations import generation_record, restore_group
 from kop.groups.group import Group, GroupState, JoinResult, SyncResult
 from kop.groups.membership import JoinRequest, Membership, resolved
 from kop.groups.offsets import SYSTEM_CURSOR_PREFIX, CommittedOffset, OffsetStore
-from proto.kop_pb2 import GroupGeneration
+from kop.groups.writes import GroupWrites
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:  # kop.topics imports kop.groups (generations) for the storage engines
@@ -91,11 +91,7 @@ class GroupCoordinator:
                                        config.consumer_assignors, self._consumer_changed, self._maybe_downgrade)
         self.classic_members = ClassicMembers(self.consumer)
         self.migration = MigrationPolicy.parse(config.group_consumer_migration_policy)
-        # group id -> what makes its record, while it is not being written yet
-        self._unwritten: dict[str, Callable[[], GroupGeneration | None]] = {}
-        self._next_write: dict[str, asyncio.Future] = {}  # group id -> True once that record is durable
-        self._in_flight: dict[str, asyncio.Future] = {}  # group id -> the same, of the record being written
-        self._writers: dict[str, asyncio.Task] = {}  # group id -> what writes its records, while it has any
+        self.writes = GroupWrites(self.generations.record)
         self.sweep_interval_ms = config.offsets_retention_check_interval_ms
         self.loaded = False
         self._sweeper: asyncio.Task | None = None
@@ -160,7 +156,7 @@ class GroupCoordinator:
 
     async def settle(self) -> None:
         """Wait for the generation-log writes in flight and the deletions of discarded groups."""
-        pending = [*self._writers.values(), *self._forgetting]
+        pending = [*self.writes.pending(), *self._forgetting]
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
 
@@ -201,65 +197,16 @@ class GroupCoordinator:
     async def _store_generation(self, group: Group, assignments: dict[str, bytes]) -> None:
         await self.generations.record(generation_record(group, assignments))
 
-    # ---- consumer groups' writes: each answer after a write that holds its change. A group's changes while one of
-    # its writes is in flight are coalesced into its next write (the record holds the whole group), so a rebalance
-    # of many members costs a few writes, not one per member.
-
-    def _write(self, group_id: str, record: Callable[[], GroupGeneration | None]) -> None:
-        """record(): the group's record, made when it is written (so it holds every change made until then); None:
-        nothing to write any more (the group was deleted, or changed kind and was recorded as its new kind)."""
-        self._unwritten[group_id] = record
-        if group_id not in self._next_write:
-            self._next_write[group_id] = asyncio.get_running_loop().create_future()
-        if group_id not in self._writers:
-            self._writers[group_id] = asyncio.get_running_loop().create_task(self._write_group(group_id))
-
-    async def _write_group(self, group_id: str) -> None:
-        try:
-            while group_id in self._unwritten:
-                record = self._unwritten.pop(group_id)
-                done = self._in_flight[group_id] = self._next_write.pop(group_id)
-                try:
-                    made = record()
-                    if made is not None:
-                        await self.generations.record(made)
-                    done.set_result(True)
-                except Exception as exc:  # whatever the engine raised: the members waiting are told
-                    log.error("group %s: could not store its state: %s", group_id, exc)
-                finally:
-                    del self._in_flight[group_id]
-                    if not done.done():
-                        done.set_result(False)
-        finally:
-            del self._writers[group_id]  # with no await since the last check: a change after it starts a writer
-
-    def _latest_write(self, group_id: str) -> asyncio.Future | None:
-        """Resolves to True once the group's latest change is durable (False: its write failed); None: nothing to
-        wait for."""
-        return self._next_write.get(group_id) or self._in_flight.get(group_id)
+    # ---- consumer groups' writes (kop/groups/writes.py): each answer after a write that holds its change
 
     def _consumer_changed(self, group: ConsumerGroup) -> None:
         if not group.dead:
-            self._write(group.group_id, lambda: None if group.dead else consumer_group_record(group))
+            self.writes.write(group.group_id, lambda: None if group.dead else consumer_group_record(group))
 
     async def stored(self, group_id: str) -> bool:
         """Wait until what the group's latest change wrote is durable; False if that write failed."""
         await self.membership.emptied_stored(group_id)
-        written = self._latest_write(group_id)
-        return True if written is None else await asyncio.shield(written)
-
-    def _when_stored(self, group_id: str, result, failed):
-        """A future of `result` once the group's latest change is durable (`failed` if it could not be written)."""
-        written = self._latest_write(group_id)
-        if written is None:
-            return resolved(result)
-        future = asyncio.get_running_loop().create_future()
-
-        def done(finished: asyncio.Future) -> None:
-            if not future.done():
-                future.set_result(result if not finished.cancelled() and finished.result() else failed)
-        written.add_done_callback(done)
-        return future
+        return await self.writes.stored(group_id)
 
     # ---- validation
 
@@ -299,8 +246,8 @@ class GroupCoordinator:
             # Kafka hands each member its target at once; kop rebalances, so that no member starts on partitions
             # another has not yet given up (the joiner's SyncGroup is told to rejoin).
             self._downgrade(group, None)
-        return self._when_stored(req.group_id, result, JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                                                  req.member_id))
+        failed = JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, req.member_id)
+        return self.writes.when_stored(req.group_id, result, failed)
 
     def sync(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
              protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes]) -> asyncio.Future:
@@ -311,7 +258,7 @@ class GroupCoordinator:
         if consumer_group is not None:
             result = self.classic_members.sync(consumer_group, generation_id, member_id, instance_id, protocol_type,
                                                protocol_name)
-            return self._when_stored(group_id, result, SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            return self.writes.when_stored(group_id, result, SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
         return self.membership.sync(group_id, generation_id, member_id, instance_id, protocol_type, protocol_name,
                                     assignments)
 
@@ -387,7 +334,7 @@ class GroupCoordinator:
         self.groups[group.group_id] = classic
         self.membership.restored(classic)
         record = generation_record(classic, {m.member_id: m.assignment for m in classic.members.values()})
-        self._write(group.group_id, lambda: record)
+        self.writes.write(group.group_id, lambda: record)
         log.info("consumer group %s with %d classic members became a classic group at generation %d (online "
                  "downgrade)", group.group_id, len(classic.members), classic.generation_id)
         self.membership.rebalance(classic, "the group became a classic group")
