@@ -7,6 +7,7 @@ import time
 import uuid
 
 import pytest
+from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 
 from integration.idem_raw import RawKafka, plain_batch
 from protocol.api import REQUEST_CLASSES as REQ
@@ -253,6 +254,12 @@ def test_classic_and_consumer_protocol_groups_share_the_group_ids(raw):
     assert [(g.group_id, g.group_type, g.group_state) for g in listed.groups] == [("g-kind", "consumer", "Stable")]
     classic = raw.call(REQ[15][5](groups=["g-kind"], include_authorized_operations=False), RESP[15], 5).groups[0]
     assert (classic.protocol_type, classic.protocol_data, len(classic.members)) == ("consumer", "uniform", 1)
+    # the member's subscription and partitions in the classic encoding, as a classic member's would read (before, a
+    # second version header made both unreadable)
+    described = classic.members[0]
+    assert ConsumerProtocolSubscription.decode(described.member_metadata).topics == [TOPIC]
+    assert sorted(p for _, p in ConsumerProtocolAssignment.decode(described.member_assignment).partitions()) == \
+        [0, 1, 2, 3]
     # a classic group whose member's subscription is not the consumer protocol's cannot become a consumer group
     join = raw.call(Join(group_id="g-classic", session_timeout_ms=10000, rebalance_timeout_ms=10000,
                          member_id="", group_instance_id=None, protocol_type="consumer",
