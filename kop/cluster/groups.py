@@ -72,7 +72,7 @@ class GroupShards:
 
     def _release(self, shard: int) -> None:
         del self.epochs[shard]
-        for group_id in [g for g in self._coordinator.groups if shard_of(g) == shard]:
+        for group_id in [g for g in self._coordinator.group_ids() if shard_of(g) == shard]:
             self._coordinator.drop(group_id)
             self.offsets.drop(group_id)
 
