@@ -72,6 +72,7 @@ class ClusterOffsetStore:
         # group -> partition -> (the topic's id then, the offset): a topic deleted and created again has none
         self._offsets: dict[str, dict[TopicPartition, tuple[bytes, CommittedOffset]]] = {}
         self._inflight: defaultdict[str, int] = defaultdict(int)
+        self._newest: dict[tuple[str, TopicPartition], _Commit] = {}  # the latest commit handed, until it lands
         self._ever: set[str] = set()
         self._batcher = Batcher(self._flush)
         self.replicated: set[str] = set()  # never flagged in a cluster: geo-replicated groups need the file engine
@@ -110,6 +111,14 @@ class ClusterOffsetStore:
         kept, known = self._offsets.get(group, {}).get((topic, index)), self._topics.get(topic)
         return kept[1] if kept is not None and known is not None and kept[0] == known.topic_id else None
 
+    def newest_offset(self, group: str, topic: str, index: int) -> int | None:
+        """The offset of the group's latest commit on the partition, durable or still being written."""
+        handed = self._newest.get((group, (topic, index)))
+        if handed is not None:
+            return handed.committed.offset
+        committed = self.fetch(group, topic, index)
+        return committed.offset if committed is not None else None
+
     def fetch_all(self, group: str) -> dict[TopicPartition, CommittedOffset]:
         found = {tp: self.fetch(group, *tp) for tp in sorted(self._offsets.get(group, {}))}
         return {tp: committed for tp, committed in found.items() if committed is not None}
@@ -144,8 +153,10 @@ class ClusterOffsetStore:
         future = asyncio.get_running_loop().create_future()
         self._inflight[group] += 1
         self._ever.add(group)
-        self._batcher.add(_Commit(group, (topic, index), CommittedOffset(offset, leader_epoch, metadata, stamp),
-                                  protocol_type, future))
+        commit = _Commit(group, (topic, index), CommittedOffset(offset, leader_epoch, metadata, stamp), protocol_type,
+                         future)
+        self._newest[(group, (topic, index))] = commit
+        self._batcher.add(commit)
         return future
 
     async def _flush(self, commits: list[_Commit]) -> None:
@@ -166,6 +177,8 @@ class ClusterOffsetStore:
                 _resolve(commit.future, ErrorCode.NONE)
             else:  # the partition's ledger is not in the database (topic deleted, or not opened by its owner yet)
                 _resolve(commit.future, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            if self._newest.get((commit.group, commit.tp)) is commit:
+                del self._newest[(commit.group, commit.tp)]
             self._inflight[commit.group] -= 1
             if not self._inflight[commit.group]:
                 del self._inflight[commit.group]

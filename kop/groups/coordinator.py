@@ -324,6 +324,10 @@ class GroupCoordinator:
     def fetch_offset(self, group_id: str, topic: str, partition: int) -> CommittedOffset | None:
         return None if self._being_deleted(group_id) else self.offsets.fetch(group_id, topic, partition)
 
+    def newest_offset(self, group_id: str, topic: str, partition: int) -> int | None:
+        """The offset of the group's latest commit on the partition, durable or still being written."""
+        return None if self._being_deleted(group_id) else self.offsets.newest_offset(group_id, topic, partition)
+
     def committed_on(self, topic: str, partition: int) -> dict[str, CommittedOffset]:
         """The committed offset of every group this broker coordinates that has one on the partition."""
         found = {group_id: self.fetch_offset(group_id, topic, partition) for group_id in sorted(self.groups)}

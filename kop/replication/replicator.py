@@ -29,7 +29,7 @@ from proto.kop_pb2 import MessageMetadata
 log = logging.getLogger(__name__)
 
 MAX_ENTRIES = 500  # per request
-MAX_BYTES = 1 << 20  # per request, after its first entry
+MAX_BYTES = 1 << 20  # per request and per read (the first entry whatever its size): a step holds no more in memory
 IDLE_CHECK_S = 1.0  # re-read at least this often without new data (a transaction decided, a policy change)
 BACKOFF_S = (0.1, 5.0)  # first and longest pause after a failure
 
@@ -123,7 +123,7 @@ class Replicator:
         to_send: list[tuple[Entry, MessageMetadata]] = []
         last: Position | None = None
         size = skipped = 0
-        for entry in self.partition.ledger.read_after(self.cursor.mark_delete_position, MAX_ENTRIES):
+        for entry in self.partition.ledger.read_after(self.cursor.mark_delete_position, MAX_ENTRIES, MAX_BYTES):
             if entry.first_index + entry.span > stable:
                 break  # an open transaction: wait until it is decided
             metadata = MessageMetadata.FromString(entry.metadata)

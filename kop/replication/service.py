@@ -49,9 +49,13 @@ class ReplicationService:
         self.controllers: dict[tuple[str, int], SnapshotController] = {}
         self.stored_requests = StoredRequests()  # REQUESTs answered in ReplicateEntries responses
         self._snapshot_task: asyncio.Task | None = None
+        self._ticks: set[asyncio.Task] = set()  # snapshot ticks running
         self._links: dict[str, RemoteLink] = {}
         self._task: asyncio.Task | None = None
         self._lock = asyncio.Lock()
+        # Set on every partition as it is opened: a marker stored before the first check of the replicators (a
+        # topic created by replication, a partition moved here) is acted on too; an UPDATE dropped is lost.
+        topics.marker_listener = self._on_marker
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop())
@@ -59,13 +63,26 @@ class ReplicationService:
             self._snapshot_task = asyncio.create_task(self._snapshot_loop())
 
     async def _snapshot_loop(self) -> None:
+        """Every period, a tick of every partition's controller, all at once: each waits for its own markers'
+        fsync, and one after the other the period would grow with the number of partitions. A controller whose
+        last tick is still running skips this one."""
+        loop = asyncio.get_running_loop()
+        due = loop.time()
         while True:
-            await asyncio.sleep(self.settings.frequency_s)
+            due += self.settings.frequency_s
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            due = max(due, loop.time() - self.settings.frequency_s)  # after a stall: no burst of ticks to catch up
             for controller in list(self.controllers.values()):
-                try:
-                    await controller.tick()
-                except Exception:
-                    log.exception("%s: snapshot tick failed", controller.partition.name)
+                task = asyncio.ensure_future(self._tick(controller))
+                self._ticks.add(task)
+                task.add_done_callback(self._ticks.discard)
+
+    @staticmethod
+    async def _tick(controller: SnapshotController) -> None:
+        try:
+            await controller.tick()
+        except Exception:
+            log.exception("%s: snapshot tick failed", controller.partition.name)
 
     async def _loop(self) -> None:
         while True:
@@ -96,7 +113,6 @@ class ReplicationService:
                 remotes = self.remotes(topic.name)
                 topic_ids[topic.name] = topic.topic_id
                 for partition in topic.partitions:
-                    partition.marker_listener = self._on_marker
                     if remotes:
                         controlled[(topic.name, partition.partition)] = partition
                     for remote in remotes:
@@ -212,9 +228,9 @@ class ReplicationService:
             return
         offset = offset_after(partition, Position(mine.ledger_id, mine.entry_id))
         group = update.subscription_name
-        current = self.groups.fetch_offset(group, partition.topic, partition.partition)
-        if offset is None or (current is not None and current.offset >= offset):
-            return  # never backwards
+        current = self.groups.newest_offset(group, partition.topic, partition.partition)
+        if offset is None or (current is not None and current >= offset):
+            return  # never backwards, not even past a commit still being written
         self.groups.offsets.replicated.add(group)  # created here as a replicated group, as Pulsar does
         self.groups.commit(group, partition.topic, partition.partition, offset)
         log.info("%s: group %s moved to offset %d by an update from %s", partition.name, group, offset,
@@ -231,7 +247,7 @@ class ReplicationService:
                 self._links[name] = RemoteLink(cluster, self.local)
 
     async def stop(self) -> None:
-        for task in (self._task, self._snapshot_task):
+        for task in (self._task, self._snapshot_task, *self._ticks):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)

@@ -46,7 +46,8 @@ from proto.kop_pb2 import (ClusterMessageId, MarkersMessageIdData, MarkerType, M
 from protocol.records import marker_payload
 
 log = logging.getLogger(__name__)
-REBUILD_BATCH = 1000  # entries read at a time when the cache is rebuilt
+REBUILD_BATCH = 1000  # entries read at a time when the cache is rebuilt ...
+REBUILD_BYTES = 1 << 20  # ... and bytes (the first entry whatever its size), the event loop served in between
 
 
 def offset_after(partition: PartitionLog, position: Position) -> int | None:
@@ -193,7 +194,7 @@ class SnapshotController:
     async def _rebuild(self, oldest_group_offset: int) -> None:
         """Cache the snapshots whose SNAPSHOT markers are stored here from the oldest group's position on."""
         position, found = scan_start(self.partition, oldest_group_offset), 0
-        while entries := self.partition.ledger.read_after(position, REBUILD_BATCH):
+        while entries := self.partition.ledger.read_after(position, REBUILD_BATCH, REBUILD_BYTES):
             for entry in entries:
                 if entry.span:
                     continue  # records: only markers cover no offset
@@ -271,8 +272,10 @@ class SnapshotController:
         await self._send_updates(self.replicated_groups())
 
     async def _send_updates(self, groups: dict[str, int]) -> None:
+        """An UPDATE for every group that passed a cached snapshot, written together (one fsync for them all)."""
         for gone in self.cached.keys() - groups.keys():
             del self.cached[gone]
+        sent: list[tuple[list[Snapshot], Snapshot, asyncio.Future]] = []
         for group, committed in groups.items():
             cache = self.cached.setdefault(group, list(self.recent))
             passed = bisect.bisect_right(cache, committed, key=lambda s: s.local_offset)
@@ -281,9 +284,10 @@ class SnapshotController:
             snapshot = cache[passed - 1]
             payload = ReplicatedSubscriptionsUpdate(subscription_name=group, clusters=[
                 ClusterMessageId(cluster=name, message_id=message_id(p)) for name, p in snapshot.clusters])
-            result = await self.partition.publish_marker(MarkerType.REPLICATED_SUBSCRIPTION_UPDATE,
-                                                         payload.SerializeToString())
-            if not result.error:  # otherwise tried again at the next tick
+            sent.append((cache, snapshot, self.partition.publish_marker(MarkerType.REPLICATED_SUBSCRIPTION_UPDATE,
+                                                                        payload.SerializeToString())))
+        for cache, snapshot, written in sent:
+            if not (await written).error:  # otherwise tried again at the next tick
                 # By value: a snapshot may have completed meanwhile.
                 cache[:] = [s for s in cache if s.local_offset > snapshot.local_offset]
                 self.updates_written += 1
