@@ -19,10 +19,6 @@ from integration.test_geo_replication import produce
 from kop.admin.client import AdminClient, cluster_resource
 from protocol.errors import ErrorCode
 
-pytestmark = pytest.mark.file_storage(
-    reason="replicated subscriptions need the file engine: on PostgreSQL a group's offsets are kept by the "
-    "coordinators' store (kop/cluster/offsets.py), which does not carry the replicated flag yet")
-
 PARTITIONS = 2
 ROUNDS, PER_ROUND = 8, 50
 TOTAL = ROUNDS * PER_ROUND

@@ -18,10 +18,6 @@ from kop.admin.client import AdminClient, cluster_resource
 from protocol.errors import ErrorCode
 from protocol.replication import REPLICATE_ENTRIES_KEY
 
-REPLICATED_GROUPS_NEED_FILES = ("replicated subscriptions need the file engine: on PostgreSQL a group's offsets are "
-                                "kept by the coordinators' store (kop/cluster/offsets.py), which does not carry the "
-                                "replicated flag yet")
-
 PARTITIONS = 2
 
 
@@ -158,7 +154,6 @@ def snapshot_request_answer_held(east, west, proxy) -> None:
     assert west_position(west) == 0  # control: no answer reached east
 
 
-@pytest.mark.file_storage(reason=REPLICATED_GROUPS_NEED_FILES)
 def test_a_snapshot_request_sent_again_after_its_answer_was_lost_is_answered(linked):
     """Answered on the resend, long before the snapshot timeout (30 s here) would have it taken again."""
     east, west, proxy = linked
@@ -169,7 +164,6 @@ def test_a_snapshot_request_sent_again_after_its_answer_was_lost_is_answered(lin
     assert resends_found_stored(east) >= PARTITIONS  # control: the REQUESTs were found stored, and answered
 
 
-@pytest.mark.file_storage(reason=REPLICATED_GROUPS_NEED_FILES)
 def test_a_snapshot_whose_answer_is_lost_for_good_is_taken_again_without_new_data(linked_snapshots):
     """west is killed while it holds the REQUESTs: restarted, it finds them stored but no longer knows where; the
     snapshots time out and are taken again, though no data comes after them."""

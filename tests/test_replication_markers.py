@@ -1,6 +1,7 @@
-"""PIP-33 markers another cluster's replicator stores here, acted on by a real in-process broker: an UPDATE stored
-the moment its topic appears (before the replicators' first check) still moves the group, and an UPDATE never moves
-a group back past a commit of its own that is still being written."""
+"""Geo-replication in real in-process brokers: PIP-33 markers another cluster's replicator stores here (an UPDATE
+stored the moment its topic appears, before the replicators' first check, still moves the group; an UPDATE never
+moves a group back past a commit of its own still being written), snapshot ticks of all partitions at once, and the
+message TTL a replicator honours."""
 import asyncio
 import uuid
 from types import SimpleNamespace
@@ -8,10 +9,13 @@ from types import SimpleNamespace
 import pytest
 
 from kop.broker import Broker
+from kop.replication.clusters import check_cluster
+from kop.replication.link import RemoteLink
+from kop.replication.replicator import Replicator
 from kop.replication.snapshots import message_id
 from proto.kop_pb2 import ClusterMessageId, MarkerType, MessageMetadata, ReplicatedSubscriptionsUpdate
 from protocol.errors import ErrorCode
-from protocol.records import build_marker_batch, split_batches
+from protocol.records import build_marker_batch, iter_records, split_batches
 from tests.test_groups_coordinator import Brokers
 from tests.test_replication_partition import batch, until
 
@@ -92,3 +96,38 @@ async def test_the_snapshot_ticks_of_every_partition_run_at_once(brokers):
         await until(lambda: len(started) == 20)
     finally:
         release.set()
+
+
+async def test_a_replicator_does_not_send_records_older_than_the_message_ttl(tmp_path):
+    """Pulsar's replicator drops expired entries (checklist 32): a record older than the topic's message TTL stays
+    in east but is not sent to west; a younger one is. The replicator reads the entries' publish times against a
+    clock it is given, set between the two records' times."""
+    east_brokers, west_brokers = Brokers(str(tmp_path / "east")), Brokers(str(tmp_path / "west"))
+    try:
+        east = await east_brokers.start(cluster_name="east")
+        west = await west_brokers.start(cluster_name="west")
+        west.clusters.create(check_cluster("east", f"127.0.0.1:{east.port}"))
+        partition = (await east.topics.create("orders", 1, {})).partition(0)
+        await partition.publish_normal(*batch(b"old"))
+        await asyncio.sleep(0.02)  # the second record's publish time is later
+        await partition.publish_normal(*batch(b"young"))
+        times = [MessageMetadata.FromString(e.metadata).publish_time for e in partition.read(0, 1 << 20)]
+        assert times[1] - times[0] >= 10
+        link = RemoteLink(check_cluster("west", f"127.0.0.1:{west.port}"), "east")
+        replicator = Replicator(partition, uuid.uuid4().bytes, lambda: 1, "east", "west", lambda: link,
+                                lambda *_: None, message_ttl_s=lambda: 60, now_ms=lambda: times[1] + 60_000 - 5)
+        try:
+            for _ in range(10):
+                if not await replicator._step():
+                    break
+        finally:
+            await link.close()
+        assert replicator.stats.entries_expired == 1 and replicator.stats.entries_sent == 1
+        copied = west.topics.get("orders").partition(0)
+        values = [bytes(r.value) for e in copied.read(0, 1 << 20) for r in iter_records(e.data)]
+        assert values == [b"young"]
+        assert [bytes(r.value) for e in partition.read(0, 1 << 20) for r in iter_records(e.data)] == \
+            [b"old", b"young"]  # expired for replication only: east keeps it
+    finally:
+        await east_brokers.stop_all()
+        await west_brokers.stop_all()

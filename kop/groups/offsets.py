@@ -78,6 +78,18 @@ def committed_offsets(ledger: ManagedLedger) -> dict[str, CommittedOffset]:
     return out
 
 
+def replicated_offsets(ledger: ManagedLedger, every: bool) -> dict[str, int]:
+    """The committed offset of each group whose cursor on this partition carries the replicated flag (of every
+    group when `every`: a topic or namespace policy replicates them all)."""
+    cursors = ledger.cursors
+    return {group: committed.offset for group, committed in committed_offsets(ledger).items()
+            if every or cursors[group].properties.get(REPLICATED_KEY)}
+
+
+class NotCoordinated(Exception):
+    """This broker does not coordinate the group now (a cluster of brokers): the broker that does must be asked."""
+
+
 def _done(value) -> asyncio.Future:
     future = asyncio.get_running_loop().create_future()
     future.set_result(value)
@@ -161,6 +173,11 @@ class OffsetStore:
             return None
         committed = _committed(cursor)
         return self._submitted_offset.get(cursor, committed.offset if committed is not None else None)
+
+    def replicated_on(self, topic: str, index: int, every: bool) -> dict[str, int]:
+        """The committed offsets of the partition's replicated groups (every group's when `every`)."""
+        partition = self._topics.partition(topic, index)
+        return {} if partition is None else replicated_offsets(partition.ledger, every)
 
     def fetch_all(self, group: str) -> dict[TopicPartition, CommittedOffset]:
         out = {}

@@ -23,6 +23,7 @@ from kop.replication.replicator import Replicator, cursor_name
 from kop.replication.snapshots import (SnapshotController, SnapshotSettings, StoredRequests, message_id,
                                        offset_after)
 from kop.topics import INTERNAL_PREFIX, TopicManager
+from protocol.errors import ErrorCode
 from proto.kop_pb2 import (ClusterMessageId, MarkerType, MessageMetadata, ReplicatedSubscriptionsSnapshotRequest,
                            ReplicatedSubscriptionsSnapshotResponse, ReplicatedSubscriptionsUpdate)
 from protocol.records import marker_payload
@@ -136,7 +137,8 @@ class ReplicationService:
 
         replicator = Replicator(partition, topic_id, partition_count, self.local, remote,
                                 lambda: self._links.get(remote),
-                                lambda *answer: self._snapshot_answer(partition, *answer))
+                                lambda *answer: self._snapshot_answer(partition, *answer),
+                                lambda: self.policies.resolve(name).message_ttl_seconds)
         self.replicators[key] = replicator
         replicator.start()
         log.info("replicator %s -> %s started at %s", partition.name, remote, replicator.cursor.mark_delete_position)
@@ -171,7 +173,8 @@ class ReplicationService:
                 self.controllers[key] = SnapshotController(
                     partition, self.local, lambda topic=key[0]: self.remotes(topic),
                     lambda remote, p=partition: self._replicating(p, remote), self.settings,
-                    lambda topic=key[0]: self.policies.resolve(topic).replicated_subscriptions)
+                    lambda topic=key[0], index=key[1]: self.groups.replicated_on(
+                        topic, index, self.policies.resolve(topic).replicated_subscriptions))
 
     def _replicating(self, partition: PartitionLog, remote: str) -> bool:
         """Not failing: an idle replicator has no connection yet, and its first request (the snapshot's) opens it."""
@@ -232,9 +235,17 @@ class ReplicationService:
         if offset is None or (current is not None and current >= offset):
             return  # never backwards, not even past a commit still being written
         self.groups.offsets.replicated.add(group)  # created here as a replicated group, as Pulsar does
-        self.groups.commit(group, partition.topic, partition.partition, offset)
-        log.info("%s: group %s moved to offset %d by an update from %s", partition.name, group, offset,
-                 metadata.replicated_from)
+        moved = self.groups.commit(group, partition.topic, partition.partition, offset)
+        moved.add_done_callback(lambda done: self._updated(partition, group, offset, metadata.replicated_from,
+                                                           done.result()))
+
+    @staticmethod
+    def _updated(partition: PartitionLog, group: str, offset: int, source: str, outcome: ErrorCode) -> None:
+        if outcome == ErrorCode.NONE:
+            log.info("%s: group %s moved to offset %d by an update from %s", partition.name, group, offset, source)
+        else:  # a later snapshot's update moves it; in a cluster of brokers, only the group's coordinator can
+            log.warning("%s: group %s not moved to offset %d by an update from %s: %s", partition.name, group,
+                        offset, source, outcome.name)
 
     def _refresh_links(self) -> None:
         """One link per registered remote cluster; a cluster whose address changed gets a new one."""

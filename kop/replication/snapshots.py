@@ -36,7 +36,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kop.groups.offsets import REPLICATED_KEY, committed_offsets
+from kop.groups.offsets import replicated_offsets
 from kop.ledger import Position
 from kop.ledger.position import BEFORE_FIRST
 from kop.partition import PartitionLog
@@ -129,11 +129,12 @@ class SnapshotSettings:
 class SnapshotController:
     def __init__(self, partition: PartitionLog, local: str, remotes: Callable[[], list[str]],
                  connected: Callable[[str], bool], settings: SnapshotSettings,
-                 all_groups: Callable[[], bool] = lambda: False) -> None:
-        """connected(remote): whether the replicator toward that remote is working; all_groups(): whether the
-        topic's policy replicates every group, flagged or not."""
-        self._all_groups = all_groups
+                 replicated: Callable[[], dict[str, int]] | None = None) -> None:
+        """connected(remote): whether the replicator toward that remote is working; replicated(): the committed
+        offsets of the partition's replicated groups, as their coordinator knows them (by default, read from the
+        flagged group cursors of the partition's ledger)."""
         self.partition = partition
+        self.replicated_groups = replicated or (lambda: replicated_offsets(partition.ledger, every=False))
         self.local = local
         self._remotes = remotes
         self._connected = connected
@@ -146,11 +147,6 @@ class SnapshotController:
         self._rebuilt = False  # the cache holds the snapshots stored before this controller started
         self._busy = False
         self._writes: set[asyncio.Task] = set()  # markers written from an answer, held until done
-
-    def replicated_groups(self) -> dict[str, int]:
-        cursors, every = self.partition.ledger.cursors, self._all_groups()
-        return {group: committed.offset for group, committed in committed_offsets(self.partition.ledger).items()
-                if every or cursors[group].properties.get(REPLICATED_KEY)}
 
     async def tick(self, now: float | None = None) -> None:
         if self._busy:
