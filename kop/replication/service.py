@@ -59,6 +59,7 @@ class ReplicationService:
         topics.marker_listener = self._on_marker
 
     def start(self) -> None:
+        self._share_producer_ids()
         self._task = asyncio.create_task(self._loop())
         if self.snapshots_enabled:
             self._snapshot_task = asyncio.create_task(self._snapshot_loop())
@@ -106,6 +107,7 @@ class ReplicationService:
 
     async def reconcile(self) -> None:
         async with self._lock:
+            self._share_producer_ids()
             self._refresh_links()
             wanted: dict[Key, PartitionLog] = {}
             controlled: dict[tuple[str, int], PartitionLog] = {}
@@ -246,6 +248,10 @@ class ReplicationService:
         else:  # a later snapshot's update moves it; in a cluster of brokers, only the group's coordinator can
             log.warning("%s: group %s not moved to offset %d by an update from %s: %s", partition.name, group,
                         offset, source, outcome.name)
+
+    def _share_producer_ids(self) -> None:
+        """Producer ids are the same producer's in every cluster of the registry while their tags all differ."""
+        self.topics.shared_producer_ids.update([self.local, *self.clusters.clusters])
 
     def _refresh_links(self) -> None:
         """One link per registered remote cluster; a cluster whose address changed gets a new one."""
