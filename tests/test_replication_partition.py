@@ -142,12 +142,14 @@ async def test_two_rounds_with_two_remotes_then_an_update(tmp_path):
     assert list(metadata.replicate_to) == ["a"]  # never replicated
     snapshot = ReplicatedSubscriptionsSnapshot.FromString(payload)
     assert {(c.cluster, c.message_id.ledger_id) for c in snapshot.clusters} == {("b", 11), ("c", 22)}  # round 1
+    assert list(snapshot.covered_clusters) == ["a", "b", "c"]  # both answered with RESPONSE markers
     assert not [m for m in markers(partition) if m[0] == MarkerType.REPLICATED_SUBSCRIPTION_UPDATE]  # offset 0
     await _with_group(partition, 2)
     await controller.tick(now=2)
     [(_, _, payload)] = [m for m in markers(partition) if m[0] == MarkerType.REPLICATED_SUBSCRIPTION_UPDATE]
     update = ReplicatedSubscriptionsUpdate.FromString(payload)
     assert update.subscription_name == "app" and len(update.clusters) == 2
+    assert list(update.covered_clusters) == ["a", "b", "c"]
     await controller.tick(now=3)  # the same snapshot is not sent twice
     assert len([m for m in markers(partition) if m[0] == MarkerType.REPLICATED_SUBSCRIPTION_UPDATE]) == 1
     await partition.close()
@@ -171,8 +173,11 @@ async def test_snapshots_time_out_are_taken_again_and_then_wait_for_data(tmp_pat
     assert again != snapshot_id
     controller.received_response(snapshot_id, "b", Position(1, 1), partition.ledger.last_confirmed)  # late: ignored
     assert controller.completed_count == 0
-    controller.received_response(again, "b", Position(2, 2), partition.ledger.last_confirmed)
+    controller.received_response(again, "b", Position(2, 2), partition.ledger.last_confirmed, in_band=True)
     await until(lambda: controller.completed_count == 1)
+    [stored] = [ReplicatedSubscriptionsSnapshot.FromString(p) for kind, _, p in markers(partition)
+                if kind == MarkerType.REPLICATED_SUBSCRIPTION_SNAPSHOT]
+    assert list(stored.covered_clusters) == ["a"]  # b answered in its response (one way): its records are not
     updates = lambda: [ReplicatedSubscriptionsUpdate.FromString(p).subscription_name  # noqa: E731
                        for kind, _, p in markers(partition) if kind == MarkerType.REPLICATED_SUBSCRIPTION_UPDATE]
     await until(lambda: updates() == ["app"])  # the group's position went out (written just after the completion)

@@ -20,8 +20,8 @@ from kop.policies import PolicyBook
 from kop.replication.clusters import ClusterRegistry
 from kop.replication.link import RemoteLink
 from kop.replication.replicator import Replicator, cursor_name
-from kop.replication.snapshots import (SnapshotController, SnapshotSettings, StoredRequests, message_id,
-                                       offset_after)
+from kop.replication.snapshots import (SnapshotController, SnapshotSettings, StoredRequests, first_uncovered,
+                                       message_id, offset_after)
 from kop.topics import INTERNAL_PREFIX, TopicManager
 from protocol.errors import ErrorCode
 from proto.kop_pb2 import (ClusterMessageId, MarkerType, MessageMetadata, ReplicatedSubscriptionsSnapshotRequest,
@@ -51,6 +51,7 @@ class ReplicationService:
         self.stored_requests = StoredRequests()  # REQUESTs answered in ReplicateEntries responses
         self._snapshot_task: asyncio.Task | None = None
         self._ticks: set[asyncio.Task] = set()  # snapshot ticks running
+        self._updates: set[asyncio.Task] = set()  # UPDATEs being applied (a scan of what they would skip)
         self._links: dict[str, RemoteLink] = {}
         self._task: asyncio.Task | None = None
         self._lock = asyncio.Lock()
@@ -139,7 +140,7 @@ class ReplicationService:
 
         replicator = Replicator(partition, topic_id, partition_count, self.local, remote,
                                 lambda: self._links.get(remote),
-                                lambda *answer: self._snapshot_answer(partition, *answer),
+                                lambda *answer: self._snapshot_answer(partition, *answer, in_band=True),
                                 lambda: self.policies.resolve(name).message_ttl_seconds)
         self.replicators[key] = replicator
         replicator.start()
@@ -188,10 +189,10 @@ class ReplicationService:
         return controller if controller is not None and controller.partition is partition else None
 
     def _snapshot_answer(self, partition: PartitionLog, snapshot_id: str, remote: str, at_remote: Position,
-                         here: Position) -> None:
+                         here: Position, in_band: bool = False) -> None:
         controller = self.controller_of(partition)
         if controller is not None:
-            controller.received_response(snapshot_id, remote, at_remote, here)
+            controller.received_response(snapshot_id, remote, at_remote, here, in_band)
 
     # ---- markers other clusters' replicators stored here
 
@@ -231,15 +232,45 @@ class ReplicationService:
         mine = next((c.message_id for c in update.clusters if c.cluster == self.local), None)
         if mine is None:
             return
-        offset = offset_after(partition, Position(mine.ledger_id, mine.entry_id))
-        group = update.subscription_name
+        position = Position(mine.ledger_id, mine.entry_id)
+        covered = frozenset(update.covered_clusters)
+        if not covered:  # an update from before kop listed them: every cluster's records count as covered
+            self._move_group(partition, update.subscription_name, offset_after(partition, position),
+                             metadata.replicated_from)
+            return
+        task = asyncio.ensure_future(self._move_group_to_covered(partition, update.subscription_name, position,
+                                                                 covered, metadata.replicated_from))
+        self._updates.add(task)
+        task.add_done_callback(self._update_done)
+
+    async def _move_group_to_covered(self, partition: PartitionLog, group: str, position: Position,
+                                     covered: frozenset[str], source: str) -> None:
+        """Move the group toward `position`, but not past a record here from a cluster the snapshot did not cover
+        (this cluster's own, when it does not replicate back to the source; a cluster that was down or does not
+        replicate to the source): the group never had it where it consumed."""
+        target = offset_after(partition, position)
+        current = self.groups.newest_offset(group, partition.topic, partition.partition)
+        if target is None or (current is not None and current >= target):
+            return
+        start = partition.log_start_offset if current is None else current
+        held = await first_uncovered(partition, start, position, covered, self.local)
+        if held is not None:
+            log.info("%s: group %s held at offset %d (not %d): a record from a cluster %s's snapshot did not cover",
+                     partition.name, group, held, target, source)
+        self._move_group(partition, group, target if held is None else held, source)
+
+    def _move_group(self, partition: PartitionLog, group: str, offset: int | None, source: str) -> None:
         current = self.groups.newest_offset(group, partition.topic, partition.partition)
         if offset is None or (current is not None and current >= offset):
             return  # never backwards, not even past a commit still being written
         self.groups.offsets.replicated.add(group)  # created here as a replicated group, as Pulsar does
         moved = self.groups.commit(group, partition.topic, partition.partition, offset)
-        moved.add_done_callback(lambda done: self._updated(partition, group, offset, metadata.replicated_from,
-                                                           done.result()))
+        moved.add_done_callback(lambda done: self._updated(partition, group, offset, source, done.result()))
+
+    def _update_done(self, task: asyncio.Task) -> None:
+        self._updates.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("an update of a replicated group failed", exc_info=task.exception())
 
     @staticmethod
     def _updated(partition: PartitionLog, group: str, offset: int, source: str, outcome: ErrorCode) -> None:
@@ -264,7 +295,7 @@ class ReplicationService:
                 self._links[name] = RemoteLink(cluster, self.local)
 
     async def stop(self) -> None:
-        for task in (self._task, self._snapshot_task, *self._ticks):
+        for task in (self._task, self._snapshot_task, *self._ticks, *self._updates):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)

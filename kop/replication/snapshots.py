@@ -66,6 +66,26 @@ def scan_start(partition: PartitionLog, offset: int) -> Position:
     return BEFORE_FIRST if found is None else Position(found.ledger_id, found.entry_id - 1)
 
 
+async def first_uncovered(partition: PartitionLog, start: int, end: Position, covered: frozenset[str],
+                          local: str) -> int | None:
+    """The offset of the first data entry from `start` (an offset) up to, not including, the entry at `end` whose
+    records came from a cluster not in `covered` (this cluster's own records count as `local`'s); None if there is
+    none. Read in bounded steps, the event loop served in between."""
+    position = scan_start(partition, start + 1)  # from the entry holding `start` on
+    while entries := partition.ledger.read_after(position, REBUILD_BATCH, REBUILD_BYTES):
+        for entry in entries:
+            if entry.position >= end:
+                return None
+            if not entry.span or entry.first_index + entry.span <= start:
+                continue  # a marker, or before the group's position
+            metadata = MessageMetadata.FromString(entry.metadata)
+            if not metadata.is_control and (metadata.replicated_from or local) not in covered:
+                return max(entry.first_index, start)
+        position = entries[-1].position
+        await asyncio.sleep(0)
+    return None
+
+
 def message_id(position: Position) -> MarkersMessageIdData:
     return MarkersMessageIdData(ledger_id=position.ledger_id, entry_id=position.entry_id)
 
@@ -100,6 +120,7 @@ class PendingSnapshot:
     missing: set[str] = field(default_factory=set)
     clusters: dict[str, Position] = field(default_factory=dict)  # first-round answers win
     local: Position | None = None  # local position of the latest answer
+    covered: set[str] = field(default_factory=set)  # clusters whose records the positions cover
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +128,11 @@ class Snapshot:
     snapshot_id: str
     local_offset: int  # a group whose committed offset reaches it has consumed everything the snapshot covers
     clusters: tuple[tuple[str, Position], ...]
+    # The clusters whose records the remote positions cover: this one, and those that answered with a RESPONSE
+    # marker (their records travelled here ahead of it). A remote that answered in its ReplicateEntries response (a
+    # one-way standby) or was not asked (down) is not: its own records there were never here. None: all (a
+    # snapshot stored before kop kept this).
+    covered: frozenset[str] | None = None
 
 
 def add_thinned(cache: list[Snapshot], snapshot: Snapshot, limit: int) -> None:
@@ -183,6 +209,7 @@ class SnapshotController:
             return  # none ever completed: retry at the timeout's pace, not every tick (Pulsar #23839)
         pending = PendingSnapshot(uuid.uuid4().hex, frozenset(reachable), 2 if len(reachable) > 1 else 1, now, end)
         pending.missing = set(pending.remotes)
+        pending.covered = {self.local}
         self.pending[pending.snapshot_id] = pending
         self._end_at_last_request = end
         await self._request(pending)
@@ -212,7 +239,8 @@ class SnapshotController:
             return False  # its local entry is gone (retention)
         clusters = tuple((c.cluster, Position(c.message_id.ledger_id, c.message_id.entry_id))
                          for c in stored.clusters)
-        add_thinned(self.recent, Snapshot(stored.snapshot_id, local_offset, clusters), self.settings.max_cached)
+        snapshot = Snapshot(stored.snapshot_id, local_offset, clusters, frozenset(stored.covered_clusters) or None)
+        add_thinned(self.recent, snapshot, self.settings.max_cached)
         return True
 
     async def _request(self, pending: PendingSnapshot) -> None:
@@ -222,12 +250,16 @@ class SnapshotController:
         if result.error:
             log.warning("%s: snapshot request not written: %s", self.partition.name, result.message)
 
-    def received_response(self, snapshot_id: str, cluster: str, remote: Position, local: Position) -> None:
-        """An answer to a REQUEST: `remote` is where `cluster` stored it, `local` the local position it pairs with."""
+    def received_response(self, snapshot_id: str, cluster: str, remote: Position, local: Position,
+                          in_band: bool = False) -> None:
+        """An answer to a REQUEST: `remote` is where `cluster` stored it, `local` the local position it pairs with;
+        `in_band`: given in a ReplicateEntries response (a cluster that does not replicate back), not a marker."""
         pending = self.pending.get(snapshot_id)
         if pending is None or cluster not in pending.missing:
             return  # late (timed out) or repeated
         pending.missing.discard(cluster)
+        if pending.round == 1 and not in_band:
+            pending.covered.add(cluster)
         pending.clusters.setdefault(cluster, remote)
         pending.local = max(pending.local or local, local)
         if pending.missing:
@@ -253,14 +285,15 @@ class SnapshotController:
         clusters = sorted(pending.clusters.items())
         payload = ReplicatedSubscriptionsSnapshot(
             snapshot_id=pending.snapshot_id, local_message_id=message_id(pending.local),
-            clusters=[ClusterMessageId(cluster=name, message_id=message_id(p)) for name, p in clusters])
+            clusters=[ClusterMessageId(cluster=name, message_id=message_id(p)) for name, p in clusters],
+            covered_clusters=sorted(pending.covered))
         result = await self.partition.publish_marker(MarkerType.REPLICATED_SUBSCRIPTION_SNAPSHOT,
                                                      payload.SerializeToString(), replicate_to=(self.local,))
         local_offset = offset_after(self.partition, pending.local)
         if result.error or local_offset is None:
             return  # complete only once its marker is durable (Pulsar #26119); retried after the timeout
         self.pending.pop(pending.snapshot_id, None)
-        snapshot = Snapshot(pending.snapshot_id, local_offset, tuple(clusters))
+        snapshot = Snapshot(pending.snapshot_id, local_offset, tuple(clusters), frozenset(pending.covered))
         add_thinned(self.recent, snapshot, self.settings.max_cached)
         for cache in self.cached.values():
             add_thinned(cache, snapshot, self.settings.max_cached)
@@ -279,7 +312,8 @@ class SnapshotController:
                 continue
             snapshot = cache[passed - 1]
             payload = ReplicatedSubscriptionsUpdate(subscription_name=group, clusters=[
-                ClusterMessageId(cluster=name, message_id=message_id(p)) for name, p in snapshot.clusters])
+                ClusterMessageId(cluster=name, message_id=message_id(p)) for name, p in snapshot.clusters],
+                covered_clusters=sorted(snapshot.covered or ()))
             sent.append((cache, snapshot, self.partition.publish_marker(MarkerType.REPLICATED_SUBSCRIPTION_UPDATE,
                                                                         payload.SerializeToString())))
         for cache, snapshot, written in sent:
