@@ -260,6 +260,39 @@ def test_records_a_cluster_sent_to_one_other_only_are_not_skipped_by_a_failover_
     assert b"c:0" not in in_a  # control: a never had them
 
 
+@pytest.mark.slow  # 20-30 s: two clusters, failed disk reads, two kills
+def test_an_update_whose_application_failed_is_applied_again_after_a_restart(tmp_path):
+    """west stores east's UPDATEs, but applying them fails (its reads of the partition fail, as on a disk error),
+    and east, the group's source, is gone: no other UPDATE will come. Restarted, west reads the UPDATEs it had not
+    applied back from its log and moves the group."""
+    brokers = start_clusters(tmp_path, ("east", "west"), {**FAST_SNAPSHOTS, "adminFailpointsEnabled": "true"})
+    east, west = brokers["east"], brokers["west"]
+    try:
+        replicate(east, ["east", "west"])  # one way: west reads its partitions only to apply the UPDATEs
+        with RawKafka(east.port) as kafka:
+            assert kafka.create_topic("orders", PARTITIONS) == ErrorCode.NONE
+        admin_json(east, "groups", "set-replicated", "app", "--enable")
+        produce(east.bootstrap, "orders", "east0", PER_ROUND, PARTITIONS)
+        consume(east.bootstrap, "app", PER_ROUND)
+        wait_for(lambda: west_position(west) == PER_ROUND, 20, "the group in west")
+        for partition in range(PARTITIONS):
+            AdminClient(west.admin_url).post(f"/admin/v2/kop/failpoints/orders/{partition}",
+                                             {"replay_read_failures": 100_000})
+        produce(east.bootstrap, "orders", "east1", PER_ROUND, PARTITIONS)
+        consume(east.bootstrap, "app", PER_ROUND)
+        failed = [f"orders-{p}: an update of a replicated group failed" for p in range(PARTITIONS)]
+        wait_for(lambda: all(line in west.log_tail(5000) for line in failed), 20,
+                 "west's updates to fail on every partition")  # control: the fault happened
+        assert west_position(west) == PER_ROUND
+        east.kill()
+        west.kill()
+        west.start()
+        wait_for(lambda: west_position(west) == 2 * PER_ROUND, 30, "the stored updates applied again")
+    finally:
+        for broker in brokers.values():
+            broker.stop()
+
+
 @pytest.mark.slow  # 5-13 s of restarts, retention or snapshot rounds: make test-slow
 def test_group_that_stopped_committing_still_gets_its_last_position_replicated(pair):
     """Pulsar #19551: the snapshot that covers a group's last commit completes after that commit; kop still sends

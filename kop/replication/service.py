@@ -7,7 +7,7 @@ removes a replicator's; one whose topic was deleted goes with it.
 It also runs a PIP-33 snapshot controller for each partition that replicates (kop/replication/snapshots.py), and
 acts on the markers replicators of other clusters store here: a REQUEST is answered with a RESPONSE marker toward
 its source (when this cluster replicates the topic back), a RESPONSE goes to the partition's controller, and an
-UPDATE moves the named group's committed offset to the position it gives for this cluster."""
+UPDATE goes to the update applier (kop/replication/updates.py), which moves the named group's committed offset."""
 import asyncio
 import contextlib
 import logging
@@ -20,10 +20,9 @@ from kop.policies import PolicyBook
 from kop.replication.clusters import ClusterRegistry
 from kop.replication.link import RemoteLink
 from kop.replication.replicator import Replicator, cursor_name
-from kop.replication.snapshots import (SnapshotController, SnapshotSettings, StoredRequests, first_uncovered,
-                                       message_id, offset_after)
+from kop.replication.snapshots import SnapshotController, SnapshotSettings, StoredRequests, message_id
+from kop.replication.updates import UpdateApplier
 from kop.topics import INTERNAL_PREFIX, TopicManager
-from protocol.errors import ErrorCode
 from proto.kop_pb2 import (ClusterMessageId, MarkerType, MessageMetadata, ReplicatedSubscriptionsSnapshotRequest,
                            ReplicatedSubscriptionsSnapshotResponse, ReplicatedSubscriptionsUpdate)
 from protocol.records import marker_payload
@@ -51,7 +50,7 @@ class ReplicationService:
         self.stored_requests = StoredRequests()  # REQUESTs answered in ReplicateEntries responses
         self._snapshot_task: asyncio.Task | None = None
         self._ticks: set[asyncio.Task] = set()  # snapshot ticks running
-        self._updates: set[asyncio.Task] = set()  # UPDATEs being applied (a scan of what they would skip)
+        self.updates = UpdateApplier(self.local, groups)  # UPDATE markers stored here
         self._links: dict[str, RemoteLink] = {}
         self._task: asyncio.Task | None = None
         self._lock = asyncio.Lock()
@@ -117,6 +116,8 @@ class ReplicationService:
                 remotes = self.remotes(topic.name)
                 topic_ids[topic.name] = topic.topic_id
                 for partition in topic.partitions:
+                    if self.snapshots_enabled:
+                        self.updates.recover(partition)
                     if remotes:
                         controlled[(topic.name, partition.partition)] = partition
                     for remote in remotes:
@@ -228,57 +229,7 @@ class ReplicationService:
 
     def _on_update(self, partition: PartitionLog, metadata: MessageMetadata, payload: bytes,
                    position: Position) -> None:
-        update = ReplicatedSubscriptionsUpdate.FromString(payload)
-        mine = next((c.message_id for c in update.clusters if c.cluster == self.local), None)
-        if mine is None:
-            return
-        position = Position(mine.ledger_id, mine.entry_id)
-        covered = frozenset(update.covered_clusters)
-        if not covered:  # an update from before kop listed them: every cluster's records count as covered
-            self._move_group(partition, update.subscription_name, offset_after(partition, position),
-                             metadata.replicated_from)
-            return
-        task = asyncio.ensure_future(self._move_group_to_covered(partition, update.subscription_name, position,
-                                                                 covered, metadata.replicated_from))
-        self._updates.add(task)
-        task.add_done_callback(self._update_done)
-
-    async def _move_group_to_covered(self, partition: PartitionLog, group: str, position: Position,
-                                     covered: frozenset[str], source: str) -> None:
-        """Move the group toward `position`, but not past a record here from a cluster the snapshot did not cover
-        (this cluster's own, when it does not replicate back to the source; a cluster that was down or does not
-        replicate to the source): the group never had it where it consumed."""
-        target = offset_after(partition, position)
-        current = self.groups.newest_offset(group, partition.topic, partition.partition)
-        if target is None or (current is not None and current >= target):
-            return
-        start = partition.log_start_offset if current is None else current
-        held = await first_uncovered(partition, start, position, covered, self.local)
-        if held is not None:
-            log.info("%s: group %s held at offset %d (not %d): a record from a cluster %s's snapshot did not cover",
-                     partition.name, group, held, target, source)
-        self._move_group(partition, group, target if held is None else held, source)
-
-    def _move_group(self, partition: PartitionLog, group: str, offset: int | None, source: str) -> None:
-        current = self.groups.newest_offset(group, partition.topic, partition.partition)
-        if offset is None or (current is not None and current >= offset):
-            return  # never backwards, not even past a commit still being written
-        self.groups.offsets.replicated.add(group)  # created here as a replicated group, as Pulsar does
-        moved = self.groups.commit(group, partition.topic, partition.partition, offset)
-        moved.add_done_callback(lambda done: self._updated(partition, group, offset, source, done.result()))
-
-    def _update_done(self, task: asyncio.Task) -> None:
-        self._updates.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("an update of a replicated group failed", exc_info=task.exception())
-
-    @staticmethod
-    def _updated(partition: PartitionLog, group: str, offset: int, source: str, outcome: ErrorCode) -> None:
-        if outcome == ErrorCode.NONE:
-            log.info("%s: group %s moved to offset %d by an update from %s", partition.name, group, offset, source)
-        else:  # a later snapshot's update moves it; in a cluster of brokers, only the group's coordinator can
-            log.warning("%s: group %s not moved to offset %d by an update from %s: %s", partition.name, group,
-                        offset, source, outcome.name)
+        self.updates.stored(partition, metadata.replicated_from, payload, position)
 
     def _share_producer_ids(self) -> None:
         """Producer ids are the same producer's in every cluster of the registry while their tags all differ."""
@@ -295,7 +246,8 @@ class ReplicationService:
                 self._links[name] = RemoteLink(cluster, self.local)
 
     async def stop(self) -> None:
-        for task in (self._task, self._snapshot_task, *self._ticks, *self._updates):
+        await self.updates.stop()
+        for task in (self._task, self._snapshot_task, *self._ticks):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
