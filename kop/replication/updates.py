@@ -37,8 +37,10 @@ class UpdateApplier:
     def __init__(self, local: str, groups: GroupCoordinator) -> None:
         self.local = local
         self.groups = groups
-        # partition -> the last step of its chain of UPDATEs (the first re-reads those stored and not applied)
-        self._tails: weakref.WeakKeyDictionary[PartitionLog, asyncio.Task] = weakref.WeakKeyDictionary()
+        self._started: weakref.WeakSet[PartitionLog] = weakref.WeakSet()  # their stored UPDATEs read back
+        # partition -> the last step of its chain of UPDATEs being applied (the first re-reads those stored and not
+        # applied); gone once it is done, so a deleted partition is not kept
+        self._tails: dict[PartitionLog, asyncio.Task] = {}
         self._behind: weakref.WeakSet[PartitionLog] = weakref.WeakSet()  # an UPDATE failed: re-read at next load
         self._held: dict[tuple[str, str], int] = {}  # (partition, group) -> the offset its updates hold it at
 
@@ -48,7 +50,7 @@ class UpdateApplier:
 
     def recover(self, partition: PartitionLog) -> None:
         """Apply the UPDATEs a previous run stored here and did not apply (once per partition loaded)."""
-        if partition not in self._tails and UPDATES_CURSOR in partition.ledger.cursors:
+        if partition not in self._started and UPDATES_CURSOR in partition.ledger.cursors:
             self._chain(partition, None)
 
     async def settled(self, partition: PartitionLog) -> None:
@@ -64,8 +66,9 @@ class UpdateApplier:
         await asyncio.gather(*tails, return_exceptions=True)
 
     def _chain(self, partition: PartitionLog, step: Callable | None) -> None:
+        first = partition not in self._started
+        self._started.add(partition)
         previous = self._tails.get(partition)
-        first = previous is None
         task = asyncio.ensure_future(self._after(partition, previous, first, step))
         self._tails[partition] = task
         task.add_done_callback(lambda done: self._done(partition, done))
@@ -80,6 +83,8 @@ class UpdateApplier:
             await step()
 
     def _done(self, partition: PartitionLog, task: asyncio.Task) -> None:
+        if self._tails.get(partition) is task:
+            del self._tails[partition]
         if not task.cancelled() and task.exception() is not None:
             self._behind.add(partition)
             log.error("%s: an update of a replicated group failed", partition.name, exc_info=task.exception())
