@@ -224,6 +224,10 @@ class BrokerConfig:
         doc="Retention keeps the records a replicator has not sent yet, up to this many bytes per partition and "
             "remote cluster; past it, retention deletes them as if the replicator were not there and the remote "
             "misses them (Pulsar's backlog quota with its consumer_backlog_eviction policy). -1: no limit.")
+    ttl_duration_default_in_seconds: int = setting(
+        0, Range(0, 2**31 - 1), "ttlDurationDefaultInSeconds",
+        doc="Message TTL where no namespace or topic policy sets one: a replicator does not send records stored "
+            "longer ago than this (Pulsar's message TTL); they stay here for consumers and retention. 0: never.")
     replicated_subscriptions_snapshot_max_cached_per_subscription: int = setting(
         10, Range(3), "replicatedSubscriptionsSnapshotMaxCachedPerSubscription",
         doc="Completed snapshots kept per replicated group, spread between its position and the newest data.")

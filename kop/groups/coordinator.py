@@ -463,6 +463,16 @@ class GroupCoordinator:
     def fetch_offset(self, group_id: str, topic: str, partition: int) -> CommittedOffset | None:
         return None if self._being_deleted(group_id) else self.offsets.fetch(group_id, topic, partition)
 
+    def newest_offset(self, group_id: str, topic: str, partition: int) -> int | None:
+        """The offset of the group's latest commit on the partition, durable or still being written."""
+        return None if self._being_deleted(group_id) else self.offsets.newest_offset(group_id, topic, partition)
+
+    def replicated_on(self, topic: str, partition: int, every: bool) -> dict[str, int]:
+        """The committed offsets on the partition of the replicated groups this broker coordinates (of every group
+        when `every`), for the PIP-33 snapshot controller."""
+        found = self.offsets.replicated_on(topic, partition, every)
+        return {group: offset for group, offset in found.items() if not self._being_deleted(group)}
+
     def committed_on(self, topic: str, partition: int) -> dict[str, CommittedOffset]:
         """The committed offset of every group this broker coordinates that has one on the partition."""
         found = {group_id: self.fetch_offset(group_id, topic, partition) for group_id in sorted(set(self.group_ids()))}
