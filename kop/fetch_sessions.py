@@ -25,8 +25,9 @@ from __future__ import annotations
 import random
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 from protocol.errors import ErrorCode
 
@@ -46,15 +47,27 @@ def next_epoch(epoch: int) -> int:
     return 1 if epoch == MAX_EPOCH else epoch + 1
 
 
+class RequestedPartition(Protocol):
+    """A partition as a Fetch names it (kafka-python's FetchPartition), or as a session remembers it (Wanted)."""
+
+    partition: int
+    fetch_offset: int
+    partition_max_bytes: int
+
+
+# The partitions to read, topic by topic, in the order they are answered.
+Groups = list[tuple[TopicKey, Sequence[RequestedPartition]]]
+
+
 @dataclass(slots=True)
 class Wanted:
-    """One partition to read: where the consumer is (from its request, or remembered by its session) and what the
-    session last told it (-1 before the first answer, and after an error)."""
+    """A partition a session holds: where the consumer is and what the session last told it (-1 before the first
+    answer, and after an error)."""
 
     topic: TopicKey
     partition: int
     fetch_offset: int
-    max_bytes: int
+    partition_max_bytes: int
     high_watermark: int = -1
     log_start_offset: int = -1
 
@@ -76,15 +89,29 @@ class FetchSession:
     last_used: float = 0.0
     cached_size: int = 0  # the size eviction judges by: as of the last use, as Kafka's cache keeps it
 
-    def update(self, named: Iterable[Wanted], forgotten: Iterable[PartitionKey]) -> None:
-        for wanted in named:
-            cached = self.partitions.get((wanted.topic, wanted.partition))
-            if cached is None:
-                self.partitions[(wanted.topic, wanted.partition)] = wanted
-            else:
-                cached.fetch_offset, cached.max_bytes = wanted.fetch_offset, wanted.max_bytes
+    def update(self, named: Groups, forgotten: Iterable[PartitionKey]) -> None:
+        for topic, partitions in named:
+            for p in partitions:
+                cached = self.partitions.get((topic, p.partition))
+                if cached is None:
+                    self.partitions[(topic, p.partition)] = Wanted(topic, p.partition, p.fetch_offset,
+                                                                   p.partition_max_bytes)
+                else:
+                    cached.fetch_offset, cached.partition_max_bytes = p.fetch_offset, p.partition_max_bytes
         for key in forgotten:
             self.partitions.pop(key, None)
+
+    def groups(self) -> Groups:
+        """Its partitions, topic by topic in its order (a topic recurs where its partitions are not together)."""
+        groups: Groups = []
+        key: TopicKey | None = None
+        parts: list[Wanted] = []
+        for wanted in self.partitions.values():
+            if wanted.topic != key:
+                key, parts = wanted.topic, []
+                groups.append((key, parts))
+            parts.append(wanted)
+        return groups
 
     def served_records(self, wanted: Wanted) -> None:
         """The partition returned records: it goes to the end of the order."""
@@ -130,11 +157,20 @@ class FetchSessionCache:
             self.partitions -= session.cached_size
         return session
 
+    def admits(self, size: int) -> bool:
+        """Whether a new session of `size` partitions may be made: there is room, or a session was evicted for it
+        (Kafka decides this before it builds the session's partitions)."""
+        return len(self.sessions) < self.slots or self._evict_for(size, self.clock())
+
     def create(self, uses_topic_ids: bool, partitions: dict[PartitionKey, Wanted]) -> int:
-        """A new session holding `partitions`, when there is room or one may be evicted; its id, else 0."""
-        now = self.clock()
-        if len(self.sessions) >= self.slots and not self._evict_for(len(partitions), now):
+        """A new session holding `partitions` when admitted; its id, else 0."""
+        if not self.admits(len(partitions)):
             return INVALID_SESSION_ID
+        return self.add(uses_topic_ids, partitions)
+
+    def add(self, uses_topic_ids: bool, partitions: dict[PartitionKey, Wanted]) -> int:
+        """A new session, once admitted; its id."""
+        now = self.clock()
         session_id = self._new_id()
         session = FetchSession(session_id, uses_topic_ids, now, partitions, epoch=next_epoch(INITIAL_EPOCH))
         self.sessions[session_id] = session
@@ -184,14 +220,18 @@ class FetchPlan:
     "incremental" (answer what changed, in `session`), or "error" (answer `error` alone)."""
 
     kind: str
-    wanted: list[Wanted] = field(default_factory=list)
+    groups: Groups
     session: FetchSession | None = None
     expected_epoch: int = 0  # for an incremental fetch: the session's epoch once this request is counted
     uses_topic_ids: bool = False
     error: int = ErrorCode.NONE
 
+    @property
+    def size(self) -> int:
+        return sum(len(partitions) for _topic, partitions in self.groups)
 
-def plan_fetch(cache: FetchSessionCache, session_id: int, epoch: int, uses_topic_ids: bool, named: list[Wanted],
+
+def plan_fetch(cache: FetchSessionCache, session_id: int, epoch: int, uses_topic_ids: bool, named: Groups,
                forgotten: list[PartitionKey]) -> FetchPlan:
     """What a Fetch with session metadata (session_id, epoch) asks for: the request's partitions `named` (in its
     order) and its `forgotten` ones."""
@@ -211,7 +251,7 @@ def plan_fetch(cache: FetchSessionCache, session_id: int, epoch: int, uses_topic
         error = ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR
     if error:
         cache.stats.errors += 1
-        return FetchPlan("error", error=error)
+        return FetchPlan("error", [], error=error)
     assert session is not None
     session.update(named, forgotten)
     if not session.partitions:
@@ -220,21 +260,10 @@ def plan_fetch(cache: FetchSessionCache, session_id: int, epoch: int, uses_topic
     cache.touch(session)
     session.epoch = next_epoch(session.epoch)
     cache.stats.incremental_fetches += 1
-    return FetchPlan("incremental", list(session.partitions.values()), session, session.epoch, uses_topic_ids)
+    return FetchPlan("incremental", session.groups(), session, session.epoch, uses_topic_ids)
 
 
 def outdated(plan: FetchPlan) -> bool:
     """An incremental fetch whose session moved on while it was read (the same epoch sent twice): Kafka answers it
     INVALID_FETCH_SESSION_EPOCH and leaves the session as it is."""
     return plan.kind == "incremental" and plan.session is not None and plan.session.epoch != plan.expected_epoch
-
-
-def answer_session_id(cache: FetchSessionCache, plan: FetchPlan) -> int:
-    """The session id an answer carries, once what it tells of each partition is recorded in `plan.wanted`: a full
-    fetch's session is made here (0 when the cache has no room for it)."""
-    if plan.kind == "full":
-        return cache.create(plan.uses_topic_ids, {(w.topic, w.partition): w for w in plan.wanted})
-    if plan.kind == "incremental":
-        assert plan.session is not None
-        return plan.session.id
-    return INVALID_SESSION_ID

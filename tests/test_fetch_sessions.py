@@ -1,7 +1,7 @@
 """The fetch-session cache and its rules (kop/fetch_sessions.py), on a clock the test moves: epochs, session errors,
 updates and forgotten partitions, what an incremental answer must include, and Kafka's eviction order."""
-from kop.fetch_sessions import (EVICTION_S, FINAL_EPOCH, INITIAL_EPOCH, MAX_EPOCH, FetchSessionCache, Wanted,
-                                answer_session_id, next_epoch, outdated, plan_fetch)
+from kop.fetch_sessions import (EVICTION_S, FINAL_EPOCH, INITIAL_EPOCH, MAX_EPOCH, FetchPlan, FetchSessionCache,
+                                Groups, Wanted, next_epoch, outdated, plan_fetch)
 from protocol.errors import ErrorCode
 
 
@@ -13,13 +13,18 @@ class Clock:
         return self.now
 
 
-def wanted(*partitions: int, topic: str = "t", offset: int = 0) -> list[Wanted]:
-    return [Wanted(topic, p, offset, 1 << 20) for p in partitions]
+def wanted(*partitions: int, topic: str = "t", offset: int = 0) -> Groups:
+    return [(topic, [Wanted(topic, p, offset, 1 << 20) for p in partitions])]
+
+
+def made(cache: FetchSessionCache, plan: FetchPlan) -> int:
+    """The session a full fetch's answer makes (as the Fetch handler makes it), or 0."""
+    assert plan.kind == "full"
+    return cache.create(plan.uses_topic_ids, {(topic, w.partition): w for topic, ws in plan.groups for w in ws})
 
 
 def new_session(cache: FetchSessionCache, size: int, topic: str = "t") -> int:
-    plan = plan_fetch(cache, 0, INITIAL_EPOCH, False, wanted(*range(size), topic=topic), [])
-    return answer_session_id(cache, plan)
+    return made(cache, plan_fetch(cache, 0, INITIAL_EPOCH, False, wanted(*range(size), topic=topic), []))
 
 
 def test_epochs_count_up_and_wrap_to_one_and_final_stays_final():
@@ -33,8 +38,7 @@ def test_a_full_fetch_with_epoch_0_makes_a_session_and_epoch_minus_1_makes_none(
     cache = FetchSessionCache(10)
     assert plan_fetch(cache, 0, FINAL_EPOCH, False, wanted(0), []).kind == "sessionless"
     plan = plan_fetch(cache, 0, INITIAL_EPOCH, False, wanted(0, 1), [])
-    assert plan.kind == "full"
-    session_id = answer_session_id(cache, plan)
+    session_id = made(cache, plan)
     assert session_id > 0 and len(cache) == 1 and cache.partitions == 2
     assert cache.get(session_id).epoch == 1
 
@@ -42,8 +46,7 @@ def test_a_full_fetch_with_epoch_0_makes_a_session_and_epoch_minus_1_makes_none(
 def test_a_full_fetch_naming_a_session_closes_it():
     cache = FetchSessionCache(10)
     first = new_session(cache, 3)
-    plan = plan_fetch(cache, first, INITIAL_EPOCH, False, wanted(0), [])
-    second = answer_session_id(cache, plan)
+    second = made(cache, plan_fetch(cache, first, INITIAL_EPOCH, False, wanted(0), []))
     assert cache.get(first) is None and cache.get(second) is not None and second != first
     plan_fetch(cache, second, FINAL_EPOCH, False, wanted(0), [])
     assert len(cache) == 0 and cache.partitions == 0
@@ -57,15 +60,16 @@ def test_session_errors_unknown_id_wrong_epoch_and_topic_id_mode():
     assert plan_fetch(cache, session_id, 1, True, [], []).error == ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR
     # None of the errors touched the session: the right epoch still works.
     plan = plan_fetch(cache, session_id, 1, False, [], [])
-    assert plan.kind == "incremental" and [w.partition for w in plan.wanted] == [0, 1]
+    assert plan.kind == "incremental" and [w.partition for _, ws in plan.groups for w in ws] == [0, 1]
     assert cache.get(session_id).epoch == 2 and cache.stats.errors == 3
 
 
 def test_an_incremental_fetch_updates_adds_and_forgets_partitions():
     cache = FetchSessionCache(10)
     session_id = new_session(cache, 3)
-    plan = plan_fetch(cache, session_id, 1, False, [Wanted("t", 1, 50, 100), Wanted("u", 0, 7, 100)], [("t", 2)])
-    assert [(w.topic, w.partition, w.fetch_offset, w.max_bytes) for w in plan.wanted] == [
+    named = [("t", [Wanted("t", 1, 50, 100)]), ("u", [Wanted("u", 0, 7, 100)])]
+    plan = plan_fetch(cache, session_id, 1, False, named, [("t", 2)])
+    assert [(topic, w.partition, w.fetch_offset, w.partition_max_bytes) for topic, ws in plan.groups for w in ws] == [
         ("t", 0, 0, 1 << 20), ("t", 1, 50, 100), ("u", 0, 7, 100)]
     assert cache.partitions == 3
 
@@ -75,7 +79,6 @@ def test_forgetting_every_partition_closes_the_session():
     session_id = new_session(cache, 2)
     plan = plan_fetch(cache, session_id, 1, False, [], [("t", 0), ("t", 1)])
     assert plan.kind == "sessionless" and cache.get(session_id) is None
-    assert answer_session_id(cache, plan) == 0
 
 
 def test_an_incremental_answer_holds_records_new_watermarks_and_errors_and_an_error_is_told_again_once_gone():
@@ -96,6 +99,10 @@ def test_a_partition_that_returned_records_goes_to_the_end_of_the_order():
     session = cache.get(session_id)
     session.served_records(session.partitions[("t", 0)])
     assert [p for _, p in session.partitions] == [1, 2, 0]
+    session.update([("u", [Wanted("u", 0, 0, 1)])], [])
+    session.served_records(session.partitions[("t", 1)])
+    assert [(topic, [w.partition for w in ws]) for topic, ws in session.groups()] == [("t", [2, 0]), ("u", [0]),
+                                                                                      ("t", [1])]
 
 
 def test_the_same_epoch_answered_twice_finds_its_session_moved_on():

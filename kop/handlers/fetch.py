@@ -19,7 +19,7 @@ from typing import Any
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from kop import internal_topics
-from kop.fetch_sessions import (FetchPlan, PartitionKey, TopicKey, Wanted, answer_session_id, outdated,
+from kop.fetch_sessions import (INVALID_SESSION_ID, FetchPlan, Groups, PartitionKey, TopicKey, Wanted, outdated,
                                 plan_fetch)
 from kop.handlers.context import RequestContext
 from kop.ledger import Entry
@@ -64,8 +64,7 @@ class Collected:
 
 def _plan(ctx: RequestContext, request: FetchRequest) -> FetchPlan:
     by_id = ctx.version >= FIRST_TOPIC_ID_VERSION
-    named = [Wanted(key, p.partition, p.fetch_offset, p.partition_max_bytes)
-             for t in request.topics for key in (_topic_key(t, by_id),) for p in t.partitions]
+    named: Groups = [(_topic_key(t, by_id), t.partitions) for t in request.topics]
     if ctx.version < FIRST_SESSION_VERSION:
         return FetchPlan("sessionless", named)
     forgotten: list[PartitionKey] = [(_topic_key(t, by_id), p) for t in request.forgotten_topics_data or ()
@@ -83,7 +82,7 @@ def _topic_name(ctx: RequestContext, key: TopicKey) -> str | None:
     return ctx.topics.name_of(key) or internal_topics.name_of(key)
 
 
-def _collect(ctx: RequestContext, request: FetchRequest, wanted: list[Wanted]) -> Collected:
+def _collect(ctx: RequestContext, request: FetchRequest, groups: Groups) -> Collected:
     """Read what is available now. read_committed reads stop at the last stable offset and list the aborted
     transactions among the batches returned (the consumer drops their batches); control batches go to every
     consumer, which skips them, as from Kafka."""
@@ -92,56 +91,51 @@ def _collect(ctx: RequestContext, request: FetchRequest, wanted: list[Wanted]) -
     budget = request.max_bytes
     out = Collected()
     reads = out.reads
-    resolved: dict[TopicKey, tuple[str | None, bool]] = {}  # topic key -> (name, readable), once per request
-    for w in wanted:
-        topic = resolved.get(w.topic)
-        if topic is None:
-            name = _topic_name(ctx, w.topic)
-            topic = resolved[w.topic] = (name, name is None or ctx.authorized(Operation.READ, ResourceType.TOPIC,
-                                                                              name))
-        name, readable = topic
-        if not readable:
-            reads.append(Read(ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+    for key, partitions in groups:
+        name = _topic_name(ctx, key)
+        if name is not None and not ctx.authorized(Operation.READ, ResourceType.TOPIC, name):
+            reads.extend(Read(ErrorCode.TOPIC_AUTHORIZATION_FAILED) for _ in partitions)
             continue
-        partition = topics.partition(name, w.partition) if name is not None else None
-        if partition is None:
-            reads.append(Read(topics.missing_partition_error(name, w.partition) if name is not None
-                              else ErrorCode.UNKNOWN_TOPIC_ID))
-            continue
-        out.partitions.append(partition)
-        hw = partition.high_watermark
-        lso = partition.last_stable_offset
-        read = Read(ErrorCode.NONE, hw, lso, partition.log_start_offset)
-        reads.append(read)
-        offset = w.fetch_offset
-        if offset < read.log_start_offset or offset > hw:
-            read.error = ErrorCode.OFFSET_OUT_OF_RANGE
-            continue
-        if read_committed:
-            read.aborted = []
-        end = lso if read_committed else hw
-        limit = min(w.max_bytes, budget - out.total)
-        if offset >= end or (limit <= 0 and out.total > 0):
-            continue
-        try:
-            entries = partition.read(offset, max(limit, 1))
-        except OSError as exc:  # a read error, or out of descriptors: this partition fails, not the request
-            log.warning("fetch from %s at %d failed: %s", partition.name, offset, exc, extra=ctx.log_fields)
-            read.error, read.aborted = ErrorCode.KAFKA_STORAGE_ERROR, None
-            continue
-        if out.total > 0:
-            # Only the answer's first batch may exceed the limits (KIP-74), so a consumer stuck on a large batch
-            # progresses; later partitions get whole batches that fit, or nothing.
-            entries = _fitting(entries, limit)
-        entries = _servable(entries, end if read_committed else None)
-        if entries:
-            records = read.records = b"".join(e.data for e in entries)
-            out.total += len(records)
-            out.served.append((partition, len(records)))
+        for w in partitions:
+            partition = topics.partition(name, w.partition) if name is not None else None
+            if partition is None:
+                reads.append(Read(topics.missing_partition_error(name, w.partition) if name is not None
+                                  else ErrorCode.UNKNOWN_TOPIC_ID))
+                continue
+            out.partitions.append(partition)
+            hw = partition.high_watermark
+            lso = partition.last_stable_offset
+            read = Read(ErrorCode.NONE, hw, lso, partition.log_start_offset)
+            reads.append(read)
+            offset = w.fetch_offset
+            if offset < read.log_start_offset or offset > hw:
+                read.error = ErrorCode.OFFSET_OUT_OF_RANGE
+                continue
             if read_committed:
-                upper = entries[-1].first_index + entries[-1].span
-                read.aborted = [(txn.producer_id, txn.first_offset)
-                                for txn in partition.transactions.aborted_between(offset, upper)]
+                read.aborted = []
+            end = lso if read_committed else hw
+            limit = min(w.partition_max_bytes, budget - out.total)
+            if offset >= end or (limit <= 0 and out.total > 0):
+                continue
+            try:
+                entries = partition.read(offset, max(limit, 1))
+            except OSError as exc:  # a read error, or out of descriptors: this partition fails, not the request
+                log.warning("fetch from %s at %d failed: %s", partition.name, offset, exc, extra=ctx.log_fields)
+                read.error, read.aborted = ErrorCode.KAFKA_STORAGE_ERROR, None
+                continue
+            if out.total > 0:
+                # Only the answer's first batch may exceed the limits (KIP-74), so a consumer stuck on a large
+                # batch progresses; later partitions get whole batches that fit, or nothing.
+                entries = _fitting(entries, limit)
+            entries = _servable(entries, end if read_committed else None)
+            if entries:
+                records = read.records = b"".join(e.data for e in entries)
+                out.total += len(records)
+                out.served.append((partition, len(records)))
+                if read_committed:
+                    upper = entries[-1].first_index + entries[-1].span
+                    read.aborted = [(txn.producer_id, txn.first_offset)
+                                    for txn in partition.transactions.aborted_between(offset, upper)]
     return out
 
 
@@ -166,51 +160,61 @@ def _servable(entries: list[Entry], stable_end: int | None) -> list[Entry]:
 
 
 def _answer(ctx: RequestContext, plan: FetchPlan, collected: Collected) -> FetchResponse:
-    """The response: every partition read, or for an incremental fetch those with something new; the session's
-    record of what each was told is updated on the way."""
+    """The response: every partition read, or for an incremental fetch those with something new; a full fetch's
+    session is made here, remembering what each partition was told, and an incremental one's record of it updated."""
     cls = FetchResponse[ctx.version]
     cache = ctx.services.fetch_sessions
     if plan.kind == "error" or outdated(plan):
         error = plan.error if plan.kind == "error" else ErrorCode.INVALID_FETCH_SESSION_EPOCH
-        return cls(throttle_time_ms=0, error_code=error, session_id=answer_session_id(cache, plan), responses=[])
+        session_id = plan.session.id if plan.session is not None else INVALID_SESSION_ID
+        return cls(throttle_time_ms=0, error_code=error, session_id=session_id, responses=[])
     PartitionData = cls.FetchableTopicResponse.PartitionData
     AbortedTransaction = PartitionData.AbortedTransaction
     by_id = ctx.version >= FIRST_TOPIC_ID_VERSION
-    session = plan.session if plan.kind == "incremental" else None
-    remembers = plan.kind != "sessionless"
+    session = plan.session
+    # A full fetch's partitions become a session when the cache admits it (decided before they are built).
+    remembered: dict[PartitionKey, Wanted] | None = {} if plan.kind == "full" and cache.admits(plan.size) else None
+    reads = iter(collected.reads)
     topics: list[Any] = []
-    parts: list[Any] = []
-    key: TopicKey | None = None
-    for w, read in zip(plan.wanted, collected.reads):
-        if remembers:
-            told = w.must_answer(bool(read.records), read.error, read.high_watermark, read.log_start_offset)
-            if session is not None:
-                if not told:
+    for key, partitions in plan.groups:
+        parts: list[Any] = []
+        for w in partitions:
+            read = next(reads)
+            if session is not None:  # incremental: w is the session's Wanted
+                if not w.must_answer(bool(read.records), read.error, read.high_watermark, read.log_start_offset):
                     continue
                 if read.records:
                     session.served_records(w)
-        if w.topic != key:
-            key, parts = w.topic, []
+            elif remembered is not None:
+                wanted = remembered[(key, w.partition)] = Wanted(key, w.partition, w.fetch_offset,
+                                                                 w.partition_max_bytes)
+                wanted.must_answer(False, read.error, read.high_watermark, read.log_start_offset)
+            aborted = read.aborted if read.aborted is None else [
+                AbortedTransaction(producer_id=producer_id, first_offset=first) for producer_id, first in read.aborted]
+            parts.append(PartitionData(
+                partition_index=w.partition, error_code=read.error, high_watermark=read.high_watermark,
+                last_stable_offset=read.last_stable_offset, log_start_offset=read.log_start_offset,
+                aborted_transactions=aborted, records=read.records))
+        if parts:
             topics.append(cls.FetchableTopicResponse(topic_id=uuid.UUID(bytes=key), partitions=parts) if by_id
                           else cls.FetchableTopicResponse(topic=key, partitions=parts))
-        aborted = read.aborted if read.aborted is None else [
-            AbortedTransaction(producer_id=producer_id, first_offset=first) for producer_id, first in read.aborted]
-        parts.append(PartitionData(
-            partition_index=w.partition, error_code=read.error, high_watermark=read.high_watermark,
-            last_stable_offset=read.last_stable_offset, log_start_offset=read.log_start_offset,
-            aborted_transactions=aborted, records=read.records))
+    if session is not None:
+        session_id = session.id
+    elif remembered is not None:
+        session_id = cache.add(plan.uses_topic_ids, remembered)
+    else:
+        session_id = INVALID_SESSION_ID
     for partition, size in collected.served:
         partition.bytes_out += size
     throttle_ms = ctx.throttle(FETCH_RATE, sum(size for _partition, size in collected.served))
-    return cls(throttle_time_ms=throttle_ms, error_code=ErrorCode.NONE, session_id=answer_session_id(cache, plan),
-               responses=topics)
+    return cls(throttle_time_ms=throttle_ms, error_code=ErrorCode.NONE, session_id=session_id, responses=topics)
 
 
 async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaitable[FetchResponse]:
     plan = _plan(ctx, request)
     if plan.kind == "error":
         return _answer(ctx, plan, Collected())
-    collected = _collect(ctx, request, plan.wanted)
+    collected = _collect(ctx, request, plan.groups)
     if request.max_wait_ms <= 0 or collected.ready(request.min_bytes):
         return _answer(ctx, plan, collected)
     return _long_poll(ctx, request, plan, collected)
@@ -235,7 +239,7 @@ async def _long_poll(ctx: RequestContext, request: FetchRequest, plan: FetchPlan
         finally:
             for p in partitions:
                 p.unwatch(woken)
-        collected = _collect(ctx, request, plan.wanted)
+        collected = _collect(ctx, request, plan.groups)
     return _answer(ctx, plan, collected)
 
 
