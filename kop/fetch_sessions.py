@@ -88,8 +88,11 @@ class FetchSession:
     epoch: int = 1  # the epoch the next incremental fetch must carry
     last_used: float = 0.0
     cached_size: int = 0  # the size eviction judges by: as of the last use, as Kafka's cache keeps it
+    _groups: Groups | None = None  # groups(), until the partitions or their order change
 
     def update(self, named: Groups, forgotten: Iterable[PartitionKey]) -> None:
+        if named or forgotten:
+            self._groups = None
         for topic, partitions in named:
             for p in partitions:
                 cached = self.partitions.get((topic, p.partition))
@@ -103,7 +106,10 @@ class FetchSession:
 
     def groups(self) -> Groups:
         """Its partitions, topic by topic in its order (a topic recurs where its partitions are not together)."""
+        if self._groups is not None:
+            return self._groups
         groups: Groups = []
+        self._groups = groups
         key: TopicKey | None = None
         parts: list[Wanted] = []
         for wanted in self.partitions.values():
@@ -117,6 +123,7 @@ class FetchSession:
         """The partition returned records: it goes to the end of the order."""
         key = (wanted.topic, wanted.partition)
         self.partitions[key] = self.partitions.pop(key)
+        self._groups = None
 
 
 @dataclass(slots=True)

@@ -48,6 +48,11 @@ class Read:
     aborted: list[tuple[int, int]] | None = None  # read_committed: (producer id, first offset) among the batches
 
 
+# A session's partition with nothing to read and nothing new to tell (an incremental answer leaves it out): shared,
+# never changed, so an idle partition costs no object.
+UNCHANGED = Read(ErrorCode.NONE)
+
+
 @dataclass(slots=True)
 class Collected:
     """One pass over the partitions wanted: a Read for each (in order), the bytes of batches read, the partitions
@@ -55,11 +60,12 @@ class Collected:
 
     reads: list[Read] = field(default_factory=list)
     total: int = 0
+    errors: int = 0  # partitions answered an error
     partitions: list[PartitionLog] = field(default_factory=list)
     served: list[tuple[PartitionLog, int]] = field(default_factory=list)
 
     def ready(self, min_bytes: int) -> bool:
-        return self.total >= min_bytes or any(r.error for r in self.reads)
+        return self.total >= min_bytes or self.errors > 0
 
 
 def _plan(ctx: RequestContext, request: FetchRequest) -> FetchPlan:
@@ -82,34 +88,44 @@ def _topic_name(ctx: RequestContext, key: TopicKey) -> str | None:
     return ctx.topics.name_of(key) or internal_topics.name_of(key)
 
 
-def _collect(ctx: RequestContext, request: FetchRequest, groups: Groups) -> Collected:
+def _collect(ctx: RequestContext, request: FetchRequest, plan: FetchPlan) -> Collected:
     """Read what is available now. read_committed reads stop at the last stable offset and list the aborted
     transactions among the batches returned (the consumer drops their batches); control batches go to every
-    consumer, which skips them, as from Kafka."""
-    topics = ctx.topics
+    consumer, which skips them, as from Kafka. An incremental fetch's partitions are the session's, which remember
+    what they were told: one at its end whose watermarks have not moved is UNCHANGED, and is neither read nor
+    answered."""
     read_committed = request.isolation_level == READ_COMMITTED
+    incremental = plan.kind == "incremental"
     budget = request.max_bytes
     out = Collected()
     reads = out.reads
-    for key, partitions in groups:
+    for key, partitions in plan.groups:
         name = _topic_name(ctx, key)
         if name is not None and not ctx.authorized(Operation.READ, ResourceType.TOPIC, name):
             reads.extend(Read(ErrorCode.TOPIC_AUTHORIZATION_FAILED) for _ in partitions)
+            out.errors += len(partitions)
             continue
+        topic = ctx.topics.topics.get(name) if name is not None else None
         for w in partitions:
-            partition = topics.partition(name, w.partition) if name is not None else None
+            partition = topic.partition(w.partition) if topic is not None else None
             if partition is None:
-                reads.append(Read(topics.missing_partition_error(name, w.partition) if name is not None
+                reads.append(Read(ctx.topics.missing_partition_error(name, w.partition) if name is not None
                                   else ErrorCode.UNKNOWN_TOPIC_ID))
+                out.errors += 1
                 continue
             out.partitions.append(partition)
             hw = partition.high_watermark
-            lso = partition.last_stable_offset
-            read = Read(ErrorCode.NONE, hw, lso, partition.log_start_offset)
-            reads.append(read)
+            log_start = partition.log_start_offset
             offset = w.fetch_offset
-            if offset < read.log_start_offset or offset > hw:
+            if incremental and offset == hw == w.high_watermark and log_start == w.log_start_offset:
+                reads.append(UNCHANGED)
+                continue
+            lso = partition.last_stable_offset
+            read = Read(ErrorCode.NONE, hw, lso, log_start)
+            reads.append(read)
+            if offset < log_start or offset > hw:
                 read.error = ErrorCode.OFFSET_OUT_OF_RANGE
+                out.errors += 1
                 continue
             if read_committed:
                 read.aborted = []
@@ -122,6 +138,7 @@ def _collect(ctx: RequestContext, request: FetchRequest, groups: Groups) -> Coll
             except OSError as exc:  # a read error, or out of descriptors: this partition fails, not the request
                 log.warning("fetch from %s at %d failed: %s", partition.name, offset, exc, extra=ctx.log_fields)
                 read.error, read.aborted = ErrorCode.KAFKA_STORAGE_ERROR, None
+                out.errors += 1
                 continue
             if out.total > 0:
                 # Only the answer's first batch may exceed the limits (KIP-74), so a consumer stuck on a large
@@ -150,13 +167,11 @@ def _fitting(entries: list[Entry], limit: int) -> list[Entry]:
 
 def _servable(entries: list[Entry], stable_end: int | None) -> list[Entry]:
     """The entries a consumer gets: markers (PIP-33: span 0, covering no offset) are never served, nor, for
-    read_committed (`stable_end` set), batches from the last stable offset on. Most reads hold neither, and keep
-    their list."""
-    if stable_end is not None and entries and entries[-1].first_index >= stable_end:
-        entries = [e for e in entries if e.first_index < stable_end]
-    if all(e.span for e in entries):
-        return entries
-    return [e for e in entries if e.span]
+    read_committed (`stable_end` set), batches from the last stable offset on. One pass that builds a new list:
+    checking first whether any entry must go costs as much in CPython (BENCHMARKS.md, the fetch path)."""
+    if stable_end is None:
+        return [e for e in entries if e.span]
+    return [e for e in entries if e.span and e.first_index < stable_end]
 
 
 def _answer(ctx: RequestContext, plan: FetchPlan, collected: Collected) -> FetchResponse:
@@ -181,7 +196,8 @@ def _answer(ctx: RequestContext, plan: FetchPlan, collected: Collected) -> Fetch
         for w in partitions:
             read = next(reads)
             if session is not None:  # incremental: w is the session's Wanted
-                if not w.must_answer(bool(read.records), read.error, read.high_watermark, read.log_start_offset):
+                if read is UNCHANGED or not w.must_answer(bool(read.records), read.error, read.high_watermark,
+                                                          read.log_start_offset):
                     continue
                 if read.records:
                     session.served_records(w)
@@ -214,7 +230,7 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | 
     plan = _plan(ctx, request)
     if plan.kind == "error":
         return _answer(ctx, plan, Collected())
-    collected = _collect(ctx, request, plan.groups)
+    collected = _collect(ctx, request, plan)
     if request.max_wait_ms <= 0 or collected.ready(request.min_bytes):
         return _answer(ctx, plan, collected)
     return _long_poll(ctx, request, plan, collected)
@@ -239,7 +255,7 @@ async def _long_poll(ctx: RequestContext, request: FetchRequest, plan: FetchPlan
         finally:
             for p in partitions:
                 p.unwatch(woken)
-        collected = _collect(ctx, request, plan.groups)
+        collected = _collect(ctx, request, plan)
     return _answer(ctx, plan, collected)
 
 
