@@ -13,6 +13,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable
+from itertools import islice
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,29 +37,18 @@ FIRST_TOPIC_ID_VERSION = 13
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
-class Read:
-    """What one partition answers: an error, or its watermarks and the batches read."""
-
-    error: int
-    high_watermark: int = -1
-    last_stable_offset: int = -1
-    log_start_offset: int = -1
-    records: bytes = b""
-    aborted: list[tuple[int, int]] | None = None  # read_committed: (producer id, first offset) among the batches
-
-
-# A session's partition with nothing to read and nothing new to tell (an incremental answer leaves it out): shared,
-# never changed, so an idle partition costs no object.
-UNCHANGED = Read(ErrorCode.NONE)
+# A session's partition with nothing to read and nothing new to tell (an incremental answer leaves it out): one
+# shared object in place of its answer, so an idle partition costs none.
+UNCHANGED: Any = object()
 
 
 @dataclass(slots=True)
 class Collected:
-    """One pass over the partitions wanted: a Read for each (in order), the bytes of batches read, the partitions
-    found (which a long poll watches) and what each serves, counted once the answer goes."""
+    """One pass over the partitions wanted: the answer of each (kafka-python's PartitionData, in order, or
+    UNCHANGED), the bytes of batches read, the partitions found (which a long poll watches) and what each serves,
+    counted once the answer goes."""
 
-    reads: list[Read] = field(default_factory=list)
+    answers: list[Any] = field(default_factory=list)
     total: int = 0
     errors: int = 0  # partitions answered an error
     partitions: list[PartitionLog] = field(default_factory=list)
@@ -94,23 +84,27 @@ def _collect(ctx: RequestContext, request: FetchRequest, plan: FetchPlan) -> Col
     consumer, which skips them, as from Kafka. An incremental fetch's partitions are the session's, which remember
     what they were told: one at its end whose watermarks have not moved is UNCHANGED, and is neither read nor
     answered."""
+    PartitionData = FetchResponse[ctx.version].FetchableTopicResponse.PartitionData
+    AbortedTransaction = PartitionData.AbortedTransaction
     read_committed = request.isolation_level == READ_COMMITTED
     incremental = plan.kind == "incremental"
     budget = request.max_bytes
     out = Collected()
-    reads = out.reads
+    answers = out.answers
     for key, partitions in plan.groups:
         name = _topic_name(ctx, key)
         if name is not None and not ctx.authorized(Operation.READ, ResourceType.TOPIC, name):
-            reads.extend(Read(ErrorCode.TOPIC_AUTHORIZATION_FAILED) for _ in partitions)
+            answers.extend(_failed(PartitionData, w.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                           for w in partitions)
             out.errors += len(partitions)
             continue
         topic = ctx.topics.topics.get(name) if name is not None else None
         for w in partitions:
             partition = topic.partition(w.partition) if topic is not None else None
             if partition is None:
-                reads.append(Read(ctx.topics.missing_partition_error(name, w.partition) if name is not None
-                                  else ErrorCode.UNKNOWN_TOPIC_ID))
+                answers.append(_failed(PartitionData, w.partition,
+                                       ctx.topics.missing_partition_error(name, w.partition) if name is not None
+                                       else ErrorCode.UNKNOWN_TOPIC_ID))
                 out.errors += 1
                 continue
             out.partitions.append(partition)
@@ -118,17 +112,19 @@ def _collect(ctx: RequestContext, request: FetchRequest, plan: FetchPlan) -> Col
             log_start = partition.log_start_offset
             offset = w.fetch_offset
             if incremental and offset == hw == w.high_watermark and log_start == w.log_start_offset:
-                reads.append(UNCHANGED)
+                answers.append(UNCHANGED)
                 continue
             lso = partition.last_stable_offset
-            read = Read(ErrorCode.NONE, hw, lso, log_start)
-            reads.append(read)
+            data = PartitionData(partition_index=w.partition, error_code=ErrorCode.NONE, high_watermark=hw,
+                                 last_stable_offset=lso, log_start_offset=log_start, aborted_transactions=None,
+                                 records=b"")
+            answers.append(data)
             if offset < log_start or offset > hw:
-                read.error = ErrorCode.OFFSET_OUT_OF_RANGE
+                data.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                 out.errors += 1
                 continue
             if read_committed:
-                read.aborted = []
+                data.aborted_transactions = []
             end = lso if read_committed else hw
             limit = min(w.partition_max_bytes, budget - out.total)
             if offset >= end or (limit <= 0 and out.total > 0):
@@ -137,7 +133,7 @@ def _collect(ctx: RequestContext, request: FetchRequest, plan: FetchPlan) -> Col
                 entries = partition.read(offset, max(limit, 1))
             except OSError as exc:  # a read error, or out of descriptors: this partition fails, not the request
                 log.warning("fetch from %s at %d failed: %s", partition.name, offset, exc, extra=ctx.log_fields)
-                read.error, read.aborted = ErrorCode.KAFKA_STORAGE_ERROR, None
+                data.error_code, data.aborted_transactions = ErrorCode.KAFKA_STORAGE_ERROR, None
                 out.errors += 1
                 continue
             if out.total > 0:
@@ -146,14 +142,20 @@ def _collect(ctx: RequestContext, request: FetchRequest, plan: FetchPlan) -> Col
                 entries = _fitting(entries, limit)
             entries = _servable(entries, end if read_committed else None)
             if entries:
-                records = read.records = b"".join(e.data for e in entries)
+                records = data.records = b"".join(e.data for e in entries)
                 out.total += len(records)
                 out.served.append((partition, len(records)))
                 if read_committed:
                     upper = entries[-1].first_index + entries[-1].span
-                    read.aborted = [(txn.producer_id, txn.first_offset)
-                                    for txn in partition.transactions.aborted_between(offset, upper)]
+                    data.aborted_transactions = [
+                        AbortedTransaction(producer_id=txn.producer_id, first_offset=txn.first_offset)
+                        for txn in partition.transactions.aborted_between(offset, upper)]
     return out
+
+
+def _failed(PartitionData: Any, index: int, error: int) -> Any:  # noqa: N803 - the response's class
+    return PartitionData(partition_index=index, error_code=error, high_watermark=-1, last_stable_offset=-1,
+                         log_start_offset=-1, aborted_transactions=None, records=b"")
 
 
 def _fitting(entries: list[Entry], limit: int) -> list[Entry]:
@@ -183,34 +185,29 @@ def _answer(ctx: RequestContext, plan: FetchPlan, collected: Collected) -> Fetch
         error = plan.error if plan.kind == "error" else ErrorCode.INVALID_FETCH_SESSION_EPOCH
         session_id = plan.session.id if plan.session is not None else INVALID_SESSION_ID
         return cls(throttle_time_ms=0, error_code=error, session_id=session_id, responses=[])
-    PartitionData = cls.FetchableTopicResponse.PartitionData
-    AbortedTransaction = PartitionData.AbortedTransaction
     by_id = ctx.version >= FIRST_TOPIC_ID_VERSION
     session = plan.session
     # A full fetch's partitions become a session when the cache admits it (decided before they are built).
     remembered: dict[PartitionKey, Wanted] | None = {} if plan.kind == "full" and cache.admits(plan.size) else None
-    reads = iter(collected.reads)
+    answers = iter(collected.answers)
     topics: list[Any] = []
     for key, partitions in plan.groups:
-        parts: list[Any] = []
-        for w in partitions:
-            read = next(reads)
-            if session is not None:  # incremental: w is the session's Wanted
-                if read is UNCHANGED or not w.must_answer(bool(read.records), read.error, read.high_watermark,
-                                                          read.log_start_offset):
-                    continue
-                if read.records:
-                    session.served_records(w)
-            elif remembered is not None:
-                wanted = remembered[(key, w.partition)] = Wanted(key, w.partition, w.fetch_offset,
-                                                                 w.partition_max_bytes)
-                wanted.must_answer(False, read.error, read.high_watermark, read.log_start_offset)
-            aborted = read.aborted if read.aborted is None else [
-                AbortedTransaction(producer_id=producer_id, first_offset=first) for producer_id, first in read.aborted]
-            parts.append(PartitionData(
-                partition_index=w.partition, error_code=read.error, high_watermark=read.high_watermark,
-                last_stable_offset=read.last_stable_offset, log_start_offset=read.log_start_offset,
-                aborted_transactions=aborted, records=read.records))
+        if session is None and remembered is None:
+            parts = list(islice(answers, len(partitions)))
+        else:
+            parts = []
+            for w, data in zip(partitions, answers):
+                if session is not None:  # incremental: w is the session's Wanted
+                    if data is UNCHANGED or not w.must_answer(bool(data.records), data.error_code,
+                                                              data.high_watermark, data.log_start_offset):
+                        continue
+                    if data.records:
+                        session.served_records(w)
+                else:
+                    wanted = remembered[(key, w.partition)] = Wanted(key, w.partition, w.fetch_offset,
+                                                                     w.partition_max_bytes)
+                    wanted.must_answer(False, data.error_code, data.high_watermark, data.log_start_offset)
+                parts.append(data)
         if parts:
             topics.append(cls.FetchableTopicResponse(topic_id=uuid.UUID(bytes=key), partitions=parts) if by_id
                           else cls.FetchableTopicResponse(topic=key, partitions=parts))
