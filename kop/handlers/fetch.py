@@ -13,8 +13,8 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable
-from itertools import islice
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
