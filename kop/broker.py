@@ -19,6 +19,7 @@ from kop.compaction.cleaner import LogCleaner
 from kop.config import BrokerConfig, listener_specs, settings_not_default
 from kop.connection import Connection
 from kop.data_dir import DataDirLock
+from kop.fetch_sessions import FetchSessionCache
 from kop.groups import GroupCoordinator
 from kop.policies import PolicyBook
 from kop.producer_ids import ProducerIdAllocator, cluster_tag
@@ -61,6 +62,7 @@ class Broker:
         self.users = UserStore(config.data_dir, durable=config.fsync)
         self.quota_book = QuotaBook(config.data_dir, durable=config.fsync)
         self.quota_meter = QuotaMeter(self.quota_book)
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         self.authorizer = Authorizer(config.data_dir, config.super_users, config.allow_everyone_if_no_acl_found,
                                      config.authorizer_enabled, durable=config.fsync)
         self.producer_ids: ProducerIdAllocator | None = None

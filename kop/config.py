@@ -143,6 +143,10 @@ class BrokerConfig:
     max_connections: int = setting(10000, SIZE, doc="Connections beyond this many are closed at once.")
     max_connections_per_ip: int = setting(INT32_MAX, SIZE, doc="Connections from one address beyond this many are "
                                                                "closed at once (Kafka's key).")
+    max_incremental_fetch_session_cache_slots: int = setting(
+        1000, Range(0, INT32_MAX), doc="Fetch sessions (KIP-227) the broker keeps at most; past it a new one "
+                                       "takes the place of one idle for two minutes, or of a smaller one older than "
+                                       "that, else the consumer fetches without a session. 0: no sessions.")
     # storage
     storage: str = setting("file", Matches(r"file|postgres(ql)?://.+", "`file` or a postgresql:// URL"),
                            doc="Where topics and their partitions' managed ledgers are kept: `file` (the data "

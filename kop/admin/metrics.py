@@ -176,6 +176,7 @@ class BrokerCollector(Collector):
                      files.capacity)
         yield CounterMetricFamily("kop_ledger_file_opens", "Ledger files opened, again after the pool closed them too",
                                   value=files.opens)
+        yield from _fetch_session_families(broker)
         yield from _topic_families(topics)
         yield from _dedup_partition_families(topics)
         yield from _group_families(broker)
@@ -200,6 +201,22 @@ def _replication_families(broker: "Broker") -> Iterator[Metric]:
         replicated.add_metric(values, replicator.stats.entries_sent)
         failing.add_metric(values, 1 if replicator.stats.last_error else 0)
     yield from (backlog, backlog_bytes, replicated, failing)
+
+
+def _fetch_session_families(broker: "Broker") -> Iterator[Metric]:
+    sessions = broker.fetch_sessions
+    yield _gauge("kop_fetch_sessions", "Fetch sessions (KIP-227) cached", len(sessions))
+    yield _gauge("kop_fetch_session_partitions", "Partitions the cached fetch sessions hold", sessions.partitions)
+    yield CounterMetricFamily("kop_fetch_session_evictions", "Fetch sessions evicted to make room for new ones",
+                              value=sessions.stats.evicted)
+    fetches = CounterMetricFamily("kop_fetch_session_requests", "Fetch requests by how they named their partitions: "
+                                  "full (every one), incremental (a session's changes), session_error (refused: an "
+                                  "unknown session or a wrong epoch)", labels=["kind"])
+    stats = sessions.stats
+    for kind, count in (("full", stats.full_fetches), ("incremental", stats.incremental_fetches),
+                        ("session_error", stats.errors)):
+        fetches.add_metric([kind], count)
+    yield fetches
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
