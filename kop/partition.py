@@ -26,7 +26,7 @@ from protocol.errors import ErrorCode
 from protocol.records import (BatchHeader, RecordBatchError, WalkedRecords, assign_offsets, build_control_batch,
                               build_marker_batch, clear_transactional, set_log_append_time, split_batches,
                               validate_batch)
-from protocol.sequence_headers import SEQUENCE_HEADER_KEYS
+from protocol.sequence_headers import SequenceHeaderScan
 from proto.kop_pb2 import MarkerType, MessageMetadata
 
 log = logging.getLogger(__name__)
@@ -174,7 +174,7 @@ class PartitionLog:
         `records`: the batch's records as validation walked them, watching for application-chosen sequence ids
         (`judges_sequence_headers`), so records that carry them are judged one by one. `client`: the log fields
         naming the sender (RequestContext.log_fields)."""
-        named = records is not None and records.scanned is not None and self.judges_sequence_headers()
+        named = records is not None and records.headers is not None and self.judges_sequence_headers()
         if header.producer_id < 0:
             if named:
                 return self._publish_named(header, view, records, None, client)
@@ -278,7 +278,7 @@ class PartitionLog:
         """A replicated batch's records, judged by their sequence-id headers. All of them already here still leave
         an empty batch to store, as an idempotent producer's does: it records the source position."""
         try:
-            records = validate_batch(header, view, from_client=False, watch=SEQUENCE_HEADER_KEYS)
+            records = validate_batch(header, view, from_client=False, watch=SequenceHeaderScan)
         except RecordBatchError as exc:
             return Answer(ErrorCode(exc.error_code), str(exc))
         return self.sequences.filter(header, view, records, idempotent=True)

@@ -1,5 +1,6 @@
 """The produce-path step for a batch whose records carry application-chosen sequence ids (`kop.producer.name`,
-`kop.sequence.id`): read the headers, judge each record (dedup/named_sequences), and say what to store.
+`kop.sequence.id`): read the headers, judge the records (dedup/named_sequences), and say what to store. A batch of
+one name with rising ids, all new (a producer's stream), is judged once; any other record by record.
 
 * No record is a duplicate: the batch as the client wrote it.
 * Some are: the batch without them, as Kafka's log cleaner rewrites one. The records kept keep the offsets the
@@ -16,11 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dedup import MessageDeduplication
-from dedup.named_sequences import RecordsDecision, judge_records
+from dedup.named_sequences import RecordsDecision, judge_records, judge_run
 from protocol.compression import RecordBatchError
 from protocol.errors import ErrorCode
-from protocol.records import BatchHeader, WalkedRecords, keep_records, split_batches
-from protocol.sequence_headers import sequenced_records
+from protocol.records import BatchHeader, WalkedRecords, keep_records, record_spans, split_batches
+from protocol.sequence_headers import SequencedRecords, SequenceHeaderScan, sequenced_records
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +61,15 @@ class SequenceFilter:
 
     def filter(self, header: BatchHeader, view: memoryview, records: WalkedRecords,
                idempotent: bool, client: Mapping[str, str] | None = None) -> Store | Answer:
-        """`records`: as validation walked them, watching for the sequence-id headers; `client`: the log fields
-        naming the sender."""
-        data, scanned = records.data, records.scanned
+        """`records`: as validation walked them, watching for the sequence-id headers (which it found); `client`:
+        the log fields naming the sender."""
+        scan = records.headers
+        assert isinstance(scan, SequenceHeaderScan)
         try:
-            sequenced = sequenced_records(data, scanned)
+            sequenced = sequenced_records(scan)
         except RecordBatchError as exc:
             return Answer(ErrorCode(exc.error_code), str(exc))
-        decision = judge_records(self._dedup, sequenced)
+        decision = self.judge(sequenced, header.records_count)
         if decision.unknown is not None:
             return Answer(ErrorCode.REQUEST_TIMED_OUT, f"a write of producer name {decision.unknown!r} with a higher "
                                                        f"kop.sequence.id is still in progress, retry", owed=True)
@@ -76,19 +78,31 @@ class SequenceFilter:
         self._count(decision, sequenced, idempotent, client)
         if not decision.keep and not idempotent:
             return Answer(ErrorCode.NONE)
-        kept = [scanned[i] for i in decision.keep]  # (start, end, timestamp delta, headers)
+        spans = record_spans(header, records.data, records.start)
+        kept = [spans[i] for i in decision.keep]  # (start, end, timestamp delta)
         max_timestamp = max((header.base_timestamp + r[2] for r in kept), default=header.max_timestamp)
-        rewritten = keep_records(header, data, [(r[0], r[1]) for r in kept], max_timestamp)
+        rewritten = keep_records(header, records.data, [(r[0], r[1]) for r in kept], max_timestamp)
         [(new_header, new_view)] = split_batches(rewritten)
         return Store(new_header, new_view, decision)
 
-    def _count(self, decision: RecordsDecision, sequenced, idempotent: bool, client: Mapping[str, str] | None) -> None:
+    def judge(self, sequenced: SequencedRecords, count: int) -> RecordsDecision:
+        """The decision for a batch of `count` records: at once when its records with the headers carry one name
+        and are all new, else record by record."""
+        if sequenced.name is not None:
+            decision = judge_run(self._dedup, sequenced.name, sequenced.ids, count)
+            if decision is not None:
+                return decision
+        return judge_records(self._dedup, _per_record(sequenced, count))
+
+    def _count(self, decision: RecordsDecision, sequenced: SequencedRecords, idempotent: bool,
+               client: Mapping[str, str] | None) -> None:
         self.dropped += len(decision.dropped)
         if idempotent:
             return
         self.dropped_without_idempotence += len(decision.dropped)
+        at = dict(zip(sequenced.indexes, zip(sequenced.names, sequenced.ids)))
         for index in decision.dropped:
-            name, sequence_id = sequenced[index]
+            name, sequence_id = at[index]
             if name in self._warned or len(self._warned) >= MAX_WARNED_NAMES:
                 continue
             self._warned.add(name)
@@ -96,3 +110,11 @@ class SequenceFilter:
                         "duplicate. A producer without idempotence that retries with more than one request in "
                         "flight can reorder records and lose them this way; enable idempotence (logged once per "
                         "name)", self._log_name, sequence_id, name, extra=client)
+
+
+def _per_record(sequenced: SequencedRecords, count: int) -> list[tuple[str | None, int | None]]:
+    """(name, id) of each of the batch's `count` records; (None, None) for one without the headers."""
+    records: list[tuple[str | None, int | None]] = [(None, None)] * count
+    for index, name, sequence_id in zip(sequenced.indexes, sequenced.names, sequenced.ids):
+        records[index] = (name, sequence_id)
+    return records
