@@ -318,11 +318,13 @@ class PartitionLog:
                 self.producers.refuse(accept, step.error)
             if step.error:
                 log.info("%s: batch refused (%d): %s", self.name, step.error, step.message, extra=client)
-            return _resolved(AppendResult(step.error, message=step.message))
+            return _resolved(AppendResult(step.error, step.base_offset, message=step.message))
         metadata = _kafka_metadata(step.header, accept) if accept is not None else MessageMetadata()
         for name, sequence_id in step.decision.highest.items():
             metadata.named_sequences.add(name=name, sequence_id=sequence_id)
-        return self._append(step.header, step.view, metadata, accept, step.decision)
+        run = step.run
+        on_stored = None if run is None else lambda base: self.sequences.runs.stored(run, base)
+        return self._append(step.header, step.view, metadata, accept, step.decision, on_stored)
 
     async def _await_original(self, decision: WaitFor, timeout_ms: int) -> AppendResult:
         """A retry of a batch still being written: answer whatever the original gets."""

@@ -20,7 +20,7 @@ from dedup.message_deduplication import MessageDeduplication
 from dedup.named_sequences import commit, judge_records, judge_run
 from kop.ledger import FileManagedLedger, LedgerConfig
 from kop.partition import PartitionLog
-from kop.sequence_filter import SequenceFilter
+from kop.sequence_filter import MAX_RUN_NAMES, RUNS_PER_NAME, Run, SequenceFilter, StoredRuns
 from protocol.compression import CODEC_NAMES, RecordBatchError
 from protocol.records import HEADER, Record, build_batch, iter_records, split_batches, validate_batch
 from protocol.sequence_headers import (ABSENT, TWICE, SequencedRecords, SequenceHeaderScan, _checked_one_by_one,
@@ -267,3 +267,16 @@ async def test_a_stream_stores_and_answers_the_same_with_and_without_the_fast_pa
     for what in ("answers", "stored", "state", "recovered"):
         assert fast[what] == slow[what], what
     assert [r.value for raw in fast["stored"][:3] for r in iter_records(raw)][:5] == [b"a-%d" % i for i in range(5)]
+
+
+def test_stored_runs_answer_from_the_latest_batch_of_a_name_and_forget_the_oldest():
+    runs = StoredRuns()
+    runs.stored(Run("a", 1, 5, 0, consecutive=True), base=0)
+    runs.stored(Run("a", 1, 5, 2, consecutive=True), base=10)  # its resend after a failed write, stored at 12..16
+    assert (runs.offset_of("a", 1), runs.offset_of("a", 4), runs.offset_of("a", 6)) == (12, 15, -1)
+    for i in range(RUNS_PER_NAME):
+        runs.stored(Run("a", 10 + i, 10 + i, 0, consecutive=True), base=100 + i)
+    assert runs.offset_of("a", 1) == -1 and runs.offset_of("a", 10) == 100  # only the last RUNS_PER_NAME
+    for i in range(MAX_RUN_NAMES):
+        runs.stored(Run(f"n{i}", 0, 0, 0, consecutive=True), base=i)
+    assert runs.offset_of("a", 10) == -1 and runs.offset_of(f"n{MAX_RUN_NAMES - 1}", 0) == MAX_RUN_NAMES - 1
