@@ -57,7 +57,6 @@ __all__ = [
     "iter_records",
     "keep_records",
     "record_spans",
-    "skip_headers",
     "split_batches",
     "validate_batch",
 ]
@@ -468,7 +467,7 @@ def _walk_records(data: BytesLike, pos: int, header: BatchHeader, from_client: b
                 if header_count < 0 or header_count > (record_end - pos) // 2:
                     raise _invalid(f"record {index} has header count {header_count}")
                 if headers is None:
-                    pos = skip_headers(data, pos, header_count, index)
+                    pos = _skip_headers(data, pos, header_count, index)
                 else:
                     pos = headers.scan(data, pos, header_count, record_end, index)
             if pos != record_end:
@@ -491,8 +490,7 @@ def _walk_records(data: BytesLike, pos: int, header: BatchHeader, from_client: b
                                     f"{max_timestamp}", max_timestamp)
 
 
-def skip_headers(data: BytesLike, pos: int, count: int, index: int) -> int:
-    """Check the framing of a record's `count` headers at `pos`; return where they end."""
+def _skip_headers(data: bytes, pos: int, count: int, index: int) -> int:
     for _ in range(count):
         b = data[pos]  # header key length: short keys are the rule, so one byte inline
         if b < 0x80:

@@ -95,7 +95,7 @@ class SequenceHeaderScan:
                         if shape is None:
                             self._shape, self._shape_name = data[pos:id_start - 1], name
                         return record_end
-        # One by one, framing checked as records.skip_headers checks it (one-byte lengths inline: the rule). A key is
+        # One by one, framing checked as the walk in records.py checks it (one-byte lengths inline: the rule). A key is
         # compared only when its length and first byte are those of one of ours: foreign headers cost little.
         name: bytes | _Missing = ABSENT
         sequence_id: bytes | _Missing = ABSENT
