@@ -268,7 +268,10 @@ def _update_crc(buf: bytearray, pos: int) -> None:
 
 class HeaderWatch(Protocol):
     """Reads the headers of each record that has some, in validation's walk, for a caller that wants some of them
-    (protocol/sequence_headers.py): `scan` checks their framing as the walk would and returns where they end."""
+    (protocol/sequence_headers.py): `scan` checks their framing as the walk would and returns where they end. Once
+    `watching` is False (no later record can hold what it watches for), the walk skips the rest's headers itself."""
+
+    watching: bool
 
     @property
     def found(self) -> bool:
@@ -470,6 +473,8 @@ def _walk_records(data: BytesLike, pos: int, header: BatchHeader, from_client: b
                     pos = _skip_headers(data, pos, header_count, index)
                 else:
                     pos = headers.scan(data, pos, header_count, record_end, index)
+                    if not headers.watching:
+                        headers = None
             if pos != record_end:
                 raise _invalid(f"record {index} declares {length} bytes but its fields take {length + pos - record_end}")
             if spans is not None:

@@ -54,13 +54,15 @@ class SequenceHeaderScan:
     """A HeaderWatch (protocol/records.py) for the two headers: for each record that carries either, its index and
     the raw values (bytes; a null value as b""; ABSENT or TWICE), in order."""
 
-    __slots__ = ("indexes", "names", "ids", "malformed", "_shape", "_shape_name")
+    __slots__ = ("indexes", "names", "ids", "malformed", "watching", "_searched", "_shape", "_shape_name")
 
     def __init__(self) -> None:
+        self.watching = True  # False: no later record holds either key (the walk then skips their headers)
         self.indexes: list[int] = []
         self.names: list[bytes | _Missing] = []
         self.ids: list[bytes | _Missing] = []
         self.malformed = False  # some record has a header missing or twice
+        self._searched = False  # the bytes after a record with other headers were searched for the keys
         # The bytes of the last `[name, id]` record's headers up to the id's value (name key, name, id key) and
         # its name: a record whose headers start with them holds the same name, and its id runs to its end.
         self._shape: bytes | None = None
@@ -139,6 +141,11 @@ class SequenceHeaderScan:
             self.ids.append(sequence_id)
             if isinstance(name, _Missing) or isinstance(sequence_id, _Missing):
                 self.malformed = True
+        elif not self._searched:
+            # The first record with other headers (of a batch that may hold only such): if neither key is in the
+            # bytes after it (one search per batch), no later record holds them and the walk need not call us again.
+            self._searched = True
+            self.watching = data.find(_NAME_KEY, pos) >= 0 or data.find(_SEQUENCE_KEY, pos) >= 0
         return pos
 
 

@@ -280,3 +280,14 @@ def test_stored_runs_answer_from_the_latest_batch_of_a_name_and_forget_the_oldes
     for i in range(MAX_RUN_NAMES):
         runs.stored(Run(f"n{i}", 0, 0, 0, consecutive=True), base=i)
     assert runs.offset_of("a", 10) == -1 and runs.offset_of(f"n{MAX_RUN_NAMES - 1}", 0) == MAX_RUN_NAMES - 1
+
+
+def test_a_batch_of_other_headers_is_searched_once_and_a_later_record_with_ours_is_still_read():
+    other = (("trace", b"t"), ("app.sequence.id", b"1"))
+    raw = build_batch([Record(i, 1_000, None, b"v", other) for i in range(3)] +
+                      [Record(3, 1_000, None, b"v", ((NAME, b"p"), (SEQUENCE, b"4")))])
+    assert scanned(raw) == [(3, b"p", b"4")]
+    [(batch_header, view)] = split_batches(build_batch([Record(i, 1_000, None, b"v", other) for i in range(3)]))
+    scan = SequenceHeaderScan()
+    validate_batch(batch_header, view, watch=lambda: scan)
+    assert not scan.watching and not scan.found  # the walk skipped the later records' headers itself
