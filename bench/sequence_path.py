@@ -6,7 +6,8 @@ cost is not hidden behind the client's (the end-to-end `bench.sequence_ids` is b
 * `off`: records without headers, validated without watching for the sequence-id headers: a build without the
   feature, the baseline for "batches without the headers pay nothing";
 * `none`: the same records, validated as the broker does (watching for the headers);
-* `plain`: two headers of the sequence-id headers' size that kop does not read;
+* `plain-off`, `plain`: two headers of the sequence-id headers' size that kop does not read, without and with the
+  watch;
 * `sequence`: the two sequence-id headers, one name per partition with rising ids (a producer's stream);
 * `sequence-mixed`: the same, but each batch mixes two names (judged record by record).
 
@@ -41,10 +42,10 @@ from kop.partition import PartitionLog
 from protocol.records import Record, build_batch, split_batches, validate_batch
 from protocol.sequence_headers import SequenceHeaderScan
 
-VARIANTS = ("off", "none", "plain", "sequence", "sequence-mixed")
-HEADER_KEYS = {"plain": ("app.producer.name", "app.sequence.id"),
-               "sequence": ("kop.producer.name", "kop.sequence.id"),
-               "sequence-mixed": ("kop.producer.name", "kop.sequence.id")}
+VARIANTS = ("off", "none", "plain-off", "plain", "sequence", "sequence-mixed")
+UNWATCHED = ("off", "plain-off")
+PLAIN_KEYS, SEQUENCE_KEYS = ("app.producer.name", "app.sequence.id"), ("kop.producer.name", "kop.sequence.id")
+HEADER_KEYS = {"plain-off": PLAIN_KEYS, "plain": PLAIN_KEYS, "sequence": SEQUENCE_KEYS, "sequence-mixed": SEQUENCE_KEYS}
 PRODUCERS = 4  # one partition each, as bench.sequence_ids spreads its records
 BATCH_RECORDS = 200  # records per batch: what librdkafka sends at this rate (linger.ms 5)
 WINDOW = 5  # batches in flight per producer
@@ -75,7 +76,7 @@ class _Run:
 
     def __init__(self, variant: str, directory: str, records: int, record_bytes: int, batch_records: int) -> None:
         self.variant = variant
-        self.watch = None if variant == "off" else SequenceHeaderScan
+        self.watch = None if variant in UNWATCHED else SequenceHeaderScan
         self.work = _batches(variant, records, record_bytes, batch_records)
         self.partitions = [PartitionLog("bench", p, FileManagedLedger.open(f"bench-{p}", f"{directory}/{p}",
                                                                             LedgerConfig(fsync=False), None),
