@@ -175,8 +175,8 @@ class PartitionLog:
                        records: WalkedRecords | None = None, client: Mapping[str, str] = NO_CLIENT) -> asyncio.Future:
         """Append a client data batch; resolves to an AppendResult once durable, deduplicated or rejected.
         `records`: the batch's records as validation walked them, watching for application-chosen sequence ids
-        (`judges_sequence_headers`), so records that carry them are judged one by one. `client`: the log fields
-        naming the sender (RequestContext.log_fields)."""
+        (`judges_sequence_headers`), so records that carry them are judged (kop/sequence_filter.py). `client`: the log
+        fields naming the sender (RequestContext.log_fields)."""
         named = records is not None and records.headers is not None and self.judges_sequence_headers()
         if header.producer_id < 0:
             if named:

@@ -83,7 +83,8 @@ class SequenceHeaderScan:
                     self.names.append(self._shape_name)
                     self.ids.append(data[id_start:record_end])
                     return record_end
-            if data[pos + 1] == _KEYS_FIRST_BYTE and data.startswith(_NAME_FIELD, pos):  # [name, id], lengths in a byte?
+            # [name, id] with any name, its length in one byte?
+            if data[pos + 1] == _KEYS_FIRST_BYTE and data.startswith(_NAME_FIELD, pos):
                 b = data[pos + _NAME_FIELD_SIZE]
                 name_end = pos + _NAME_FIELD_SIZE + 1 + (b >> 1)
                 if b < 0x80 and not b & 1 and data.startswith(_SEQUENCE_FIELD, name_end):
