@@ -43,7 +43,7 @@ def _valgrind(out: str) -> tuple[str, ...]:
     return ("valgrind", "--tool=callgrind", f"--callgrind-out-file={out}")
 
 
-def _totals(path: str) -> int:
+def callgrind_totals(path: str) -> int:
     with open(path) as f:
         for line in f:
             if line.startswith("totals:"):
@@ -81,7 +81,7 @@ def instructions_per_record(dedup: bool, records: int) -> float:
             raise TimeoutError("records undelivered after 900 s under valgrind")
         _callgrind_control("--dump=measured", str(broker.proc.pid))  # written as out.1
         del producer
-        return _totals(f"{out}.1") / records
+        return callgrind_totals(f"{out}.1") / records
     finally:
         broker.stop(120)
         shutil.rmtree(root, ignore_errors=True)
@@ -95,7 +95,7 @@ def partition_path_instructions(dedup: bool, batches: int, producers: int = PART
         subprocess.run([*_valgrind(out), sys.executable, "-m", "bench.dedup_instructions", "--inner",
                         "on" if dedup else "off", "--records", str(batches), "--producers", str(producers)],
                        check=True, capture_output=True, timeout=1800, cwd=REPO)
-        return _totals(out) / batches
+        return callgrind_totals(out) / batches
 
 
 @dataclass(frozen=True, slots=True)

@@ -128,6 +128,14 @@ def test_dedup_core_measures_both_variants_over_accepted_batches():
     assert len(dedup_core.table(costs).rows) == 2
 
 
+def test_sequence_path_measures_every_variant_side_by_side():
+    from bench import sequence_path
+    timed = sequence_path.measure_time(records=800, record_bytes=100, rounds=2, batch_records=100,
+                                       progress=lambda _: None)
+    assert set(timed) == set(sequence_path.VARIANTS) and all(len(v) == 2 and min(v) > 0 for v in timed.values())
+    assert len(sequence_path.table(timed, None, "t").rows) == len(sequence_path.VARIANTS)
+
+
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 @pytest.mark.slow  # over 10 s: make test-slow runs it, so make test keeps its budget
 def test_dedup_instructions_counts_more_work_per_batch_with_dedup_on():

@@ -24,11 +24,10 @@ from kop.partition import AppendResult, PartitionLog
 from kop.topics import TopicSettings
 from protocol.errors import ErrorCode
 from protocol.produce_response import MAX_VERSION, MIN_VERSION, PartitionResponse, ProduceResponse
-from protocol.sequence_headers import SEQUENCE_HEADER_KEYS
+from protocol.sequence_headers import SequenceHeaderScan
 from protocol.records import (BatchHeader, FalseMaxTimestamp, RecordBatchError, iter_records, set_max_timestamp,
                               split_batches, validate_batch)
 
-NOTHING: frozenset[bytes] = frozenset()
 log = logging.getLogger(__name__)
 
 
@@ -80,7 +79,7 @@ def _publish_one(ctx: RequestContext, partition: PartitionLog, settings: TopicSe
         # A transaction's records are not judged by application sequence ids: an aborted one must not count as
         # stored (its retry must be stored), and a committed one is already exactly once.
         judged = partition.judges_sequence_headers() and not header.is_transactional
-        watch = SEQUENCE_HEADER_KEYS if judged else NOTHING
+        watch = SequenceHeaderScan if judged else None
         try:
             records = validate_batch(header, view, watch=watch)
         except FalseMaxTimestamp as exc:
