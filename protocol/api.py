@@ -18,6 +18,8 @@ import protocol.consumer_groups  # noqa: F401  (KIP-848's APIs, which kafka-pyth
 import protocol.replication  # noqa: F401  (kop's own API, registered the same way)
 from kafka.protocol.api_message import ApiMessage
 
+from protocol.produce_request import MalformedRequest, ProduceRequest, decode_produce_request
+
 _FIXED = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
 
 
@@ -33,7 +35,7 @@ class UnsupportedVersion(Exception):
         self.correlation_id = correlation_id
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built for every request, and a frozen dataclass's __init__ costs several times more
 class RequestHeader:
     api_key: int
     api_version: int
@@ -113,7 +115,18 @@ def parse_header(frame: bytes | memoryview,
     return header, pos
 
 
-def decode_body(header: RequestHeader, frame: bytes | memoryview, body_offset: int) -> ApiMessage:
+# The request every producer sends, decoded by hand (no message objects; records stay views of the frame).
+_DIRECT_DECODERS = {ProduceRequest.API_KEY: decode_produce_request}
+
+
+def decode_body(header: RequestHeader, frame: bytes | memoryview, body_offset: int):
+    """The request's body: kafka-python's message, or for Produce protocol.produce_request's."""
+    direct = _DIRECT_DECODERS.get(header.api_key)
+    if direct is not None:
+        try:
+            return direct(memoryview(frame)[body_offset:], header.api_version)
+        except MalformedRequest as exc:
+            raise ProtocolError(f"malformed ProduceRequest v{header.api_version}: {exc}") from None
     cls = REQUEST_CLASSES[header.api_key]
     try:
         return cls.decode(memoryview(frame)[body_offset:], version=header.api_version)

@@ -67,7 +67,7 @@ class BrokerServices:
                    broker.quota_book, broker.quota_meter, broker.cluster)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built for every request, and a frozen dataclass's __init__ costs several times more
 class RequestContext:
     services: BrokerServices
     header: RequestHeader

@@ -1,5 +1,6 @@
 """The Kafka API router: API key -> handler, each registered with the version range it serves. ApiVersions is
 derived from what is registered, so the broker never advertises an API it does not serve."""
+import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType, ModuleType
@@ -11,10 +12,11 @@ from kop.handlers.context import RequestContext
 from protocol.api import PreEncoded
 
 Response: TypeAlias = ApiMessage | PreEncoded
-# A handler's ordered phase returns the response, or an awaitable of it for what must wait (durability, a long-poll
-# fetch, a rebalance), or None when no response is sent (acks=0). The request is the API's kafka-python message.
+# A handler's ordered phase (a coroutine, or a plain function when it never waits) returns the response, or an
+# awaitable of it for what must wait (durability, a long-poll fetch, a rebalance), or None when no response is sent
+# (acks=0). The request is the API's decoded message.
 Answer: TypeAlias = Response | Awaitable[Response | None] | None
-Handler = Callable[[RequestContext, Any], Awaitable[Answer]]
+Handler = Callable[[RequestContext, Any], Awaitable[Answer] | Answer]
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,8 @@ class Route:
     min_version: int
     max_version: int
     handler: Handler
+    # A coroutine handler's ordered phase runs as a task; a plain function (Produce) runs inline, with no task.
+    is_async: bool = True
 
 
 class ApiRouter:
@@ -33,7 +37,8 @@ class ApiRouter:
     def add(self, api_key: int, min_version: int, max_version: int, handler: Handler) -> None:
         if api_key in self.routes:
             raise ValueError(f"api key {api_key} is already routed")
-        self.routes[api_key] = Route(api_key, min_version, max_version, handler)
+        self.routes[api_key] = Route(api_key, min_version, max_version, handler,
+                                     inspect.iscoroutinefunction(handler))
         self._versions[api_key] = (min_version, max_version)
 
     def add_module(self, module: ModuleType) -> None:

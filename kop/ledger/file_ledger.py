@@ -25,6 +25,7 @@ from kop import clock
 from kop.ledger.cursor_log import CursorLog
 from kop.ledger.errors import LedgerClosedError, LedgerWriteError
 from kop.ledger.file_pool import FilePool
+from kop.ledger.flusher import Flusher
 from kop.ledger.framed_file import makedirs_durable, replace_atomically
 from kop.ledger.group_commit import GroupCommit
 from kop.ledger.interface import Entry, TrimResult
@@ -60,7 +61,7 @@ class _PendingAdd:
 
 class FileManagedLedger(LedgerBase):
     def __init__(self, name: str, directory: str, config: LedgerConfig, executor: Executor | None,
-                 files: FilePool | None = None) -> None:
+                 files: FilePool | None = None, flusher: Flusher | None = None) -> None:
         super().__init__(name, config)
         self.directory = directory
         self._executor = executor
@@ -68,7 +69,7 @@ class FileManagedLedger(LedgerBase):
         self._closed_times: dict[int, int] = {}
         self.cleaned_through = -1  # the last ledger compacted (ledgers.info property)
         self._group = GroupCommit(executor, config.fsync, self._on_durable, self._on_write_failed,
-                                  config.flush_observer)
+                                  config.flush_observer, flusher)
         self._cursors = CursorLog(os.path.join(directory, "cursors.log"), executor, config.fsync,
                                   lambda: self._lac, self._files)
         self._closed = False
@@ -78,11 +79,13 @@ class FileManagedLedger(LedgerBase):
 
     @classmethod
     def open(cls, name: str, directory: str, config: LedgerConfig, executor: Executor | None,
-             initial_index: int = 0, files: FilePool | None = None) -> "FileManagedLedger":
+             initial_index: int = 0, files: FilePool | None = None,
+             flusher: Flusher | None = None) -> "FileManagedLedger":
         """Open (or create) the managed ledger in directory, recovering after a crash, and start a new ledger.
-        Ledger files are opened through `files`, the broker's shared pool (a pool of its own when none is given)."""
+        Ledger files are opened through `files`, the broker's shared pool (a pool of its own when none is given);
+        fsyncs run in `flusher`, the broker's fsync thread (in `executor` when none is given)."""
         makedirs_durable(directory, durable=config.fsync)
-        ml = cls(name, directory, config, executor, files)
+        ml = cls(name, directory, config, executor, files, flusher)
         try:
             ml._recover(initial_index)
             ml._cursors.open()
