@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from kop.admin.metrics import RequestSeries
 from kop.byte_budget import ByteBudget
 from kop.handlers.context import BrokerServices, RequestContext
+from kop.handlers.registry import Deferred
 from kop.security.listeners import ListenerSpec
 from kop.security.sasl import AuthenticationFailed
 from kop.security.session import Session, SessionClosed
@@ -359,21 +360,27 @@ class Connection(asyncio.BufferedProtocol):
         """A handler's result: the response, an awaitable of it, or None (no response)."""
         if result is None:
             self._complete(response, None)
+        elif isinstance(result, Deferred):
+            result.future.add_done_callback(functools.partial(self._awaited, response, result.build))
         elif isinstance(result, asyncio.Future):
-            result.add_done_callback(functools.partial(self._awaited, response))
+            result.add_done_callback(functools.partial(self._awaited, response, None))
         elif inspect.isawaitable(result):
-            asyncio.ensure_future(result).add_done_callback(functools.partial(self._awaited, response))
+            asyncio.ensure_future(result).add_done_callback(functools.partial(self._awaited, response, None))
         else:
             self._complete(response, result)
 
-    def _awaited(self, response: _Response, future: asyncio.Future) -> None:
-        exc = future.exception() if not future.cancelled() else asyncio.CancelledError()
-        if exc is not None:
+    def _awaited(self, response: _Response, build, future: asyncio.Future) -> None:
+        """An awaited answer is done: `future` holds the response, or (a Deferred one) `build()` makes it."""
+        try:
+            result = future.result()
+            if build is not None:
+                result = build()
+        except BaseException as exc:
             log.error("request on connection %s from %s failed; closing", self.id, self.peer,
                       exc_info=exc, extra=self.log_fields)
             self._drop(response)
             return self._fail(None)
-        self._complete(response, future.result())
+        self._complete(response, result)
         if not self._flush_soon:
             self._flush_soon = True
             self._loop.call_soon(self._flush)  # the answers completed in this iteration, in one write

@@ -11,10 +11,12 @@ response, but the writes still happen. The request is decoded and the response e
 (`protocol.produce_request`, `protocol.produce_response`): every produce request pays for both. Each topic is looked
 up once per request, and its configs come parsed (`Topic.settings`), so a batch pays for neither."""
 import asyncio
+import functools
 import logging
 
 from kop import internal_topics
 from kop.handlers.context import RequestContext
+from kop.handlers.registry import Deferred
 from kop.internal_topics import REFUSAL, REFUSED
 from kop.security.acls import Operation, ResourceType
 from kop.security.quotas import PRODUCE_RATE
@@ -115,7 +117,7 @@ def _missing(ctx: RequestContext, name: str | None, index: int) -> asyncio.Futur
     return _rejected(error, f"unknown topic or partition {name}-{index}")
 
 
-def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | asyncio.Future | None:
+def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | Deferred | None:
     acks = request.acks
     results: Outcomes = []
     transactional_id = request.transactional_id
@@ -155,24 +157,26 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | as
     return _respond(ctx, results, throttle_ms)
 
 
-def _respond(ctx: RequestContext, results: Outcomes, throttle_ms: int) -> ProduceResponse | asyncio.Future:
-    """The response, or a future of it once every partition's outcome is known."""
-    version = ctx.version
+def _respond(ctx: RequestContext, results: Outcomes, throttle_ms: int) -> ProduceResponse | Deferred:
+    """The response, or the response once every partition's outcome is known."""
+    build = functools.partial(_response, ctx.version, results, throttle_ms)
     waiting = [future for _, per_partition in results for _, _, future in per_partition if not future.done()]
     if not waiting:
-        return _response(version, results, throttle_ms)
-    answer = asyncio.get_running_loop().create_future()
+        return build()
+    if len(waiting) == 1:  # the usual request: one batch
+        return Deferred(waiting[0], build)
+    all_done = asyncio.get_running_loop().create_future()
     left = len(waiting)
 
     def one_done(_future: asyncio.Future) -> None:
         nonlocal left
         left -= 1
-        if not left and not answer.done():
-            answer.set_result(_response(version, results, throttle_ms))
+        if not left and not all_done.done():
+            all_done.set_result(None)
 
     for future in waiting:
         future.add_done_callback(one_done)
-    return answer
+    return Deferred(all_done, build)
 
 
 def _response(version: int, results: Outcomes, throttle_ms: int) -> ProduceResponse:

@@ -1,10 +1,11 @@
 """The Kafka API router: API key -> handler, each registered with the version range it serves. ApiVersions is
 derived from what is registered, so the broker never advertises an API it does not serve."""
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType, ModuleType
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 from kafka.protocol.api_message import ApiMessage
 
@@ -12,10 +13,20 @@ from kop.handlers.context import RequestContext
 from protocol.api import PreEncoded
 
 Response: TypeAlias = ApiMessage | PreEncoded
+
+
+class Deferred(NamedTuple):
+    """A response built once `future` is done, by `build()`: what a handler answers when an awaitable of the
+    response would cost a future (or a task) more per request than the one it waits for (Produce)."""
+
+    future: asyncio.Future
+    build: Callable[[], Response]
+
+
 # A handler's ordered phase (a coroutine, or a plain function when it never waits) returns the response, or an
-# awaitable of it for what must wait (durability, a long-poll fetch, a rebalance), or None when no response is sent
-# (acks=0). The request is the API's decoded message.
-Answer: TypeAlias = Response | Awaitable[Response | None] | None
+# awaitable of it (or a Deferred one) for what must wait (durability, a long-poll fetch, a rebalance), or None when no
+# response is sent (acks=0). The request is the API's decoded message.
+Answer: TypeAlias = Response | Awaitable[Response | None] | Deferred | None
 Handler = Callable[[RequestContext, Any], Awaitable[Answer] | Answer]
 
 

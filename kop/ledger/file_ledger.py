@@ -200,6 +200,8 @@ class FileManagedLedger(LedgerBase):
             previous.closed = True
             if previous.entries == 0:
                 previous.delete_files()
+            else:
+                _write_index(previous)
         self._ledgers, self._closed_times, self._current = ledgers, closed_times, ledger
         self._first_append_ms = self._last_append_ms = 0
         self._roll_pending = False
@@ -267,13 +269,17 @@ class FileManagedLedger(LedgerBase):
 
     def _on_durable(self, adds: list[_PendingAdd]) -> None:
         _unpin(adds)
+        positions = []
         for add in adds:
-            add.ledger.write_index(add.entry_id + 1)
-            self._lac = Position(add.ledger.ledger_id, add.entry_id)
-            self._confirmed_end = add.end_index
-        for add in adds:
+            add.ledger.durable = add.entry_id + 1
+            positions.append(Position(add.ledger.ledger_id, add.entry_id))
+        for ledger in {add.ledger: None for add in adds}:  # a rolled ledger gets its last index records now
+            ledger.write_index(ledger.durable, at_once=ledger.closed)
+        self._lac = positions[-1]
+        self._confirmed_end = adds[-1].end_index
+        for add, position in zip(adds, positions):
             if not add.future.done():
-                add.future.set_result(Position(add.ledger.ledger_id, add.entry_id))
+                add.future.set_result(position)
         for listener in self._listeners:
             listener()
 
@@ -459,6 +465,8 @@ class FileManagedLedger(LedgerBase):
             return
         self._closed = True
         await self._group.wait_idle()
+        if self._current is not None and self._current.entries:
+            _write_index(self._current)
         await self._cursors.close()
         self._release_files()
 
@@ -471,6 +479,16 @@ def _remove(*paths: str) -> None:
     for path in paths:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
+
+
+def _write_index(ledger: LedgerFile) -> None:
+    """The index records of a ledger's durable entries not yet written (it rolls or closes). A failure only costs a
+    scan of the log's tail when the ledger is opened again."""
+    try:
+        ledger.write_index(ledger.durable)
+    except OSError as exc:
+        log.warning("cannot write the index of ledger %s (%s); it is rebuilt from the log when opened", ledger.log_path,
+                    exc)
 
 
 def _unpin(adds: list[_PendingAdd]) -> None:
