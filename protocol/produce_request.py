@@ -85,7 +85,10 @@ def _length(buf: memoryview, pos: int, flexible: bool, wide: bool) -> tuple[int,
 
 
 def _string(buf: memoryview, pos: int, flexible: bool, nullable: bool) -> tuple[str | None, int]:
-    n, pos = _length(buf, pos, flexible, wide=False)
+    if flexible and buf[pos] < 0x80:
+        n, pos = buf[pos] - 1, pos + 1
+    else:
+        n, pos = _length(buf, pos, flexible, wide=False)
     if n < 0:
         if nullable and n == -1:
             return None, pos
@@ -97,7 +100,10 @@ def _string(buf: memoryview, pos: int, flexible: bool, nullable: bool) -> tuple[
 
 
 def _count(buf: memoryview, pos: int, flexible: bool, item_bytes: int) -> tuple[int, int]:
-    n, pos = _length(buf, pos, flexible, wide=True)
+    if flexible and buf[pos] < 0x80:
+        n, pos = buf[pos] - 1, pos + 1
+    else:
+        n, pos = _length(buf, pos, flexible, wide=True)
     if n < 0:  # a null array, which Produce's fields may not be
         raise MalformedRequest(f"array length {n}")
     if n * item_bytes > len(buf) - pos:  # each item takes at least item_bytes: a bigger count is a lie

@@ -124,6 +124,7 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | De
     transaction_refused = transactional_id is not None and not ctx.authorized(
         Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
     by_id = ctx.version >= TOPIC_IDS_FROM
+    produced = 0  # bytes, for the produce quota
     for topic_data in request.topic_data:
         if by_id:
             key = topic_data.topic_id.bytes  # type: ignore[union-attr]
@@ -149,9 +150,10 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | De
             else:
                 future = _publish_one(ctx, partition, topic.settings, pdata.records, request.timeout_ms)
             per_partition.append((index, partition, future))
+            if pdata.records is not None:
+                produced += len(pdata.records)
         results.append((key, per_partition))
-    throttle_ms = ctx.throttle(PRODUCE_RATE, sum(len(p.records or b"") for t in request.topic_data
-                                                  for p in t.partition_data))
+    throttle_ms = ctx.throttle(PRODUCE_RATE, produced)
     if acks == 0:
         return None
     return _respond(ctx, results, throttle_ms)

@@ -19,8 +19,8 @@ def frame(payload: bytes) -> bytes:
 
 
 def frame_parts(head: bytes, body: bytes | bytearray | memoryview) -> tuple[bytes, bytes | bytearray | memoryview]:
-    """The record of payload head + body, as two parts to write one after the other (pwritev): the body, however
-    large, is neither copied nor concatenated, and the CRC runs over it once."""
+    """The record of payload head + body, as two parts to write one after the other (pwritev, append_at): the body,
+    however large, is neither copied nor concatenated, and the CRC runs over it once."""
     crc = crc32c.crc32c(body, crc32c.crc32c(head))
     return RECORD_HEADER.pack(len(head) + len(body), crc) + head, body
 
@@ -76,14 +76,13 @@ def write_all_at(fd: int, data: bytes | memoryview, pos: int) -> None:
 
 
 def _write_parts_at(fd: int, parts: tuple, pos: int) -> None:
-    total = sum(len(part) for part in parts)
     written = os.pwritev(fd, parts, pos)
-    if written < total:  # a short write (a nearly full disk): the rest, as one buffer
+    if written < len(parts[0]) + len(parts[1]):  # a short write (a nearly full disk): the rest, as one buffer
         write_all_at(fd, b"".join(parts)[written:], pos + written)
 
 
 def append_at(fd: int, data: bytes | memoryview | tuple, pos: int) -> None:
-    """Write all of data (bytes, or a tuple of parts written one after the other) at pos, the end of the file's
+    """Write all of data (bytes, or frame_parts' two parts, written one after the other) at pos, the end of the file's
     valid records; when that fails (a full disk can take part of it), cut the file back to pos, so no half-written
     record is left behind the valid ones."""
     try:

@@ -46,8 +46,7 @@ class GroupCommit:
         self._failed_from = 0  # index in _pending of that write
         self._scheduled = False  # a flush is due on the event loop
         self._flushing: list[tuple[int, Any]] | None = None  # the writes of the flush under way
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._idle_waiters: list[asyncio.Future] = []  # wait_idle's
         # Failpoints (FileManagedLedger.inject_write_failures / hold_flushes, behind the admin API's
         # adminFailpointsEnabled): fail the next N flushes as a disk would (EIO); while `released` is clear, flushes
         # stall in their thread as on a stuck disk.
@@ -76,16 +75,25 @@ class GroupCommit:
     def _wake(self) -> None:
         if not self._scheduled and self._flushing is None:
             self._scheduled = True
-            self._idle.clear()
             asyncio.get_running_loop().call_soon(self._flush)
 
     async def wait_idle(self) -> None:
-        await self._idle.wait()
+        """Until nothing is written but not yet flushed."""
+        while self._scheduled or self._flushing is not None or self._pending:
+            waiter = asyncio.get_running_loop().create_future()
+            self._idle_waiters.append(waiter)
+            await waiter
+
+    def _now_idle(self) -> None:
+        waiters, self._idle_waiters = self._idle_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _flush(self) -> None:
         self._scheduled = False
         if not self._pending:
-            self._idle.set()
+            self._now_idle()
             return
         batch, self._pending = self._pending, []
         # A failure registered while this batch is flushed belongs to the next one.
@@ -128,8 +136,8 @@ class GroupCommit:
         if self._pending:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
-        else:
-            self._idle.set()
+        elif self._idle_waiters:
+            self._now_idle()
 
 
 HOLD_LIMIT_SECONDS = 120  # a held flush goes on by itself after this, so a forgotten hold cannot wedge a broker
