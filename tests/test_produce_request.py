@@ -101,3 +101,13 @@ def test_lying_lengths_are_refused_without_allocating_for_them(version):
 def test_bytes_after_the_request_are_ignored_as_kafka_python_ignores_them():
     body = encode(3, None, -1, 1000, [("orders", [(0, b"abc")])]) + b"trailing"
     assert_same(body, 3)
+
+
+@pytest.mark.parametrize("tagged", [b"\x00", b"\x01\x03\x02ab"])
+def test_a_flexible_request_header_with_or_without_tagged_fields_ends_where_its_body_begins(tagged):
+    from protocol.api import parse_header
+    body = encode(9, None, -1, 1000, [("orders", [(0, b"abc")])])
+    frame = b"\x00\x00\x00\x09\x00\x00\x00\x2a\x00\x03cli" + tagged + body
+    header, offset = parse_header(frame, {0: (3, 13)})
+    assert (header.api_key, header.api_version, header.correlation_id, header.client_id) == (0, 9, 42, "cli")
+    assert frame[offset:] == body

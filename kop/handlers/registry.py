@@ -43,7 +43,8 @@ class Route:
 class ApiRouter:
     def __init__(self) -> None:
         self.routes: dict[int, Route] = {}
-        self._versions: dict[int, tuple[int, int]] = {}  # read for every request: kept, not rebuilt
+        self._versions: dict[int, tuple[int, int]] = {}
+        self._versions_view = MappingProxyType(self._versions)  # read for every request: one view, kept
 
     def add(self, api_key: int, min_version: int, max_version: int, handler: Handler) -> None:
         if api_key in self.routes:
@@ -59,4 +60,4 @@ class ApiRouter:
 
     @property
     def versions(self) -> Mapping[int, tuple[int, int]]:
-        return MappingProxyType(self._versions)
+        return self._versions_view

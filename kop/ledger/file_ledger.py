@@ -56,6 +56,7 @@ class _PendingAdd:
     ledger: LedgerFile
     entry_id: int
     end_index: int
+    then: Callable[[asyncio.Future], None] | None = None
     pinned: bool = False  # written: its ledger's descriptor stays open until the fsync covering it is done
 
 
@@ -232,7 +233,8 @@ class FileManagedLedger(LedgerBase):
 
     # ---- writing
 
-    def add_entry(self, first_index: int, span: int, metadata: bytes, data: bytes | memoryview) -> asyncio.Future:
+    def add_entry(self, first_index: int, span: int, metadata: bytes, data: bytes | memoryview,
+                  then: Callable[[asyncio.Future], None] | None = None) -> asyncio.Future:
         if self._closed:
             raise LedgerClosedError(self.name)
         if first_index != self._written_end:
@@ -249,7 +251,7 @@ class FileManagedLedger(LedgerBase):
         ledger = self._current
         self._written_end = first_index + span
         future = asyncio.get_running_loop().create_future()
-        add = _PendingAdd(future, ledger, ledger.entries, self._written_end)
+        add = _PendingAdd(future, ledger, ledger.entries, self._written_end, then)
         if failing:
             self._group.fail(OSError(errno.EIO, "an earlier write failed"), add)
             return future
@@ -280,6 +282,8 @@ class FileManagedLedger(LedgerBase):
         for add, position in zip(adds, positions):
             if not add.future.done():
                 add.future.set_result(position)
+            if add.then is not None:
+                add.then(add.future)
         for listener in self._listeners:
             listener()
 
@@ -298,6 +302,9 @@ class FileManagedLedger(LedgerBase):
             except OSError as roll_error:  # the next write tries again; until a roll succeeds, writes are refused
                 log.error("%s: cannot start a new ledger after the failed write: %s", self.name, roll_error)
         self._fail_writes(LedgerWriteError(f"{self.name}: {exc}"), [add.future for add in adds])
+        for add in adds:
+            if add.then is not None:
+                add.then(add.future)
 
     def inject_write_failures(self, count: int) -> None:
         """Failpoint (admin API, tests): the next `count` flushes fail as a disk error would."""
