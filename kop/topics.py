@@ -174,7 +174,7 @@ class TopicManager:
         # cursor logs' fsyncs and held flushes (a failpoint) run here; enough threads that one slow partition does not
         # hold up the others
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fsync")
-        self._flusher = Flusher()  # every ledger's group-commit fsyncs, in one thread
+        self._flusher = Flusher()  # every ledger's group-commit fsyncs
         self._storage: TopicStorage = (
             PgTopicStorage(config.storage, ns, ledger_config) if is_postgres_url(config.storage)
             else FileTopicStorage(config.data_dir, ns, ledger_config, self._executor, self._files, self._flusher))

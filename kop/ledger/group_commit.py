@@ -2,10 +2,10 @@
 
 Writes go to the page cache at once (in submission order); a flush syncs everything written so far, then hands the
 covered writes back to the owner in order. While one flush runs, new writes queue up for the next one, so a slow disk
-batches more instead of queueing more fsyncs. Each managed ledger has its own group commit; the fsyncs themselves run
-in the broker's flusher thread (`flusher`), which syncs every ledger's flush queued meanwhile in one round (so the
-partitions of one disk wait for each other's fsyncs there, as the disk makes them anyway). A held flush (a failpoint)
-goes to a pool thread of its own instead, so it stalls no other ledger. A flush is a callback scheduled on the
+batches more instead of queueing more fsyncs. Each managed ledger has its own group commit, so one partition's slow
+fsync does not hold up another's acknowledgements; the fsyncs themselves run in the broker's flusher threads
+(`flusher`), which hand their outcomes back to the event loop in batches. A held flush (a failpoint) goes to a pool
+thread of its own instead. A flush is a callback scheduled on the
 event loop, not a task: with fsync off (or between fsyncs) completing a write costs no coroutine.
 
 A write that fails before it reaches the file (`fail`) is reported in log order: the writes before it are flushed
@@ -34,7 +34,7 @@ class GroupCommit:
         flusher: Flusher | None = None,
     ) -> None:
         """observer(seconds, entries): told of every successful flush, how long it took and how many writes it
-        made durable (the broker's metrics). flusher: the broker's fsync thread; without one, each fsync runs in
+        made durable (the broker's metrics). flusher: the broker's fsync threads; without one, each fsync runs in
         `executor` (tools and tests that open a ledger by itself)."""
         self._executor = executor
         self._flusher = flusher
