@@ -70,6 +70,40 @@ class _Response:
         self.ready = False
 
 
+class _Started:
+    """Awaiting this goes on with a coroutine already started by hand, which yielded `waits_for` (what it awaits):
+    the task awaiting it drives the coroutine from there, as if it had run it from the start."""
+
+    __slots__ = ("coroutine", "waits_for")
+
+    def __init__(self, coroutine, waits_for) -> None:
+        self.coroutine = coroutine
+        self.waits_for = waits_for
+
+    def __await__(self):
+        coroutine, waits_for = self.coroutine, self.waits_for
+        while True:
+            try:
+                sent = yield waits_for
+            except GeneratorExit:
+                coroutine.close()
+                raise
+            except BaseException as exc:  # thrown in by the task (a cancellation, a future's exception)
+                try:
+                    waits_for = coroutine.throw(exc)
+                except StopIteration as returned:
+                    return returned.value
+            else:
+                try:
+                    waits_for = coroutine.send(sent)
+                except StopIteration as returned:
+                    return returned.value
+
+
+async def _resumed(coroutine, waits_for):
+    return await _Started(coroutine, waits_for)
+
+
 class Connection(asyncio.BufferedProtocol):
     def __init__(self, broker: "Broker", listener: ListenerSpec) -> None:
         self.broker = broker
@@ -325,14 +359,22 @@ class Connection(asyncio.BufferedProtocol):
         response = _Response(header.correlation_id, size, started, self.broker.metrics.request_series(header.api_key))
         self._responses.append(response)
         route = router.routes[header.api_key]
-        if route.is_async:
-            task = self._ordered = asyncio.ensure_future(route.handler(ctx, request))
-            self._tasks.add(task)
-            self._hold = "ordered phase"
-            task.add_done_callback(functools.partial(self._ordered_phase_done, response))
-            return
         try:
-            result = route.handler(ctx, request)
+            if route.is_async:
+                # The coroutine's first step runs here: most ordered phases never wait, and need no task
+                coroutine = route.handler(ctx, request)
+                try:
+                    waits_for = coroutine.send(None)
+                except StopIteration as returned:
+                    result = returned.value
+                else:  # it waits: the rest runs as a task, and the connection handles nothing more until it returns
+                    task = self._ordered = asyncio.ensure_future(_resumed(coroutine, waits_for))
+                    self._tasks.add(task)
+                    self._hold = "ordered phase"
+                    task.add_done_callback(functools.partial(self._ordered_phase_done, response))
+                    return
+            else:
+                result = route.handler(ctx, request)
         except Exception as exc:
             self._drop(response)
             return self._fail(exc)

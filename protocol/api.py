@@ -64,8 +64,14 @@ def _primary_classes(kind: str) -> dict[int, type[ApiMessage]]:
 REQUEST_CLASSES = _primary_classes("request")
 RESPONSE_CLASSES = _primary_classes("response")
 # api key -> the first flexible version of its requests (a request header v2, with tagged fields), read per request
-_FLEXIBLE_FROM = {key: cls._flexible_versions[0] if cls._flexible_versions is not None else 1 << 15
-                  for key, cls in REQUEST_CLASSES.items()}
+def _flexible_from(cls: type[ApiMessage]) -> int:
+    versions = cls._flexible_versions  # (first, last), or (-1, -1) / None for an API never flexible
+    if versions is None or versions[1] < max(versions[0], 0):
+        return 1 << 15
+    return max(versions[0], 0)
+
+
+_FLEXIBLE_FROM = {key: _flexible_from(cls) for key, cls in REQUEST_CLASSES.items()}
 
 
 def read_varint(buf: memoryview, pos: int) -> tuple[int, int]:

@@ -309,7 +309,8 @@ def validate_batch(header: BatchHeader, view: memoryview, *, deep: bool = True, 
 
 
 def _walked(data: bytes, start: int, header: BatchHeader, from_client: bool, watch: frozenset[bytes]) -> WalkedRecords:
-    scanned = [] if watch and any(key in data for key in watch) else None
+    # find, not `in`: bytes.__contains__ first tries its argument as an int, raising (and dropping) a TypeError each time
+    scanned = [] if watch and any(data.find(key) >= 0 for key in watch) else None
     _walk_records(data, start, header, from_client, scanned, watch)
     return WalkedRecords(data, start, scanned)
 

@@ -111,3 +111,10 @@ def test_a_flexible_request_header_with_or_without_tagged_fields_ends_where_its_
     header, offset = parse_header(frame, {0: (3, 13)})
     assert (header.api_key, header.api_version, header.correlation_id, header.client_id) == (0, 9, 42, "cli")
     assert frame[offset:] == body
+
+
+def test_every_api_reads_its_request_header_as_kafka_python_says_its_versions_are_flexible():
+    from protocol import api
+    for key, cls in api.REQUEST_CLASSES.items():
+        for version in range(0, 40):
+            assert (version >= api._FLEXIBLE_FROM[key]) == cls.flexible_version_q(version), (cls.__name__, version)
