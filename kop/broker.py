@@ -20,7 +20,7 @@ from kop.connection import Connection
 from kop.data_dir import DataDirLock
 from kop.groups import GroupCoordinator
 from kop.policies import PolicyBook
-from kop.producer_ids import ProducerIdAllocator
+from kop.producer_ids import ProducerIdAllocator, cluster_tag
 from kop.replication.clusters import ClusterRegistry
 from kop.replication.service import ReplicationService
 from kop.security.acls import Authorizer
@@ -174,7 +174,8 @@ class Broker:
         self.cluster = self._cluster()
         await self.cluster.join()
         await self.topics.load_all(self.cluster.owns)
-        self.producer_ids = ProducerIdAllocator(self.topics.storage.producer_id_blocks())
+        self.producer_ids = ProducerIdAllocator(self.topics.storage.producer_id_blocks(),
+                                                cluster_tag(self.config.cluster_name))
         await self.cluster.serve_groups(self.groups)
         await self.groups.start()  # needs the topics: groups are found from their partitions' cursors
         self.transactions = TransactionCoordinator(self.config, self.topics, self.groups, self.producer_ids)

@@ -144,13 +144,16 @@ class BrokerMetrics:
         self.compaction_runs = Counter("kop_compaction_runs", "Partitions compacted by the log cleaner (passes)",
                                        registry=registry)
         self.compaction_records_removed = Counter("kop_compaction_records_removed", "Records the log cleaner "
-                                                  "removed (older versions of a key, expired tombstones)",
-                                                  registry=registry)
+                                                  "removed (older versions of a key, expired tombstones, aborted "
+                                                  "transactions' records)", registry=registry)
         self.compaction_bytes_reclaimed = Counter("kop_compaction_bytes_reclaimed", "Bytes of ledgers the log "
                                                   "cleaner's rewrites freed", registry=registry)
         self.compaction_dirty_ratio = Gauge("kop_compaction_dirty_ratio", "A compacted partition's dirty bytes / "
                                             "cleanable bytes at the cleaner's last look", ["topic", "partition"],
                                             registry=registry)
+        self.compaction_lag = Gauge("kop_compaction_lag_seconds", "How long a compacted partition's oldest "
+                                    "uncleaned closed ledger has waited, at the cleaner's last look (0: none)",
+                                    ["topic", "partition"], registry=registry)
 
     def request_series(self, api_key: int) -> RequestSeries:
         series = self._series.get(api_key)
@@ -315,9 +318,9 @@ def _group_families(broker: "Broker") -> Iterator[Metric]:
                                   labels=["group", "topic", "partition"])
     lag = GaugeMetricFamily("kop_consumer_group_lag", "Offsets between the group's committed offset and the "
                             "partition's end (high watermark)", labels=["group", "topic", "partition"])
-    # The groups this broker coordinates (all of them on one broker), as their coordinator knows their offsets; the lag
-    # where this broker also serves the partition.
-    for group_id in sorted(broker.groups.groups):
+    # The groups this broker coordinates (all of them on one broker), of both protocols, as their coordinator knows
+    # their offsets; the lag where this broker also serves the partition.
+    for group_id in sorted(set(broker.groups.group_ids())):
         for (topic, index), offset in broker.groups.offsets.fetch_all(group_id).items():
             labels = [group_id, topic, str(index)]
             committed.add_metric(labels, offset.offset)

@@ -270,20 +270,26 @@ class FileManagedLedger(LedgerBase):
         return future
 
     def _on_durable(self, adds: list[_PendingAdd]) -> None:
+        """The entries are on disk: index them, then answer them. Nothing here may raise: a write left unanswered
+        would hold its producer (or a transactional id) for ever."""
         _unpin(adds)
         positions = []
         for add in adds:
             add.ledger.durable = add.entry_id + 1
             positions.append(Position(add.ledger.ledger_id, add.entry_id))
         for ledger in {add.ledger: None for add in adds}:  # a rolled ledger gets its last index records now
-            ledger.write_index(ledger.durable, at_once=ledger.closed)
+            try:
+                ledger.write_index(ledger.durable, at_once=ledger.closed)
+            except OSError as exc:  # a full disk, no descriptor: a later write, or the repair at open, indexes it
+                log.warning("%s: index not written (%s); the entries are durable, the index catches up with a later "
+                            "write or is repaired from the log at open", self.name, exc)
         self._lac = positions[-1]
         self._confirmed_end = adds[-1].end_index
         for add, position in zip(adds, positions):
             if not add.future.done():
                 add.future.set_result(position)
             if add.then is not None:
-                add.then(add.future)
+                _call_then(add)
         for listener in self._listeners:
             listener()
 
@@ -293,7 +299,11 @@ class FileManagedLedger(LedgerBase):
         _unpin(adds)
         for add in adds:
             if add.ledger.entries > add.entry_id:
-                add.ledger.truncate(add.entry_id)
+                try:
+                    add.ledger.truncate(add.entry_id)
+                except OSError as cut_error:  # left out of the ledger all the same; its next open drops them
+                    log.error("%s: cannot cut the failed entries off ledger %d: %s", self.name, add.ledger.ledger_id,
+                              cut_error)
         self._written_end = self._confirmed_end
         if not self._closed:
             self._roll_pending = True
@@ -304,7 +314,7 @@ class FileManagedLedger(LedgerBase):
         self._fail_writes(LedgerWriteError(f"{self.name}: {exc}"), [add.future for add in adds])
         for add in adds:
             if add.then is not None:
-                add.then(add.future)
+                _call_then(add)
 
     def inject_write_failures(self, count: int) -> None:
         """Failpoint (admin API, tests): the next `count` flushes fail as a disk error would."""
@@ -486,6 +496,14 @@ def _remove(*paths: str) -> None:
     for path in paths:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
+
+
+def _call_then(add: _PendingAdd) -> None:
+    """The owner's callback of a write now done; an error in it must not keep the other writes from being answered."""
+    try:
+        add.then(add.future)
+    except Exception:
+        log.exception("a completed write's callback failed")
 
 
 def _write_index(ledger: LedgerFile) -> None:

@@ -5,11 +5,14 @@ covered writes back to the owner in order. While one flush runs, new writes queu
 batches more instead of queueing more fsyncs. Each managed ledger has its own group commit, so one partition's slow
 fsync does not hold up another's acknowledgements; the fsyncs themselves run in the broker's flusher threads
 (`flusher`), which hand their outcomes back to the event loop in batches. A held flush (a failpoint) goes to a pool
-thread of its own instead. A flush is a callback scheduled on the
-event loop, not a task: with fsync off (or between fsyncs) completing a write costs no coroutine.
+thread of its own instead. A flush is a callback scheduled on the event loop, not a task: with fsync off (or between
+fsyncs) completing a write costs no coroutine.
 
 A write that fails before it reaches the file (`fail`) is reported in log order: the writes before it are flushed
 and completed first, then it and every write after it go to `on_failure` together, as a failed fsync's do.
+
+`on_durable` and `on_failure` must not raise: an exception ends the flusher with the writes it was handing back
+never answered (and the owner waiting on them for ever).
 """
 import asyncio
 import errno
