@@ -24,7 +24,6 @@ import gc
 import logging
 import os
 import random
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,7 @@ import time
 from collections.abc import Sequence
 
 from bench import machine
-from bench.dedup_instructions import callgrind_totals
+from bench import produce_instructions
 from bench.report import Table, fmt
 from bench.stats import median
 from dedup import DedupConfig
@@ -150,18 +149,16 @@ def measure_time(records: int, record_bytes: int, rounds: int, batch_records: in
 def measure_instructions(records: int, record_bytes: int, batch_records: int,
                          variants: Sequence[str] = VARIANTS, progress=print) -> dict[str, float]:
     """Instructions per record of the publishing loop of each variant, each in a process of its own."""
-    if shutil.which("valgrind") is None:
-        raise SystemExit("valgrind not found (apt-get install valgrind)")
+    produce_instructions.require_valgrind()
     out = {}
     for variant in variants:
         with tempfile.TemporaryDirectory(prefix="kop-bench-callgrind-") as root:
             result = f"{root}/callgrind.out"
-            inner = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={result}",
-                                    "--instr-atstart=no", sys.executable, "-m", "bench.sequence_path", "--inner",
-                                    variant, "--records", str(records), "--sizes", str(record_bytes),
+            inner = subprocess.run([*produce_instructions.valgrind(result), "--instr-atstart=no", sys.executable,
+                                    "-m", "bench.sequence_path", "--inner", variant, "--records", str(records), "--sizes", str(record_bytes),
                                     "--batch-records", str(batch_records)],
                                    check=True, capture_output=True, text=True, timeout=3600, cwd=REPO)
-            out[variant] = callgrind_totals(result) / int(inner.stdout.split()[-1])
+            out[variant] = produce_instructions.totals(result) / int(inner.stdout.split()[-1])
         progress(f"  {record_bytes} B, {variant}: {out[variant]:,.0f} instructions/record")
     return out
 

@@ -199,3 +199,17 @@ def test_snapshot_rebuild_finds_every_stored_snapshot_thinned_to_the_cache():
     assert seconds > 0 and cached == 2  # two markers stored, both found
     seconds, cached = asyncio.run(snapshot_rebuild.rebuild_seconds(20 * snapshot_rebuild.EVERY))
     assert cached == snapshot_rebuild.SETTINGS.max_cached  # twenty found, thinned to the cache's size
+
+
+def test_the_quick_comparison_runs_the_older_commit_from_its_own_tree():
+    """bench.quick exports the older commit and starts its broker from there, so `-m kop.cli` imports that kop."""
+    import subprocess
+    import sys
+    from bench import quick
+    with quick.exported("HEAD") as tree:
+        assert os.path.exists(os.path.join(tree, "kop", "cli.py"))
+        where = subprocess.run([sys.executable, "-c", "import kop; print(kop.__file__)"], cwd=tree,
+                               capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+        assert where == os.path.join(tree, "kop", "__init__.py")
+        result = quick.measure(tree, ProduceSpec(200, 100, 4, idempotence=True))
+        assert result.delivered == 200 and result.failed == 0

@@ -409,9 +409,15 @@ class PartitionLog:
             set_log_append_time(batch, 0, now)
         metadata.publish_time = now
         metadata.num_messages = header.records_count
+        append_time = now if self.log_append_time else -1
+        size = len(batch)
         try:
             # A write that fails comes back through the ledger's failure path, after the writes before it.
-            written = self.ledger.add_entry(base, span, metadata.SerializeToString(), batch)
+            # _on_written runs as soon as the entry is durable (it reads pending, named and result, set below)
+            self.ledger.add_entry(
+                base, span, metadata.SerializeToString(), batch,
+                then=lambda f: self._on_written(f, base, base + span, size, append_time, pending, named, on_stored,
+                                                replicated, result))
         except LedgerClosedError as exc:  # the partition is going away (topic deleted, broker stopping)
             return _resolved(AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, message=str(exc)))
         except ManagedLedgerError as exc:
@@ -423,11 +429,6 @@ class PartitionLog:
         if named is not None:
             named_sequences.commit(self.dedup, named)
         result = asyncio.get_running_loop().create_future()
-        append_time = now if self.log_append_time else -1
-        size = len(batch)
-        written.add_done_callback(
-            lambda f: self._on_written(f, base, base + span, size, append_time, pending, named, on_stored, replicated,
-                                       result))
         return result
 
     def _on_written(self, written: asyncio.Future, base: int, end: int, size: int, append_time: int,

@@ -20,7 +20,7 @@ answers; magic 0/1 is UNSUPPORTED_FOR_MESSAGE_FORMAT; an unknown codec is UNSUPP
 """
 import struct
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import crc32c
@@ -98,9 +98,11 @@ CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BatchHeader:
-    """The 61-byte header of a v2 record batch, as the client wrote it."""
+    """The 61-byte header of a v2 record batch, as the client wrote it (read-only by convention: every produced
+    batch builds one, and a frozen dataclass's __init__ costs several times more). `size`, `is_transactional` and
+    `is_control`, read several times per batch, are computed once."""
 
     base_offset: int
     batch_length: int
@@ -115,11 +117,14 @@ class BatchHeader:
     producer_epoch: int
     base_sequence: int
     records_count: int
+    size: int = field(init=False, repr=False, compare=False)  # bytes the whole batch takes
+    is_transactional: bool = field(init=False, repr=False, compare=False)
+    is_control: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def size(self) -> int:
-        """Bytes the whole batch takes."""
-        return LOG_OVERHEAD + self.batch_length
+    def __post_init__(self) -> None:
+        self.size = LOG_OVERHEAD + self.batch_length
+        self.is_transactional = bool(self.attributes & TRANSACTIONAL_MASK)
+        self.is_control = bool(self.attributes & CONTROL_MASK)
 
     @property
     def compression(self) -> int:
@@ -129,13 +134,6 @@ class BatchHeader:
     def timestamp_type(self) -> int:
         return LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else CREATE_TIME
 
-    @property
-    def is_transactional(self) -> bool:
-        return bool(self.attributes & TRANSACTIONAL_MASK)
-
-    @property
-    def is_control(self) -> bool:
-        return bool(self.attributes & CONTROL_MASK)
 
     @property
     def has_producer_id(self) -> bool:
