@@ -3,7 +3,6 @@
 authenticates), or `Authorization: Bearer <admin.token>`. Reading (GET, HEAD) needs DESCRIBE on the cluster and
 changing anything ALTER, decided by the authorizer; without the authorizer only super users (and the token) may."""
 import base64
-import binascii
 import hmac
 from dataclasses import dataclass
 
@@ -55,7 +54,7 @@ class AdminAuth:
     def _basic_user(self, credentials: str) -> str:
         try:
             user, sep, password = base64.b64decode(credentials.strip(), validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
+        except ValueError:  # not base64 (binascii.Error), not ASCII (the header is read as latin-1), not UTF-8
             raise Unauthenticated("malformed Basic credentials") from None
         if not sep or not self.users.check_password(user, password):
             raise Unauthenticated("invalid user or password")
