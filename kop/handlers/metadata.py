@@ -69,6 +69,12 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
             name = item.name
             if name is None:  # lookup by topic id (v10+)
                 found = topics_mgr.name_of(item.topic_id.bytes) or internal_topics.name_of(item.topic_id.bytes)
+                if found and not ctx.authorized(Operation.DESCRIBE, ResourceType.TOPIC, found):
+                    # as Kafka: the id is the client's own, the name and partitions are not told
+                    entries.append(cls.MetadataResponseTopic(
+                        error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=None, topic_id=item.topic_id,
+                        is_internal=False, partitions=[]))
+                    continue
                 entries.append(topic_entry(ctx, cls, found, topics_mgr.get(found) if found else None,
                                            ErrorCode.NONE if found else ErrorCode.UNKNOWN_TOPIC_ID))
                 continue

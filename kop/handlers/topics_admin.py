@@ -86,17 +86,20 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
             if name is None:
                 match = next((x for x in topics.topics.values() if x.topic_id == t.topic_id.bytes), None)
                 name = match.name if match else None
-            wanted.append((name, t.topic_id))
+            wanted.append((name, t.topic_id, t.name is None))
     else:
-        wanted = [(name, None) for name in request.topic_names]
+        wanted = [(name, None, False) for name in request.topic_names]
     results = []
-    for name, topic_id in wanted:
+    for name, topic_id, by_id in wanted:
         result = cls.DeletableTopicResult(name=name, error_code=ErrorCode.NONE)
         if topic_id is not None:
             result.topic_id = topic_id
         try:
             if name is None:
                 raise TopicError(ErrorCode.UNKNOWN_TOPIC_ID, "unknown topic id")
+            if by_id and not ctx.authorized(Operation.DESCRIBE, ResourceType.TOPIC, name):
+                result.name = None  # named by its id: a principal that may not describe it is not told its name
+                raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{ctx.principal} may not delete that topic")
             _require(ctx, Operation.DELETE, name)
             await topics.delete(name)
         except TopicError as exc:
