@@ -5,7 +5,7 @@ not say what came back, by raw requests. Topics named by id tell nothing of them
 import uuid
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, AlterConfigOpType,
                                    ConfigEntry, ConfigResource, NewPartitions, NewTopic, ResourcePatternType,
                                    ResourceType, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion)
@@ -108,6 +108,32 @@ def test_a_transactional_producer_needs_write_on_its_transactional_id(broker):
         Producer({**config(broker, user, password), "transactional.id": TRANSACTION}).init_transactions(15)
     assert error_code(lambda: init_transactions(BOB, BOB_PASSWORD)) == TXN_DENIED
     assert error_code(lambda: init_transactions(ADMIN, ADMIN_PASSWORD)) is None  # the control
+
+
+def test_a_transaction_needs_write_on_each_topic_and_read_on_the_group_it_commits_for(broker):
+    """bob may write as his own transactional id, and only describe the topic: AddPartitionsToTxn is refused with
+    TOPIC_AUTHORIZATION_FAILED, TxnOffsetCommit (through AddOffsetsToTxn) with GROUP_AUTHORIZATION_FAILED."""
+    admin = AdminClient(config(broker, ADMIN, ADMIN_PASSWORD))
+    result(admin.create_acls([AclBinding(ResourceType.TRANSACTIONAL_ID, f"{BOB}s-txn", ResourcePatternType.LITERAL,
+                                         f"User:{BOB}", "*", AclOperation.WRITE, AclPermissionType.ALLOW)]))
+
+    def transaction(user=BOB, password=BOB_PASSWORD) -> Producer:
+        producer = Producer({**config(broker, user, password), "transactional.id": f"{user}s-txn"})
+        producer.init_transactions(15)  # allowed now
+        producer.begin_transaction()
+        return producer
+    control = transaction(ADMIN, ADMIN_PASSWORD)
+    control.produce(TOPIC, b"in a transaction", partition=0)
+    control.send_offsets_to_transaction([TopicPartition(TOPIC, 0, 1)], Consumer(
+        {**config(broker, ADMIN, ADMIN_PASSWORD), "group.id": GROUP}).consumer_group_metadata(), 15)
+    control.commit_transaction(15)  # the control: a super user's transaction commits
+    writing = transaction()
+    writing.produce(TOPIC, b"in a transaction", partition=0)
+    assert error_code(lambda: writing.commit_transaction(15)) == TOPIC_DENIED
+    committing = transaction()
+    metadata = Consumer({**config(broker, BOB, BOB_PASSWORD), "group.id": GROUP}).consumer_group_metadata()
+    assert error_code(lambda: committing.send_offsets_to_transaction([TopicPartition(TOPIC, 0, 1)], metadata,
+                                                                      15)) == GROUP_DENIED
 
 
 def test_an_idempotent_producer_needs_idempotent_write_or_write_on_some_topic(broker):
