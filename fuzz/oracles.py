@@ -8,6 +8,7 @@ assertion is a broken promise (a batch that passed validation but cannot be read
 
 tests/test_fuzz.py drives these with hypothesis in every `make test`; `python -m fuzz` with atheris, coverage-guided.
 """
+import asyncio
 import base64
 import tempfile
 from functools import cache
@@ -125,7 +126,7 @@ def admin_authorization(method: str, authorization: str) -> None:
     request = Request(method, "HTTP/1.1", "/admin/v2/clusters", {}, {"authorization": authorization}, b"",
                       "127.0.0.1")
     try:
-        _admin_auth().check(request, frozenset())
+        asyncio.run(_admin_auth().check(request, frozenset()))
     except (Unauthenticated, HttpError):
         pass
 

@@ -165,7 +165,7 @@ class Connection:
     async def _dispatch(self, frame: bytes):
         """Run a request's ordered phase; returns an awaitable of the response frame, or None for no response."""
         if self.session.raw_tokens:
-            return _done(self._raw_token(frame))
+            return _done(await self._raw_token(frame))
         started = time.perf_counter()
         router = self.broker.api_router
         try:
@@ -204,11 +204,11 @@ class Connection:
         if throttle_ms:
             self._quiet_until = max(self._quiet_until, time.monotonic() + throttle_ms / 1000)
 
-    def _raw_token(self, token: bytes) -> bytes:
+    async def _raw_token(self, token: bytes) -> bytes:
         """A SASL token sent bare after SaslHandshake v0; the answer goes back bare too (size, then bytes). There is
         no field for an error: a failure closes the connection."""
         try:
-            step = self.session.step(token, self.broker.config.connections_max_reauth_ms)
+            step = await self.session.advance(token, self.broker.config.connections_max_reauth_ms)
         except AuthenticationFailed as exc:
             raise SessionClosed(f"SASL authentication failed: {exc}") from None
         return len(step.challenge).to_bytes(4, "big") + step.challenge
