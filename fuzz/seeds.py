@@ -107,7 +107,7 @@ def codec() -> list[bytes]:
 
 SEEDS = {
     "request": request_frames,
-    "records": batches,
+    "records": lambda: [b"\x03" + batch for batch in batches()],
     "codec": codec,
     "sasl": sasl,
     "oauthbearer": oauthbearer,

@@ -2,10 +2,16 @@
 (a selector byte, a 2-byte length before a first message) so seeds are easy to write and a saved input is easy to
 read. Nothing here imports atheris: tests/test_fuzz_regressions.py replays saved inputs through the same functions.
 """
+import struct
 from collections.abc import Callable
+
+import crc32c
 
 from fuzz import oracles
 from protocol.compression import GZIP, LZ4, SNAPPY, ZSTD
+from protocol.records import CRC_OFFSET, CRC_START
+
+BATCH_LENGTH_END = 12  # baseOffset int64, batchLength int32: the length counts the bytes after it
 
 CODECS = (GZIP, SNAPPY, LZ4, ZSTD)
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -27,7 +33,16 @@ def request(data: bytes) -> None:
 
 
 def records(data: bytes) -> None:
-    oracles.produce_records(data)
+    """Selector byte: bit 1 sets the batch length to the bytes that follow it, bit 0 then fixes the CRC, so the
+    mutations reach the checks behind them (a random change almost never keeps a CRC32C right)."""
+    if not data:
+        return
+    batch = bytearray(data[1:])
+    if data[0] & 2 and len(batch) >= BATCH_LENGTH_END:
+        struct.pack_into(">i", batch, BATCH_LENGTH_END - 4, len(batch) - BATCH_LENGTH_END)
+    if data[0] & 1 and len(batch) >= CRC_START:
+        struct.pack_into(">I", batch, CRC_OFFSET, crc32c.crc32c(bytes(batch[CRC_START:])))
+    oracles.produce_records(bytes(batch))
 
 
 def codec(data: bytes) -> None:
