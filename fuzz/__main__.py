@@ -7,7 +7,8 @@ oom-*) and prints the traceback. `python -m fuzz --replay TARGET FILE...` runs s
 without atheris, as a regression test does.
 
 Only the parsers are instrumented: kop's `protocol` package, `kop/security`, the admin API's credential check,
-kafka-python's message classes and the decoders it generates for each request version, and scramp. Atheris's
+kafka-python's message classes and the decoders it generates for each request version, and scramp; for the
+`broker` target (frames sent to a broker in the same process, fuzz/broker.py) all of kop too. Atheris's
 import hook cannot select so: it picks whole top-level packages (kop.security would take all of kop, and
 kafka.protocol all of kafka-python) and never sees the decoders kafka-python compiles at run time. So the runner
 imports everything, calls each target once on every seed (which compiles those decoders), then instruments the
@@ -24,22 +25,25 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "build" / "fuzz"
-MAX_LEN = {"request": 4096, "records": 4096, "codec": 4096, "sasl": 1024, "oauthbearer": 2048, "admin-auth": 1024}
+MAX_LEN = {"request": 4096, "broker": 4096, "records": 4096, "codec": 4096, "sasl": 1024, "oauthbearer": 2048,
+           "admin-auth": 1024}
 
 
-def _in_scope(filename: str) -> bool:
+def _scope(name: str) -> tuple[str, ...]:
+    """The files whose functions are instrumented: the parsers, and for the broker target all of kop."""
     import kafka.protocol
     import scramp
 
     roots = (str(REPO / "protocol") + os.sep, str(REPO / "kop" / "security") + os.sep,
              str(REPO / "kop" / "admin" / "auth.py"), os.path.dirname(kafka.protocol.__file__) + os.sep,
-             os.path.dirname(scramp.__file__) + os.sep)
-    return filename.startswith(roots) or filename.startswith("<codegen_decode:")
+             os.path.dirname(scramp.__file__) + os.sep, "<codegen_decode:")
+    return roots + ((str(REPO / "kop") + os.sep, str(REPO / "dedup") + os.sep) if name == "broker" else ())
 
 
-def _instrument_parsers(atheris) -> int:
+def _instrument(atheris, name: str) -> int:
+    roots = _scope(name)
     functions = [obj for obj in gc.get_objects()
-                 if isinstance(obj, types.FunctionType) and _in_scope(obj.__code__.co_filename)]
+                 if isinstance(obj, types.FunctionType) and obj.__code__.co_filename.startswith(roots)]
     for function in functions:
         atheris.instrument_func(function)
     return len(functions)
@@ -70,7 +74,7 @@ def run_one(name: str, seconds: int, input_timeout: int, extra: list[str]) -> No
     corpus.mkdir(parents=True, exist_ok=True)
     for seed in _write_seeds(name, seeds_dir):
         target(seed)  # the seeds must pass, and this compiles the decoders before they are instrumented
-    count = _instrument_parsers(atheris)
+    count = _instrument(atheris, name)
     print(f"fuzz {name}: {count} functions instrumented, {seconds} s", file=sys.stderr, flush=True)
     argv = [sys.argv[0], f"-max_total_time={seconds}", f"-timeout={input_timeout}", "-rss_limit_mb=2048",
             f"-max_len={MAX_LEN[name]}", f"-artifact_prefix={home}/", "-print_final_stats=1", *extra,

@@ -14,6 +14,7 @@ from protocol.records import Record, build_batch, build_control_batch
 from protocol.sequence_headers import PRODUCER_NAME_HEADER, SEQUENCE_ID_HEADER
 
 _TIME = 1_700_000_000_000
+TOPIC = "fuzz"  # the broker target's topic (fuzz/broker.py): the seeds' requests name it
 
 
 def _records(count: int = 3, headers: tuple = ()) -> list[Record]:
@@ -44,7 +45,7 @@ def request_frames() -> list[bytes]:
             frames.append(_frame(REQUEST_CLASSES[api_key][version]()))
     for version in (3, 9, 11):
         frames.append(_frame(ProduceRequest[version](transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
-            ProduceRequest.TopicProduceData(name="t", partition_data=[
+            ProduceRequest.TopicProduceData(name=TOPIC, partition_data=[
                 ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=batches()[0])])])))
     return frames
 
@@ -107,6 +108,7 @@ def codec() -> list[bytes]:
 
 SEEDS = {
     "request": request_frames,
+    "broker": request_frames,
     "records": lambda: [b"\x03" + batch for batch in batches()],
     "codec": codec,
     "sasl": sasl,

@@ -72,8 +72,15 @@ def admin_auth(data: bytes) -> None:
         oracles.admin_authorization(ADMIN_METHODS[data[0] % 2], data[1:].decode("latin-1"))
 
 
+def broker(data: bytes) -> None:
+    from fuzz.broker import request_to_broker  # starts a broker in this process on first use
+
+    request_to_broker(data)
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "request": request,
+    "broker": broker,
     "records": records,
     "codec": codec,
     "sasl": sasl,

@@ -17,6 +17,7 @@ import kafka.protocol.producer  # noqa: F401
 import protocol.consumer_groups  # noqa: F401  (KIP-848's APIs, which kafka-python lacks)
 import protocol.replication  # noqa: F401  (kop's own API, registered the same way)
 from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.schemas.fields.codecs import Bytes, String
 
 _FIXED = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
 
@@ -114,11 +115,74 @@ def parse_header(frame: bytes | memoryview,
 
 
 def decode_body(header: RequestHeader, frame: bytes | memoryview, body_offset: int) -> ApiMessage:
+    """The request; ProtocolError when its bytes do not decode, or decode to null where the schema allows none (as
+    Kafka's readers refuse it: kafka-python reads any length -1 as null, and a handler would trip on it)."""
     cls = REQUEST_CLASSES[header.api_key]
     try:
-        return cls.decode(memoryview(frame)[body_offset:], version=header.api_version)
+        request = cls.decode(memoryview(frame)[body_offset:], version=header.api_version)
     except Exception as exc:  # kafka-python raises assorted errors on malformed bodies
         raise ProtocolError(f"malformed {cls.__name__} v{header.api_version}: {exc!r}") from None
+    checks = _NULL_CHECKS.get((header.api_key, header.api_version))
+    if checks is None:
+        checks = _NULL_CHECKS[header.api_key, header.api_version] = _null_checks(cls._struct, header.api_version)
+    null = _first_null(request, checks)
+    if null is not None:
+        raise ProtocolError(f"malformed {cls.__name__} v{header.api_version}: {null} is null, which it may not be")
+    return request
+
+
+# Per field that decodes to None when its length is -1 (strings, bytes, arrays, structs) and may not be null, or that
+# holds such fields: (name, nullable, is an array, the checks of its elements or ELEMENTS, or of its fields).
+NullChecks = tuple[tuple[str, bool, bool, "NullChecks | str | None"], ...]
+ELEMENTS = "elements"  # an array of strings or bytes: no element may be null
+_NULL_CHECKS: dict[tuple[int, int], NullChecks] = {}
+
+
+def _may_decode_null(field) -> bool:
+    kind = getattr(field, "_type", None)
+    return isinstance(kind, String) or kind is Bytes
+
+
+def _null_checks(struct, version: int) -> NullChecks:
+    checks = []
+    for field in struct.untagged_fields(version):
+        inner: NullChecks | str | None = None
+        if field.is_array():
+            element = field.array_of
+            inner = _null_checks(element, version) if element.is_struct() else \
+                ELEMENTS if _may_decode_null(element) else None
+        elif field.is_struct():
+            inner = _null_checks(field, version)
+        elif not _may_decode_null(field):
+            continue
+        nullable = field.nullable_for_version_q(version)
+        if not nullable or inner:
+            checks.append((field.name, nullable, field.is_array(), inner or None))
+    return tuple(checks)
+
+
+def _first_null(value, checks: NullChecks) -> str | None:
+    """The path of the first field that is null where it may not be, or None. Runs for every request: kept lean."""
+    for name, nullable, is_array, inner in checks:
+        field = getattr(value, name)
+        if field is None:
+            if not nullable:
+                return name
+        elif inner is None:
+            continue
+        elif inner is ELEMENTS:
+            if None in field:
+                return f"{name}[{field.index(None)}]"
+        elif is_array:
+            for item in field:
+                found = _first_null(item, inner)
+                if found is not None:
+                    return f"{name}[{field.index(item)}].{found}"
+        else:
+            found = _first_null(field, inner)
+            if found is not None:
+                return f"{name}.{found}"
+    return None
 
 
 def response_class(api_key: int, version: int) -> type[ApiMessage]:
