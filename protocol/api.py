@@ -6,6 +6,7 @@ flexible versions decide the header version (v2 with tagged fields) and the body
 default value out, which older librdkafka (Debian's kcat) needs.
 """
 import struct
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -183,6 +184,14 @@ def _first_null(value, checks: NullChecks) -> str | None:
             if found is not None:
                 return f"{name}.{found}"
     return None
+
+
+NO_ID = bytes(16)
+
+
+def id_bytes(value: uuid.UUID | None) -> bytes:
+    """A topic id's 16 bytes; kafka-python decodes the zero UUID (no id) as None."""
+    return NO_ID if value is None else value.bytes
 
 
 def response_class(api_key: int, version: int) -> type[ApiMessage]:

@@ -14,6 +14,7 @@ from kop.groups.consumer.member import Partitions, by_topic
 from kop.handlers.context import RequestContext
 from kop.handlers.groups import GROUP_OPERATIONS, client_host, may_read_group
 from kop.security.acls import Operation, ResourceType
+from protocol.api import id_bytes
 from protocol.consumer_groups import (ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
                                       ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse)
 from protocol.errors import ErrorCode
@@ -34,7 +35,7 @@ def _owned(ctx: RequestContext, request: ConsumerGroupHeartbeatRequest) -> Parti
         return None
     owned = set()
     for tp in request.topic_partitions:
-        name = ctx.topics.name_of(tp.topic_id.bytes)
+        name = ctx.topics.name_of(id_bytes(tp.topic_id))
         if name is not None:  # a topic deleted since: nothing to revoke
             owned.update((name, p) for p in tp.partitions)
     return frozenset(owned)

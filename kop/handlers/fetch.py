@@ -22,6 +22,7 @@ from kop.security.acls import Operation, ResourceType
 from kop.security.quotas import FETCH_RATE
 from kop.ledger import Entry
 from kop.partition import PartitionLog
+from protocol.api import id_bytes
 from protocol.errors import ErrorCode
 
 MIN_WAIT_SLICE = 0.001
@@ -31,7 +32,8 @@ READ_COMMITTED = 1
 def _topic_name(ctx: RequestContext, ftopic: Any) -> str | None:
     if ctx.version < 13:
         return ftopic.topic
-    return ctx.topics.name_of(ftopic.topic_id.bytes) or internal_topics.name_of(ftopic.topic_id.bytes)
+    topic_id = id_bytes(ftopic.topic_id)
+    return ctx.topics.name_of(topic_id) or internal_topics.name_of(topic_id)
 
 
 # What a response serves: each partition read and the bytes of batches it gives, counted once the response goes.

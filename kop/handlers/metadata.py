@@ -13,6 +13,7 @@ from kop import internal_topics
 from kop.handlers.context import RequestContext
 from kop.security.acls import Operation, ResourceType
 from kop.topics import Topic, TopicError, validate_topic_name
+from protocol.api import id_bytes
 from protocol.errors import ErrorCode
 
 
@@ -68,7 +69,8 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
         for item in wanted:
             name = item.name
             if name is None:  # lookup by topic id (v10+)
-                found = topics_mgr.name_of(item.topic_id.bytes) or internal_topics.name_of(item.topic_id.bytes)
+                topic_id = id_bytes(item.topic_id)
+                found = topics_mgr.name_of(topic_id) or internal_topics.name_of(topic_id)
                 if found and not ctx.authorized(Operation.DESCRIBE, ResourceType.TOPIC, found):
                     # as Kafka: the id is the client's own, the name and partitions are not told
                     entries.append(cls.MetadataResponseTopic(

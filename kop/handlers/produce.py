@@ -22,6 +22,7 @@ from kop.security.acls import Operation, ResourceType
 from kop.security.quotas import PRODUCE_RATE
 from kop.partition import AppendResult, PartitionLog
 from kop.topics import TopicSettings
+from protocol.api import id_bytes
 from protocol.errors import ErrorCode
 from protocol.produce_response import MAX_VERSION, MIN_VERSION, PartitionResponse, ProduceResponse
 from protocol.sequence_headers import SEQUENCE_HEADER_KEYS
@@ -125,7 +126,7 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> Awaitable[Prod
     by_id = ctx.version >= TOPIC_IDS_FROM
     for topic_data in request.topic_data:
         if by_id:
-            key = topic_data.topic_id.bytes
+            key = id_bytes(topic_data.topic_id)
             name = ctx.topics.name_of(key) or internal_topics.name_of(key)
         else:
             key = name = topic_data.name

@@ -15,6 +15,7 @@ from kop.handlers.context import RequestContext
 from kop.internal_topics import missing_partition_error
 from kop.security.acls import Operation, ResourceType
 from kop.topics import TOPIC_CONFIG_DEFAULTS, TopicError, unknown_topic
+from protocol.api import id_bytes
 from protocol.errors import ErrorCode
 
 
@@ -84,7 +85,7 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
         for t in request.topics:
             name = t.name
             if name is None:
-                match = next((x for x in topics.topics.values() if x.topic_id == t.topic_id.bytes), None)
+                match = next((x for x in topics.topics.values() if x.topic_id == id_bytes(t.topic_id)), None)
                 name = match.name if match else None
             wanted.append((name, t.topic_id, t.name is None))
     else:
