@@ -66,10 +66,11 @@ def run_one(name: str, seconds: int, input_timeout: int, extra: list[str]) -> No
     # the instrumented code's string comparisons (startswith, endswith) guide the fuzzer too; atheris's RegEx hook
     # is left off: its pattern proxy breaks the json module (kafka-python loads its schemas through it)
     atheris.enabled_hooks.add("str")
-    from fuzz.targets import TARGETS
+    from fuzz.targets import KEEP_DIRECTORY, TARGETS
 
     target = TARGETS[name]
     home = OUT / name
+    os.environ[KEEP_DIRECTORY] = str(home)
     corpus, seeds_dir = home / "corpus", home / "seeds"
     corpus.mkdir(parents=True, exist_ok=True)
     for seed in _write_seeds(name, seeds_dir):

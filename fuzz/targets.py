@@ -2,8 +2,11 @@
 (a selector byte, a 2-byte length before a first message) so seeds are easy to write and a saved input is easy to
 read. Nothing here imports atheris: tests/test_fuzz_regressions.py replays saved inputs through the same functions.
 """
+import hashlib
+import os
 import struct
 from collections.abc import Callable
+from pathlib import Path
 
 import crc32c
 
@@ -11,6 +14,7 @@ from fuzz import oracles
 from protocol.compression import GZIP, LZ4, SNAPPY, ZSTD
 from protocol.records import CRC_OFFSET, CRC_START
 
+KEEP_DIRECTORY = "KOP_FUZZ_KEEP"  # where a target keeps an input that broke its oracle itself (fuzz/__main__.py)
 BATCH_LENGTH_END = 12  # baseOffset int64, batchLength int32: the length counts the bytes after it
 
 CODECS = (GZIP, SNAPPY, LZ4, ZSTD)
@@ -73,9 +77,17 @@ def admin_auth(data: bytes) -> None:
 
 
 def broker(data: bytes) -> None:
-    from fuzz.broker import request_to_broker  # starts a broker in this process on first use
+    from fuzz.broker import InternalError, request_to_broker  # starts a broker in this process on first use
 
-    request_to_broker(data)
+    try:
+        request_to_broker(data)
+    except InternalError:
+        # libFuzzer saves a crashing input at exit, which the broker's threads can outlast (the run then ends by
+        # its alarm, with nothing saved): the runner's directory gets it first
+        keep = os.environ.get(KEEP_DIRECTORY)
+        if keep:
+            Path(keep, f"crash-{hashlib.sha1(data).hexdigest()}").write_bytes(data)
+        raise
 
 
 TARGETS: dict[str, Callable[[bytes], None]] = {
