@@ -9,10 +9,13 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, 
 from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, AlterConfigOpType,
                                    ConfigEntry, ConfigResource, NewPartitions, NewTopic, ResourcePatternType,
                                    ResourceType, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion)
-from kafka.protocol.admin import (DeleteTopicsRequest, DeleteTopicsResponse, DescribeUserScramCredentialsRequest,
-                                  DescribeUserScramCredentialsResponse)
+from kafka.protocol.admin import (DeleteTopicsRequest, DeleteTopicsResponse, DescribeClientQuotasRequest,
+                                  DescribeClientQuotasResponse, DescribeProducersRequest, DescribeProducersResponse,
+                                  DescribeTransactionsRequest, DescribeTransactionsResponse,
+                                  DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse)
+from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse, MetadataRequest, MetadataResponse
 
 from integration.test_security_acls import BOB, BOB_PASSWORD, MECHANISM, config
 from integration.test_security_sasl import ADMIN, ADMIN_PASSWORD, PASSWORD, USER, SaslBroker, call, sasl_socket, \
@@ -74,6 +77,8 @@ CASES = [
     ("DeleteTopics", lambda a: result(a.delete_topics(["no-such-topic"])), TOPIC_DENIED),
     ("DescribeConfigs topic", lambda a: result(a.describe_configs([topic_config])), TOPIC_DENIED),
     ("DescribeConfigs broker", lambda a: result(a.describe_configs([broker_config])), CLUSTER_DENIED),
+    ("AlterConfigs", lambda a: result(a.alter_configs([ConfigResource(
+        ConfigResource.Type.TOPIC, TOPIC, set_config={"retention.ms": "86400000"})])), TOPIC_DENIED),
     ("IncrementalAlterConfigs", lambda a: result(a.incremental_alter_configs([ConfigResource(
         ConfigResource.Type.TOPIC, TOPIC, incremental_configs=[ConfigEntry(
         "retention.ms", "86400000", incremental_operation=AlterConfigOpType.SET)])])), TOPIC_DENIED),
@@ -166,11 +171,43 @@ def describe_scram_users(sock):
                 5).error_code
 
 
-@pytest.mark.parametrize("ask, refusal", [(list_offsets, TOPIC_DENIED), (describe_scram_users, CLUSTER_DENIED)],
-                         ids=["ListOffsets", "DescribeUserScramCredentials"])
+def find_coordinator(sock):
+    request = FindCoordinatorRequest[4](key_type=0, coordinator_keys=[GROUP])
+    return call(sock, request, FindCoordinatorResponse, 4, 5).coordinators[0].error_code
+
+
+def describe_client_quotas(sock):
+    request = DescribeClientQuotasRequest[1](components=[], strict=False)
+    return call(sock, request, DescribeClientQuotasResponse, 1, 5).error_code
+
+
+def describe_producers(sock):
+    request = DescribeProducersRequest[0](topics=[DescribeProducersRequest.TopicRequest(name=HIDDEN,
+                                                                                         partition_indexes=[0])])
+    return call(sock, request, DescribeProducersResponse, 0, 5).topics[0].partitions[0].error_code
+
+
+def describe_transactions(sock):
+    request = DescribeTransactionsRequest[0](transactional_ids=[TRANSACTION])
+    return call(sock, request, DescribeTransactionsResponse, 0, 5).transaction_states[0].error_code
+
+
+def offset_delete(sock):
+    request = OffsetDeleteRequest[0](group_id=GROUP, topics=[OffsetDeleteRequest.OffsetDeleteRequestTopic(
+        name=TOPIC, partitions=[OffsetDeleteRequest.OffsetDeleteRequestTopic.OffsetDeleteRequestPartition(
+            partition_index=1)])])
+    return call(sock, request, OffsetDeleteResponse, 0, 5).error_code
+
+
+RAW_CASES = [(list_offsets, TOPIC_DENIED), (describe_scram_users, CLUSTER_DENIED), (find_coordinator, GROUP_DENIED),
+             (describe_client_quotas, CLUSTER_DENIED), (describe_producers, TOPIC_DENIED),
+             (describe_transactions, TXN_DENIED), (offset_delete, GROUP_DENIED)]
+
+
+@pytest.mark.parametrize("ask, refusal", RAW_CASES, ids=[ask.__name__ for ask, _ in RAW_CASES])
 def test_raw_requests_are_refused_to_a_principal_without_acls_and_answered_to_a_super_user(broker, ask, refusal):
     assert raw(broker, BOB, BOB_PASSWORD, ask) == refusal
-    assert raw(broker, ADMIN, ADMIN_PASSWORD, ask) == KafkaError.NO_ERROR
+    assert raw(broker, ADMIN, ADMIN_PASSWORD, ask) not in (TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED, TXN_DENIED)
 
 
 def metadata_by_id(sock, topic: uuid.UUID):
@@ -190,8 +227,9 @@ def test_a_topic_named_by_id_tells_nothing_to_who_may_not_describe_it(broker):
     assert known != uuid.UUID(int=0)
 
     def described_and_deleted(sock):
-        deleted = call(sock, DeleteTopicsRequest[6](topics=[DeleteTopicsRequest.DeleteTopicState(topic_id=known, name=None)],
-                                                    timeout_ms=5000), DeleteTopicsResponse, 6, 6).responses[0]
+        request = DeleteTopicsRequest[6](topics=[DeleteTopicsRequest.DeleteTopicState(topic_id=known, name=None)],
+                                         timeout_ms=5000)
+        deleted = call(sock, request, DeleteTopicsResponse, 6, 6).responses[0]
         return metadata_by_id(sock, known), deleted
     described, deleted = raw(broker, BOB, BOB_PASSWORD, described_and_deleted)
     assert (described.error_code, described.name, described.partitions) == (TOPIC_DENIED, None, [])
