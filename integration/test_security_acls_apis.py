@@ -236,3 +236,27 @@ def test_a_topic_named_by_id_tells_nothing_to_who_may_not_describe_it(broker):
     assert (deleted.error_code, deleted.name) == (TOPIC_DENIED, None)
     control = raw(broker, ADMIN, ADMIN_PASSWORD, lambda sock: metadata_by_id(sock, known))
     assert (control.error_code, control.name, len(control.partitions)) == (0, HIDDEN, 1)  # told, and not deleted
+
+
+def test_each_principal_is_told_what_it_may_do(broker):
+    """KIP-430, as librdkafka's admin client asks for it: the operations the principal may do on a topic (Metadata),
+    on the cluster (DescribeCluster) and on a group (DescribeGroups). bob may only describe the topic; a super user
+    may do everything."""
+    from confluent_kafka import TopicCollection
+
+    def told(user, password):
+        admin = AdminClient(config(broker, user, password))
+        topic = admin.describe_topics(TopicCollection([TOPIC]), include_authorized_operations=True)[TOPIC].result(15)
+        cluster = admin.describe_cluster(include_authorized_operations=True).result(15)
+        return set(topic.authorized_operations), set(cluster.authorized_operations or [])
+    assert told(BOB, BOB_PASSWORD) == ({AclOperation.DESCRIBE}, set())
+    every_topic_operation = {AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DELETE,
+                             AclOperation.ALTER, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS,
+                             AclOperation.ALTER_CONFIGS}
+    every_cluster_operation = {AclOperation.CREATE, AclOperation.ALTER, AclOperation.DESCRIBE,
+                               AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS,
+                               AclOperation.IDEMPOTENT_WRITE}
+    assert told(ADMIN, ADMIN_PASSWORD) == (every_topic_operation, every_cluster_operation)
+    admin = AdminClient(config(broker, ADMIN, ADMIN_PASSWORD))
+    group = admin.describe_consumer_groups([GROUP], include_authorized_operations=True)[GROUP].result(15)
+    assert set(group.authorized_operations) == {AclOperation.READ, AclOperation.DELETE, AclOperation.DESCRIBE}
