@@ -8,7 +8,7 @@ without atheris, as a regression test does.
 
 Only the parsers are instrumented: kop's `protocol` package, `kop/security`, the admin API's credential check,
 kafka-python's message classes and the decoders it generates for each request version, and scramp; for the
-`broker` target (frames sent to a broker in the same process, fuzz/broker.py) all of kop too. Atheris's
+`broker` target (frames sent to a broker in the same process, fuzz/broker.py) all of kop and dedup too. Atheris's
 import hook cannot select so: it picks whole top-level packages (kop.security would take all of kop, and
 kafka.protocol all of kafka-python) and never sees the decoders kafka-python compiles at run time. So the runner
 imports everything, calls each target once on every seed (which compiles those decoders), then instruments the

@@ -3,7 +3,8 @@ handler meets what the decoder lets through (negative counts, absurd timeouts, u
 
 The oracle: the broker answers or closes that one connection, and never logs an internal error (a handler that
 raised, a task whose exception nobody took), and its event loop goes on turning. It runs on a thread of its
-own with its own event loop, over a temporary data directory, with the seeds' topic (two partitions).
+own with its own event loop, over a temporary data directory, with the seeds' topic (two partitions), and its
+authorizer on (allowing what no ACL names, so the ACL requests the fuzzer sends take effect).
 """
 import asyncio
 import atexit
@@ -44,7 +45,9 @@ class LiveBroker:
         logging.getLogger().addHandler(_Recorder(self.errors))  # the broker's, and asyncio's unretrieved tasks
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="kop-fuzz-broker", daemon=True).start()
-        self.broker = Broker(BrokerConfig(port=0, admin_port=-1, fsync=False, data_dir=self.directory))
+        # with the authorizer on, allowing what no ACL names: every request passes through its checks and goes on
+        self.broker = Broker(BrokerConfig(port=0, admin_port=-1, fsync=False, data_dir=self.directory,
+                                          authorizer_enabled=True, allow_everyone_if_no_acl_found=True))
         self._run(self.broker.start())
         self._run(self.broker.topics.create(TOPIC, 2, {}))
         self.port = self.broker.port
