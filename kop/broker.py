@@ -179,6 +179,7 @@ class Broker:
         await self.cluster.serve_groups(self.groups)
         await self.groups.start()  # needs the topics: groups are found from their partitions' cursors
         self.transactions = TransactionCoordinator(self.config, self.topics, self.groups, self.producer_ids)
+        await self.cluster.serve_transactions(self.transactions)
         self.transactions.start()  # needs both: prepared transactions write markers and offsets
         self.loaded = True
         for listener, server in self._servers:
@@ -204,8 +205,10 @@ class Broker:
         if not isinstance(storage, PgTopicStorage):
             return SingleBroker(me)
         home = f"{socket.gethostname()}:{os.path.abspath(self.config.data_dir)}"
+        between = self.listeners[0]  # the listener brokers reach each other on
         return ClusterService(storage.store, self.topics, me, home, self.config.broker_session_timeout_ms,
-                              self.config.broker_heartbeat_interval_ms)
+                              self.config.broker_heartbeat_interval_ms, between.name,
+                              not (between.tls or between.sasl), self.config.fsync)
 
     async def _close_listeners(self) -> None:
         if self._admin is not None:

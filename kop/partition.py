@@ -116,6 +116,9 @@ class PartitionLog:
         # Markers handed to the ledger per producer id: a transactional batch that waited for earlier writes is
         # stored only if none came meanwhile.
         self._markers_handed: dict[int, int] = {}
+        # producer id -> resolved once its last batch held for its coordinator's verification was handed on (or
+        # refused): its later batches wait behind it, in order
+        self.verifying: dict[int, asyncio.Future] = {}
         self.marker_listener: MarkerListener | None = None
         self._waiters: list[asyncio.Future] = []
         ledger.add_confirm_listener(self._wake_waiters)
@@ -226,6 +229,11 @@ class PartitionLog:
             producer_id, offset, commit, self.high_watermark))
         self._markers_handed[producer_id] = self._markers_handed.get(producer_id, 0) + 1
         return result
+
+    def markers_handed(self, producer_id: int) -> int:
+        """How many markers of this producer were handed to the ledger (a batch checked before one came must not be
+        stored after it)."""
+        return self._markers_handed.get(producer_id, 0)
 
     def publish_replicated(self, source_cluster: str, topic_id: uuid.UUID, ledger_id: int, entry_id: int,
                            source: MessageMetadata, header: BatchHeader, view: memoryview) -> asyncio.Future:

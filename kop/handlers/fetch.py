@@ -58,6 +58,8 @@ def _collect(ctx: RequestContext, request: FetchRequest) -> tuple[list[Any], int
         readable = name is None or ctx.authorized(Operation.READ, ResourceType.TOPIC, name)
         for fpart in ftopic.partitions:
             partition = topics.partition(name, fpart.partition) if name is not None else None
+            if partition is not None and not ctx.cluster.serves_reads(name, fpart.partition):
+                partition = None  # moved, or this broker's view is too old to tell: NOT_LEADER_OR_FOLLOWER
             data = cls.FetchableTopicResponse.PartitionData(
                 partition_index=fpart.partition, error_code=ErrorCode.NONE, high_watermark=-1, last_stable_offset=-1,
                 log_start_offset=-1, aborted_transactions=None, records=b"")
