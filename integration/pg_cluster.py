@@ -63,12 +63,17 @@ class PgCluster:
 
     def start(self, count: int, config: dict[str, str] | None = None) -> PgCluster:
         for node in range(1, count + 1):
-            proc = BrokerProcess(os.path.join(self.root, f"node{node}"),
-                                 config={"node.id": str(node), **LEASE, **(config or {})},
-                                 options=("--storage", self.url), admin_port=0)
-            self.brokers[node] = proc.start()
+            self.add(node, config)
         self.wait_for_members(set(self.brokers))
         return self
+
+    def add(self, node: int, config: dict[str, str] | None = None) -> BrokerProcess:
+        """Start broker `node` (it joins the running ones)."""
+        proc = BrokerProcess(os.path.join(self.root, f"node{node}"),
+                             config={"node.id": str(node), **LEASE, **(config or {})},
+                             options=("--storage", self.url), admin_port=0)
+        self.brokers[node] = proc.start()
+        return proc
 
     def wait_for_members(self, nodes: set[int], timeout: float = 30.0) -> None:
         """Until every running broker in `nodes` lists exactly `nodes` as the live brokers."""

@@ -6,9 +6,11 @@ import time
 import urllib.request
 
 import pytest
+from kafka.protocol.consumer.fetch import FetchResponse
 
 from integration.clients import kp_consume_all
-from integration.idem_raw import RawKafka, plain_batch
+from integration.fetch_requests import FETCH_VERSION, fetch_request
+from integration.idem_raw import RawKafka, plain_batch, read_topic
 from integration.idem_stream import (DELIVERY_TIMEOUT_S, Report, check_stream, confluent_reporter,
                                      kafka_python_reports, produce_when_room)
 from integration.pg_cluster import PgCluster, coordinator
@@ -121,6 +123,35 @@ def test_a_lone_broker_paused_past_its_lease_is_refused_even_though_no_one_took_
     stored = [r.value for r in cluster.read("alone", range(1))]
     assert stored == ([b"before", b"after"] if refused else [b"before", b"late", b"after"]), stored
     assert "the lease ran out" in cluster.brokers[1].log_tail(200)  # the control: it did lose its lease
+
+
+def test_a_partition_moved_to_a_joining_broker_is_not_read_from_its_previous_owner(cluster):
+    """The previous owner, paused while a new broker joins and takes a partition over and a record is written there,
+    does not answer a read it finds waiting when it wakes from the state it had: its view of the live brokers is too
+    old to serve reads by (and once renewed, it shows the partition moved)."""
+    cluster.start(2, config={"broker.session.timeout.ms": "15000"})  # the pause does not end the lease
+    topic = "handover"
+    with RawKafka(cluster.port(1)) as kafka:
+        assert kafka.create_topic(topic, 12) == ErrorCode.NONE
+    wait_until_served_by_leaders(cluster, topic, 12)
+    moving = next(p for p in range(12) if owner_of(f"{topic}-partition-{p}", [1, 2, 3]) == 3)
+    previous = owner_of(f"{topic}-partition-{moving}", [1, 2])
+    with RawKafka(cluster.port(previous)) as on_previous:
+        assert on_previous.produce(topic, moving, plain_batch([b"before"])).error_code == ErrorCode.NONE
+        cluster.pause(previous)
+        try:
+            cluster.add(3, config={"broker.session.timeout.ms": "15000"})
+            with RawKafka(cluster.port(3)) as on_new:
+                wait_for(lambda: on_new.produce(topic, moving, plain_batch([b"after"])).error_code == ErrorCode.NONE,
+                         "the joining broker to take the partition over and store a record")
+            # The control: the record is stored, after the one the previous owner holds.
+            assert [r.value for r in read_topic(cluster.port(3), topic, [moving])] == [b"before", b"after"]
+            waiting = on_previous.send(fetch_request([(topic, moving, 1)]))
+        finally:
+            cluster.resume(previous)
+        answer = on_previous.receive(waiting, FetchResponse, FETCH_VERSION).responses[0].partitions[0]
+    # Not "nothing after offset 1, the end is 1" from the state it had before the move.
+    assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER, answer
 
 
 @pytest.mark.slow

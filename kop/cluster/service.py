@@ -188,8 +188,11 @@ class ClusterService:
         return self._members
 
     async def _renew_loop(self) -> None:
+        first = True
         while True:
-            await asyncio.sleep(self._heartbeat)
+            if not first:  # at once when the broker starts serving: its view is as old as its loading
+                await asyncio.sleep(self._heartbeat)
+            first = False
             try:
                 started = time.monotonic()
                 if await self._membership.renew():
