@@ -215,6 +215,10 @@ class PartitionLog:
         if current is not None and current > producer_epoch:
             return _resolved(AppendResult(ErrorCode.INVALID_PRODUCER_EPOCH,
                                           message=f"marker epoch {producer_epoch} is older than {current}"))
+        if self.transactions.stale_coordinator(producer_id, coordinator_epoch):
+            return _resolved(AppendResult(ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                                          message=f"coordinator epoch {coordinator_epoch} is older than "
+                                                  f"{self.transactions.coordinator_epochs[producer_id]}"))
         base = self.ledger.written_end_index
         batch = build_control_batch(base_offset=base, producer_id=producer_id, producer_epoch=producer_epoch,
                                     commit=commit, coordinator_epoch=coordinator_epoch,
@@ -228,6 +232,7 @@ class PartitionLog:
         result = self._append(header, view, metadata, None, on_stored=lambda offset: self.transactions.on_marker(
             producer_id, offset, commit, self.high_watermark))
         self._markers_handed[producer_id] = self._markers_handed.get(producer_id, 0) + 1
+        self.transactions.on_coordinator(producer_id, coordinator_epoch)
         return result
 
     def markers_handed(self, producer_id: int) -> int:

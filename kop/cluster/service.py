@@ -1,8 +1,8 @@
 """Who serves what: one broker alone (the file engine), or a cluster of brokers on one PostgreSQL database.
 
-ClusterService runs two loops every `broker.heartbeat.interval.ms`. One renews this broker's lease and then reads
-the live brokers, and registers again under a new session when the lease had run out; it never waits for anything
-else, so a long CreateTopics or takeover cannot starve it. The other has the topic manager follow the stored topics
+ClusterService runs two loops every `broker.heartbeat.interval.ms`. One, from the moment the broker registers,
+renews its lease and then reads the live brokers, and registers again under a new session when the lease had run
+out; it never waits for anything else, so a long load, CreateTopics or takeover cannot starve it. The other has the topic manager follow the stored topics
 and the ownership the live brokers now give (kop/cluster/ownership.py), and the group and transaction coordinators
 their shards, after dropping every partition and shard it held when the lease had run out (another broker may have
 taken them meanwhile). Handlers ask it who leads a partition (Metadata) and answer NOT_LEADER_OR_FOLLOWER for
@@ -125,6 +125,8 @@ class ClusterService:
         """Register (NodeIdInUse, a StartupError, when another broker has this node id) and read the live brokers;
         before the topics load, so this broker opens only the partitions it owns."""
         session = await self._register()
+        # Renewed from now on, however long loading takes (a lease shorter than the load must not run out).
+        self._loops.append(asyncio.get_running_loop().create_task(self._renew_loop()))
         await self._takeover_grace()
         log.info("joined the cluster as node %d (session %d); live brokers: %s", self._me.node_id, session,
                  [m.node_id for m in self._members])
@@ -165,8 +167,7 @@ class ClusterService:
         await self._transactions.follow()
 
     def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._loops = [loop.create_task(self._renew_loop()), loop.create_task(self._follow_loop())]
+        self._loops.append(asyncio.get_running_loop().create_task(self._follow_loop()))
 
     def owns(self, topic: str, partition: int) -> bool:
         return self.leader(topic, partition) == self._me.node_id
@@ -188,11 +189,8 @@ class ClusterService:
         return self._members
 
     async def _renew_loop(self) -> None:
-        first = True
         while True:
-            if not first:  # at once when the broker starts serving: its view is as old as its loading
-                await asyncio.sleep(self._heartbeat)
-            first = False
+            await asyncio.sleep(self._heartbeat)
             try:
                 started = time.monotonic()
                 if await self._membership.renew():

@@ -432,6 +432,10 @@ class TransactionCoordinator:
                 message = None
             if error in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
                 return
+            if error == ErrorCode.TRANSACTION_COORDINATOR_FENCED:  # a later coordinator of the shard marked it
+                log.warning("transaction %s: a later coordinator has written markers on %s-%d: this one stops",
+                            meta.transactional_id, *tp)
+                return
             log.warning("transaction %s: %s marker on %s-%d failed (%s), retrying", meta.transactional_id,
                         "COMMIT" if commit else "ABORT", *tp, message or error.name)
             await asyncio.sleep(MARKER_RETRY_S)
