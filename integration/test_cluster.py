@@ -19,6 +19,7 @@ from integration.java_client import java_produce
 from integration.pg_cluster import PgCluster, coordinator
 from integration.test_groups_offsets import fetch_committed
 from integration.waiting import wait_for
+from kop.admin.client import AdminClient, topic_resource
 from kop.cluster.groups import shard_of
 from kop.cluster.ownership import owner_of
 from protocol.errors import ErrorCode
@@ -75,6 +76,28 @@ def test_three_brokers_share_the_partitions_and_send_clients_to_the_owner(cluste
     got = kp_consume_all(cluster.brokers[2].bootstrap, topic, 60)
     assert sorted(r.value for r in got) == sorted(b"v%d" % i for i in range(60))
     assert {r.partition for r in got} == set(range(count))
+
+
+def test_a_policy_set_through_one_broker_holds_on_every_broker_and_across_a_restart(cluster):
+    """Policies are in the database: a topic's deduplication switched off through broker 1's admin API is what broker
+    2, which owns some of its partitions, applies by its next heartbeat, and what it reads after a restart."""
+    cluster.start(2)
+    topic = "policed"
+    with RawKafka(cluster.port(1)) as kafka:
+        assert kafka.create_topic(topic, 4) == ErrorCode.NONE
+    assert set(wait_until_served_by_leaders(cluster, topic, 4).values()) == {1, 2}
+    applied = topic_resource(topic, "deduplicationEnabled")
+
+    def everywhere() -> set:
+        return {AdminClient(cluster.brokers[node].admin_url).get(applied, applied=True) for node in (1, 2)}
+    assert everywhere() == {True}  # the control: the broker default, before the change
+    AdminClient(cluster.brokers[1].admin_url).post(applied, False)
+    wait_for(lambda: everywhere() == {False}, "broker 2 to apply the policy set through broker 1")
+    cluster.brokers[2].restart()
+    cluster.wait_for_members({1, 2})
+    assert everywhere() == {False}
+    AdminClient(cluster.brokers[2].admin_url).delete(applied)
+    wait_for(lambda: everywhere() == {True}, "broker 1 to drop the policy removed through broker 2")
 
 
 @pytest.mark.slow

@@ -172,6 +172,8 @@ class Broker:
         if self._admin is not None:  # its probes answer while the topics load; the rest waits for them
             await _listen(self._admin.start(), self.config.admin_host, self.admin_port, "the admin API")
         await self.topics.open_storage()
+        if isinstance(self.topics.storage, PgTopicStorage):  # shared by the brokers of the database
+            await self.policies.share_through(self.topics.storage.store)
         self.cluster = self._cluster()
         await self.cluster.join()
         await self.topics.load_all(self.cluster.owns)

@@ -3,17 +3,17 @@
 ClusterService runs two loops every `broker.heartbeat.interval.ms`. One, from the moment the broker registers,
 renews its lease and then reads the live brokers, and registers again under a new session when the lease had run
 out; it never waits for anything else, so a long load, CreateTopics or takeover cannot starve it. The other has the topic manager follow the stored topics
-and the ownership the live brokers now give (kop/cluster/ownership.py), and the group and transaction coordinators
-their shards, after dropping every partition and shard it held when the lease had run out (another broker may have
+and the ownership the live brokers now give (kop/cluster/ownership.py), the policies another broker may have
+changed (kop/policies.py), and the group and transaction coordinators their shards, after dropping every partition and shard it held when the lease had run out (another broker may have
 taken them meanwhile). Handlers ask it who leads a partition (Metadata) and answer NOT_LEADER_OR_FOLLOWER for
 partitions another broker owns.
 
 Reads after a move. Writes are fenced in the database, reads are not: a broker that has not yet seen that a partition
 moved could serve a read the new owner's writes have made stale. So a broker serves reads only while its view of
-the live brokers is fresh (read less than two heartbeats ago, right after a renewal that succeeded), and a broker
-that joins while others are live waits that long before it takes any partition over: by then every earlier owner
-has either seen it join or stopped serving reads. Partitions move between live brokers only when one joins (a
-broker that leaves or dies gives its partitions up), so no other move needs the wait.
+the live brokers is fresh (read, right after a renewal that succeeded, less than three heartbeats ago and less than
+the lease), and a broker that joins while others are live waits that long before it takes any partition over: by
+then every earlier owner has either seen it join or stopped serving reads. Partitions move between live brokers only
+when one joins (a broker that leaves or dies gives its partitions up), so no other move needs the wait.
 """
 import asyncio
 import contextlib
@@ -108,7 +108,9 @@ class ClusterService:
         self._topics = topics
         self._me = me
         self._heartbeat = heartbeat_ms / 1000
-        self._fresh_for = 2 * self._heartbeat  # at most the lease (heartbeat <= lease / 2, config_checks)
+        # How old a view may be to serve reads by: a few heartbeats, so a slow renewal does not stop reads, and less
+        # than the lease, so a broker whose lease may have run out stops first.
+        self._fresh_for = min(3 * self._heartbeat, lease_ms / 1000 - self._heartbeat)
         self._fsync = fsync
         self._members: list[Member] = [me]
         self._owners: dict[tuple[str, int], int] = {}  # (topic, partition) -> its owner by `_owners_of`
@@ -231,6 +233,8 @@ class ClusterService:
         if not self.fresh:
             return  # the lease may be gone: ownership is followed again once it is renewed
         await self._topics.sync(await self._topics.storage.load_metadata())
+        if await self._topics.policies.reload():  # changed through another broker
+            await self._topics.apply_policies()
         if self._groups is not None:
             await self._groups.follow()
         if self._transactions is not None:

@@ -476,8 +476,9 @@ class TransactionCoordinator:
 
     def judges(self, transactional_id: str | None) -> bool:
         """Whether this broker judges a transactional batch itself (it coordinates the transactional id, or it is
-        the only broker); else its coordinator is asked (`verify_elsewhere`)."""
-        return not self._clustered or (transactional_id is not None and self._serves(transactional_id) is None)
+        the only broker, or the request names no id: then only a producer this broker coordinates may write it);
+        else its coordinator is asked (`verify_elsewhere`)."""
+        return not self._clustered or transactional_id is None or self._serves(transactional_id) is None
 
     def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
                partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
