@@ -6,6 +6,7 @@ import time
 
 import pytest
 from kafka.protocol.admin.transactions import DescribeTransactionsRequest, DescribeTransactionsResponse
+from kafka.protocol.consumer.group import OffsetFetchRequest, OffsetFetchResponse
 from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
@@ -58,6 +59,14 @@ def txn_state(port: int, transactional_id: str) -> str:
                             DescribeTransactionsResponse, 0)
     state = answer.transaction_states[0]
     return state.transaction_state if state.error_code == ErrorCode.NONE else ""
+
+
+def offset_fetch(kafka: RawKafka, group: str, topic: str, require_stable: bool) -> tuple[int, int]:
+    """OffsetFetch v7 of partition 0: (error code, committed offset)."""
+    request = OffsetFetchRequest[7](group_id=group, require_stable=require_stable, topics=[
+        OffsetFetchRequest.OffsetFetchRequestTopic(name=topic, partition_indexes=[0])])
+    answer = kafka.call(request, OffsetFetchResponse, 7).topics[0].partitions[0]
+    return answer.error_code, answer.committed_offset
 
 
 def stable_and_end(cluster: PgCluster, topic: str, partition: int) -> tuple[int, int]:
@@ -142,16 +151,29 @@ def test_a_transaction_over_every_brokers_partitions_commits_its_records_and_its
         assert answer.error_code == ErrorCode.NOT_COORDINATOR, answer
     producer = transactional_producer(cluster, transactional_id)
     member = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
-    try:
-        producer.begin_transaction()
-        committed = produce_everywhere(producer, topic, "c", 24)
-        producer.send_offsets_to_transaction([TopicPartition(topic, 0, 5)], member.consumer_group_metadata(), 30)
-        finish(producer, commit=True)
-        producer.begin_transaction()
-        aborted = produce_everywhere(producer, topic, "a", 12)
-        finish(producer, commit=False)
-    finally:
-        member.close()
+    with RawKafka(cluster.port(3)) as on_group_coordinator:
+        try:
+            producer.begin_transaction()
+            committed = produce_everywhere(producer, topic, "c", 24)
+            producer.send_offsets_to_transaction([TopicPartition(topic, 0, 5)], member.consumer_group_metadata(),
+                                                 30)
+            # The group's coordinator knows a transaction holds the offset, though another broker coordinates it
+            assert offset_fetch(on_group_coordinator, group, topic, require_stable=True)[0] == \
+                ErrorCode.UNSTABLE_OFFSET_COMMIT
+            finish(producer, commit=True)
+            wait_for(lambda: offset_fetch(on_group_coordinator, group, topic, require_stable=True) ==
+                     (ErrorCode.NONE, 5), "the committed transaction's offset, stable")
+            producer.begin_transaction()
+            aborted = produce_everywhere(producer, topic, "a", 12)
+            producer.send_offsets_to_transaction([TopicPartition(topic, 0, 9)], member.consumer_group_metadata(),
+                                                 30)
+            assert offset_fetch(on_group_coordinator, group, topic, require_stable=True)[0] == \
+                ErrorCode.UNSTABLE_OFFSET_COMMIT
+            finish(producer, commit=False)
+            wait_for(lambda: offset_fetch(on_group_coordinator, group, topic, require_stable=True) ==
+                     (ErrorCode.NONE, 5), "the aborted transaction's offset gone, the committed one stable")
+        finally:
+            member.close()
     seen = values(ck_read_to_end(cluster.bootstrap, topic, range(PARTITIONS)))
     assert sorted(seen) == sorted(committed), sorted(set(seen) ^ set(committed))[:5]
     stored = values(ck_read_to_end(cluster.bootstrap, topic, range(PARTITIONS), isolation=READ_UNCOMMITTED))

@@ -49,8 +49,8 @@ class Peers:
         if link is None or link.cluster.address != (host, port):
             if link is not None:
                 await link.close()
-            link = self._links[node] = RemoteLink(Cluster(f"broker-{node}", f"{host}:{port}"), "", TIMEOUT_S)
-            link.client_id = f"kop-broker-{self._me}"
+            link = self._links[node] = RemoteLink(Cluster(f"broker-{node}", f"{host}:{port}"), "", TIMEOUT_S,
+                                                  client_id=f"kop-broker-{self._me}", purpose="inter-broker link")
         try:
             return await link.send(request, response_class)
         except LinkError as exc:

@@ -135,20 +135,31 @@ class ViaPeers:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         return _only_error(p.error_code for m in answer.markers for t in m.topics for p in t.partitions)
 
-    async def commit_offset(self, group_id: str, tp: TopicPartition, pending: PendingOffset) -> ErrorCode:
+    async def commit_offset(self, group_id: str, tp: TopicPartition, pending: PendingOffset,
+                            producer_id: int) -> ErrorCode:
         Topic = CommitTxnOffsetsRequest.CommitTxnOffsetsTopic
-        request = CommitTxnOffsetsRequest[0](group_id=group_id, topics=[Topic(name=tp[0], partitions=[
-            Topic.CommitTxnOffsetsPartition(partition_index=tp[1], committed_offset=pending.offset,
-                                            committed_leader_epoch=pending.leader_epoch,
-                                            committed_metadata=pending.metadata,
-                                            commit_timestamp=pending.commit_ms)])])
+        return await self._to_group(group_id, CommitTxnOffsetsRequest[0](
+            group_id=group_id, producer_id=producer_id, committed=True, topics=[Topic(name=tp[0], partitions=[
+                Topic.CommitTxnOffsetsPartition(partition_index=tp[1], committed_offset=pending.offset,
+                                                committed_leader_epoch=pending.leader_epoch,
+                                                committed_metadata=pending.metadata,
+                                                commit_timestamp=pending.commit_ms)])]))
+
+    async def offsets_aborted(self, group_id: str, producer_id: int) -> ErrorCode:
+        return await self._to_group(group_id, CommitTxnOffsetsRequest[0](group_id=group_id, producer_id=producer_id,
+                                                                         committed=False, topics=[]))
+
+    async def _to_group(self, group_id: str, request: CommitTxnOffsetsRequest) -> ErrorCode:
         try:
             answer = await self._peers.call(self._leader(groups.SHARD_TOPIC, groups.shard_of(group_id)), request,
                                             CommitTxnOffsetsResponse)
         except PeerUnreachable as exc:
-            log.debug("offsets of group %s not sent: %s", group_id, exc)
+            log.debug("the end of a transaction not sent to the coordinator of group %s: %s", group_id, exc)
             return ErrorCode.NOT_COORDINATOR
-        return _only_error(p.error_code for t in answer.topics for p in t.partitions)
+        if answer.error_code:
+            return ErrorCode(answer.error_code)
+        return _only_error(p.error_code for t in answer.topics for p in t.partitions) if request.topics \
+            else ErrorCode.NONE
 
     async def txn_offset_commit(self, transactional_id: str, group_id: str, producer_id: int, producer_epoch: int,
                                 offsets: dict[TopicPartition, PendingOffset]) -> dict[TopicPartition, ErrorCode]:

@@ -173,18 +173,26 @@ async def commit_txn_offsets(ctx: RequestContext, request: CommitTxnOffsetsReque
     cls = CommitTxnOffsetsResponse[ctx.version]
     Topic = cls.CommitTxnOffsetsTopicResult
     allowed = ctx.authorized_on_cluster(Operation.CLUSTER_ACTION)
-    error = None if allowed else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    error = ctx.groups.check(request.group_id) if allowed else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    if error is not None:
+        return cls(throttle_time_ms=0, error_code=error, topics=[])
     topics = []
     for t in request.topics:
         partitions = []
         for p in t.partitions:
-            code = error or ctx.groups.check(request.group_id) or await ctx.groups.commit(
-                request.group_id, t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
-                p.committed_metadata, p.commit_timestamp, keep_newer=p.commit_timestamp >= 0)
+            code = await ctx.groups.commit(request.group_id, t.name, p.partition_index, p.committed_offset,
+                                           p.committed_leader_epoch, p.committed_metadata, p.commit_timestamp,
+                                           keep_newer=p.commit_timestamp >= 0)
             partitions.append(Topic.CommitTxnOffsetsPartitionResult(partition_index=p.partition_index,
                                                                     error_code=code))
         topics.append(Topic(name=t.name, partitions=partitions))
-    return cls(throttle_time_ms=0, topics=topics)
+    if request.committed:
+        ctx.transactions.transaction_ended(request.group_id, request.producer_id,
+                                           [(t.name, p.partition_index) for t in topics for p in t.partitions
+                                            if p.error_code == ErrorCode.NONE])
+    else:
+        ctx.transactions.transaction_ended(request.group_id, request.producer_id)
+    return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, topics=topics)
 
 
 ROUTES = [

@@ -52,7 +52,10 @@ class OtherBrokers(Protocol):
     async def write_marker(self, tp: TopicPartition, producer_id: int, producer_epoch: int, commit: bool,
                            coordinator_epoch: int) -> ErrorCode: ...
 
-    async def commit_offset(self, group_id: str, tp: TopicPartition, pending: PendingOffset) -> ErrorCode: ...
+    async def commit_offset(self, group_id: str, tp: TopicPartition, pending: PendingOffset,
+                            producer_id: int) -> ErrorCode: ...
+
+    async def offsets_aborted(self, group_id: str, producer_id: int) -> ErrorCode: ...
 
     async def txn_offset_commit(self, transactional_id: str, group_id: str, producer_id: int, producer_epoch: int,
                                 offsets: dict[TopicPartition, PendingOffset]) -> dict[TopicPartition, ErrorCode]: ...
@@ -90,6 +93,9 @@ class TransactionCoordinator:
         self._shard_of: Callable[[str], int] = lambda transactional_id: EVERY_ID
         self._serves: Callable[[str], ErrorCode | None] = lambda transactional_id: None
         self._others: OtherBrokers | None = None
+        # As a group's coordinator: the offsets of transactions other brokers coordinate, handed on to them and not
+        # ended yet, (group, topic, partition) -> producer ids (OffsetFetch require_stable waits for them)
+        self._handed_on: dict[tuple[str, str, int], set[int]] = {}
 
     # ---- lifecycle
 
@@ -325,8 +331,12 @@ class TransactionCoordinator:
             error = ErrorCode.INVALID_TXN_STATE
         if error == ErrorCode.NOT_COORDINATOR and self._others is not None and self.groups.check(group_id) is None:
             # The group's coordinator, not the transaction's: the offsets go to the transaction's coordinator.
-            return await self._others.txn_offset_commit(transactional_id, group_id, producer_id, producer_epoch,
-                                                        offsets)
+            handed = await self._others.txn_offset_commit(transactional_id, group_id, producer_id, producer_epoch,
+                                                          offsets)
+            for (topic, partition), code in handed.items():
+                if code == ErrorCode.NONE:
+                    self._handed_on.setdefault((group_id, topic, partition), set()).add(producer_id)
+            return handed
         if error is not None:
             return {tp: error for tp in offsets}
         results: dict[TopicPartition, ErrorCode] = {}
@@ -348,7 +358,18 @@ class TransactionCoordinator:
     def has_pending_offset(self, group_id: str, topic: str, partition: int) -> bool:
         """An open transaction holds an offset for this group partition (OffsetFetch require_stable waits)."""
         key = (group_id, topic, partition)
-        return any(key in meta.pending_offsets for meta in self.states.values())
+        return key in self._handed_on or any(key in meta.pending_offsets for meta in self.states.values())
+
+    def transaction_ended(self, group_id: str, producer_id: int,
+                          partitions: Iterable[TopicPartition] | None = None) -> None:
+        """A transaction another broker coordinates, whose offsets for this group were handed on, has ended: its
+        offsets of these partitions are committed (None: it aborted, none will come)."""
+        wanted = None if partitions is None else {(group_id, *tp) for tp in partitions}
+        for key in [k for k, producers in self._handed_on.items() if k[0] == group_id and producer_id in producers
+                    and (wanted is None or k in wanted)]:
+            self._handed_on[key].discard(producer_id)
+            if not self._handed_on[key]:
+                del self._handed_on[key]
 
     # ---- ending
 
@@ -400,6 +421,9 @@ class TransactionCoordinator:
                                for tp in sorted(meta.partitions)))
         for (group_id, topic, partition), pending in sorted(meta.pending_offsets.items()):
             await self._commit_offset(meta, group_id, topic, partition, pending)
+        if not commit:
+            for group_id in sorted(meta.groups):
+                await self._end_offsets(meta, group_id)
         done = _copy(meta, state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT, partitions=set(),
                      groups=set(), pending_offsets={}, start_ms=-1)
         while await self._transition(meta, done) != ErrorCode.NONE:
@@ -447,7 +471,7 @@ class TransactionCoordinator:
         one that ran while a plain commit or another transaction's landed, never moves an offset back."""
         while not self._closing:
             if self._others is not None and self.groups.check(group_id) == ErrorCode.NOT_COORDINATOR:
-                error = await self._others.commit_offset(group_id, (topic, partition), pending)
+                error = await self._others.commit_offset(group_id, (topic, partition), pending, meta.producer_id)
             else:
                 error = await self.groups.commit(group_id, topic, partition, pending.offset, pending.leader_epoch,
                                                  pending.metadata, pending.commit_ms,
@@ -456,6 +480,17 @@ class TransactionCoordinator:
                 return
             log.warning("transaction %s: offset of %s on %s-%d failed (%s), retrying", meta.transactional_id,
                         group_id, topic, partition, error.name)
+            await asyncio.sleep(MARKER_RETRY_S)
+
+    async def _end_offsets(self, meta: TxnMetadata, group_id: str) -> None:
+        """An aborted transaction's group coordinated elsewhere learns that its offsets will never come."""
+        while not self._closing and self._others is not None \
+                and self.groups.check(group_id) == ErrorCode.NOT_COORDINATOR:
+            error = await self._others.offsets_aborted(group_id, meta.producer_id)
+            if error == ErrorCode.NONE:
+                return
+            log.warning("transaction %s: the coordinator of group %s not told of the abort (%s), retrying",
+                        meta.transactional_id, group_id, error.name)
             await asyncio.sleep(MARKER_RETRY_S)
 
     # ---- the produce path
