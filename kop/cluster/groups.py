@@ -38,11 +38,13 @@ def shard_ledger(shard: int) -> str:
 
 class GroupShards:
     def __init__(self, storage: PgTopicStorage, topics: TopicManager, coordinator: GroupCoordinator,
-                 owns: Callable[[str, int], bool]) -> None:
-        """owns(topic, partition): whether this broker owns that partition now (the cluster's view)."""
+                 owns: Callable[[str, int], bool], fresh: Callable[[], bool] = lambda: True) -> None:
+        """owns(topic, partition): whether this broker owns that partition now (the cluster's view); fresh():
+        whether that view is recent enough to act on (a broker woken from a pause answers from an old one)."""
         self._store = storage.store
         self._coordinator = coordinator
         self._owns = owns
+        self._fresh = fresh
         self.epochs: dict[int, int] = {}  # shard -> this broker's coordinator epoch, for the shards it has loaded
         self.offsets = ClusterOffsetStore(storage.store, topics, storage, coordinator.config.offset_metadata_max_bytes,
                                           self.fence_of)
@@ -53,7 +55,7 @@ class GroupShards:
     def error_for(self, group_id: str) -> ErrorCode | None:
         """Why this broker may not serve the group now (None: it may)."""
         shard = shard_of(group_id)
-        if not self._owns(SHARD_TOPIC, shard):
+        if not self._owns(SHARD_TOPIC, shard) or not self._fresh():
             return ErrorCode.NOT_COORDINATOR
         if shard not in self.epochs:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS

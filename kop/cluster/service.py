@@ -158,7 +158,7 @@ class ClusterService:
         """Coordinate the groups of the `__consumer_offsets` shards this broker owns (kop/cluster/groups.py)."""
         storage = self._topics.storage
         assert isinstance(storage, PgTopicStorage)
-        self._groups = GroupShards(storage, self._topics, coordinator, self.owns)
+        self._groups = GroupShards(storage, self._topics, coordinator, self.owns, lambda: self.fresh)
         await self._groups.follow()
 
     async def serve_transactions(self, coordinator: TransactionCoordinator) -> None:
