@@ -16,7 +16,7 @@ from kop.admin.server import AdminServer
 from kop.byte_budget import ByteBudget
 from kop.cluster import Cluster, ClusterService, Member, SingleBroker
 from kop.compaction.cleaner import LogCleaner
-from kop.config import BrokerConfig, listener_specs, settings_not_default
+from kop.config import BrokerConfig, inter_broker_listener, listener_specs, settings_not_default
 from kop.connection import Connection
 from kop.data_dir import DataDirLock
 from kop.groups import GroupCoordinator
@@ -207,7 +207,7 @@ class Broker:
         if not isinstance(storage, PgTopicStorage):
             return SingleBroker(me)
         home = f"{socket.gethostname()}:{os.path.abspath(self.config.data_dir)}"
-        between = self.listeners[0]  # the listener brokers reach each other on
+        between = inter_broker_listener(self.config, self.listeners)
         return ClusterService(storage.store, self.topics, me, home, self.config.broker_session_timeout_ms,
                               self.config.broker_heartbeat_interval_ms, between.name,
                               not (between.tls or between.sasl), self.config.fsync)

@@ -1,10 +1,12 @@
 """Requests from this broker to another broker of its cluster (transaction markers, verifications, a transaction's
-offsets): one pipelined connection per peer, to the peer's endpoint on the inter-broker listener (this broker's
-first listener, by name: the brokers of a cluster share their listener names). A connection that breaks fails its
-requests in flight (the caller retries) and the next request connects again, to wherever the peer is now.
+offsets): one pipelined connection per peer, to the peer's endpoint on the inter-broker listener
+(`inter.broker.listener.name`, else the first listener; by name: the brokers of a cluster share their listener
+names). A connection that breaks fails its requests in flight (the caller retries) and the next request connects
+again, to wherever the peer is now.
 
-The connection is a plain Kafka one, without TLS or SASL: a cluster whose first listener is secured cannot send
-these requests yet (the request fails with that reason, and the log says so once per peer)."""
+The connection is a plain Kafka one, without TLS or SASL: the inter-broker listener must be PLAINTEXT (an internal
+one beside the secured listeners clients use). On a secured one these requests fail with that reason, and the log
+says so once per peer."""
 import logging
 from collections.abc import Callable
 
@@ -38,7 +40,8 @@ class Peers:
             if node not in self._warned:
                 self._warned.add(node)
                 log.error("cannot send broker %d inter-broker requests: listener %s is secured (TLS or SASL), which "
-                          "they do not speak yet", node, self._listener)
+                          "they do not speak yet: set inter.broker.listener.name to a PLAINTEXT listener", node,
+                          self._listener)
             raise PeerUnreachable(f"listener {self._listener} is secured")
         member = next((m for m in self._members() if m.node_id == node), None)
         address = member.endpoints.get(self._listener) if member is not None else None
