@@ -70,16 +70,16 @@ class PgCluster:
         self.wait_for_members(set(self.brokers))
         return self
 
-    def add(self, node: int, config: dict[str, str] | None = None) -> BrokerProcess:
-        """Start broker `node` (it joins the running ones). With `cuts`, clients reach it through a FaultProxy of
-        its own, which it advertises (tests still reach it directly on `port(node)`)."""
+    def add(self, node: int, config: dict[str, str] | None = None, port: int = 0) -> BrokerProcess:
+        """Start broker `node` (it joins the running ones), on `port` (0: a free one). With `cuts`, clients reach it
+        through a FaultProxy of its own, which it advertises (tests still reach it directly on `port(node)`)."""
         config = {"node.id": str(node), **LEASE, **(config or {})}
         proxy = None
         if self.cuts is not None:
             proxy = self.proxies[node] = FaultProxy(policy=self.cuts).start()
             config["advertised.port"] = str(proxy.port)
-        proc = BrokerProcess(os.path.join(self.root, f"node{node}"), config=config, options=("--storage", self.url),
-                             admin_port=0)
+        proc = BrokerProcess(os.path.join(self.root, f"node{node}"), port=port, config=config,
+                             options=("--storage", self.url), admin_port=0)
         self.brokers[node] = proc.start()
         if proxy is not None:
             proxy.upstream_port = proc.port  # kept across restarts: the broker listens on the same port again

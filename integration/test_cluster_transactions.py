@@ -10,7 +10,8 @@ from kafka.protocol.consumer.group import OffsetFetchRequest, OffsetFetchRespons
 from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
-from integration.idem_raw import LATEST, LIST_OFFSETS_VERSION, RawKafka
+from integration.broker_process import free_port
+from integration.idem_raw import LATEST, LIST_OFFSETS_VERSION, RawKafka, read_topic
 from integration.pg_cluster import PgCluster
 from integration.test_cluster import wait_until_served_by_leaders
 from integration.test_groups_offsets import fetch_committed
@@ -244,3 +245,35 @@ def test_kill_of_the_transaction_coordinator_mid_commit_completes_the_commit_on_
     finish(producer, commit=True)
     seen = values(ck_read_to_end(cluster.bootstrap, topic, range(PARTITIONS)))
     assert sorted(seen) == sorted(committed + later)
+
+
+@pytest.mark.slow
+def test_brokers_send_each_other_markers_on_the_listener_named_for_it(cluster):
+    """Each broker's first listener advertises an address nobody listens on (as a client listener behind a load
+    balancer the brokers cannot reach would); inter.broker.listener.name names the second one, which the markers of
+    a transaction over every broker's partitions go through."""
+    internal = {}
+    for node in NODES:
+        external, internal[node] = free_port(), free_port()
+        cluster.add(node, {
+            "listeners": f"EXTERNAL://127.0.0.1:{external},INTERNAL://127.0.0.1:{internal[node]}",
+            "advertised.listeners": f"EXTERNAL://127.0.0.1:{free_port()},INTERNAL://127.0.0.1:{internal[node]}",
+            "listener.security.protocol.map": "EXTERNAL:PLAINTEXT,INTERNAL:PLAINTEXT",
+            "inter.broker.listener.name": "INTERNAL"}, port=external)
+    cluster.wait_for_members(set(NODES))
+    topic = "txn-internal"
+    spread_topic(cluster, topic)
+    transactional_id = named("internal", 1, txn_coordinator)
+    from confluent_kafka import Producer
+    producer = Producer({"bootstrap.servers": ",".join(f"127.0.0.1:{port}" for port in internal.values()),
+                         "transactional.id": transactional_id})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    committed = produce_everywhere(producer, topic, "c", 12)
+    finish(producer, commit=True)
+    assert_nothing_hangs(cluster, topic)  # every marker written
+    links = cluster.brokers[1].log_tail(400)
+    assert f"inter-broker link to broker-2 at 127.0.0.1:{internal[2]} connected" in links, links[-2000:]
+    stored = [r.value for p in range(PARTITIONS) for r in read_topic(cluster.port(cluster.serving(topic, p)), topic,
+                                                                     [p])]
+    assert set(committed) <= set(stored)
