@@ -122,6 +122,7 @@ class ClusterService:
         self._transactions: TxnShards | None = None
         self.peers = Peers(me.node_id, listener, plaintext, self.members)
         self._lease_lost = False  # since the last follow: what this broker holds may have been taken
+        self._moved = asyncio.Event()  # the live brokers changed since the last follow
 
     async def join(self) -> None:
         """Register (NodeIdInUse, a StartupError, when another broker has this node id) and read the live brokers;
@@ -199,12 +200,14 @@ class ClusterService:
                     members = await self._membership.live()
                     if [m.node_id for m in members] != [m.node_id for m in self._members]:
                         log.info("live brokers now %s", [m.node_id for m in members])
+                        self._moved.set()  # partitions moved: followed now, not at the next beat
                     self._members, self._viewed_at = members, started
                 else:
                     log.error("node %d: the lease ran out (paused or cut off for longer than "
                               "broker.session.timeout.ms); dropping every partition and joining again",
                               self._me.node_id)
                     self._lease_lost = True
+                    self._moved.set()
                     await self._register()
             except NodeIdInUse as exc:
                 log.error("%s", exc)
@@ -213,7 +216,9 @@ class ClusterService:
 
     async def _follow_loop(self) -> None:
         while True:
-            await asyncio.sleep(self._heartbeat)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._moved.wait(), self._heartbeat)
+            self._moved.clear()
             try:
                 await self.follow()
             except Exception:  # noqa: BLE001 - the database unreachable: try again at the next beat
