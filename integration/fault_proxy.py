@@ -7,11 +7,15 @@ order, so responses are matched to requests first-in first-out (and the correlat
 against that order: a mismatch is counted as an order violation, a broker bug).
 
 The fault: when a request picked by the CutPolicy (Produce requests by default, or requests of any API) has been
-forwarded and its response arrives, the response is dropped and both sockets of that connection are closed. Responses of requests pipelined behind it are lost too,
-as they would be on a real dropped connection. Produce requests with acks=0 get no response and are never picked.
+forwarded and its response arrives, the response is dropped and both sockets of that connection are closed.
+Responses of requests pipelined behind it are lost too, as they would be on a real dropped connection. Produce
+requests with acks=0 get no response and are never picked.
 `hold_responses(True)` keeps every response from reaching its client until released; `drop_held()` then closes the
 connections holding one, as a broker killed with its answers unsent would: the batches are stored and the clients
-never heard so (a kill between the fsync and the ack, made certain).
+never heard so (a kill between the fsync and the ack, made certain). `delay_produce(True)` holds Produce requests
+back instead, as a network that stalls: the connection that sent one hears nothing more (what follows the request on
+it is dropped) until its client gives up on it; `deliver_delayed()` hands the held requests to the broker later, as
+the network finally would, and returns the broker's answers.
 
 Everything runs on an asyncio loop in one background thread; `start()` and `stop()` are bounded in time.
 """
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 
+from integration.idem_raw import RawKafka
 from protocol.errors import ErrorCode
 from protocol.records import split_batches
 
@@ -189,6 +194,8 @@ class FaultProxy:
         self._holding: set[asyncio.Task] = set()  # connections (their handler tasks) holding a response
         self._handlers: set[asyncio.Task] = set()
         self._error: BaseException | None = None
+        self._delaying = False
+        self._delayed: list[tuple[_RequestInfo, bytes]] = []  # Produce requests held back, in arrival order
 
     @property
     def bootstrap(self) -> str:
@@ -228,6 +235,30 @@ class FaultProxy:
         self._loop.call_soon_threadsafe(cut)
         if not done.wait(5):
             raise RuntimeError("the proxy did not drop its held responses")
+
+    def delay_produce(self, delay: bool) -> None:
+        """Hold every Produce request from now on instead of forwarding it (True), or forward them again (False)."""
+        with self._lock:
+            self._delaying = delay
+
+    def delayed_requests(self) -> int:
+        """Produce requests held back and not delivered yet."""
+        with self._lock:
+            return len(self._delayed)
+
+    def deliver_delayed(self, timeout: float = 10.0) -> list[tuple[str, int, int]]:
+        """Stop holding Produce requests and send the held ones to the broker now, one after the other on a
+        connection of their own; (topic, partition, error code) of each partition the broker answered."""
+        with self._lock:
+            self._delaying = False
+            delayed, self._delayed = self._delayed, []
+        answers = []
+        with RawKafka(self.upstream_port, timeout=timeout) as kafka:
+            for info, frame in delayed:
+                kafka.send_frame(frame)
+                response = kafka.receive(info.correlation_id, ProduceResponse, info.api_version)
+                answers += [(t.name, p.index, p.error_code) for t in response.responses for p in t.partition_responses]
+        return answers
 
     def held_responses(self) -> int:
         """Produce responses the broker has sent that the proxy holds back now."""
@@ -330,6 +361,14 @@ class FaultProxy:
                 return
             info = parse_request_header(frame[4:])
             cut = False
+            with self._lock:
+                delayed = self._delaying and info.api_key == PRODUCE and info.expects_response
+                if delayed:
+                    self._delayed.append((info, frame))
+            if delayed:  # the connection stalls: nothing more reaches the broker, nor any answer the client
+                while await _read_frame(reader) is not None:
+                    pass
+                return
             with self._lock:
                 self._requests += 1
                 self._produce_requests += info.api_key == PRODUCE and info.expects_response

@@ -86,6 +86,10 @@ class RawKafka:
         self._sock.sendall(request.encode(header=True, framed=True))
         return self._correlation_id
 
+    def send_frame(self, frame: bytes) -> None:
+        """Send a request someone else encoded, whole: size prefix, header (its own correlation id) and body."""
+        self._sock.sendall(frame)
+
     def receive(self, correlation_id: int, response_cls, version: int):
         """The next response, which must answer `correlation_id` (a broker answers in request order)."""
         size = struct.unpack(">i", self._recv_exact(4))[0]

@@ -222,7 +222,8 @@ def java_spark_sink_retry(bootstrap: str, topic: str, *, tasks: int, rows: int, 
 
 def java_transactions(bootstrap: str, mode: str, *, timeout: float = 120, **options: Any) -> dict[str, Any]:
     """The Java client's transactional producer (KopTransactions.java): mode "commit-abort" (topic, transactional_id,
-    count), "timeout" (topic, transactional_id, count, transaction_timeout_ms) or "copy", the
+    count), "timeout" (topic, transactional_id, count, transaction_timeout_ms), "spread" (transactional_id, topics as
+    "name:partitions,...": an aborted and a committed transaction over all of them) or "copy", the
     consume-transform-produce loop (input, output, group, count, batch); returns its summary."""
     args = ["--mode", mode]
     for name, value in options.items():

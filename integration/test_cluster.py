@@ -21,6 +21,7 @@ from integration.test_groups_offsets import fetch_committed
 from integration.waiting import wait_for
 from kop.admin.client import AdminClient, topic_resource
 from kop.cluster.groups import shard_of
+from kop.admin.client import AdminClient, AdminError, group_resource
 from kop.cluster.ownership import owner_of
 from protocol.errors import ErrorCode
 
@@ -426,3 +427,32 @@ def run_the_four_clients_through_kills(cluster: PgCluster) -> None:
         assert check.lost == 0 and check.foreign == 0 and check.duplicated == 0, check.summary()
         assert check.out_of_order == 0 and check.holes == 0 and check.offset_mismatches == 0, check.summary()
         assert check.failed == 0 and check.stored == len(sent[topic]), check.summary()
+
+
+def test_a_groups_replicated_flag_is_set_by_its_coordinator_and_goes_with_the_group(cluster):
+    """PIP-33 on PostgreSQL: the coordinators' store carries a group's replicated flag in its cursor rows. Only the
+    group's coordinator sets it (another broker answers 409), and the broker that takes the group over after a kill
+    knows it, from the rows and from the flag's record."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+    cluster.start(2)
+    with RawKafka(cluster.port(1)) as kafka:
+        assert kafka.create_topic("flagged", 1) == ErrorCode.NONE
+    wait_until_served_by_leaders(cluster, "flagged", 1)
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id="flag-app", enable_auto_commit=False)
+    consumer.commit({TopicPartition("flagged", 0): OffsetAndMetadata(0, "", -1)})
+    consumer.close()
+    owner = wait_for(lambda: next((c for n in cluster.running() if (c := coordinator(cluster.port(n), "flag-app"))
+                                   in (1, 2)), None), "the group's coordinator")
+    other = 3 - owner
+    path = group_resource("flag-app", "replicated")
+    with pytest.raises(AdminError) as refused:
+        AdminClient(cluster.brokers[other].admin_url).post(path, True)
+    assert refused.value.status == 409, refused.value
+    changed = AdminClient(cluster.brokers[owner].admin_url).post(path, True)
+    assert changed["partitionsChanged"] == 1
+    assert AdminClient(cluster.brokers[owner].admin_url).get(path) is True
+    assert AdminClient(cluster.brokers[other].admin_url).get(path) is False  # control: only its coordinator knows
+    cluster.brokers[owner].kill()
+    assert wait_for(lambda: AdminClient(cluster.brokers[other].admin_url).get(path) is True,
+                    "the new coordinator to know the group's flag", 30)

@@ -1,12 +1,14 @@
 """Transactions with kafka-python's and aiokafka's transactional producers and their read_committed and
 read_uncommitted consumers: commit, abort, several partitions and topics in one transaction, offsets sent to a
 transaction (committed with it, gone with an abort), a zombie fenced by a second producer with the same
-transactional id, and a transaction aborted by the coordinator past its timeout."""
+transactional id, a transaction aborted by the coordinator past its timeout, and (kafka-python, through the fault
+proxy) a Produce request the network delivers after its transaction was aborted."""
 import asyncio
 import time
 
 import pytest
 
+from integration.fault_proxy import FaultProxy
 from integration.idem_raw import RawKafka
 from integration.test_transactions import wait_lso
 from integration.txn_clients import READ_COMMITTED, READ_UNCOMMITTED, ck_read_to_end, values
@@ -219,6 +221,47 @@ def test_kafka_python_transaction_past_its_timeout_is_aborted_and_its_producer_f
     assert fenced in ("ProducerFencedError", "InvalidProducerEpochError"), fenced
     assert ck_read_to_end(broker.bootstrap, "kp-slow") == []
     assert values(ck_read_to_end(broker.bootstrap, "kp-slow", isolation=READ_UNCOMMITTED)) == [b"late0", b"late1"]
+
+
+@pytest.mark.slow  # ~6 s: the client's delivery timeout, then two reads
+def test_kafka_python_produce_delayed_past_its_aborted_transaction_is_refused_and_hangs_nothing(broker_factory):
+    """The hanging transaction Kafka needed KIP-890 for, with a real client through the proxy: the network holds
+    the producer's Produce request (and its retries) until the client gives the batch up and aborts the transaction,
+    then delivers them, same producer epoch, a sequence never stored. Stored, they would open a transaction no one
+    ends and hold the last stable offset for ever; kop refuses them (INVALID_TXN_STATE), and the producer's next
+    transaction commits. (kafka-python 3.0.12's sender logs an IllegalStateError when the batch expires: it tries to
+    reset a transactional producer's id, which it then refuses itself; the abort goes on regardless.)"""
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaTimeoutError
+    with FaultProxy() as proxy:
+        broker = broker_factory({"advertised.port": str(proxy.port)})
+        proxy.upstream_port = broker.port
+        with RawKafka(broker.port) as kafka:
+            assert kafka.create_topic("kp-delayed") == ErrorCode.NONE
+        producer = KafkaProducer(bootstrap_servers=proxy.bootstrap, transactional_id="kp-delayed", linger_ms=0,
+                                 request_timeout_ms=1000, delivery_timeout_ms=3000, retry_backoff_ms=50)
+        try:
+            producer.init_transactions()
+            producer.begin_transaction()
+            proxy.delay_produce(True)
+            held = producer.send("kp-delayed", b"held", partition=0)
+            with pytest.raises(KafkaTimeoutError):  # the client gave the batch up: the control that it was held
+                held.get(timeout=30)
+            producer.abort_transaction()
+            wait_lso(broker, "kp-delayed", 1)  # the ABORT marker alone
+            assert proxy.delayed_requests() >= 1
+            late = proxy.deliver_delayed()
+            assert late and {code for _, _, code in late} == {ErrorCode.INVALID_TXN_STATE}, late
+            with RawKafka(broker.port) as kafka:  # nothing stored after the marker, nothing left open
+                assert kafka.end_offsets("kp-delayed", [0]) == kafka.end_offsets("kp-delayed", [0], committed=True) \
+                    == {0: 1}
+            producer.begin_transaction()
+            producer.send("kp-delayed", b"after", partition=0)
+            producer.commit_transaction()
+        finally:
+            producer.close(timeout=5)
+        assert values(ck_read_to_end(broker.bootstrap, "kp-delayed")) == [b"after"]  # the broker advertises the proxy
+        assert values(ck_read_to_end(broker.bootstrap, "kp-delayed", isolation=READ_UNCOMMITTED)) == [b"after"]
 
 
 def _committed_offset(broker, group: str, topic: str) -> int:

@@ -1,12 +1,15 @@
-"""The Java client's transactional producer against kop: commit, abort, a zombie fenced and a transaction aborted
-past its timeout; its read_committed consumer over aborted and open transactions; and the consume-transform-produce
-loop with sendOffsetsToTransaction, read back read_committed (through faults: in test_transactions_loop.py)."""
+"""The Java client's transactional producer against kop: commit, abort, a zombie fenced, a transaction over several
+partitions and topics, and a transaction aborted past its timeout; its read_committed consumer over aborted and open
+transactions; and the consume-transform-produce loop with sendOffsetsToTransaction, read back read_committed (through
+faults: in test_transactions_loop.py)."""
 
 import pytest
 from confluent_kafka import Producer
 
+from integration.idem_raw import RawKafka
 from integration.java_client import java_available, java_read_to_end, java_transactions, java_unavailable_reason
 from integration.txn_clients import READ_COMMITTED, READ_UNCOMMITTED, ck_open_transaction, ck_read_to_end, values
+from protocol.errors import ErrorCode
 
 pytestmark = pytest.mark.skipif(not java_available(), reason=java_unavailable_reason())
 
@@ -19,6 +22,26 @@ def test_java_commits_aborts_and_is_fenced_by_a_second_producer(broker):
     assert values(ck_read_to_end(broker.bootstrap, "java-txn")) == committed
     assert values(ck_read_to_end(broker.bootstrap, "java-txn", isolation=READ_UNCOMMITTED)) == \
         committed + [b"a-%d" % i for i in range(5)]
+
+
+@pytest.mark.slow  # 5-10 s: a JVM and four reads; make test keeps the Java client's other transaction tests
+def test_java_transaction_spans_partitions_and_topics(broker):
+    topics = {"java-spread-a": 3, "java-spread-b": 2}
+    with RawKafka(broker.port) as kafka:
+        for topic, count in topics.items():
+            assert kafka.create_topic(topic, partitions=count) == ErrorCode.NONE
+    summary = java_transactions(broker.bootstrap, "spread", transactional_id="java-spread",
+                                topics=",".join(f"{topic}:{count}" for topic, count in topics.items()))
+    assert summary["records"] == 5
+    for topic, count in topics.items():  # read by librdkafka: the Java consumer's side is tested above
+        partitions = tuple(range(count))
+        assert sorted(ck_read_to_end(broker.bootstrap, topic, partitions)) == \
+            [(p, 2, f"c-{topic}-{p}".encode()) for p in partitions]  # after its aborted record and the ABORT marker
+        assert sorted(ck_read_to_end(broker.bootstrap, topic, partitions, isolation=READ_UNCOMMITTED)) == \
+            sorted([(p, 0, f"a-{topic}-{p}".encode()) for p in partitions] +
+                   [(p, 2, f"c-{topic}-{p}".encode()) for p in partitions])
+        with RawKafka(broker.port) as kafka:  # each partition's transactions ended: the COMMIT marker is the last
+            assert kafka.end_offsets(topic, partitions, committed=True) == {p: 4 for p in partitions}
 
 
 def test_java_consume_transform_produce_copies_each_record_once_with_its_offsets(broker):

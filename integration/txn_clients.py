@@ -1,5 +1,6 @@
 """Helpers for transaction tests: reading a topic to its end as a read_committed or read_uncommitted consumer,
 and the raw transactional requests a test sends when it must control every field."""
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -10,6 +11,7 @@ from kafka.protocol.producer.transaction import (AddPartitionsToTxnRequest, AddP
 from integration.idem_raw import RawKafka
 from protocol.errors import ErrorCode
 
+log = logging.getLogger(__name__)
 READ_COMMITTED, READ_UNCOMMITTED = "read_committed", "read_uncommitted"
 
 
@@ -180,6 +182,8 @@ def _ck_retry(call, again, attempts: int = 10) -> None:
         except KafkaException as failed:
             if not again(failed.args[0]) or attempt == attempts - 1:
                 raise
+            log.warning("transactional call failed (attempt %d of %d), again: %s", attempt + 1, attempts,
+                        failed.args[0])
             time.sleep(0.2)
 
 

@@ -19,9 +19,10 @@ from kop.compaction.cleaner import LogCleaner
 from kop.config import BrokerConfig, inter_broker_listener, listener_specs, settings_not_default
 from kop.connection import Connection
 from kop.data_dir import DataDirLock
+from kop.fetch_sessions import FetchSessionCache
 from kop.groups import GroupCoordinator
 from kop.policies import PolicyBook
-from kop.producer_ids import ProducerIdAllocator
+from kop.producer_ids import ProducerIdAllocator, cluster_tag
 from kop.replication.clusters import ClusterRegistry
 from kop.replication.service import ReplicationService
 from kop.security.acls import Authorizer
@@ -61,6 +62,7 @@ class Broker:
         self.users = UserStore(config.data_dir, durable=config.fsync)
         self.quota_book = QuotaBook(config.data_dir, durable=config.fsync)
         self.quota_meter = QuotaMeter(self.quota_book)
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         self.authorizer = Authorizer(config.data_dir, config.super_users, config.allow_everyone_if_no_acl_found,
                                      config.authorizer_enabled, durable=config.fsync)
         self.producer_ids: ProducerIdAllocator | None = None
@@ -177,7 +179,8 @@ class Broker:
         self.cluster = self._cluster()
         await self.cluster.join()
         await self.topics.load_all(self.cluster.owns)
-        self.producer_ids = ProducerIdAllocator(self.topics.storage.producer_id_blocks())
+        self.producer_ids = ProducerIdAllocator(self.topics.storage.producer_id_blocks(),
+                                                cluster_tag(self.config.cluster_name))
         await self.cluster.serve_groups(self.groups)
         await self.groups.start()  # needs the topics: groups are found from their partitions' cursors
         self.transactions = TransactionCoordinator(self.config, self.topics, self.groups, self.producer_ids)

@@ -20,12 +20,13 @@ from dedup.named_sequences import RecordsDecision
 from kop.compaction.stats import CleanerStats
 from kop.dedup_storage import LedgerDedupStorage
 from kop.sequence_filter import Answer, SequenceFilter, Store
+from kop.producer_ids import SharedProducerIds
 from kop.ledger import Entry, LedgerClosedError, LedgerWriteError, ManagedLedger, ManagedLedgerError, Position
 from kop.transactions.partition_index import IndexSnapshots, PartitionTransactions
 from protocol.errors import ErrorCode
 from protocol.records import (BatchHeader, RecordBatchError, WalkedRecords, assign_offsets, build_control_batch,
-                              build_marker_batch, clear_transactional, set_log_append_time, split_batches,
-                              validate_batch)
+                              build_marker_batch, clear_transactional, keep_records, set_log_append_time,
+                              split_batches, validate_batch)
 from protocol.sequence_headers import SEQUENCE_HEADER_KEYS
 from proto.kop_pb2 import MarkerType, MessageMetadata
 
@@ -120,6 +121,8 @@ class PartitionLog:
         # refused): its later batches wait behind it, in order
         self.verifying: dict[int, asyncio.Future] = {}
         self.marker_listener: MarkerListener | None = None
+        # Producer ids that mean the same producer in the clusters this one replicates with (kop/producer_ids.py)
+        self.shared_producer_ids = SharedProducerIds()
         self._waiters: list[asyncio.Future] = []
         ledger.add_confirm_listener(self._wake_waiters)
         ledger.add_failure_listener(self._on_ledger_failure)
@@ -183,7 +186,7 @@ class PartitionLog:
                 return self._publish_named(header, view, records, None, client)
             return self._append(header, view, MessageMetadata(), None)
         decision = self.producers.check(header.producer_id, header.producer_epoch, header.base_sequence,
-                                        header.last_offset_delta)
+                                        header.last_offset_delta, self.shared_producer_ids.shared(header.producer_id))
         decisions = self.dedup_decisions
         if isinstance(decision, Accept):
             if named:
@@ -248,6 +251,12 @@ class PartitionLog:
         apart (producer ids and names are cluster-local). Its records' application-chosen sequence ids are judged as
         a producer's here are: a producer that failed over and wrote some of them here before they were replicated
         has them dropped from the entry (leaving holes in its offsets), and is deduplicated by them here afterwards.
+        An entry of a Kafka idempotent producer whose id is shared by the clusters (a producer that may move between
+        them keeping its id) is also judged as that producer's batch here (Pulsar's dedup V1, by the original
+        producer's identity): found among its latest batches here (it failed over and wrote it here first), its
+        records are dropped (an empty batch records the source position); otherwise it becomes the producer's
+        batch here, so its resends here are duplicates. Anything else Kafka's rules would refuse (an older epoch, a
+        sequence already passed) is stored as it is: replicated records are never lost to a guess.
         Resolves to an AppendResult (`duplicate` when it was stored before)."""
         if self.dedup.awaiting_recovery:  # judged against part of the state, a resend would be stored again
             self.dedup.retry_recovery()
@@ -279,6 +288,8 @@ class PartitionLog:
             header, view, named = step.header, step.view, step.decision
             for core_name, sequence_id in named.highest.items():
                 metadata.named_sequences.add(name=core_name, sequence_id=sequence_id)
+        if named is None and self._judged_as_its_producer(source, header):
+            return self._publish_as_producer(header, view, metadata, name, key)
         self.dedup.push(name, key)
         if not source.HasField("marker_type"):
             return self._append(header, view, metadata, None, named, replicated=(name, key))
@@ -286,6 +297,35 @@ class PartitionLog:
         batch = bytes(view)
         result.add_done_callback(lambda done: self._on_marker_stored(metadata, batch, done.result()))
         return result
+
+    def _judged_as_its_producer(self, source: MessageMetadata, header: BatchHeader) -> bool:
+        return (self.dedup.is_enabled and header.producer_id >= 0 and not source.is_transactional
+                and not source.HasField("marker_type") and self.shared_producer_ids.shared(header.producer_id))
+
+    def _publish_as_producer(self, header: BatchHeader, view: memoryview, metadata: MessageMetadata,
+                             name: str, key: int) -> asyncio.Future:
+        """Dedup V1: a replicated batch judged as its producer's batch here, its source position kept as a name of
+        the entry (replayed with it)."""
+        source_position = named_sequences.RecordsDecision(highest={name: key})
+        decision = self.producers.check(header.producer_id, header.producer_epoch, header.base_sequence,
+                                        header.last_offset_delta)
+        if isinstance(decision, Accept):
+            kafka = _kafka_metadata(header, decision)
+            metadata.producer_name, metadata.producer_id, metadata.producer_epoch = \
+                kafka.producer_name, kafka.producer_id, kafka.producer_epoch
+            metadata.sequence_id, metadata.highest_sequence_id = kafka.sequence_id, kafka.highest_sequence_id
+            metadata.named_sequences.add(name=name, sequence_id=key)
+            return self._append(header, view, metadata, decision, source_position)
+        if isinstance(decision, (WaitFor, DecideAgain)):  # the producer's own write of it may be in flight here
+            return _resolved(AppendResult(ErrorCode.REQUEST_TIMED_OUT,
+                                          message="a write of the same producer is in flight here, retry"))
+        metadata.producer_name, metadata.sequence_id, metadata.highest_sequence_id = "", 0, 0
+        metadata.named_sequences.add(name=name, sequence_id=key)
+        if isinstance(decision, Duplicate):  # written here by the producer itself: the records go, the offsets stay
+            self.dedup_decisions.duplicate += 1
+            empty = keep_records(header, b"", [], header.max_timestamp)
+            header, view = split_batches(empty)[0]
+        return self._append(header, view, metadata, None, source_position)
 
     def _judge_replicated_records(self, header: BatchHeader, view: memoryview) -> Store | Answer:
         """A replicated batch's records, judged by their sequence-id headers. All of them already here still leave

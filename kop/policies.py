@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 RECORD_KINDS = {"namespace": "policy-namespace", "topic": "policy-topic"}  # in the database's record store
 
 FIELDS = ("deduplication_enabled", "deduplication_snapshot_interval_seconds", "replication_clusters",
-          "replicated_subscriptions")
+          "replicated_subscriptions", "message_ttl_seconds")
 LIST_FIELDS = frozenset({"replication_clusters"})  # ClusterList messages, set and read as tuples of names
 
 
@@ -28,6 +28,7 @@ class ResolvedPolicies:
     deduplication_snapshot_interval_seconds: int
     replication_clusters: tuple[str, ...] = ()  # the clusters the topic lives in (this one among them, or not)
     replicated_subscriptions: bool = False  # every group's position is replicated (PIP-33)
+    message_ttl_seconds: int = 0  # a replicator does not send records older than this (0: never)
 
 
 class PolicyBook:
@@ -129,7 +130,8 @@ class PolicyBook:
     def resolve(self, topic: str) -> ResolvedPolicies:
         levels = [self.topics.get(self.topic_key(topic)), self.namespaces.get(self.config.namespace.strip("/"))]
         broker = ResolvedPolicies(self.config.broker_deduplication_enabled,
-                                  self.config.broker_deduplication_snapshot_interval_seconds)
+                                  self.config.broker_deduplication_snapshot_interval_seconds,
+                                  message_ttl_seconds=self.config.ttl_duration_default_in_seconds)
         values = {}
         for field in FIELDS:
             values[field] = getattr(broker, field)

@@ -17,7 +17,7 @@ from pathlib import Path
 from kafka.protocol.api_key import ApiKey
 
 from kop.config import BrokerConfig, setting_key
-from kop.config_checks import INT32_MAX, INT64_MAX, HostName, Matches, Range
+from kop.config_checks import INT32_MAX, INT64_MAX, HostName, ListOf, Matches, OneOf, Range
 from kop.config_file import KAFKA_KEYS
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -40,7 +40,7 @@ def _accepted(f: Field) -> str:
     if isinstance(check, HostName):
         return "host name or IP address" + ("; empty" if check.empty_ok else "") + \
             ("; not 0.0.0.0 or ::" if not check.wildcard_ok else "")
-    if isinstance(check, Matches):
+    if isinstance(check, Matches | OneOf | ListOf):
         return check.description
     return "any " + ("integer" if f.type is int else "text")
 

@@ -20,8 +20,9 @@ from kop.compaction.settings import check as check_compaction_config
 from kop.config import BrokerConfig
 from kop.ledger import LedgerConfig, ManagedLedgerError
 from kop.ledger.file_pool import OUT_OF_DESCRIPTORS, FilePool, capacity_for_open_files_limit
-from kop.partition import PartitionLog
+from kop.partition import MarkerListener, PartitionLog
 from kop.policies import PolicyBook
+from kop.producer_ids import SharedProducerIds
 from kop.startup import reading
 from kop.topic_storage import (FileTopicStorage, PgTopicStorage, TopicStorage, is_postgres_url,
                                ledger_name)
@@ -181,6 +182,8 @@ class TopicManager:
         self.load_progress = (0, 0)  # (partitions loaded, partitions to load) by load_all
         self.storage_open = False  # load_all has opened the storage and read the topic list
         self._owns: Callable[[str, int], bool] = lambda topic, partition: True  # one broker owns everything
+        self.marker_listener: MarkerListener | None = None  # given to every partition opened (geo-replication)
+        self.shared_producer_ids = SharedProducerIds()  # ... and this (kept current by the replication service)
 
     # ---- loading
 
@@ -221,6 +224,8 @@ class TopicManager:
         ledger = await self._storage.open_ledger(topic, partition, new)
         log_ = PartitionLog(topic, partition, ledger, self._dedup_config,
                             system_topic=topic.startswith(INTERNAL_PREFIX))
+        log_.marker_listener = self.marker_listener
+        log_.shared_producer_ids = self.shared_producer_ids
         try:
             if not new:
                 started = time.monotonic()

@@ -31,6 +31,11 @@ def test_the_defaults_are_valid_and_every_numeric_setting_declares_its_range():
     ("advertised_host", ["", "localhost", "10.0.0.1"], ["0.0.0.0", "::", "a b"]),
     ("namespace", ["public/default", "t1/ns-2"], ["public", "a/b/c", "/x"]),
     ("cluster_id", ["kop-standalone", "MkU3OEVBNTcwNTJENDM2Qk"], ["", "has space"]),
+    ("group_consumer_assignors", ["uniform,range", "range", " range , uniform ",
+                                  "org.apache.kafka.coordinator.group.assignor.RangeAssignor"],
+     ["", "sticky", "range,range", "uniform,org.apache.kafka.coordinator.group.assignor.UniformAssignor"]),
+    ("group_consumer_migration_policy", ["disabled", "upgrade", "downgrade", "bidirectional", "Bidirectional"],
+     ["", "both", "up"]),
 ])
 def test_each_setting_accepts_its_range_and_refuses_the_rest(name, accepted, refused):
     for raw in accepted:
@@ -38,6 +43,14 @@ def test_each_setting_accepts_its_range_and_refuses_the_rest(name, accepted, ref
     for raw in refused:
         with pytest.raises(ValueError):
             parse_setting(name, raw)
+
+
+def test_the_server_side_assignors_are_named_in_order_the_first_the_default():
+    assert BrokerConfig().consumer_assignors == ("uniform", "range")  # Kafka 4's default list
+    config = BrokerConfig(group_consumer_assignors="org.apache.kafka.coordinator.group.assignor.RangeAssignor")
+    assert config.consumer_assignors == ("range",)
+    with pytest.raises(ValueError, match=r"^group.consumer.assignors: 'sticky' is not one of uniform, range"):
+        BrokerConfig(group_consumer_assignors="uniform,sticky")
 
 
 def test_a_refused_value_says_what_is_accepted():

@@ -91,3 +91,63 @@ async def test_a_cursor_record_the_disk_took_half_of_does_not_read_as_damage_aft
     assert reopened.open_cursor("another", Position(0, 0)).mark_delete_position == Position(0, 0)
     await reopened.close()
 
+
+
+def index_refused():
+    """An os.pwrite for a disk whose log pages still have room but whose index file needs a new page."""
+    def pwrite(fd: int, data, pos: int) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".idx"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return REAL_PWRITE(fd, data, pos)
+    return pwrite
+
+
+async def test_an_entry_whose_index_record_the_disk_refuses_is_answered_and_indexed_later(tmp_path, monkeypatch,
+                                                                                          caplog):
+    """The entry is durable (only its index record failed, written after the fsync and repaired at open): its write
+    completes. Before, the error escaped the group commit and the write was never answered."""
+    ml = FileManagedLedger.open("t", str(tmp_path), CONFIG, None)
+    assert await (await append(ml)) == Position(0, 0)
+    idx = tmp_path / f"{ml.last_confirmed.ledger_id}.idx"
+    with monkeypatch.context() as patch:
+        patch.setattr(framed_file.os, "pwrite", index_refused())
+        assert await asyncio.wait_for(await append(ml), 5) == Position(0, 1)
+        assert ml.confirmed_end_index == 2
+    assert "index not written" in caplog.text and os.path.getsize(idx) == 16  # the control: one index record
+    assert await (await append(ml)) == Position(0, 2)
+    assert os.path.getsize(idx) == 3 * 16  # the next write indexed the one left out
+    assert [e.first_index for e in ml.read_from_index(0, 1 << 20)] == [0, 1, 2]
+    await ml.close()
+    reopened = FileManagedLedger.open("t", str(tmp_path), CONFIG, None)
+    assert [e.first_index for e in reopened.read_from_index(0, 1 << 20)] == [0, 1, 2]
+    await reopened.close()
+
+
+async def test_a_failed_write_whose_entry_cannot_be_cut_off_still_fails_and_is_dropped_at_open(tmp_path, monkeypatch,
+                                                                                             caplog):
+    """The flush fails (EIO) and cutting the entry off the log fails too: the write is still failed (before, the error
+    escaped the group commit and it was never answered), later writes go to a new ledger, and the entry is not
+    served, now or after the ledger is opened again."""
+    ml = FileManagedLedger.open("t", str(tmp_path), CONFIG, None)
+    assert await (await append(ml)) == Position(0, 0)
+    good = os.path.getsize(tmp_path / "0.log")
+    ml.inject_write_failures(1)
+
+    def ftruncate(fd: int, length: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(framed_file.os, "ftruncate", ftruncate)
+        failed = await append(ml, b"y" * 100)
+        with pytest.raises(LedgerWriteError):
+            await asyncio.wait_for(failed, 5)
+    assert "cannot cut the failed entries off" in caplog.text  # the control: the cut was refused
+    assert os.path.getsize(tmp_path / "0.log") > good  # the failed entry is still in the file
+    assert await (await append(ml)) == Position(1, 0)
+    assert [(e.first_index, bytes(e.data)) for e in ml.read_from_index(0, 1 << 20)] == [(0, b"x" * 100),
+                                                                                        (1, b"x" * 100)]
+    await ml.close()
+    reopened = FileManagedLedger.open("t", str(tmp_path), CONFIG, None)
+    assert [(e.first_index, bytes(e.data)) for e in reopened.read_from_index(0, 1 << 20)] == [(0, b"x" * 100),
+                                                                                              (1, b"x" * 100)]
+    await reopened.close()

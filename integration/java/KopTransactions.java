@@ -30,6 +30,9 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * it), then committed. Summary: error (the commit's exception class, or null if it committed), cause (its cause's
  * class, or null).
  *
+ * --mode spread: over --topics (name:partitions,...), one transaction with a record "a-{topic}-{p}" in every partition,
+ * aborted, then one with "c-{topic}-{p}" committed. Summary: records (per transaction).
+ *
  * --mode copy: the consume-transform-produce loop. A read_committed consumer in --group reads --input from the
  * group's committed offset; every --batch records are written to --output as "out-{value}" in one transaction with
  * the consumed offsets (sendOffsetsToTransaction), until --count records are copied or --deadline-s passes. A
@@ -44,6 +47,8 @@ public final class KopTransactions {
             commitAbort(args);
         } else if (mode.equals("timeout")) {
             timeout(args);
+        } else if (mode.equals("spread")) {
+            spread(args);
         } else if (mode.equals("copy")) {
             copy(args);
         } else {
@@ -97,6 +102,31 @@ public final class KopTransactions {
         }
         Json.object().put("type", "summary").put("committed", count).put("aborted", count).put("fenced", fenced)
             .emit();
+    }
+
+    private static void spread(HarnessArgs args) {
+        int records = 0;
+        try (KafkaProducer<byte[], byte[]> producer = producer(args, args.required("transactional-id"))) {
+            for (String outcome : new String[] {"a", "c"}) {
+                producer.beginTransaction();
+                records = 0;
+                for (String spec : args.required("topics").split(",")) {
+                    String[] nameAndCount = spec.split(":");
+                    for (int p = 0; p < Integer.parseInt(nameAndCount[1]); p++) {
+                        String value = outcome + "-" + nameAndCount[0] + "-" + p;
+                        producer.send(new ProducerRecord<>(nameAndCount[0], p, null, bytes(value)));
+                        records++;
+                    }
+                }
+                if (outcome.equals("a")) {
+                    producer.flush();  // stored, then aborted (unsent records an abort would just drop)
+                    producer.abortTransaction();
+                } else {
+                    producer.commitTransaction();
+                }
+            }
+        }
+        Json.object().put("type", "summary").put("records", records).emit();
     }
 
     private static void timeout(HarnessArgs args) throws InterruptedException {

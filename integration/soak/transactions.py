@@ -71,7 +71,10 @@ class TransactionalProducer(threading.Thread):
                     self.log.committed.append(values)
                     continue
             except KafkaException as failed:
-                if failed.args[0].fatal():
+                # librdkafka's contract: abort only what it says needs an abort. A fatal error, or a commit still
+                # unresolved after ck_commit's retries (whose outcome is unknown, and which librdkafka refuses to
+                # abort: _CONFLICT), ends the producer and is reported.
+                if not failed.args[0].txn_requires_abort():
                     raise
                 self.log.aborted_by_fault += 1
             ck_abort(producer)

@@ -126,13 +126,16 @@ class BrokerMetrics:
         self.compaction_runs = Counter("kop_compaction_runs", "Partitions compacted by the log cleaner (passes)",
                                        registry=registry)
         self.compaction_records_removed = Counter("kop_compaction_records_removed", "Records the log cleaner "
-                                                  "removed (older versions of a key, expired tombstones)",
-                                                  registry=registry)
+                                                  "removed (older versions of a key, expired tombstones, aborted "
+                                                  "transactions' records)", registry=registry)
         self.compaction_bytes_reclaimed = Counter("kop_compaction_bytes_reclaimed", "Bytes of ledgers the log "
                                                   "cleaner's rewrites freed", registry=registry)
         self.compaction_dirty_ratio = Gauge("kop_compaction_dirty_ratio", "A compacted partition's dirty bytes / "
                                             "cleanable bytes at the cleaner's last look", ["topic", "partition"],
                                             registry=registry)
+        self.compaction_lag = Gauge("kop_compaction_lag_seconds", "How long a compacted partition's oldest "
+                                    "uncleaned closed ledger has waited, at the cleaner's last look (0: none)",
+                                    ["topic", "partition"], registry=registry)
         self._series: dict[int, RequestSeries] = {}
 
     def request_series(self, api_key: int) -> RequestSeries:
@@ -173,6 +176,7 @@ class BrokerCollector(Collector):
                      files.capacity)
         yield CounterMetricFamily("kop_ledger_file_opens", "Ledger files opened, again after the pool closed them too",
                                   value=files.opens)
+        yield from _fetch_session_families(broker)
         yield from _topic_families(topics)
         yield from _dedup_partition_families(topics)
         yield from _group_families(broker)
@@ -197,6 +201,22 @@ def _replication_families(broker: "Broker") -> Iterator[Metric]:
         replicated.add_metric(values, replicator.stats.entries_sent)
         failing.add_metric(values, 1 if replicator.stats.last_error else 0)
     yield from (backlog, backlog_bytes, replicated, failing)
+
+
+def _fetch_session_families(broker: "Broker") -> Iterator[Metric]:
+    sessions = broker.fetch_sessions
+    yield _gauge("kop_fetch_sessions", "Fetch sessions (KIP-227) cached", len(sessions))
+    yield _gauge("kop_fetch_session_partitions", "Partitions the cached fetch sessions hold", sessions.partitions)
+    yield CounterMetricFamily("kop_fetch_session_evictions", "Fetch sessions evicted to make room for new ones",
+                              value=sessions.stats.evicted)
+    fetches = CounterMetricFamily("kop_fetch_session_requests", "Fetch requests by how they named their partitions: "
+                                  "full (every one), incremental (a session's changes), session_error (refused: an "
+                                  "unknown session or a wrong epoch)", labels=["kind"])
+    stats = sessions.stats
+    for kind, count in (("full", stats.full_fetches), ("incremental", stats.incremental_fetches),
+                        ("session_error", stats.errors)):
+        fetches.add_metric([kind], count)
+    yield fetches
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
@@ -257,9 +277,9 @@ def _group_families(broker: "Broker") -> Iterator[Metric]:
                                   labels=["group", "topic", "partition"])
     lag = GaugeMetricFamily("kop_consumer_group_lag", "Offsets between the group's committed offset and the "
                             "partition's end (high watermark)", labels=["group", "topic", "partition"])
-    # The groups this broker coordinates (all of them on one broker), as their coordinator knows their offsets; the lag
-    # where this broker also serves the partition.
-    for group_id in sorted(broker.groups.groups):
+    # The groups this broker coordinates (all of them on one broker), of both protocols, as their coordinator knows
+    # their offsets; the lag where this broker also serves the partition.
+    for group_id in sorted(set(broker.groups.group_ids())):
         for (topic, index), offset in broker.groups.offsets.fetch_all(group_id).items():
             labels = [group_id, topic, str(index)]
             committed.add_metric(labels, offset.offset)

@@ -39,6 +39,10 @@ def _interval_body(request: Request) -> int:
     return int_value(json_body(request), "the snapshot interval (seconds)")
 
 
+def _ttl_body(request: Request) -> int:
+    return int_value(json_body(request), "the message TTL (seconds, 0: never)")
+
+
 def _clusters_body(request: Request) -> list[str]:
     """A JSON list of cluster names (Pulsar's body for `replication`)."""
     value = json_body(request)
@@ -53,6 +57,7 @@ FIELDS = (
                 "deduplicationSnapshotInterval", _interval_body, False),
     PolicyField("replication_clusters", "replication", "replication", _clusters_body, False),
     PolicyField("replicated_subscriptions", "replicatedSubscriptions", "replicatedSubscriptions", bool_body, False),
+    PolicyField("message_ttl_seconds", "messageTTL", "messageTTL", _ttl_body, False),
 )
 
 
@@ -133,7 +138,8 @@ class PolicyRoutes:
         return {"deduplication_enabled": config.broker_deduplication_enabled,
                 "deduplication_snapshot_interval_seconds":
                     config.broker_deduplication_snapshot_interval_seconds,
-                "replication_clusters": [], "replicated_subscriptions": False}[spec.field]
+                "replication_clusters": [], "replicated_subscriptions": False,
+                "message_ttl_seconds": config.ttl_duration_default_in_seconds}[spec.field]
 
     async def _applied(self, spec: PolicyField, topic: str | None) -> Response:
         if spec.changes_status:

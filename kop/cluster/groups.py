@@ -73,7 +73,7 @@ class GroupShards:
 
     def _release(self, shard: int) -> None:
         del self.epochs[shard]
-        for group_id in [g for g in self._coordinator.groups if shard_of(g) == shard]:
+        for group_id in [g for g in self._coordinator.group_ids() if shard_of(g) == shard]:
             self._coordinator.drop(group_id)
             self.offsets.drop(group_id)
 
@@ -90,7 +90,8 @@ class GroupShards:
         # Read after the fencing: the previous coordinator's every write is in, and no later one can be.
         rows = await self._store.group_cursors(SYSTEM_CURSOR_PREFIX)
         generations = await self._coordinator.generations.load()
-        protocols = self.offsets.adopt(rows, lambda group_id: shard_of(group_id) in new)
+        flagged = await self.offsets.read_flags()
+        protocols = self.offsets.adopt(rows, lambda group_id: shard_of(group_id) in new, flagged)
         for group_id, record in generations.items():  # members rejoin the new coordinator: generations only
             if shard_of(group_id) in new:
                 self._coordinator.adopt(group_id, record.generation_id,

@@ -3,7 +3,7 @@
 - ConsumerGroupHeartbeat (68) v0-1: v1 adds SubscribedTopicRegex. The Java client 3.9 sends v0, librdkafka 2.x
   only v1. Needs READ on the group and DESCRIBE on every topic subscribed to by name (TOPIC_AUTHORIZATION_FAILED
   otherwise, as Kafka 4 answers); a regex matches only the topics the principal may describe.
-- ConsumerGroupDescribe (69) v0-1: v1 adds each member's type (1: consumer protocol, the only kind here). Needs
+- ConsumerGroupDescribe (69) v0-1: v1 adds each member's type (0: classic protocol, 1: consumer protocol). Needs
   DESCRIBE on the group and on the topics its members subscribe to or hold.
 """
 import uuid
@@ -18,7 +18,7 @@ from protocol.consumer_groups import (ConsumerGroupDescribeRequest, ConsumerGrou
                                       ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse)
 from protocol.errors import ErrorCode
 
-CONSUMER_MEMBER_TYPE = 1
+CLASSIC_MEMBER_TYPE, CONSUMER_MEMBER_TYPE = 0, 1
 AUTHORIZED_GROUP_OPERATIONS = sum(1 << op for op in GROUP_OPERATIONS)
 OPERATIONS_NOT_REQUESTED = -(1 << 31)  # Integer.MIN_VALUE, the field's default
 
@@ -62,7 +62,7 @@ async def consumer_group_heartbeat(ctx: RequestContext,
         subscribed_regex=request.subscribed_topic_regex if ctx.version >= 1 else None,
         server_assignor=request.server_assignor, owned=_owned(ctx, request),
         client_id=ctx.client_id, client_host=client_host(ctx))
-    result = ctx.groups.consumer_heartbeat(hb, lambda topic: _may_describe_topic(ctx, topic))
+    result = await ctx.groups.consumer_heartbeat(hb, lambda topic: _may_describe_topic(ctx, topic))
     assignment = None
     if result.assignment is not None:
         assignment = cls.Assignment(topic_partitions=[
@@ -90,7 +90,7 @@ def _described(ctx: RequestContext, cls: type, group: ConsumerGroup, operations:
                       subscribed_topic_names=sorted(m.subscribed_names), subscribed_topic_regex=m.subscribed_regex,
                       assignment=_assignment(ctx, cls, m.assigned),
                       target_assignment=_assignment(ctx, cls, group.target.get(m.member_id, frozenset())),
-                      member_type=CONSUMER_MEMBER_TYPE)
+                      member_type=CLASSIC_MEMBER_TYPE if m.classic is not None else CONSUMER_MEMBER_TYPE)
                for m in group.members.values()]
     return cls.DescribedGroup(error_code=ErrorCode.NONE, group_id=group.group_id, group_state=group.state.value,
                               group_epoch=group.epoch, assignment_epoch=group.assignment_epoch,

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from kop.broker import Broker
     from kop.cluster import Cluster
     from kop.config import BrokerConfig
+    from kop.fetch_sessions import FetchSessionCache
     from kop.groups import GroupCoordinator
     from kop.producer_ids import ProducerIdAllocator
     from kop.replication.service import ReplicationService
@@ -54,6 +55,7 @@ class BrokerServices:
     quota_book: "QuotaBook"
     quota_meter: "QuotaMeter"
     cluster: "Cluster"  # who leads each partition, the live brokers
+    fetch_sessions: "FetchSessionCache"
 
     @classmethod
     def of(cls, broker: "Broker", listener: "ListenerSpec") -> "BrokerServices":
@@ -64,7 +66,7 @@ class BrokerServices:
         return cls(config, broker.explicit_settings, endpoint, broker.topics,
                    broker.groups, broker.producer_ids, broker.transactions, broker.api_router.versions,
                    broker.metrics, broker.replication, broker.users, broker.authorizer,
-                   broker.quota_book, broker.quota_meter, broker.cluster)
+                   broker.quota_book, broker.quota_meter, broker.cluster, broker.fetch_sessions)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,8 @@
 - DeleteGroups (42) v0-2.
 Version ranges: aiokafka 0.14 sends JoinGroup v5, SyncGroup v3, Heartbeat/LeaveGroup v1; librdkafka 2.x JoinGroup v5,
 SyncGroup/Heartbeat v3, LeaveGroup v1, DescribeGroups v4, ListGroups v5; kafka-python 3 JoinGroup v7; the Java
-client 3.9 the maxima listed. A group of KIP-848's protocol refuses these: JoinGroup answers
-INCONSISTENT_GROUP_PROTOCOL while it has members, the others UNKNOWN_MEMBER_ID.
+client 3.9 the maxima listed. A group of KIP-848's protocol with members serves them to classic members as Kafka 4
+does (kop.groups.consumer.classic).
 """
 import asyncio
 from collections.abc import Awaitable
@@ -131,7 +131,7 @@ async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveG
     else:
         leaving = [(request.member_id or "", None)]
     error, results = ctx.groups.leave(request.group_id, leaving)
-    await ctx.groups.membership.emptied_stored(request.group_id)
+    await ctx.groups.stored(request.group_id)
     if v < 3:
         if error == ErrorCode.NONE and results:
             error = results[0]

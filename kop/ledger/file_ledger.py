@@ -263,11 +263,20 @@ class FileManagedLedger(LedgerBase):
         return future
 
     def _on_durable(self, adds: list[_PendingAdd]) -> None:
+        """The entries are on disk: index them, then answer them. Nothing here may raise: a write left unanswered
+        would hold its producer (or a transactional id) for ever."""
         _unpin(adds)
+        unindexed = None
         for add in adds:
-            add.ledger.write_index(add.entry_id + 1)
+            try:
+                add.ledger.write_index(add.entry_id + 1)
+            except OSError as exc:  # a full disk, no descriptor: the next write, or the repair at open, indexes it
+                unindexed = exc
             self._lac = Position(add.ledger.ledger_id, add.entry_id)
             self._confirmed_end = add.end_index
+        if unindexed is not None:
+            log.warning("%s: index not written (%s); the entries are durable, the index catches up with a later "
+                        "write or is repaired from the log at open", self.name, unindexed)
         for add in adds:
             if not add.future.done():
                 add.future.set_result(Position(add.ledger.ledger_id, add.entry_id))
@@ -280,7 +289,11 @@ class FileManagedLedger(LedgerBase):
         _unpin(adds)
         for add in adds:
             if add.ledger.entries > add.entry_id:
-                add.ledger.truncate(add.entry_id)
+                try:
+                    add.ledger.truncate(add.entry_id)
+                except OSError as cut_error:  # left out of the ledger all the same; its next open drops them
+                    log.error("%s: cannot cut the failed entries off ledger %d: %s", self.name, add.ledger.ledger_id,
+                              cut_error)
         self._written_end = self._confirmed_end
         if not self._closed:
             self._roll_pending = True

@@ -7,6 +7,9 @@ own flusher, so one partition's slow fsync does not hold up another's acknowledg
 
 A write that fails before it reaches the file (`fail`) is reported in log order: the writes before it are flushed
 and completed first, then it and every write after it go to `on_failure` together, as a failed fsync's do.
+
+`on_durable` and `on_failure` must not raise: an exception ends the flusher with the writes it was handing back
+never answered (and the owner waiting on them for ever).
 """
 import asyncio
 import errno

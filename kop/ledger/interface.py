@@ -93,8 +93,9 @@ class ManagedLedger(ABC):
         whatever its size, each later one only if it still fits (KIP-74)."""
 
     @abstractmethod
-    def read_after(self, position: Position, max_entries: int) -> list[Entry]:
-        """Durable entries strictly after position, in order."""
+    def read_after(self, position: Position, max_entries: int, max_bytes: int = 1 << 62) -> list[Entry]:
+        """Durable entries strictly after position, in order, up to max_entries and max_bytes (the first entry
+        whatever its size)."""
 
     @abstractmethod
     def position_of_index(self, index: int) -> Position | None:

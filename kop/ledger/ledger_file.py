@@ -172,18 +172,20 @@ class LedgerFile:
         self.indexed = upto
 
     def truncate(self, entries: int) -> None:
-        """Drop entries [entries, ...): they were never durable."""
+        """Drop entries [entries, ...): they were never durable. They leave memory first: should the files not be cut
+        (an I/O error, raised), the entries are still out of what is served and of the count ledgers.info records
+        when the ledger closes, and opening it drops them."""
         if entries >= len(self.first_indexes):
             return
         self.size = self.file_positions[entries]
-        os.ftruncate(self.log.fd(), self.size)
         del self.first_indexes[entries:]
         del self.file_positions[entries:]
         if self.times is not None:
             self.times.truncate(entries)
-        if self.indexed > entries:
+        indexed, self.indexed = self.indexed, min(self.indexed, entries)
+        os.ftruncate(self.log.fd(), self.size)
+        if indexed > entries:
             os.ftruncate(self.idx.fd(), entries * INDEX_RECORD.size)
-            self.indexed = entries
 
     def sync(self) -> None:
         os.fsync(self.log.fd())
