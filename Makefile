@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 LISTEN ?= 127.0.0.1:9092
 DATA ?= ./data
 
-.PHONY: run test test-slow test-fast test-postgres postgres fuzz faketime soak bench proto compat compat-quick java kcat clean pipeline-demo
+.PHONY: run test test-slow test-fast test-postgres postgres fuzz faketime soak bench bench-quick proto compat compat-quick java kcat clean pipeline-demo
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -81,6 +81,11 @@ pipeline-demo: $(VENV)/.test-installed java
 
 bench: $(VENV)/.test-installed
 	$(PY) -m bench.run
+
+# The produce path beside an older commit's (main by default), as new/old ratios measured in the same run (~5 min).
+BENCH_AGAINST ?= main
+bench-quick: $(VENV)/.test-installed
+	$(PY) -m bench.quick --against $(BENCH_AGAINST)
 
 proto: $(VENV)/.installed
 	$(PIP) install -q grpcio-tools==1.85.1

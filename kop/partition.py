@@ -27,7 +27,7 @@ from protocol.errors import ErrorCode
 from protocol.records import (BatchHeader, RecordBatchError, WalkedRecords, assign_offsets, build_control_batch,
                               build_marker_batch, clear_transactional, keep_records, set_log_append_time,
                               split_batches, validate_batch)
-from protocol.sequence_headers import SEQUENCE_HEADER_KEYS
+from protocol.sequence_headers import SequenceHeaderScan
 from proto.kop_pb2 import MarkerType, MessageMetadata
 
 log = logging.getLogger(__name__)
@@ -178,9 +178,9 @@ class PartitionLog:
                        records: WalkedRecords | None = None, client: Mapping[str, str] = NO_CLIENT) -> asyncio.Future:
         """Append a client data batch; resolves to an AppendResult once durable, deduplicated or rejected.
         `records`: the batch's records as validation walked them, watching for application-chosen sequence ids
-        (`judges_sequence_headers`), so records that carry them are judged one by one. `client`: the log fields
-        naming the sender (RequestContext.log_fields)."""
-        named = records is not None and records.scanned is not None and self.judges_sequence_headers()
+        (`judges_sequence_headers`), so records that carry them are judged (kop/sequence_filter.py). `client`: the log
+        fields naming the sender (RequestContext.log_fields)."""
+        named = records is not None and records.headers is not None and self.judges_sequence_headers()
         if header.producer_id < 0:
             if named:
                 return self._publish_named(header, view, records, None, client)
@@ -331,7 +331,7 @@ class PartitionLog:
         """A replicated batch's records, judged by their sequence-id headers. All of them already here still leave
         an empty batch to store, as an idempotent producer's does: it records the source position."""
         try:
-            records = validate_batch(header, view, from_client=False, watch=SEQUENCE_HEADER_KEYS)
+            records = validate_batch(header, view, from_client=False, watch=SequenceHeaderScan)
         except RecordBatchError as exc:
             return Answer(ErrorCode(exc.error_code), str(exc))
         return self.sequences.filter(header, view, records, idempotent=True)
@@ -371,11 +371,13 @@ class PartitionLog:
                 self.producers.refuse(accept, step.error)
             if step.error:
                 log.info("%s: batch refused (%d): %s", self.name, step.error, step.message, extra=client)
-            return _resolved(AppendResult(step.error, message=step.message))
+            return _resolved(AppendResult(step.error, step.base_offset, message=step.message))
         metadata = _kafka_metadata(step.header, accept) if accept is not None else MessageMetadata()
         for name, sequence_id in step.decision.highest.items():
             metadata.named_sequences.add(name=name, sequence_id=sequence_id)
-        return self._append(step.header, step.view, metadata, accept, step.decision)
+        run = step.run
+        on_stored = None if run is None else lambda base: self.sequences.runs.stored(run, base)
+        return self._append(step.header, step.view, metadata, accept, step.decision, on_stored)
 
     async def _await_original(self, decision: WaitFor, timeout_ms: int) -> AppendResult:
         """A retry of a batch still being written: answer whatever the original gets."""
@@ -420,9 +422,15 @@ class PartitionLog:
             set_log_append_time(batch, 0, now)
         metadata.publish_time = now
         metadata.num_messages = header.records_count
+        append_time = now if self.log_append_time else -1
+        size = len(batch)
         try:
             # A write that fails comes back through the ledger's failure path, after the writes before it.
-            written = self.ledger.add_entry(base, span, metadata.SerializeToString(), batch)
+            # _on_written runs as soon as the entry is durable (it reads pending, named and result, set below)
+            self.ledger.add_entry(
+                base, span, metadata.SerializeToString(), batch,
+                then=lambda f: self._on_written(f, base, base + span, size, append_time, pending, named, on_stored,
+                                                replicated, result))
         except LedgerClosedError as exc:  # the partition is going away (topic deleted, broker stopping)
             return _resolved(AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, message=str(exc)))
         except ManagedLedgerError as exc:
@@ -434,11 +442,6 @@ class PartitionLog:
         if named is not None:
             named_sequences.commit(self.dedup, named)
         result = asyncio.get_running_loop().create_future()
-        append_time = now if self.log_append_time else -1
-        size = len(batch)
-        written.add_done_callback(
-            lambda f: self._on_written(f, base, base + span, size, append_time, pending, named, on_stored, replicated,
-                                       result))
         return result
 
     def _on_written(self, written: asyncio.Future, base: int, end: int, size: int, append_time: int,

@@ -20,6 +20,7 @@ from kop.compaction.settings import check as check_compaction_config
 from kop.config import BrokerConfig
 from kop.ledger import LedgerConfig, ManagedLedgerError
 from kop.ledger.file_pool import OUT_OF_DESCRIPTORS, FilePool, capacity_for_open_files_limit
+from kop.ledger.flusher import Flusher
 from kop.partition import MarkerListener, PartitionLog
 from kop.policies import PolicyBook
 from kop.producer_ids import SharedProducerIds
@@ -171,11 +172,13 @@ class TopicManager:
                                          max_entry_bytes=max(config.socket_request_max_bytes, 1 << 20),
                                          fsync=config.fsync, flush_observer=flush_observer)
         self._files = FilePool(capacity_for_open_files_limit())  # every partition's ledger files share it
-        # fsyncs run here; enough threads that one slow partition does not hold up the others
+        # cursor logs' fsyncs and held flushes (a failpoint) run here; enough threads that one slow partition does not
+        # hold up the others
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fsync")
+        self._flusher = Flusher()  # every ledger's group-commit fsyncs
         self._storage: TopicStorage = (
             PgTopicStorage(config.storage, ns, ledger_config) if is_postgres_url(config.storage)
-            else FileTopicStorage(config.data_dir, ns, ledger_config, self._executor, self._files))
+            else FileTopicStorage(config.data_dir, ns, ledger_config, self._executor, self._files, self._flusher))
         self.topics: dict[str, Topic] = {}
         self._names_by_id: dict[bytes, str] = {}
         self._lock = asyncio.Lock()
@@ -479,4 +482,5 @@ class TopicManager:
             for partition in topic.partitions:
                 await partition.close()
         await self._storage.close()
+        self._flusher.stop()
         self._executor.shutdown(wait=True)

@@ -19,6 +19,8 @@ import protocol.replication  # noqa: F401  (kop's own API, registered the same w
 import protocol.txn_offsets  # noqa: F401  (kop's own, between the brokers of a cluster)
 from kafka.protocol.api_message import ApiMessage
 
+from protocol.produce_request import MalformedRequest, ProduceRequest, decode_produce_request
+
 _FIXED = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
 
 
@@ -34,7 +36,7 @@ class UnsupportedVersion(Exception):
         self.correlation_id = correlation_id
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built for every request, and a frozen dataclass's __init__ costs several times more
 class RequestHeader:
     api_key: int
     api_version: int
@@ -62,6 +64,15 @@ def _primary_classes(kind: str) -> dict[int, type[ApiMessage]]:
 
 REQUEST_CLASSES = _primary_classes("request")
 RESPONSE_CLASSES = _primary_classes("response")
+# api key -> the first flexible version of its requests (a request header v2, with tagged fields), read per request
+def _flexible_from(cls: type[ApiMessage]) -> int:
+    versions = cls._flexible_versions  # (first, last), or (-1, -1) / None for an API never flexible
+    if versions is None or versions[1] < max(versions[0], 0):
+        return 1 << 15
+    return max(versions[0], 0)
+
+
+_FLEXIBLE_FROM = {key: _flexible_from(cls) for key, cls in REQUEST_CLASSES.items()}
 
 
 def read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
@@ -85,36 +96,50 @@ def parse_header(frame: bytes | memoryview,
     """Parse the request header; returns it and the body's offset. `served_versions` maps each served api key to
     its (min, max) version. Raises UnsupportedVersion for a known key at a version we do not serve, ProtocolError
     for anything malformed or an unknown key."""
-    view = memoryview(frame)
-    if len(view) < _FIXED.size:
-        raise ProtocolError(f"request of {len(view)} bytes is shorter than a request header")
-    api_key, api_version, correlation_id, client_len = _FIXED.unpack_from(view, 0)
+    size = len(frame)
+    if size < _FIXED.size:
+        raise ProtocolError(f"request of {size} bytes is shorter than a request header")
+    api_key, api_version, correlation_id, client_len = _FIXED.unpack_from(frame, 0)
     pos = _FIXED.size
     client_id = None
     if client_len >= 0:
-        if pos + client_len > len(view):
+        if pos + client_len > size:
             raise ProtocolError("truncated client id")
-        client_id = bytes(view[pos:pos + client_len]).decode("utf-8", "replace")
+        client_id = str(frame[pos:pos + client_len], "utf-8", "replace")
         pos += client_len
     header = RequestHeader(api_key, api_version, correlation_id, client_id)
-    cls = REQUEST_CLASSES.get(api_key)
-    if cls is None or api_key not in served_versions:
+    flexible_from = _FLEXIBLE_FROM.get(api_key)
+    served = served_versions.get(api_key)
+    if flexible_from is None or served is None:
         raise ProtocolError(f"unknown or unserved api key {api_key}")
-    low, high = served_versions[api_key]
-    if not low <= api_version <= high:
+    if not served[0] <= api_version <= served[1]:
         raise UnsupportedVersion(api_key, api_version, correlation_id)
-    if cls.flexible_version_q(api_version):
+    if api_version >= flexible_from:
+        if pos < size and frame[pos] == 0:  # no tagged fields: the usual header v2
+            return header, pos + 1
+        view = memoryview(frame)
         count, pos = read_varint(view, pos)
         for _ in range(count):
             _tag, pos = read_varint(view, pos)
-            size, pos = read_varint(view, pos)
-            pos += size
+            length, pos = read_varint(view, pos)
+            pos += length
         if pos > len(view):
             raise ProtocolError("truncated tagged fields in request header")
     return header, pos
 
 
-def decode_body(header: RequestHeader, frame: bytes | memoryview, body_offset: int) -> ApiMessage:
+# The request every producer sends, decoded by hand (no message objects; records stay views of the frame).
+_DIRECT_DECODERS = {ProduceRequest.API_KEY: decode_produce_request}
+
+
+def decode_body(header: RequestHeader, frame: bytes | memoryview, body_offset: int):
+    """The request's body: kafka-python's message, or for Produce protocol.produce_request's."""
+    direct = _DIRECT_DECODERS.get(header.api_key)
+    if direct is not None:
+        try:
+            return direct(memoryview(frame)[body_offset:], header.api_version)
+        except MalformedRequest as exc:
+            raise ProtocolError(f"malformed ProduceRequest v{header.api_version}: {exc}") from None
     cls = REQUEST_CLASSES[header.api_key]
     try:
         return cls.decode(memoryview(frame)[body_offset:], version=header.api_version)

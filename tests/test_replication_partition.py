@@ -22,7 +22,7 @@ from proto.kop_pb2 import (MarkerType, MessageMetadata, NamedSequence, Replicate
 from protocol.errors import ErrorCode
 from protocol.records import (Record, build_batch, build_marker_batch, iter_records, marker_payload, split_batches,
                               validate_batch)
-from protocol.sequence_headers import SEQUENCE_HEADER_KEYS
+from protocol.sequence_headers import SequenceHeaderScan
 
 TOPIC_ID = uuid.UUID(int=7)  # the source topic's id: one incarnation of it
 SETTINGS = SnapshotSettings(frequency_s=0.1, timeout_s=30, max_cached=3)
@@ -242,7 +242,7 @@ async def test_replicated_records_already_written_here_under_their_sequence_ids_
     the rest not again; an entry whose records are all here still counts as stored by its source position."""
     partition = await open_partition(tmp_path)
     header, view = sequenced_batch(range(3))
-    await partition.publish_normal(header, view, records=validate_batch(header, view, watch=SEQUENCE_HEADER_KEYS))
+    await partition.publish_normal(header, view, records=validate_batch(header, view, watch=SequenceHeaderScan))
     source = MessageMetadata(producer_name="p", named_sequences=[NamedSequence(name=core_name("loader"),
                                                                                sequence_id=3)])
     header, view = sequenced_batch(range(4))

@@ -4,19 +4,20 @@ v11 allows KIP-890's TRANSACTION_ABORTABLE (kop never needs to answer it); v12 l
 version 2 add partitions implicitly, which it does only when the broker advertises that feature (kop does not, so
 producers add partitions with AddPartitionsToTxn); v13 names topics by id (an unknown id is UNKNOWN_TOPIC_ID).
 
-The ordered phase (this coroutine, before it returns) validates each partition's batch and hands it to its
-PartitionLog, which assigns offsets in arrival order; the returned awaitable waits for durability and builds the
-response. acks=0 gets no response, but the writes still happen. The response is encoded by hand
-(`protocol.produce_response`): it is the one response every produce request pays for. Each topic is looked up once
-per request, and its configs come parsed (`Topic.settings`), so a batch pays for neither."""
+The ordered phase (this function: it never waits, so the connection runs it inline, with no task) validates each
+partition's batch and hands it to its PartitionLog, which assigns offsets in arrival order; the returned future
+completes, by callbacks rather than a coroutine, once every partition's write is durable (or refused). acks=0 gets no
+response, but the writes still happen. The request is decoded and the response encoded by hand
+(`protocol.produce_request`, `protocol.produce_response`): every produce request pays for both. Each topic is looked
+up once per request, and its configs come parsed (`Topic.settings`), so a batch pays for neither."""
 import asyncio
+import functools
 import logging
-from collections.abc import Awaitable, Callable
-
-from kafka.protocol.producer import ProduceRequest
+from collections.abc import Callable
 
 from kop import internal_topics
 from kop.handlers.context import RequestContext
+from kop.handlers.registry import Deferred
 from kop.internal_topics import REFUSAL, REFUSED
 from kop.ledger import ManagedLedgerError
 from kop.security.acls import Operation, ResourceType
@@ -24,12 +25,12 @@ from kop.security.quotas import PRODUCE_RATE
 from kop.partition import AppendResult, PartitionLog
 from kop.topics import TopicSettings
 from protocol.errors import ErrorCode
+from protocol.produce_request import ProduceRequest
 from protocol.produce_response import MAX_VERSION, MIN_VERSION, PartitionResponse, ProduceResponse
-from protocol.sequence_headers import SEQUENCE_HEADER_KEYS
+from protocol.sequence_headers import SequenceHeaderScan
 from protocol.records import (BatchHeader, FalseMaxTimestamp, RecordBatchError, iter_records, set_max_timestamp,
                               split_batches, validate_batch)
 
-NOTHING: frozenset[bytes] = frozenset()
 log = logging.getLogger(__name__)
 
 
@@ -86,7 +87,7 @@ def _publish_one(ctx: RequestContext, partition: PartitionLog, settings: TopicSe
         # A transaction's records are not judged by application sequence ids: an aborted one must not count as
         # stored (its retry must be stored), and a committed one is already exactly once.
         judged = partition.judges_sequence_headers() and not header.is_transactional
-        watch = SEQUENCE_HEADER_KEYS if judged else NOTHING
+        watch = SequenceHeaderScan if judged else None
         try:
             records = validate_batch(header, view, watch=watch)
         except FalseMaxTimestamp as exc:
@@ -168,16 +169,17 @@ def _missing(ctx: RequestContext, name: str | None, index: int) -> asyncio.Futur
     return _rejected(error, f"unknown topic or partition {name}-{index}")
 
 
-async def handle(ctx: RequestContext, request: ProduceRequest) -> Awaitable[ProduceResponse] | None:
+def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | Deferred | None:
     acks = request.acks
     results: Outcomes = []
     transactional_id = request.transactional_id
     transaction_refused = transactional_id is not None and not ctx.authorized(
         Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
     by_id = ctx.version >= TOPIC_IDS_FROM
+    produced = 0  # bytes, for the produce quota
     for topic_data in request.topic_data:
         if by_id:
-            key = topic_data.topic_id.bytes
+            key = topic_data.topic_id.bytes  # type: ignore[union-attr]
             name = ctx.topics.name_of(key) or internal_topics.name_of(key)
         else:
             key = name = topic_data.name
@@ -201,26 +203,49 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> Awaitable[Prod
                 future = _publish_one(ctx, partition, topic.settings, pdata.records, request.timeout_ms,
                                       transactional_id)
             per_partition.append((index, partition, future))
+            if pdata.records is not None:
+                produced += len(pdata.records)
         results.append((key, per_partition))
-    throttle_ms = ctx.throttle(PRODUCE_RATE, sum(len(p.records or b"") for t in request.topic_data
-                                                  for p in t.partition_data))
+    throttle_ms = ctx.throttle(PRODUCE_RATE, produced)
     if acks == 0:
         return None
     return _respond(ctx, results, throttle_ms)
 
 
-async def _respond(ctx: RequestContext, results: Outcomes, throttle_ms: int) -> ProduceResponse:
+def _respond(ctx: RequestContext, results: Outcomes, throttle_ms: int) -> ProduceResponse | Deferred:
+    """The response, or the response once every partition's outcome is known."""
+    build = functools.partial(_response, ctx.version, results, throttle_ms)
+    waiting = [future for _, per_partition in results for _, _, future in per_partition if not future.done()]
+    if not waiting:
+        return build()
+    if len(waiting) == 1:  # the usual request: one batch
+        return Deferred(waiting[0], build)
+    all_done = asyncio.get_running_loop().create_future()
+    left = len(waiting)
+
+    def one_done(_future: asyncio.Future) -> None:
+        nonlocal left
+        left -= 1
+        if not left and not all_done.done():
+            all_done.set_result(None)
+
+    for future in waiting:
+        future.add_done_callback(one_done)
+    return Deferred(all_done, build)
+
+
+def _response(version: int, results: Outcomes, throttle_ms: int) -> ProduceResponse:
     topics = []
     for topic, per_partition in results:
         partitions = []
         for index, partition, future in per_partition:
-            outcome: AppendResult = await future
+            outcome: AppendResult = future.result()
             partitions.append(PartitionResponse(
                 index, outcome.error, outcome.base_offset, outcome.log_append_time,
                 partition.log_start_offset if partition else -1, outcome.record_errors,
                 outcome.message if outcome.error else None))
         topics.append((topic, partitions))
-    return ProduceResponse(ctx.version, topics, throttle_ms)
+    return ProduceResponse(version, topics, throttle_ms)
 
 
 ROUTES = [(ProduceRequest.API_KEY, MIN_VERSION, MAX_VERSION, handle)]
