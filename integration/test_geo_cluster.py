@@ -100,8 +100,12 @@ def test_a_group_coordinated_apart_from_its_partitions_fails_over_to_the_other_c
     produce(west.bootstrap, "orders", "west", PER_ROUND, PARTITIONS)
     in_west += consume(west.bootstrap, group, PER_ROUND)
     wait_for(lambda: position(east.bootstrap, group) >= TOTAL + PER_ROUND // 2, 60, "the group's updates in east")
+    produce(west.bootstrap, "orders", "late", 10, PARTITIONS)  # not consumed in west: the group reads it in east
+    wait_for(lambda: len(east.read("orders", range(PARTITIONS))) >= TOTAL + PER_ROUND + 10, 30,
+             "west's records in east")
     west.kill()
     back = consume(east.bootstrap, group, None)
-    everything = expected() | {f"west:{i}".encode() for i in range(PER_ROUND)}
+    everything = expected() | {f"{source}:{i}".encode() for source, count in (("west", PER_ROUND), ("late", 10))
+                               for i in range(count)}
     assert set(in_east + in_west + back) == everything
-    assert len(back) <= PER_ROUND, f"{len(back)} records again after failing back"
+    assert len(back) <= PER_ROUND + 10, f"{len(back)} records again after failing back"
