@@ -27,7 +27,8 @@ from kop.ledger import ManagedLedgerError, Position
 from kop.ledger.position import BEFORE_FIRST
 from kop.partition import PartitionLog
 from kop.replication.group_positions import GroupPosition, GroupPositions
-from kop.replication.snapshots import REBUILD_BATCH, REBUILD_BYTES, first_uncovered, offset_after
+from kop.replication.coverage import FromTheStart, first_uncovered
+from kop.replication.snapshots import REBUILD_BATCH, REBUILD_BYTES, offset_after
 from proto.kop_pb2 import MarkerType, MessageMetadata, ReplicatedSubscriptionsUpdate
 from protocol.errors import ErrorCode
 from protocol.records import marker_payload
@@ -71,6 +72,7 @@ class UpdateApplier:
         self._queues: dict[PartitionLog, deque[StoredUpdate]] = {}  # handed over, not applied yet
         self._workers: dict[PartitionLog, asyncio.Task] = {}  # gone once its queue is empty
         self._held: dict[tuple[str, str], int] = {}  # (partition, group) -> the offset its updates hold it at
+        self.from_the_start = FromTheStart(local, UPDATES_CURSOR)  # for the groups an UPDATE creates
         self.failures = 0  # attempts that failed and were retried (stats)
 
     def stored(self, partition: PartitionLog, source: str, payload: bytes, position: Position) -> None:
@@ -179,7 +181,8 @@ class UpdateApplier:
                 log.warning("%s: an update from %s skipped: %s", partition.name, stored.source, exc)
         cursor = partition.ledger.cursors[UPDATES_CURSOR]
         if stored.position > cursor.mark_delete_position:
-            await cursor.mark_delete(stored.position)
+            await cursor.mark_delete(stored.position, {**cursor.properties,
+                                                       **self.from_the_start.properties(partition)})
 
     async def _move(self, partition: PartitionLog, group: str, position: Position, covered: frozenset[str],
                     source: str) -> None:
@@ -194,8 +197,8 @@ class UpdateApplier:
                 return  # never backwards
             offset = target
             if covered:
-                start = partition.log_start_offset if current is None else current
-                held = await first_uncovered(partition, start, position, covered, self.local)
+                held = await self.from_the_start.first_uncovered(partition, position, covered) if current is None \
+                    else await first_uncovered(partition, current, position, covered, self.local)
                 self._log_held(partition, group, held, target, source)
                 offset = target if held is None else held
                 if current is not None and current >= offset:
