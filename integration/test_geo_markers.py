@@ -7,15 +7,17 @@ import os
 import time
 
 import pytest
+from confluent_kafka import Consumer
 
 from integration.geo import replicate_everywhere, start_clusters, topic_stats, wait_for, wait_for_records
 from integration.idem_raw import RawKafka
-from integration.test_admin import admin_json
+from integration.test_admin import admin_change, admin_json
 from integration.test_geo_failover import FAST_SNAPSHOTS, consume, west_position
 from integration.test_geo_replication import produce
 from kop.ledger import FileManagedLedger, LedgerConfig, Position
 from kop.topic_storage import ledger_name
 from proto.kop_pb2 import MarkerType, MessageMetadata
+from protocol.errors import ErrorCode
 
 PARTITIONS = 2
 RESPONSE = MarkerType.REPLICATED_SUBSCRIPTION_SNAPSHOT_RESPONSE
@@ -64,6 +66,54 @@ def group_consumes_in(broker, rounds: int, per_round: int = 20) -> int:
         produce(broker.bootstrap, "orders", f"r{round_}", per_round, PARTITIONS)
         assert len(consume(broker.bootstrap, "app", per_round)) == per_round
     return rounds * per_round
+
+
+def consume_topic(bootstrap: str, group: str, topic: str, count: int) -> None:
+    """`count` records of `topic` consumed by a confluent-kafka member of `group`, each committed."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got, deadline = 0, time.monotonic() + 30
+    try:
+        while got < count and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None:
+                assert message.error() is None, message.error()
+                consumer.commit(message, asynchronous=False)
+                got += 1
+    finally:
+        consumer.close()
+    assert got == count, f"{got} of {count} records of {topic}"
+
+
+def test_no_marker_on_a_topic_without_remotes_nor_on_one_without_a_replicated_group(started):
+    """Checklist 41 (Pulsar #21495): a partition writes snapshot markers only if it replicates to another cluster
+    and one of its groups is replicated. Here data flows on three topics, each consumed by a group: `orders`
+    (replicated, by the replicated group: the control, its markers make the group follow in west), `solo` (kept
+    home by its topic policy, consumed by that same replicated group) and `plain` (replicated, consumed by a group
+    that is not)."""
+    brokers = started(("east", "west"), {})
+    east, west = brokers["east"], brokers["west"]
+    with RawKafka(east.port) as kafka:
+        assert kafka.create_topic("solo", PARTITIONS) == ErrorCode.NONE
+        assert kafka.create_topic("plain", PARTITIONS) == ErrorCode.NONE
+    admin_change(east, "topics", "set-clusters", "solo", "--clusters", "east")
+    admin_json(east, "groups", "set-replicated", "app", "--enable")
+    per_round = 20
+    for round_ in range(3):
+        for topic in ("orders", "solo", "plain"):
+            produce(east.bootstrap, topic, f"r{round_}", per_round, PARTITIONS)
+        consume_topic(east.bootstrap, "app", "orders", per_round)
+        consume_topic(east.bootstrap, "app", "solo", per_round)
+        consume_topic(east.bootstrap, "other", "plain", per_round)
+    wait_for(lambda: west_position(west) == 3 * per_round, 30, "the replicated group to follow in west (control)")
+    wait_for_records(west, "plain", PARTITIONS, 3 * per_round)  # control: `plain` replicates
+    time.sleep(1.0)  # ten snapshot periods more
+    for broker in (east, west):
+        broker.stop()
+    assert any(m.marker_type == MarkerType.REPLICATED_SUBSCRIPTION_SNAPSHOT for m in stored_markers(east, "orders"))
+    assert stored_markers(east, "solo") == []
+    assert stored_markers(east, "plain") == [] and stored_markers(west, "plain") == []
 
 
 def test_with_replicated_subscriptions_off_no_marker_is_written_and_no_group_follows(started):

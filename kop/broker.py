@@ -181,6 +181,7 @@ class Broker:
         self.producer_ids = ProducerIdAllocator(self.topics.storage.producer_id_blocks(),
                                                 cluster_tag(self.config.cluster_name))
         await self.cluster.serve_groups(self.groups)
+        self.replication.positions.others = self.cluster.coordinators()  # PIP-33 reaches every coordinator
         await self.groups.start()  # needs the topics: groups are found from their partitions' cursors
         self.transactions = TransactionCoordinator(self.config, self.topics, self.groups, self.producer_ids)
         await self.cluster.serve_transactions(self.transactions)

@@ -21,6 +21,7 @@ from tests.test_replication_partition import batch, until
 
 pytestmark = pytest.mark.timeout(30)
 UPDATE = MarkerType.REPLICATED_SUBSCRIPTION_UPDATE
+EAST_TOPIC = uuid.uuid4()  # the id of east's topic, whose entries east's replicator stores here
 
 
 @pytest.fixture
@@ -30,9 +31,9 @@ async def brokers(tmp_path):
     await started.stop_all()
 
 
-def update_marker(group: str, cluster: str, position) -> bytes:
+def update_marker(group: str, cluster: str, position, covered: tuple[str, ...] = ()) -> bytes:
     payload = ReplicatedSubscriptionsUpdate(subscription_name=group, clusters=[
-        ClusterMessageId(cluster=cluster, message_id=message_id(position))])
+        ClusterMessageId(cluster=cluster, message_id=message_id(position))], covered_clusters=covered)
     return build_marker_batch(UPDATE, payload.SerializeToString())
 
 
@@ -73,6 +74,79 @@ async def test_an_update_never_moves_a_group_back_past_a_commit_still_being_writ
                                 partition.ledger.last_confirmed)
     await until(lambda: west.groups.fetch_offset("other", "orders", 0) is not None)
     assert west.groups.fetch_offset("other", "orders", 0).offset == 2
+
+
+async def store_update(partition, group: str, position, source_entry: int, covered: tuple[str, ...] = ()):
+    """An UPDATE marker for `group` stored as east's replicator stores it; where it was stored."""
+    header, view = split_batches(update_marker(group, "west", position, covered))[0]
+    source = MessageMetadata(producer_name="pulsar.marker", marker_type=UPDATE)
+    stored = await partition.publish_replicated("east", EAST_TOPIC, 1, source_entry, source, header, view)
+    assert stored.error == ErrorCode.NONE and not stored.duplicate
+    return stored.position
+
+
+async def test_an_update_whose_commit_failed_is_retried_in_log_order_and_the_cursor_moves_on(brokers):
+    """The offset store fails (the partition's cursor log, where group offsets are written, fails its next
+    flushes): the first UPDATE is not applied at once; it is tried again with a pause, in this run, and the next
+    UPDATE (another group's) waits behind it. Then the `pulsar.updates` cursor records both."""
+    west, partition, first = await west_with_data(brokers)
+    second = partition.ledger.last_confirmed
+    commits: list[tuple[str, int]] = []
+    real_commit = west.groups.commit
+
+    def recorded(group, topic, index, offset, *args, **kwargs):  # the order the updates reach the offset store
+        commits.append((group, offset))
+        return real_commit(group, topic, index, offset, *args, **kwargs)
+
+    west.groups.commit = recorded
+    partition.ledger.inject_cursor_write_failures(3)
+    await store_update(partition, "a", first, 0)
+    stored = await store_update(partition, "b", second, 1)
+    await until(lambda: west.groups.fetch_offset("b", "orders", 0) is not None, seconds=10)
+    assert west.replication.updates.failures >= 1  # control: the offset store did fail
+    assert west.groups.fetch_offset("a", "orders", 0).offset == 2
+    assert west.groups.fetch_offset("b", "orders", 0).offset == 5
+    first_b = commits.index(("b", 5))
+    assert commits[:first_b] and set(commits[:first_b]) == {("a", 2)}, commits  # a's attempts, then b's
+    await west.replication.updates.settled(partition)
+    assert partition.ledger.cursors["pulsar.updates"].mark_delete_position == stored
+
+
+async def test_groups_updates_create_read_the_partition_from_its_start_once_across_a_restart(brokers):
+    """A group an UPDATE creates is held before the first record here that the snapshot did not cover, looked for
+    from the start of the partition. That reading is kept (and stored with the `pulsar.updates` cursor): the next
+    groups created, before or after a restart, read only what was added since."""
+    west = await brokers.start(cluster_name="west")
+    partition = (await west.topics.create("orders", 1, {})).partition(0)
+    east_records = 40
+    for i in range(east_records):  # east's records: covered by east's snapshots
+        header, view = batch(b"east%d" % i)
+        source = MessageMetadata(producer_name="p")
+        assert (await partition.publish_replicated("east", EAST_TOPIC, 1, i, source, header, view)).error == 0
+    end = partition.ledger.last_confirmed
+    entry = east_records
+    for group in ("g1", "g2", "g3"):
+        await store_update(partition, group, end, entry, covered=("east",))
+        entry += 1
+    await west.replication.updates.settled(partition)
+    assert [west.groups.fetch_offset(g, "orders", 0).offset for g in ("g1", "g2", "g3")] == [east_records] * 3
+    reading = west.replication.updates.from_the_start
+    assert reading.entries_read == east_records - 1  # up to the last entry, once: not once per group
+    own = await partition.publish_normal(*batch(b"west's own"))  # not covered: east never had it
+    await partition.publish_replicated("east", EAST_TOPIC, 1, entry, MessageMetadata(producer_name="p"),
+                                       *batch(b"east after"))
+    entry += 1
+    after = partition.ledger.last_confirmed
+    await store_update(partition, "g4", after, entry, covered=("east",))
+    entry += 1
+    await west.replication.updates.settled(partition)
+    assert west.groups.fetch_offset("g4", "orders", 0).offset == own.base_offset  # held before west's own record
+    west = await brokers.restart(west)
+    partition = west.topics.get("orders").partition(0)
+    await store_update(partition, "g5", after, entry, covered=("east",))
+    await until(lambda: west.groups.fetch_offset("g5", "orders", 0) is not None)
+    assert west.groups.fetch_offset("g5", "orders", 0).offset == own.base_offset
+    assert west.replication.updates.from_the_start.entries_read == 0  # what was read came back with the cursor
 
 
 async def test_the_snapshot_ticks_of_every_partition_run_at_once(brokers):

@@ -345,3 +345,53 @@ async def test_a_replicated_batch_of_a_shared_producer_id_is_that_producers_batc
     assert not (await plain.publish_replicated("east", TOPIC_ID, 3, 0, source, header, view)).duplicate
     assert (await plain.publish_normal(*producer_batch(pid, 0, b"a", b"b"))).base_offset == 2
     await plain.close()
+
+
+def test_markers_keep_pulsars_types_and_field_numbers():
+    """Checklist 31: PulsarMarkers.proto's enum values and field numbers, so the payloads mean the same thing."""
+    from proto import kop_pb2
+    pulsar_types = {"UNKNOWN_MARKER": 0, "REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST": 10,
+                    "REPLICATED_SUBSCRIPTION_SNAPSHOT_RESPONSE": 11, "REPLICATED_SUBSCRIPTION_SNAPSHOT": 12,
+                    "REPLICATED_SUBSCRIPTION_UPDATE": 13}
+    assert {name: MarkerType.Value(name) for name in pulsar_types} == pulsar_types
+    pulsar = {"ReplicatedSubscriptionsSnapshotRequest": {"snapshot_id": 1, "source_cluster": 2},
+              "ReplicatedSubscriptionsSnapshotResponse": {"snapshot_id": 1, "cluster": 2},
+              "ReplicatedSubscriptionsSnapshot": {"snapshot_id": 1, "local_message_id": 2, "clusters": 3},
+              "ReplicatedSubscriptionsUpdate": {"subscription_name": 1, "clusters": 2},
+              "ClusterMessageId": {"cluster": 1, "message_id": 2},
+              "MarkersMessageIdData": {"ledger_id": 1, "entry_id": 2}}
+    for message, fields in pulsar.items():
+        descriptor = getattr(kop_pb2, message).DESCRIPTOR
+        assert {name: descriptor.fields_by_name[name].number for name in fields} == fields, message
+
+
+async def test_a_marker_is_the_marker_producers_and_never_touches_the_deduplication_state(tmp_path):
+    """Checklist 31 and 7: a marker's metadata names the producer `pulsar.marker` with sequence id 0, and the
+    deduplication maps do not see it."""
+    partition = await open_partition(tmp_path)
+    await partition.publish_marker(MarkerType.REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST, b"x")
+    [(kind, metadata, payload)] = markers(partition)
+    assert (kind, metadata.producer_name, metadata.sequence_id, payload) == \
+        (MarkerType.REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST, "pulsar.marker", 0, b"x")
+    assert "pulsar.marker" not in partition.dedup.pushed and "pulsar.marker" not in partition.dedup.persisted
+    await partition.close()
+
+
+async def test_a_snapshot_completes_only_once_its_snapshot_marker_is_durable(tmp_path):
+    """Checklist 37 (Pulsar #26119): the last answer came, but the SNAPSHOT marker's write fails: the snapshot stays
+    pending, sends no UPDATE, and times out to be taken again."""
+    partition = await open_partition(tmp_path)
+    await partition.publish_normal(*batch(b"a", b"b"))
+    await _with_group(partition, 2)
+    controller = SnapshotController(partition, "a", lambda: ["b"], lambda _remote: True, SETTINGS)
+    await controller.tick(now=0)
+    [snapshot_id] = controller.pending
+    partition.ledger.inject_write_failures(1)
+    controller.received_response(snapshot_id, "b", Position(11, 11), partition.ledger.last_confirmed)
+    await asyncio.gather(*controller._writes)
+    assert controller.completed_count == 0 and snapshot_id in controller.pending
+    assert not [m for m in markers(partition) if m[0] == MarkerType.REPLICATED_SUBSCRIPTION_SNAPSHOT]
+    await controller.tick(now=SETTINGS.timeout_s + 1)
+    assert controller.timed_out_count == 1 and snapshot_id not in controller.pending
+    assert not [m for m in markers(partition) if m[0] == MarkerType.REPLICATED_SUBSCRIPTION_UPDATE]
+    await partition.close()

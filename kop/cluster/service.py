@@ -21,13 +21,17 @@ import logging
 import time
 from typing import Protocol
 
+from kafka.protocol.api_message import ApiMessage
+
 from kop.cluster.groups import GroupShards
 from kop.cluster.membership import Member, Membership, NodeIdInUse
 from kop.cluster.ownership import owner_of
-from kop.cluster.peers import Peers
+from kop.cluster.peers import PeerUnreachable, Peers
+from kop.cluster.replicated_groups import ViaCoordinators
 from kop.cluster.transactions import TxnShards, shard_ledger_config
 from kop.groups import GroupCoordinator
 from kop.ledger.postgres import PgStore
+from kop.replication.group_positions import Coordinators
 from kop.topic_storage import PgTopicStorage, ledger_name
 from kop.topics import TopicManager
 from kop.transactions.coordinator import TransactionCoordinator
@@ -64,6 +68,12 @@ class Cluster(Protocol):
     def members(self) -> list[Member]:
         """The live brokers, by node id (this one included)."""
 
+    def coordinators(self) -> Coordinators | None:
+        """The other brokers as group coordinators, for PIP-33 (None: this broker coordinates every group)."""
+
+    async def call_peer(self, node: int, request: ApiMessage, response_class: type[ApiMessage]) -> ApiMessage:
+        """A request to another broker of the cluster and its answer; raises PeerUnreachable."""
+
 
 class SingleBroker:
     """One broker owns every partition (the file engine)."""
@@ -97,6 +107,12 @@ class SingleBroker:
 
     def members(self) -> list[Member]:
         return [self._me]
+
+    def coordinators(self) -> Coordinators | None:
+        return None
+
+    async def call_peer(self, node: int, request: ApiMessage, response_class: type[ApiMessage]) -> ApiMessage:
+        raise PeerUnreachable("this broker is alone")
 
 
 class ClusterService:
@@ -190,6 +206,14 @@ class ClusterService:
 
     def members(self) -> list[Member]:
         return self._members
+
+    def coordinators(self) -> Coordinators | None:
+        return ViaCoordinators(self.peers, self._me.node_id, self.members, self.leader, lambda: self.fresh)
+
+    async def call_peer(self, node: int, request: ApiMessage, response_class: type[ApiMessage]) -> ApiMessage:
+        if node == self._me.node_id or not self.fresh:
+            raise PeerUnreachable(f"broker {node} is this one, or this broker's view of the cluster is too old")
+        return await self.peers.call(node, request, response_class)
 
     async def _renew_loop(self) -> None:
         while True:

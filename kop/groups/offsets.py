@@ -110,6 +110,8 @@ class OffsetStore:
         self._submitted_stamp: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         # ... and the latest offset handed to it (a PIP-33 update never moves a group back past one in flight)
         self._submitted_offset: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        # ... and the write of that latest commit: if it fails, the three above fall back to what is durable
+        self._submitted_write: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         # group -> partition -> cursor writes not yet durable
         self._inflight: dict[str, dict[TopicPartition, set[asyncio.Future]]] = {}
         self.replicated: set[str] = set()  # groups whose cursors carry REPLICATED_KEY (each new one gets it too)
@@ -249,12 +251,24 @@ class OffsetStore:
         if protocol_type:
             strings[PROTOCOL_TYPE_KEY] = protocol_type
         task = asyncio.ensure_future(move(position, longs, strings))
+        self._submitted_write[cursor] = task
+        task.add_done_callback(lambda done: self._written(cursor, done))
         self._track(group, (topic, index), task)
         if group in self._pending_replicated:
             task.add_done_callback(lambda done: self._flag_landed(group, done))
         result = asyncio.get_running_loop().create_future()
         task.add_done_callback(lambda done: result.set_result(_outcome(done, f"{group} on {topic}-{index}")))
         return result
+
+    def _written(self, cursor, write: asyncio.Future) -> None:
+        """The latest commit handed to a cursor landed or failed: once failed, it is not the group's newest offset
+        (a PIP-33 update retried after it would take the group as already there)."""
+        if self._submitted_write.get(cursor) is not write:
+            return  # a later commit was handed over meanwhile
+        del self._submitted_write[cursor]
+        if write.cancelled() or write.exception() is not None:
+            for submitted in (self._submitted, self._submitted_stamp, self._submitted_offset):
+                submitted.pop(cursor, None)
 
     def _flag_landed(self, group: str, commit: asyncio.Future) -> None:
         """A commit of a group flagged before it had any is durable, with the flag: its cursor holds it now."""

@@ -9,7 +9,12 @@ The ordered phase hands every entry to its partition in request order, so entrie
 the order the replicator sends them; a partition stops at its first refused entry (the replicator resends from it).
 
 A PIP-33 snapshot REQUEST from a cluster this one does not replicate back to is answered in the response, with where
-it was stored; sent again (its response lost), it is found stored and answered from where it was stored then."""
+it was stored; sent again (its response lost), it is found stored and answered from where it was stored then.
+
+In a cluster of brokers the source reaches one of them (its registered address); the entries of a partition another
+broker owns are handed on to that owner (kop/cluster/peers.py), once: a broker that gets them handed on and does not
+own the partition either (the two saw ownership move at different times) answers NOT_LEADER_OR_FOLLOWER, and the
+replicator sends them again."""
 import asyncio
 import functools
 import logging
@@ -18,6 +23,7 @@ from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
+from kop.cluster.peers import PeerUnreachable
 from kop.handlers.context import RequestContext
 from kop.partition import AppendResult, source_position_key
 from kop.security.acls import Operation
@@ -147,15 +153,55 @@ async def handle(ctx: RequestContext, request: ReplicateEntriesRequest):
         except TopicError as exc:
             topic, refused = None, _failed(exc.code, str(exc))
         for pdata in topic_data.partitions:
+            if topic is not None and _owned_elsewhere(ctx, request, topic, pdata.partition_index):
+                planned.append((topic_data.name, pdata.partition_index,
+                                asyncio.ensure_future(_hand_on(ctx, request, topic_data, pdata))))
+                continue
             entries = [Planned(refused)] if topic is None else _publish(ctx, source, topic, topic_data.topic_id,
                                                                         pdata.partition_index, pdata.entries)
             planned.append((topic_data.name, pdata.partition_index, entries))
     return _respond(planned, ctx.services.replication.stored_requests)
 
 
+def _owned_elsewhere(ctx: RequestContext, request: ReplicateEntriesRequest, topic: Topic, index: int) -> bool:
+    return (topic.partition(index) is None and not request.forwarded and 0 <= index < topic.count
+            and ctx.topics.missing_partition_error(topic.name, index) == ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+
+async def _hand_on(ctx: RequestContext, request: ReplicateEntriesRequest, topic_data, pdata) -> Result:
+    """One partition's entries, sent to the broker of this cluster that owns it; its answer."""
+    node = ctx.cluster.leader(topic_data.name, pdata.partition_index)
+    handed = ReplicateEntriesRequest[0](
+        source_cluster=request.source_cluster, target_cluster=request.target_cluster, timeout_ms=request.timeout_ms,
+        forwarded=True, topics=[ReplicateEntriesRequest.ReplicateTopic(
+            name=topic_data.name, topic_id=topic_data.topic_id, partition_count=topic_data.partition_count,
+            partitions=[pdata])])
+    try:
+        answer = await ctx.cluster.call_peer(node, handed, ReplicateEntriesResponse)
+    except PeerUnreachable as exc:
+        return _not_stored(pdata.partition_index, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                           f"the owner of {topic_data.name}-{pdata.partition_index}, broker {node}, not reached: {exc}")
+    if answer.error_code:
+        return _not_stored(pdata.partition_index, ErrorCode(answer.error_code), answer.error_message)
+    got = answer.topics[0].partitions[0]
+    return Result(partition_index=pdata.partition_index, error_code=got.error_code, error_message=got.error_message,
+                  stored=got.stored, duplicates=got.duplicates, snapshot_answers=[
+                      Result.SnapshotAnswer(snapshot_id=a.snapshot_id, source_ledger_id=a.source_ledger_id,
+                                            source_entry_id=a.source_entry_id, ledger_id=a.ledger_id,
+                                            entry_id=a.entry_id) for a in got.snapshot_answers])
+
+
+def _not_stored(index: int, error: ErrorCode, message: str | None) -> Result:
+    return Result(partition_index=index, error_code=error, error_message=message, stored=0, duplicates=0,
+                  snapshot_answers=[])
+
+
 async def _respond(planned, stored_requests: StoredRequests) -> Response:
     by_topic: dict[str, list] = {}
     for name, index, entries in planned:
+        if isinstance(entries, asyncio.Future):  # handed on to the partition's owner: its answer
+            by_topic.setdefault(name, []).append(await entries)
+            continue
         stored = duplicates = 0
         error, message = ErrorCode.NONE, None
         answers = []

@@ -18,6 +18,7 @@ from kop.ledger import CursorNotFoundError, Position
 from kop.partition import REPLICATOR_CURSOR_PREFIX, PartitionLog
 from kop.policies import PolicyBook
 from kop.replication.clusters import ClusterRegistry
+from kop.replication.group_positions import GroupPositions
 from kop.replication.link import RemoteLink
 from kop.replication.replicator import Replicator, cursor_name
 from kop.replication.snapshots import SnapshotController, SnapshotSettings, StoredRequests, message_id
@@ -50,7 +51,9 @@ class ReplicationService:
         self.stored_requests = StoredRequests()  # REQUESTs answered in ReplicateEntries responses
         self._snapshot_task: asyncio.Task | None = None
         self._ticks: set[asyncio.Task] = set()  # snapshot ticks running
-        self.updates = UpdateApplier(self.local, groups)  # UPDATE markers stored here
+        self.positions = GroupPositions(groups)  # the replicated groups, whichever broker coordinates them
+        self.updates = UpdateApplier(self.local, self.positions, self._serves)  # UPDATE markers stored here
+        self._refreshing: asyncio.Task | None = None
         self._links: dict[str, RemoteLink] = {}
         self._task: asyncio.Task | None = None
         self._lock = asyncio.Lock()
@@ -74,10 +77,30 @@ class ReplicationService:
             due += self.settings.frequency_s
             await asyncio.sleep(max(0.0, due - loop.time()))
             due = max(due, loop.time() - self.settings.frequency_s)  # after a stall: no burst of ticks to catch up
+            self._refresh_positions()
             for controller in list(self.controllers.values()):
                 task = asyncio.ensure_future(self._tick(controller))
                 self._ticks.add(task)
                 task.add_done_callback(self._ticks.discard)
+
+    def _refresh_positions(self) -> None:
+        """Read the replicated groups other brokers coordinate again, in the background: the ticks use the last
+        answers, and a slow broker delays no tick."""
+        if self.positions.others is None or (self._refreshing is not None and not self._refreshing.done()):
+            return
+        wanted: dict[str, tuple[bool, list[int]]] = {}
+        for (topic, index) in sorted(self.controllers):
+            wanted.setdefault(topic, (self.policies.resolve(topic).replicated_subscriptions, []))[1].append(index)
+        self._refreshing = asyncio.ensure_future(self.positions.refresh(wanted))
+        self._refreshing.add_done_callback(self._refreshed)
+
+    @staticmethod
+    def _refreshed(task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("replicated groups of the other brokers not read", exc_info=task.exception())
+
+    def _serves(self, partition: PartitionLog) -> bool:
+        return self.topics.partition(partition.topic, partition.partition) is partition
 
     @staticmethod
     async def _tick(controller: SnapshotController) -> None:
@@ -177,7 +200,7 @@ class ReplicationService:
                 self.controllers[key] = SnapshotController(
                     partition, self.local, lambda topic=key[0]: self.remotes(topic),
                     lambda remote, p=partition: self._replicating(p, remote), self.settings,
-                    lambda topic=key[0], index=key[1]: self.groups.replicated_on(
+                    lambda topic=key[0], index=key[1]: self.positions.replicated_on(
                         topic, index, self.policies.resolve(topic).replicated_subscriptions))
 
     def _replicating(self, partition: PartitionLog, remote: str) -> bool:
@@ -247,7 +270,7 @@ class ReplicationService:
 
     async def stop(self) -> None:
         await self.updates.stop()
-        for task in (self._task, self._snapshot_task, *self._ticks):
+        for task in (self._task, self._snapshot_task, self._refreshing, *self._ticks):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)

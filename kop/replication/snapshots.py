@@ -66,26 +66,6 @@ def scan_start(partition: PartitionLog, offset: int) -> Position:
     return BEFORE_FIRST if found is None else Position(found.ledger_id, found.entry_id - 1)
 
 
-async def first_uncovered(partition: PartitionLog, start: int, end: Position, covered: frozenset[str],
-                          local: str) -> int | None:
-    """The offset of the first data entry from `start` (an offset) up to, not including, the entry at `end` whose
-    records came from a cluster not in `covered` (this cluster's own records count as `local`'s); None if there is
-    none. Read in bounded steps, the event loop served in between."""
-    position = scan_start(partition, start + 1)  # from the entry holding `start` on
-    while entries := partition.ledger.read_after(position, REBUILD_BATCH, REBUILD_BYTES):
-        for entry in entries:
-            if entry.position >= end:
-                return None
-            if not entry.span or entry.first_index + entry.span <= start:
-                continue  # a marker, or before the group's position
-            metadata = MessageMetadata.FromString(entry.metadata)
-            if not metadata.is_control and (metadata.replicated_from or local) not in covered:
-                return max(entry.first_index, start)
-        position = entries[-1].position
-        await asyncio.sleep(0)
-    return None
-
-
 def message_id(position: Position) -> MarkersMessageIdData:
     return MarkersMessageIdData(ledger_id=position.ledger_id, entry_id=position.entry_id)
 
