@@ -14,6 +14,7 @@ valgrind, and about a minute and a half per tree).
 """
 import argparse
 import contextlib
+import os
 import shutil
 import subprocess
 import sys
@@ -46,12 +47,16 @@ def workloads(scale: float = 1.0) -> list[tuple[str, ProduceSpec]]:
 
 @contextlib.contextmanager
 def exported(commit: str) -> Iterator[str]:
-    """The tree of `commit` in a temporary directory (removed afterwards)."""
+    """The tree of `commit` in a temporary directory (removed afterwards), its C parts built in place as
+    `pip install -e .` builds them here (a tree without setup.py has none)."""
     root = tempfile.mkdtemp(prefix="kop-bench-old-")
     try:
         archive = subprocess.run(["git", "-C", REPO, "archive", commit], check=True, capture_output=True,
                                  timeout=120).stdout
         subprocess.run(["tar", "-x", "-C", root], input=archive, check=True, timeout=120)
+        if os.path.exists(os.path.join(root, "setup.py")):
+            subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=root, check=True,
+                           capture_output=True, timeout=300)
         yield root
     finally:
         shutil.rmtree(root, ignore_errors=True)
