@@ -173,7 +173,8 @@ class PartitionLog:
 
     def publish_normal(self, header: BatchHeader, view: memoryview, timeout_ms: int = 30000,
                        records: WalkedRecords | None = None, client: Mapping[str, str] = NO_CLIENT) -> asyncio.Future:
-        """Append a client data batch; resolves to an AppendResult once durable, deduplicated or rejected.
+        """Append a client data batch; resolves to an AppendResult once durable, deduplicated or rejected. A
+        writable `view` (a produce request's own bytes) gets its offsets in place; a read-only one is copied.
         `records`: the batch's records as validation walked them, watching for application-chosen sequence ids
         (`judges_sequence_headers`), so records that carry them are judged (kop/sequence_filter.py). `client`: the log
         fields naming the sender (RequestContext.log_fields)."""
@@ -402,7 +403,7 @@ class PartitionLog:
         base = self.ledger.written_end_index
         span = header.last_offset_delta + 1 if span is None else span
         last = base + header.last_offset_delta
-        batch = bytearray(view)
+        batch = bytearray(view) if view.readonly else view  # a produce request's own bytes: patched in place
         assign_offsets(batch, 0, base)
         now = int(time.time() * 1000)
         if self.log_append_time:

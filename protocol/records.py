@@ -37,8 +37,8 @@ from protocol.compression import (
 from protocol.errors import ErrorCode
 from protocol.varint import VARINT_MAX_BYTES, VARLONG_MAX_BYTES, VarintError, decode_varint, encode_varint
 
-try:  # the record walk in C (protocol/_walk.c), built by `pip install`; without a compiler the Python walk does all
-    from protocol._walk import walk as _fast_walk
+try:  # the record walk in C (protocol/_accel.c), built by `pip install`; without a compiler the Python walk does all
+    from protocol._accel import walk as _fast_walk
 except ImportError:
     _fast_walk = None
 
@@ -386,7 +386,7 @@ def _walk_records(data: BytesLike, pos: int, header: BatchHeader, from_client: b
                   headers: HeaderWatch | None = None) -> int:
     """Check the framing of every record in data[pos:] without building any object, and return the greatest
     timestamp delta; with `spans`, append each record's (start, end, timestamp delta) to it; with `headers`, have it
-    read the headers of each record that has some. protocol/_walk.c is this walk in C, for the batches it is sure of.
+    read the headers of each record that has some. protocol/_accel.c has this walk in C, for the batches it is sure of.
 
     This runs for every produced batch, so one- and two-byte varints (nearly all of them) are decoded inline and
     longer ones go to decode_varint. Any overrun shows up as IndexError, turned into one error at the end.

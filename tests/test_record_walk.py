@@ -1,4 +1,5 @@
-"""The record walk in C (protocol/_walk.c) against the Python walk it stands in for (protocol/records.py).
+"""The C parts of protocol (protocol/_accel.c): the record walk against the Python walk it stands in for
+(protocol/records.py), and the unzeroed request buffer.
 
 The C walk may only say "sound" (with the greatest timestamp delta) where the Python walk passes the batch with the
 same delta and no watched header; anything else it hands back (None), and validation walks the batch in Python. Here
@@ -20,13 +21,13 @@ from protocol.sequence_headers import PRODUCER_NAME_HEADER, SEQUENCE_ID_HEADER, 
 from protocol.varint import encode_varint
 
 fast_walk = records_module._fast_walk
-needs_c = pytest.mark.skipif(fast_walk is None, reason="protocol._walk is not built (no C compiler at install)")
+needs_c = pytest.mark.skipif(fast_walk is None, reason="protocol._accel is not built (no C compiler at install)")
 
 
 def test_the_c_walk_is_built_where_a_compiler_is():
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler: kop walks records in Python here")
-    assert fast_walk is not None, "protocol/_walk.c was not built: run `pip install -e .` (make does)"
+    assert fast_walk is not None, "protocol/_accel.c was not built: run `pip install -e .` (make does)"
 
 
 def python_walk(data: bytes, count: int, last_delta: int, from_client: bool, watched: bool) -> tuple[int, bool] | None:
@@ -164,3 +165,14 @@ def test_validation_takes_the_c_path_for_sound_batches_and_still_reports_python_
     with pytest.raises(RecordBatchError, match="record 0"):
         validate_batch(header, view)
     assert walked_in_python
+
+
+@needs_c
+def test_an_uninitialized_buffer_is_a_bytearray_of_that_size():
+    from protocol._accel import uninitialized
+    buffer = uninitialized(100_000)
+    assert type(buffer) is bytearray and len(buffer) == 100_000
+    buffer[:] = b"x" * 100_000
+    assert bytes(buffer) == b"x" * 100_000 and uninitialized(0) == bytearray()
+    with pytest.raises(ValueError):
+        uninitialized(-1)

@@ -1,14 +1,20 @@
-/* The record walk of protocol/records.py in C: the framing of every record of a v2 batch, checked without building
- * any object. It answers only what it is sure of: a sound batch (the greatest timestamp delta, as an int), or None
- * for anything else (a framing error, a value beyond 64 bits, a header key the caller watches for), and the caller
- * then walks the batch in Python, which raises the error with its message or hands the watched headers over. So the
- * Python walk stays the definition, and tests/test_record_walk.py checks that this one never says "sound" where the
- * Python walk would refuse, on random and damaged batches. Every read is bounded by the buffer's length.
+/* protocol's C parts, each standing in for Python that every produced batch would otherwise pay for, each with a
+ * pure-Python equivalent used where this module is not built (no C compiler at install).
  *
  * walk(data, start, count, last_offset_delta, from_client, keys) -> int | None
+ *   The record walk of protocol/records.py: the framing of every record of a v2 batch, checked without building any
+ *   object. It answers only what it is sure of: a sound batch (the greatest timestamp delta, as an int), or None for
+ *   anything else (a framing error, a value beyond 64 bits, a header key the caller watches for), and the caller
+ *   then walks the batch in Python, which raises the error with its message or hands the watched headers over. So
+ *   the Python walk stays the definition, and tests/test_record_walk.py checks that this one never says "sound"
+ *   where the Python walk would refuse, on random and damaged batches. Every read is bounded by the buffer's length.
  *   data: a contiguous buffer holding the records from `start` to its end; count: the batch's record count;
  *   from_client: offset deltas must be exactly 0..count-1 (else increasing and <= last_offset_delta);
  *   keys: None, or a tuple of bytes: header keys whose presence sends the batch back to the Python walk.
+ *
+ * uninitialized(size) -> bytearray
+ *   A bytearray of `size` bytes that are not zeroed first (`bytearray(size)` zeroes them): for a buffer every byte of
+ *   which is written before any is read (a request read from a socket).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -154,12 +160,25 @@ static PyObject *walk(PyObject *module, PyObject *args)
     return PyLong_FromLongLong(max_ts_delta);
 }
 
+static PyObject *uninitialized(PyObject *module, PyObject *arg)
+{
+    Py_ssize_t size = PyLong_AsSsize_t(arg);
+    if (size == -1 && PyErr_Occurred())
+        return NULL;
+    if (size < 0) {
+        PyErr_SetString(PyExc_ValueError, "negative size");
+        return NULL;
+    }
+    return PyByteArray_FromStringAndSize(NULL, size);
+}
+
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS,
      "walk(data, start, count, last_offset_delta, from_client, keys) -> greatest timestamp delta, or None"},
+    {"uninitialized", uninitialized, METH_O, "uninitialized(size) -> a bytearray of size bytes, not zeroed"},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "protocol._walk", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "protocol._accel", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__walk(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__accel(void) { return PyModule_Create(&module); }
