@@ -80,7 +80,7 @@ class _Response:
         self.size = size  # bytes reserved for the request, given back once it is answered
         self.started = started
         self.series = series
-        self.data: bytes | None = None  # the framed response; None: no response (acks=0)
+        self.data: bytes | list | None = None  # the framed response, or its parts; None: no response (acks=0)
         self.ready = False
 
 
@@ -514,7 +514,9 @@ class Connection(asyncio.BufferedProtocol):
             while responses and responses[0].ready:
                 data = responses.popleft().data
                 written += 1
-                if data is not None:
+                if type(data) is list:
+                    out.extend(data)
+                elif data is not None:
                     out.append(data)
             self._in_flight -= written
             if out and not self._closed:
