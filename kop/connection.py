@@ -374,11 +374,7 @@ class Connection(asyncio.BufferedProtocol):
         """Run a request's ordered phase (inline, or as a task the connection waits for) and give its answer its
         place in the response order."""
         if self.session.raw_tokens:
-            try:
-                data = self._raw_token(frame)
-            except SessionClosed as exc:
-                return self._fail(exc, size)
-            return self._answer_now(data, size)
+            return self._raw_token_phase(frame, size)
         started = time.perf_counter()
         router = self.broker.api_router
         try:
@@ -584,11 +580,31 @@ class Connection(asyncio.BufferedProtocol):
 
     # ---- answers without a handler
 
-    def _raw_token(self, token: bytes) -> bytes:
+    def _raw_token_phase(self, frame: bytes, size: int) -> None:
+        """A bare SASL token is an ordered phase of its own, run as a task: a key derived from a password is
+        derived in a worker thread (Session.advance)."""
+        task = self._ordered = asyncio.ensure_future(self._raw_token(frame))
+        self._tasks.add(task)
+        self._hold = "ordered phase"
+        task.add_done_callback(functools.partial(self._raw_token_done, size))
+
+    def _raw_token_done(self, size: int, task: asyncio.Future) -> None:
+        self._tasks.discard(task)
+        self._ordered = None
+        if task.cancelled():
+            self._unreserve(size)
+            return
+        exc = task.exception()
+        if exc is not None:
+            return self._fail(exc, size)
+        self._answer_now(task.result(), size)
+        self._release_hold()
+
+    async def _raw_token(self, token: bytes) -> bytes:
         """A SASL token sent bare after SaslHandshake v0; the answer goes back bare too (size, then bytes). There is
         no field for an error: a failure closes the connection."""
         try:
-            step = self.session.step(token, self.broker.config.connections_max_reauth_ms)
+            step = await self.session.advance(token, self.broker.config.connections_max_reauth_ms)
         except AuthenticationFailed as exc:
             raise SessionClosed(f"SASL authentication failed: {exc}") from None
         return len(step.challenge).to_bytes(4, "big") + step.challenge

@@ -6,6 +6,7 @@ flexible versions decide the header version (v2 with tagged fields) and the body
 default value out, which older librdkafka (Debian's kcat) needs.
 """
 import struct
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -17,6 +18,7 @@ import kafka.protocol.producer  # noqa: F401
 import protocol.consumer_groups  # noqa: F401  (KIP-848's APIs, which kafka-python lacks)
 import protocol.replication  # noqa: F401  (kop's own API, registered the same way)
 from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.schemas.fields.codecs import Bytes, String
 
 from protocol.produce_request import MalformedRequest, ProduceRequest, decode_produce_request
 
@@ -132,7 +134,9 @@ _DIRECT_DECODERS = {ProduceRequest.API_KEY: decode_produce_request}
 
 
 def decode_body(header: RequestHeader, frame: bytes | memoryview, body_offset: int):
-    """The request's body: kafka-python's message, or for Produce protocol.produce_request's."""
+    """The request: kafka-python's message, or for Produce protocol.produce_request's. ProtocolError when its bytes
+    do not decode, or decode to null where the schema allows none (as Kafka's readers refuse it: kafka-python reads
+    any length -1 as null, and a handler would trip on it)."""
     direct = _DIRECT_DECODERS.get(header.api_key)
     if direct is not None:
         try:
@@ -141,9 +145,78 @@ def decode_body(header: RequestHeader, frame: bytes | memoryview, body_offset: i
             raise ProtocolError(f"malformed ProduceRequest v{header.api_version}: {exc}") from None
     cls = REQUEST_CLASSES[header.api_key]
     try:
-        return cls.decode(memoryview(frame)[body_offset:], version=header.api_version)
+        request = cls.decode(memoryview(frame)[body_offset:], version=header.api_version)
     except Exception as exc:  # kafka-python raises assorted errors on malformed bodies
         raise ProtocolError(f"malformed {cls.__name__} v{header.api_version}: {exc!r}") from None
+    checks = _NULL_CHECKS.get((header.api_key, header.api_version))
+    if checks is None:
+        checks = _NULL_CHECKS[header.api_key, header.api_version] = _null_checks(cls._struct, header.api_version)
+    null = _first_null(request, checks)
+    if null is not None:
+        raise ProtocolError(f"malformed {cls.__name__} v{header.api_version}: {null} is null, which it may not be")
+    return request
+
+
+# Per field that decodes to None when its length is -1 (strings, bytes, arrays, structs) and may not be null, or that
+# holds such fields: (name, nullable, is an array, the checks of its elements or ELEMENTS, or of its fields).
+NullChecks = tuple[tuple[str, bool, bool, "NullChecks | str | None"], ...]
+ELEMENTS = "elements"  # an array of strings or bytes: no element may be null
+_NULL_CHECKS: dict[tuple[int, int], NullChecks] = {}
+
+
+def _may_decode_null(field) -> bool:
+    kind = getattr(field, "_type", None)
+    return isinstance(kind, String) or kind is Bytes
+
+
+def _null_checks(struct, version: int) -> NullChecks:
+    checks = []
+    for field in struct.untagged_fields(version):
+        inner: NullChecks | str | None = None
+        if field.is_array():
+            element = field.array_of
+            inner = _null_checks(element, version) if element.is_struct() else \
+                ELEMENTS if _may_decode_null(element) else None
+        elif field.is_struct():
+            inner = _null_checks(field, version)
+        elif not _may_decode_null(field):
+            continue
+        nullable = field.nullable_for_version_q(version)
+        if not nullable or inner:
+            checks.append((field.name, nullable, field.is_array(), inner or None))
+    return tuple(checks)
+
+
+def _first_null(value, checks: NullChecks) -> str | None:
+    """The path of the first field that is null where it may not be, or None. Runs for every request: kept lean."""
+    for name, nullable, is_array, inner in checks:
+        field = getattr(value, name)
+        if field is None:
+            if not nullable:
+                return name
+        elif inner is None:
+            continue
+        elif inner is ELEMENTS:
+            if None in field:
+                return f"{name}[{field.index(None)}]"
+        elif is_array:
+            for item in field:
+                found = _first_null(item, inner)
+                if found is not None:
+                    return f"{name}[{field.index(item)}].{found}"
+        else:
+            found = _first_null(field, inner)
+            if found is not None:
+                return f"{name}.{found}"
+    return None
+
+
+NO_ID = bytes(16)
+
+
+def id_bytes(value: uuid.UUID | None) -> bytes:
+    """A topic id's 16 bytes; kafka-python decodes the zero UUID (no id) as None."""
+    return NO_ID if value is None else value.bytes
 
 
 def response_class(api_key: int, version: int) -> type[ApiMessage]:

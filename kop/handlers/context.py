@@ -5,7 +5,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kop.security.acls import CLUSTER_NAME, Operation, ResourceType
+from kop.security.acls import CLUSTER_NAME, OPERATIONS_OF, Operation, ResourceType
 from protocol.api import RequestHeader
 
 if TYPE_CHECKING:
@@ -106,6 +106,11 @@ class RequestContext:
         if not authorizer.enabled:  # every produce asks: answer without building its arguments
             return True
         return authorizer.authorize(self.session.principal, self.client_host, operation, resource_type, name)
+
+    def authorized_operations(self, resource_type: ResourceType, name: str) -> set[int]:
+        """The codes of the operations this request's principal may do on the resource (KIP-430's authorized
+        operations; a bit field on the wire, `operations_bits` where the field is a plain int32)."""
+        return {int(op) for op in OPERATIONS_OF[resource_type] if self.authorized(op, resource_type, name)}
 
     def authorized_on_cluster(self, operation: Operation) -> bool:
         return self.authorized(operation, ResourceType.CLUSTER, CLUSTER_NAME)

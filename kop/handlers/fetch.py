@@ -27,6 +27,7 @@ from kop.ledger import Entry
 from kop.partition import PartitionLog
 from kop.security.acls import Operation, ResourceType
 from kop.security.quotas import FETCH_RATE
+from protocol.api import id_bytes
 from protocol.errors import ErrorCode
 from protocol.fetch_response import AbortedTransaction, FetchableTopicResponse, FetchResponse, PartitionData
 
@@ -69,7 +70,7 @@ def _plan(ctx: RequestContext, request: FetchRequest) -> FetchPlan:
 
 
 def _topic_key(topic: Any, by_id: bool) -> TopicKey:
-    return topic.topic_id.bytes if by_id else topic.topic
+    return id_bytes(topic.topic_id) if by_id else topic.topic
 
 
 def _topic_name(ctx: RequestContext, key: TopicKey) -> str | None:

@@ -30,8 +30,7 @@ from kop.handlers.context import RequestContext
 from kop.security.acls import Operation, ResourceType
 from protocol.errors import ErrorCode
 
-GROUP_OPERATIONS = {3, 6, 8}  # READ, DELETE, DESCRIBE: bits of Kafka's AclOperation codes
-NOT_REQUESTED = None  # encoded as Integer.MIN_VALUE
+NOT_REQUESTED = None  # authorized operations not asked for: the bit field encodes it as Integer.MIN_VALUE
 
 
 def client_host(ctx: RequestContext) -> str:
@@ -161,13 +160,14 @@ async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGr
 async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
     v = ctx.version
     cls = DescribeGroupsResponse[v]
-    operations = GROUP_OPERATIONS if v >= 3 and request.include_authorized_operations else NOT_REQUESTED
+    asked = v >= 3 and request.include_authorized_operations
     described = []
     for group_id in request.groups:
         if not ctx.authorized(Operation.DESCRIBE, ResourceType.GROUP, group_id):
             described.append(cls.DescribedGroup(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=group_id,
-                                                authorized_operations=operations))
+                                                authorized_operations=NOT_REQUESTED))
             continue
+        operations = ctx.authorized_operations(ResourceType.GROUP, group_id) if asked else NOT_REQUESTED
         d = ctx.groups.describe(group_id)
         error, message = d.error, None
         if error == ErrorCode.GROUP_ID_NOT_FOUND:

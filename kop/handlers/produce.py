@@ -126,7 +126,7 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | De
     produced = 0  # bytes, for the produce quota
     for topic_data in request.topic_data:
         if by_id:
-            key = topic_data.topic_id.bytes  # type: ignore[union-attr]
+            key = topic_data.topic_id.bytes  # type: ignore[union-attr]  (the zero id too: an unknown topic)
             name = ctx.topics.name_of(key) or internal_topics.name_of(key)
         else:
             key = name = topic_data.name
