@@ -23,7 +23,7 @@ from kop.security.users import MIN_ITERATIONS, UserStore
 from protocol.api import ProtocolError, UnsupportedVersion, decode_body, parse_header
 from protocol.compression import RecordBatchError, decompress
 from protocol.records import FalseMaxTimestamp, iter_records, set_max_timestamp, split_batches, validate_batch
-from protocol.sequence_headers import SEQUENCE_HEADER_KEYS, sequenced_records
+from protocol.sequence_headers import SequenceHeaderScan, sequenced_records
 
 SERVED = build_api_router().versions
 DECOMPRESSED_LIMIT = 1 << 16  # what one decompression may produce here: a bomb must stop at it
@@ -50,21 +50,21 @@ def produce_records(records: bytes) -> None:
             return
         header, view = batches[0]
         try:
-            walked = validate_batch(header, view, watch=SEQUENCE_HEADER_KEYS,
+            walked = validate_batch(header, view, watch=SequenceHeaderScan,
                                     max_decompressed_size=DECOMPRESSED_LIMIT)
         except FalseMaxTimestamp as exc:
             fixed = bytearray(view)
             set_max_timestamp(fixed, 0, exc.records_max)
             header, view = split_batches(fixed)[0]
-            walked = validate_batch(header, view, watch=SEQUENCE_HEADER_KEYS,
+            walked = validate_batch(header, view, watch=SequenceHeaderScan,
                                     max_decompressed_size=DECOMPRESSED_LIMIT)
     except RecordBatchError:
         return
     read = list(iter_records(view, max_decompressed_size=DECOMPRESSED_LIMIT))
     assert len(read) == header.records_count, f"validated {header.records_count} records, read {len(read)}"
-    if walked is not None and walked.scanned is not None:
+    if walked is not None and walked.headers is not None:
         try:
-            sequenced_records(walked.data, walked.scanned)
+            sequenced_records(walked.headers)
         except RecordBatchError:
             pass
 

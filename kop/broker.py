@@ -15,7 +15,7 @@ from kop.admin.server import AdminServer
 from kop.byte_budget import ByteBudget
 from kop.cluster import Cluster, ClusterService, Member, SingleBroker
 from kop.compaction.cleaner import LogCleaner
-from kop.config import BrokerConfig, listener_specs, settings_not_default
+from kop.config import BrokerConfig, inter_broker_listener, listener_specs, settings_not_default
 from kop.connection import Connection
 from kop.data_dir import DataDirLock
 from kop.fetch_sessions import FetchSessionCache
@@ -173,6 +173,8 @@ class Broker:
         if self._admin is not None:  # its probes answer while the topics load; the rest waits for them
             await _listen(self._admin.start(), self.config.admin_host, self.admin_port, "the admin API")
         await self.topics.open_storage()
+        if isinstance(self.topics.storage, PgTopicStorage):  # shared by the brokers of the database
+            await self.policies.share_through(self.topics.storage.store)
         self.cluster = self._cluster()
         await self.cluster.join()
         await self.topics.load_all(self.cluster.owns)
@@ -181,6 +183,7 @@ class Broker:
         await self.cluster.serve_groups(self.groups)
         await self.groups.start()  # needs the topics: groups are found from their partitions' cursors
         self.transactions = TransactionCoordinator(self.config, self.topics, self.groups, self.producer_ids)
+        await self.cluster.serve_transactions(self.transactions)
         self.transactions.start()  # needs both: prepared transactions write markers and offsets
         self.loaded = True
         for listener, server in self._servers:
@@ -206,8 +209,10 @@ class Broker:
         if not isinstance(storage, PgTopicStorage):
             return SingleBroker(me)
         home = f"{socket.gethostname()}:{os.path.abspath(self.config.data_dir)}"
+        between = inter_broker_listener(self.config, self.listeners)
         return ClusterService(storage.store, self.topics, me, home, self.config.broker_session_timeout_ms,
-                              self.config.broker_heartbeat_interval_ms)
+                              self.config.broker_heartbeat_interval_ms, between.name,
+                              not (between.tls or between.sasl), self.config.fsync)
 
     async def _close_listeners(self) -> None:
         if self._admin is not None:

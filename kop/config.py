@@ -160,6 +160,11 @@ class BrokerConfig:
     broker_heartbeat_interval_ms: int = setting(
         2000, Range(100, INT32_MAX), "broker.heartbeat.interval.ms",
         doc="PostgreSQL storage: how often a broker renews its lease and follows the partitions' ownership.")
+    inter_broker_listener_name: str = setting(
+        "", None, "inter.broker.listener.name",
+        doc="PostgreSQL storage: the listener, by name, the brokers of a cluster send each other their requests on "
+            "(transaction markers, offsets, verifications); it must be PLAINTEXT, e.g. an internal listener beside "
+            "a secured one for clients (Kafka's key). Empty: the first listener.")
     fsync: bool = setting(True, doc="Acknowledge a write only after an fsync covers it (group commit). Off: faster, "
                                     "and a machine crash can lose acknowledged records.")
     ledger_max_bytes: int = setting(256 * 1024 * 1024, Range(14), "log.segment.bytes",  # Kafka's lower bound
@@ -325,7 +330,16 @@ def listener_problem(config: BrokerConfig) -> str | None:
         return f"listeners: {exc}"
     if any(spec.tls for spec in specs) and not config.ssl_keystore_location:
         return "an SSL or SASL_SSL listener needs ssl.keystore.location (a PEM certificate chain and key)"
+    names = [spec.name for spec in specs]
+    if config.inter_broker_listener_name and config.inter_broker_listener_name not in names:
+        return f"inter.broker.listener.name {config.inter_broker_listener_name} names no listener (listeners: " \
+               f"{', '.join(names)})"
     return None
+
+
+def inter_broker_listener(config: BrokerConfig, specs: list[ListenerSpec]) -> ListenerSpec:
+    """The listener the brokers of a cluster reach each other on: inter.broker.listener.name, else the first."""
+    return next((spec for spec in specs if spec.name == config.inter_broker_listener_name), specs[0])
 
 
 FIELDS = {f.name: f for f in fields(BrokerConfig)}

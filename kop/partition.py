@@ -117,6 +117,9 @@ class PartitionLog:
         # Markers handed to the ledger per producer id: a transactional batch that waited for earlier writes is
         # stored only if none came meanwhile.
         self._markers_handed: dict[int, int] = {}
+        # producer id -> resolved once its last batch held for its coordinator's verification was handed on (or
+        # refused): its later batches wait behind it, in order
+        self.verifying: dict[int, asyncio.Future] = {}
         self.marker_listener: MarkerListener | None = None
         # Producer ids that mean the same producer in the clusters this one replicates with (kop/producer_ids.py)
         self.shared_producer_ids = SharedProducerIds()
@@ -216,6 +219,10 @@ class PartitionLog:
         if current is not None and current > producer_epoch:
             return _resolved(AppendResult(ErrorCode.INVALID_PRODUCER_EPOCH,
                                           message=f"marker epoch {producer_epoch} is older than {current}"))
+        if self.transactions.stale_coordinator(producer_id, coordinator_epoch):
+            return _resolved(AppendResult(ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                                          message=f"coordinator epoch {coordinator_epoch} is older than "
+                                                  f"{self.transactions.coordinator_epochs[producer_id]}"))
         base = self.ledger.written_end_index
         batch = build_control_batch(base_offset=base, producer_id=producer_id, producer_epoch=producer_epoch,
                                     commit=commit, coordinator_epoch=coordinator_epoch,
@@ -229,7 +236,13 @@ class PartitionLog:
         result = self._append(header, view, metadata, None, on_stored=lambda offset: self.transactions.on_marker(
             producer_id, offset, commit, self.high_watermark))
         self._markers_handed[producer_id] = self._markers_handed.get(producer_id, 0) + 1
+        self.transactions.on_coordinator(producer_id, coordinator_epoch)
         return result
+
+    def markers_handed(self, producer_id: int) -> int:
+        """How many markers of this producer were handed to the ledger (a batch checked before one came must not be
+        stored after it)."""
+        return self._markers_handed.get(producer_id, 0)
 
     def publish_replicated(self, source_cluster: str, topic_id: uuid.UUID, ledger_id: int, entry_id: int,
                            source: MessageMetadata, header: BatchHeader, view: memoryview) -> asyncio.Future:

@@ -122,7 +122,9 @@ def api_reference() -> str:
     from kop.handlers import build_api_router  # here: the handlers import most of the broker
     rows = ["| API | key | versions |", "|---|---:|---|"]
     from protocol.replication import REPLICATE_ENTRIES_KEY
-    own = {REPLICATE_ENTRIES_KEY: "ReplicateEntries (kop's own, between clusters)"}
+    from protocol.txn_offsets import COMMIT_TXN_OFFSETS_KEY
+    own = {REPLICATE_ENTRIES_KEY: "ReplicateEntries (kop's own, between clusters)",
+           COMMIT_TXN_OFFSETS_KEY: "CommitTxnOffsets (kop's own, between the brokers of a cluster)"}
     for key, (low, high) in sorted(build_api_router().versions.items()):
         rows.append(f"| {own[key] if key in own else ApiKey(key).name} | {key} | {low}-{high} |")
     return "\n".join(rows)

@@ -389,7 +389,7 @@ class TopicManager:
             await self._storage.delete_metadata(name)
             for p in range(topic.count):
                 await self._storage.remove_ledger(name, p)
-            self.policies.drop_topic(name)
+            await self.policies.drop_topic(name)
             log.info("deleted topic %s", name)
 
     async def add_partitions(self, name: str, count: int) -> None:

@@ -17,6 +17,7 @@ import kafka.protocol.metadata  # noqa: F401
 import kafka.protocol.producer  # noqa: F401
 import protocol.consumer_groups  # noqa: F401  (KIP-848's APIs, which kafka-python lacks)
 import protocol.replication  # noqa: F401  (kop's own API, registered the same way)
+import protocol.txn_offsets  # noqa: F401  (kop's own, between the brokers of a cluster)
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.schemas.fields.codecs import Bytes, String
 

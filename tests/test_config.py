@@ -3,7 +3,7 @@ with Kafka's and Pulsar's keys (listeners, log.dirs, unit variants, precedence, 
 import pytest
 
 from kop.cli import build_config, build_parser
-from kop.config import FIELDS, BrokerConfig, listener_specs, parse_setting
+from kop.config import FIELDS, BrokerConfig, inter_broker_listener, listener_specs, parse_setting
 from kop.config_checks import Range
 from kop.config_file import read_properties, unknown_key_warnings
 
@@ -113,6 +113,14 @@ def test_several_listeners_each_with_its_security_protocol_and_advertised_addres
         ("SASL_SSL", "0.0.0.0", 19093, "kafka.example.com", 443),
         ("SASL_PLAINTEXT", "127.0.0.1", 19094, "127.0.0.1", 0)]
     assert specs["SECURE"].tls and specs["SECURE"].sasl and not specs["CLIENT"].tls
+    assert inter_broker_listener(config, list(specs.values())).name == "CLIENT"  # by default, the first one
+
+
+def test_the_brokers_of_a_cluster_reach_each_other_on_the_listener_named_for_it():
+    config = BrokerConfig(listeners="SASL_PLAINTEXT://127.0.0.1:19092,INTERNAL://10.0.0.1:19093", port=19092,
+                          listener_security_protocol_map="INTERNAL:PLAINTEXT", inter_broker_listener_name="INTERNAL")
+    chosen = inter_broker_listener(config, listener_specs(config))
+    assert (chosen.name, chosen.protocol, chosen.port) == ("INTERNAL", "PLAINTEXT", 19093)
 
 
 @pytest.mark.parametrize("settings, message", [
@@ -125,6 +133,7 @@ def test_several_listeners_each_with_its_security_protocol_and_advertised_addres
      "listener SSL listens on every interface"),
     ({"listener_security_protocol_map": "A:TLS"}, "unknown security protocol 'TLS'"),
     ({"advertised_listeners": "SSL://example.com:9093"}, "advertised listener SSL is not in listeners"),
+    ({"inter_broker_listener_name": "INTERNAL"}, "inter.broker.listener.name INTERNAL names no listener"),
 ])
 def test_listener_lists_kop_cannot_serve_as_written_are_refused(settings, message):
     with pytest.raises(ValueError, match=message):
@@ -183,7 +192,7 @@ def test_field_names_with_dots_or_underscores_and_declared_aliases_are_keys(tmp_
 
 # The keys of Kafka's stock KRaft server.properties and a Pulsar standalone.conf that kop does not implement:
 # ignored with a warning, and not mistaken for typos of kop's keys.
-FOREIGN_KEYS = """process.roles controller.quorum.voters inter.broker.listener.name controller.listener.names
+FOREIGN_KEYS = """process.roles controller.quorum.voters controller.listener.names
 num.network.threads num.io.threads socket.send.buffer.bytes socket.receive.buffer.bytes
 num.recovery.threads.per.data.dir offsets.topic.replication.factor transaction.state.log.replication.factor
 transaction.state.log.min.isr log.flush.interval.messages log.flush.interval.ms zookeeper.connect

@@ -34,14 +34,25 @@ def test_a_null_array_where_the_schema_allows_none_is_malformed():
 
 
 def test_a_null_inside_an_element_is_found_and_named():
+    request = ListOffsetsRequest[1](replica_id=-1, topics=[ListOffsetsRequest.ListOffsetsTopic(name="a",
+                                                                                               partitions=[])])
+    frame = frame_of(request)
+    assert frame.endswith(b"\x00\x01a\x00\x00\x00\x00")  # name "a", then an empty partition array
+    with pytest.raises(ProtocolError, match=r"topics\[0\]\.partitions is null"):
+        decoded(frame[:-4] + struct.pack(">i", -1))
+    with pytest.raises(ProtocolError, match=r"topics\[0\]\.name is null"):
+        decoded(frame[:-7] + struct.pack(">hi", -1, 0))
+
+
+def test_produce_refuses_the_same_nulls_in_its_own_decoder():
+    """Produce is decoded by hand (protocol/produce_request.py): the same nulls are malformed there too."""
     request = ProduceRequest[7](transactional_id=None, acks=1, timeout_ms=1000, topic_data=[
         ProduceRequest.TopicProduceData(name="a", partition_data=[])])
     frame = frame_of(request)
-    assert frame.endswith(b"\x00\x01a\x00\x00\x00\x00")  # name "a", then an empty partition array
-    with pytest.raises(ProtocolError, match=r"topic_data\[0\]\.partition_data is null"):
-        decoded(frame[:-4] + struct.pack(">i", -1))
-    with pytest.raises(ProtocolError, match=r"topic_data\[0\]\.name is null"):
-        decoded(frame[:-7] + struct.pack(">hi", -1, 0))
+    assert frame.endswith(b"\x00\x01a\x00\x00\x00\x00")
+    for bad in (frame[:-4] + struct.pack(">i", -1), frame[:-7] + struct.pack(">hi", -1, 0)):
+        with pytest.raises(ProtocolError, match="malformed ProduceRequest v7"):
+            decoded(bad)
 
 
 def test_fields_the_schema_lets_be_null_still_decode():

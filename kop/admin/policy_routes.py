@@ -85,12 +85,12 @@ class PolicyRoutes:
 
         async def post(request: Request, tenant: str, namespace: str) -> Response:
             ns = check_namespace(self.broker, tenant, namespace)
-            self._change("namespace", ns, spec, spec.parse(request))
+            await self._change("namespace", ns, spec, spec.parse(request))
             return await self._applied(spec, None)
 
         async def delete(request: Request, tenant: str, namespace: str) -> Response:
             ns = check_namespace(self.broker, tenant, namespace)
-            self._change("namespace", ns, spec, None)
+            await self._change("namespace", ns, spec, None)
             return await self._applied(spec, None)
 
         router.add("GET", path, get)
@@ -111,12 +111,12 @@ class PolicyRoutes:
 
         async def post(request: Request, tenant: str, namespace: str, topic: str) -> Response:
             ref = find_topic(self.broker, tenant, namespace, topic)
-            self._change("topic", policies.topic_key(ref.topic), spec, spec.parse(request))
+            await self._change("topic", policies.topic_key(ref.topic), spec, spec.parse(request))
             return await self._applied(spec, ref.topic)
 
         async def delete(request: Request, tenant: str, namespace: str, topic: str) -> Response:
             ref = find_topic(self.broker, tenant, namespace, topic)
-            self._change("topic", policies.topic_key(ref.topic), spec, None)
+            await self._change("topic", policies.topic_key(ref.topic), spec, None)
             return await self._applied(spec, ref.topic)
 
         router.add("GET", path, get)
@@ -125,11 +125,11 @@ class PolicyRoutes:
 
     # ---- helpers
 
-    def _change(self, level: str, key: str, spec: PolicyField, value: object) -> None:
+    async def _change(self, level: str, key: str, spec: PolicyField, value: object) -> None:
         """Set (None: remove) the policy at one level, and log what changed: an operator's change is an event."""
         policies = self.broker.policies
         old = _field_value(policies.get(level, key), spec.field)
-        policies.set(level, key, spec.field, value)
+        await policies.set(level, key, spec.field, value)
         log.info("admin: %s %s policy %s changed: %s -> %s", level, key, spec.field, json.dumps(old),
                  json.dumps(_jsonable(value)))
 

@@ -347,7 +347,7 @@ class GroupCoordinator:
         for name in names:
             topic = self.topics.get(name)
             if topic is not None:
-                out[name] = len(topic.partitions)
+                out[name] = topic.count  # every partition, wherever it is served
         return out
 
     async def consumer_heartbeat(self, hb: Heartbeat, describable: Callable[[str], bool]) -> HeartbeatResult:

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from kop.groups.generations import CoordinatorMoved
 from kop.groups.group import Group, GroupState, JoinResult, Member, SyncResult
 from kop.groups.timers import Timers
 from protocol.errors import ErrorCode
@@ -344,6 +345,9 @@ class Membership:
         error = None
         try:
             await self.store_generation(group, assignments)
+        except CoordinatorMoved as exc:  # a coordinator that lost the group's shard: its members look it up again
+            log.warning("group %s: generation %d not stored: %s", group.group_id, generation, exc)
+            error = ErrorCode.NOT_COORDINATOR
         except Exception:
             log.exception("group %s: could not store generation %d", group.group_id, generation)
             error = ErrorCode.COORDINATOR_NOT_AVAILABLE

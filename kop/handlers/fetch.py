@@ -99,6 +99,8 @@ def _collect(ctx: RequestContext, request: FetchRequest, plan: FetchPlan) -> Col
         topic = ctx.topics.topics.get(name) if name is not None else None
         for w in partitions:
             partition = topic.partition(w.partition) if topic is not None else None
+            if partition is not None and not ctx.cluster.serves_reads(name, w.partition):
+                partition = None  # moved, or this broker's view is too old to tell: NOT_LEADER_OR_FOLLOWER
             if partition is None:
                 answers.append(PartitionData(w.partition, ctx.topics.missing_partition_error(name, w.partition)
                                              if name is not None else ErrorCode.UNKNOWN_TOPIC_ID))

@@ -13,11 +13,13 @@ up once per request, and its configs come parsed (`Topic.settings`), so a batch 
 import asyncio
 import functools
 import logging
+from collections.abc import Callable
 
 from kop import internal_topics
 from kop.handlers.context import RequestContext
 from kop.handlers.registry import Deferred
 from kop.internal_topics import REFUSAL, REFUSED
+from kop.ledger import ManagedLedgerError
 from kop.security.acls import Operation, ResourceType
 from kop.security.quotas import PRODUCE_RATE
 from kop.partition import AppendResult, PartitionLog
@@ -52,7 +54,7 @@ def _with_max_timestamp(view: memoryview, timestamp_ms: int) -> tuple[BatchHeade
 
 
 def _publish_one(ctx: RequestContext, partition: PartitionLog, settings: TopicSettings,
-                 records: bytes | memoryview | None, timeout_ms: int) -> asyncio.Future:
+                 records: bytes | memoryview | None, timeout_ms: int, transactional_id: str | None) -> asyncio.Future:
     if not records:
         return _rejected(ErrorCode.INVALID_RECORD, "no record batch")
     limit = settings.max_message_bytes
@@ -67,14 +69,19 @@ def _publish_one(ctx: RequestContext, partition: PartitionLog, settings: TopicSe
                                    f"batch of {header.size} bytes exceeds max.message.bytes {limit}")
         if header.is_control:
             raise RecordBatchError(ErrorCode.INVALID_RECORD, "clients may not produce control batches")
-        if header.is_transactional:
+        verify = False
+        if header.is_transactional and ctx.transactions.judges(transactional_id):
             refused = ctx.transactions.check_produce(header.producer_id, header.producer_epoch, partition.topic,
                                                      partition.partition)
             if refused is not None:
                 log.warning("refused transactional batch for %s: producer %d epoch %d (%s)", partition.name,
                             header.producer_id, header.producer_epoch, refused.name, extra=ctx.log_fields)
                 return _rejected(refused, "the partition is not in an open transaction of this producer and epoch")
-        elif header.producer_id >= 0 and ctx.transactions.in_open_transaction(header.producer_id):
+        elif header.is_transactional:  # another broker coordinates it: asked unless its transaction is open here
+            verify = header.producer_id in partition.verifying \
+                or header.producer_id not in partition.transactions.open
+        elif header.producer_id >= 0 and (ctx.transactions.in_open_transaction(header.producer_id)
+                                          or header.producer_id in partition.transactions.open):
             return _rejected(ErrorCode.INVALID_TXN_STATE,
                              f"producer {header.producer_id} has a transaction open: its batches must be transactional")
         # A transaction's records are not judged by application sequence ids: an aborted one must not count as
@@ -96,7 +103,53 @@ def _publish_one(ctx: RequestContext, partition: PartitionLog, settings: TopicSe
         log.warning("rejected batch for %s: %s", partition.name, exc, extra=ctx.log_fields)
         return _rejected(exc.error_code, str(exc))
     ctx.metrics.observe_batch(header.size, header.records_count)
+    if verify:
+        return _publish_verified(ctx, partition, transactional_id, header,
+                                 lambda: partition.publish_normal(header, view, timeout_ms, records, ctx.log_fields))
     return partition.publish_normal(header, view, timeout_ms, records, ctx.log_fields)
+
+
+def _publish_verified(ctx: RequestContext, partition: PartitionLog, transactional_id: str | None, header: BatchHeader,
+                      publish: Callable[[], asyncio.Future]) -> asyncio.Future:
+    """A transactional batch whose transaction another broker coordinates, from a producer with no transaction open
+    here: that coordinator is asked first whether the transaction is open and holds this partition (KIP-890's
+    verification), so a batch that comes after its transaction ended cannot open one no one will end. The
+    producer's later batches to this partition wait behind it, so their order holds."""
+    producer_id = header.producer_id
+    before = partition.verifying.get(producer_id)
+    handed = asyncio.get_running_loop().create_future()
+    partition.verifying[producer_id] = handed
+
+    async def verified() -> asyncio.Future:
+        if before is not None:
+            await before
+        if producer_id in partition.transactions.open:  # a batch before it, verified, opened the transaction
+            return publish()
+        markers = partition.markers_handed(producer_id)
+        error = await ctx.transactions.verify_elsewhere(transactional_id, producer_id, header.producer_epoch,
+                                                        (partition.topic, partition.partition))
+        if error == ErrorCode.NONE and partition.markers_handed(producer_id) != markers:
+            error = ErrorCode.INVALID_TXN_STATE  # its transaction ended while the coordinator was asked
+        if error == ErrorCode.NONE:
+            try:
+                await partition.expect_transactions()
+            except (ManagedLedgerError, OSError) as exc:
+                return _rejected(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot record that it holds transactions: {exc}")
+            return publish()
+        log.warning("refused transactional batch for %s: producer %d epoch %d (%s from its coordinator)",
+                    partition.name, producer_id, header.producer_epoch, error.name, extra=ctx.log_fields)
+        return _rejected(error, "the transaction's coordinator did not find it open with this partition")
+
+    async def run() -> AppendResult:
+        try:
+            written = await verified()
+        finally:
+            handed.set_result(None)
+            if partition.verifying.get(producer_id) is handed:
+                del partition.verifying[producer_id]
+        return await written
+
+    return asyncio.ensure_future(run())
 
 
 # Per topic (its name, or its id's bytes from v13), each partition's index, PartitionLog (None if there is no such
@@ -147,7 +200,8 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | De
             elif topic is None or partition is None:
                 future = _missing(ctx, name, index)
             else:
-                future = _publish_one(ctx, partition, topic.settings, pdata.records, request.timeout_ms)
+                future = _publish_one(ctx, partition, topic.settings, pdata.records, request.timeout_ms,
+                                      transactional_id)
             per_partition.append((index, partition, future))
             if pdata.records is not None:
                 produced += len(pdata.records)

@@ -38,6 +38,16 @@ class PartitionTransactions:
         self.open: dict[int, int] = {}  # producer id -> first offset of its open transaction
         self.aborted: list[AbortedTxn] = []  # in marker order
         self._aborted_ends: list[int] = []  # their last offsets, for bisect
+        # producer id -> the highest coordinator epoch of its markers here: a marker from an earlier coordinator
+        # (one that lost its shard, its request late) is refused, as Kafka refuses it
+        self.coordinator_epochs: dict[int, int] = {}
+
+    def stale_coordinator(self, producer_id: int, coordinator_epoch: int) -> bool:
+        return coordinator_epoch < self.coordinator_epochs.get(producer_id, coordinator_epoch)
+
+    def on_coordinator(self, producer_id: int, coordinator_epoch: int) -> None:
+        if coordinator_epoch > self.coordinator_epochs.get(producer_id, -1):
+            self.coordinator_epochs[producer_id] = coordinator_epoch
 
     def on_data(self, producer_id: int, base_offset: int) -> None:
         """A transactional batch was appended at base_offset."""
@@ -82,8 +92,9 @@ class PartitionTransactions:
         opened = ",".join(f"{pid}:{first}" for pid, first in self.open.items() if first < end_offset)
         aborted = ";".join(f"{t.producer_id}:{t.first_offset}:{t.last_offset}:{t.last_stable_offset}"
                            for t in self.aborted)
+        coordinators = ",".join(f"{pid}:{epoch}" for pid, epoch in self.coordinator_epochs.items())
         return {"txn.version": SNAPSHOT_VERSION, "txn.end": str(end_offset), "txn.open": opened,
-                "txn.aborted": aborted}
+                "txn.aborted": aborted, "txn.coordinators": coordinators}
 
     def restore(self, snapshot: dict[str, str]) -> int | None:
         """Take the state of a snapshot; returns the offset the entries after it start at (None: not a snapshot of
@@ -95,15 +106,18 @@ class PartitionTransactions:
                       (item.split(":") for item in snapshot["txn.open"].split(",") if item)}
             aborted = [AbortedTxn(*map(int, item.split(":"))) for item in snapshot["txn.aborted"].split(";") if item]
             end = int(snapshot["txn.end"])
+            coordinators = {int(pid): int(epoch) for pid, epoch in  # absent from snapshots of older kops
+                            (item.split(":") for item in snapshot.get("txn.coordinators", "").split(",") if item)}
         except (KeyError, ValueError, TypeError):
             return None  # damaged: the caller reads the whole log instead
         self.open, self.aborted, self._aborted_ends = opened, aborted, [t.last_offset for t in aborted]
+        self.coordinator_epochs = coordinators
         return end
 
     def rebuild(self, ledger: ManagedLedger, snapshot: dict[str, str] | None = None) -> int:
         """Restore the snapshot, if any, then read the header of every stored batch after it (and each marker's one
         record); returns how many entries were read."""
-        self.open, self.aborted, self._aborted_ends = {}, [], []
+        self.open, self.aborted, self._aborted_ends, self.coordinator_epochs = {}, [], [], {}
         start = self.restore(snapshot) if snapshot else None
         offset, end, read = max(ledger.start_index, start or 0), ledger.confirmed_end_index, 0
         self.forget_before(ledger.start_index)
@@ -122,6 +136,7 @@ class PartitionTransactions:
                         marker = control_marker(next(iter_records(view)))
                         self.on_marker(header.producer_id, header.base_offset, marker.commit,
                                        header.base_offset + 1)
+                        self.on_coordinator(header.producer_id, marker.coordinator_epoch)
                     else:
                         self.on_data(header.producer_id, header.base_offset)
                 read += 1
