@@ -27,7 +27,7 @@
 
 /* One zigzag varint at *pos, at most max_bytes long; 0 on success, -1 if it runs past end, is too long, or (a
  * varlong) does not fit in 64 bits. */
-static inline int read_varint(const uint8_t *p, Py_ssize_t *pos, Py_ssize_t end, int max_bytes, int64_t *out)
+static int read_long_varint(const uint8_t *p, Py_ssize_t *pos, Py_ssize_t end, int max_bytes, int64_t *out)
 {
     Py_ssize_t i = *pos;
     uint64_t raw = 0;
@@ -47,6 +47,27 @@ static inline int read_varint(const uint8_t *p, Py_ssize_t *pos, Py_ssize_t end,
         }
     }
     return -1;
+}
+
+/* read_long_varint, with one- and two-byte varints (nearly every one: lengths below 8 KB, offset deltas) inline. */
+static inline int read_varint(const uint8_t *p, Py_ssize_t *pos, Py_ssize_t end, int max_bytes, int64_t *out)
+{
+    Py_ssize_t i = *pos;
+    if (i + 1 < end) {
+        uint32_t raw = p[i];
+        if (raw < 0x80) {
+            *pos = i + 1;
+            *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+            return 0;
+        }
+        if (p[i + 1] < 0x80) {
+            raw = (raw & 0x7F) | ((uint32_t)p[i + 1] << 7);
+            *pos = i + 2;
+            *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+            return 0;
+        }
+    }
+    return read_long_varint(p, pos, end, max_bytes, out);
 }
 
 /* A length (-1: null) and the bytes it counts, which must end within the record; 0 on success. */
