@@ -7,6 +7,7 @@ returns a future of the result that resolves once the entry is durable, so many 
 after a write (dedup's persisted map, snapshots) runs in callbacks, whether or not anyone awaits the result (acks=0).
 """
 import asyncio
+import gc
 import logging
 import time
 import uuid
@@ -571,6 +572,9 @@ class PartitionLog:
         return entries, size
 
     async def close(self) -> None:
+        # A partition loaded at start-up is among the objects `kop standalone` froze out of the collector's reach
+        # (kop/cli.py): they go back to it, so the cycles this partition leaves are freed (deleted, moved, stopped).
+        gc.unfreeze()
         self._wake_waiters()
         await self.transaction_snapshots.close()
         await self.dedup.close()
