@@ -8,7 +8,7 @@ DATA ?= ./data
 
 .PHONY: run test test-slow test-fast test-postgres postgres fuzz fuzz-atheris faketime soak bench bench-quick proto compat compat-quick java kcat clean pipeline-demo
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.py protocol/_accel.c
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e .

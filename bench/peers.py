@@ -112,16 +112,17 @@ def running_tansu(timeout_s: float = 30.0) -> Iterator[RunningBroker]:
 
 
 @contextmanager
-def running_kop() -> Iterator[RunningBroker]:
-    with running_broker() as broker:
+def running_kop(config: dict[str, str] | None = None) -> Iterator[RunningBroker]:
+    with running_broker(config) as broker:
         yield RunningBroker(broker.bootstrap, broker.proc.pid)
 
 
-STARTERS: dict[str, Callable[[], object]] = {"kop": running_kop, "tansu": running_tansu}
+STARTERS: dict[str, Callable[..., object]] = {"kop": running_kop, "tansu": running_tansu}
 
 
-def measure(broker_name: str, workload: Workload) -> Measured:
-    with STARTERS[broker_name]() as broker:
+def measure(broker_name: str, workload: Workload, kop_config: dict[str, str] | None = None) -> Measured:
+    starter = STARTERS[broker_name]
+    with (starter(kop_config) if broker_name == "kop" else starter()) as broker:
         create_topic(broker.bootstrap, TOPIC, PARTITIONS)
         produced = produce(broker.bootstrap, TOPIC, workload.spec, broker.pid)
         if not workload.consume:
@@ -134,8 +135,8 @@ def measure(broker_name: str, workload: Workload) -> Measured:
                         consumed.value_bytes / 1e6 / consumed.broker_cpu_s)
 
 
-def run(rounds: int, scale: float, only: list[str] | None = None,
-        progress=print) -> list[tuple[Workload, dict[str, list[Measured]]]]:
+def run(rounds: int, scale: float, only: list[str] | None = None, progress=print,
+        kop_config: dict[str, str] | None = None) -> list[tuple[Workload, dict[str, list[Measured]]]]:
     results = []
     for workload in workloads(scale):
         if only and not any(word in workload.name for word in only):
@@ -143,7 +144,7 @@ def run(rounds: int, scale: float, only: list[str] | None = None,
         runs: dict[str, list[Measured]] = {name: [] for name in BROKERS}
         for r in range(rounds):
             for name in (BROKERS if r % 2 == 0 else BROKERS[::-1]):
-                runs[name].append(measure(name, workload))
+                runs[name].append(measure(name, workload, kop_config))
                 m = runs[name][-1]
                 progress(f"  round {r + 1}/{rounds} {workload.name}, {name}: {m.records_per_s:,.0f} rec/s, "
                          f"{m.mb_per_cpu_s:,.1f} MB per CPU-s")
@@ -157,7 +158,7 @@ def ratio(runs: dict[str, list[Measured]], field: str) -> float:
     return median([getattr(k, field) / getattr(t, field) for k, t in pairs if getattr(t, field)])
 
 
-def table(results: list[tuple[Workload, dict[str, list[Measured]]]]) -> Table:
+def table(results: list[tuple[Workload, dict[str, list[Measured]]]], fsync: bool = True) -> Table:
     t = Table(f"kop / Tansu 0.6.0, side by side ({machine.describe()})",
               ["workload", "kop / Tansu throughput", "kop / Tansu MB per broker CPU-s", "kop rec/s", "Tansu rec/s",
                "p50 ms kop / Tansu", "p99 ms kop / Tansu"])
@@ -169,7 +170,8 @@ def table(results: list[tuple[Workload, dict[str, list[Measured]]]]) -> Table:
               fmt(median([m.records_per_s for m in kop])), fmt(median([m.records_per_s for m in tansu])),
               latency("p50_ms"), latency("p99_ms"))
     t.notes.append(f"{len(results[0][1]['kop'])} rounds, medians of per-round ratios; a fresh broker per run, the "
-                   "order alternating; kop durable (fsync, dedup on), Tansu in memory; confluent-kafka, acks=all, "
+                   f"order alternating; kop {'durable (fsync' if fsync else 'with fsync off (not durable'}, dedup "
+                   "on), Tansu in memory; confluent-kafka, acks=all, "
                    f"{PARTITIONS} partitions, linger.ms 5")
     return t
 
@@ -180,11 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every workload's record count")
     parser.add_argument("--only", default="", help="comma-separated words: workloads whose name has one of them")
+    parser.add_argument("--fsync", choices=["true", "false"], default="true",
+                        help="kop's fsync (false: the figures without durability, reported beside, never instead)")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
     tansu_binary()
     only = [w.strip() for w in args.only.split(",") if w.strip()]
-    t = table(run(args.rounds, args.scale, only))
+    t = table(run(args.rounds, args.scale, only, kop_config={"fsync": args.fsync}), fsync=args.fsync == "true")
     print(t.markdown() if args.markdown else t.text())
     return 0
 

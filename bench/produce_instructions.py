@@ -1,15 +1,24 @@
-"""Broker instructions per single-record produce request, counted with valgrind's callgrind rather than timed: the
-figure of the per-request cost that does not depend on the machine's noise (issue 18's goal: <= 30 µs of broker
-CPU per such request, about 115,000 instructions at this machine's ~3.8 instructions per ns).
+"""Broker instructions per produced record, counted with valgrind's callgrind rather than timed: the figure of the
+produce path's cost that does not depend on the machine's noise (issue 18's goal: <= 30 µs of broker CPU per
+single-record request, about 115,000 instructions at this machine's ~3.8 instructions per ns).
 
-A `kop standalone` runs under callgrind (`--instr-atstart=no`: start-up and the warm-up are not counted) while an
-idempotent librdkafka producer sends `--records` single-record batches (`batch.num.messages=1`, `linger.ms=0`,
-acks=all, 4 partitions: one batch per Produce request, up to 5 requests in flight); the count covers every thread of
-the broker, from the first record produced to the last acknowledged, divided by the records. Kernel work (the
-syscalls themselves) is not counted, only the user-space instructions around them. How many requests the broker
-finds waiting per wake-up varies a little from run to run, and the count with it, by a per cent or two.
+A `kop standalone` runs under callgrind (`--instr-atstart=no`: start-up and the warm-up are not counted) while a
+librdkafka producer sends `--records` records (acks=all, 4 partitions, up to 5 requests in flight); the count covers
+every thread of the broker, from the first record produced to the last acknowledged, divided by the records. Kernel
+work (the syscalls themselves) is not counted, only the user-space instructions around them.
+
+Workloads (`--workload`): `single` (the default), one 100 B record per batch and per request (`batch.num.messages=1`,
+`linger.ms=0`, idempotent): the per-request cost. The others are the produce workloads of bench.peers with a fixed
+batch shape, so that the broker's slowness under callgrind does not make the batches larger than in a real run:
+each batch holds `--batch-records` records (`batch.num.messages`, linger.ms 1000, so a batch goes when it is full),
+up to 4 batches (one per partition) per request. `1k-idem`, `1k`, `100b-idem`, `16k-idem`: record size and
+idempotence as bench.peers names them; the default batch sizes are about those kop's metrics showed in a run of
+bench.peers (`kop_produce_batch_size_records`: 750 records of 1 KB per batch idempotent, 360 not, 1,150 of 100 B,
+54 of 16 KB; one batch per request). How many requests the broker finds
+waiting per wake-up varies a little from run to run, and the count with it, by a per cent or two.
 
     python -m bench.produce_instructions --records 1500 --rounds 3          # needs valgrind (not a dependency)
+    python -m bench.produce_instructions --workload 100b-idem --records 40000
     python -m bench.produce_instructions --fsync true --keep /tmp/cg        # keep callgrind.out for callgrind_annotate
 """
 import argparse
@@ -19,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, replace
 
 from bench import machine
 from bench.brokers import RDKAFKA_LOG, create_topic
@@ -28,6 +38,27 @@ from integration.broker_process import REPO, BrokerProcess
 
 PARTITIONS = 4
 TOPIC = "bench-instructions"
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    record_bytes: int
+    idempotence: bool
+    batch_records: int  # records per batch (batch.num.messages); 1: one record per request, sent at once
+
+    def client(self) -> dict[str, object]:
+        """librdkafka settings beside bootstrap.servers and acks."""
+        linger = 0 if self.batch_records == 1 else 1000  # a batch goes when it is full (flush() sends the rest)
+        return {"linger.ms": linger, "enable.idempotence": self.idempotence,
+                "batch.num.messages": self.batch_records, "batch.size": 1_000_000, "queue.buffering.max.kbytes":
+                max(65_536, 8 * self.record_bytes * self.batch_records // 1000)}
+
+
+WORKLOADS = {"single": Workload(100, True, 1),
+             "1k-idem": Workload(1000, True, 500),
+             "1k": Workload(1000, False, 350),
+             "100b-idem": Workload(100, True, 1000),
+             "16k-idem": Workload(16_000, True, 50)}
 
 
 def callgrind_control(*args: str) -> None:
@@ -54,10 +85,10 @@ def require_valgrind() -> None:
 
 def instructions_per_record(config: dict[str, str], records: int, keep: str | None = None,
                             program: tuple[str, ...] = (sys.executable, "-m", "kop.cli"),
-                            cwd: str | None = None) -> float:
-    """Instructions the broker executes per single-record batch (one per request), from the first record produced
-    to the last acknowledged. `config`: broker settings; `keep`: a directory to copy the callgrind output to;
-    `program`/`cwd`: the broker to run (another tree's, for a comparison)."""
+                            cwd: str | None = None, workload: Workload = WORKLOADS["single"]) -> float:
+    """Instructions the broker executes per record of `workload` (by default one record per batch and per request),
+    from the first record produced to the last acknowledged. `config`: broker settings; `keep`: a directory to copy
+    the callgrind output to; `program`/`cwd`: the broker to run (another tree's, for a comparison)."""
     from confluent_kafka import Producer
     root = tempfile.mkdtemp(prefix="kop-bench-callgrind-")
     out = os.path.join(root, "callgrind.out")
@@ -66,14 +97,14 @@ def instructions_per_record(config: dict[str, str], records: int, keep: str | No
     try:
         broker.start(timeout=300)
         create_topic(broker.bootstrap, TOPIC, PARTITIONS, timeout_s=120)
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 0,
-                             "enable.idempotence": True, "batch.num.messages": 1, "logger": RDKAFKA_LOG})
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", **workload.client(),
+                             "logger": RDKAFKA_LOG})
         for p in range(PARTITIONS):  # warm-up outside the count: metadata, connections, the producer id
             producer.produce(TOPIC, b"warm-up", partition=p)
         if producer.flush(120) != 0:
             raise RuntimeError("warm-up records were not delivered within 120 s")
         callgrind_control("--instr=on", str(broker.proc.pid))
-        value = b"x" * 100
+        value = b"x" * workload.record_bytes
         deadline = time.monotonic() + 900
         for i in range(records):
             while True:
@@ -98,6 +129,8 @@ def instructions_per_record(config: dict[str, str], records: int, keep: str | No
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.produce_instructions", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="single")
+    parser.add_argument("--batch-records", type=int, help="records per batch (default: the workload's)")
     parser.add_argument("--records", type=int, default=1500)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--fsync", choices=["true", "false"], default="false",
@@ -108,17 +141,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
     require_valgrind()
+    workload = WORKLOADS[args.workload]
+    if args.batch_records:
+        workload = replace(workload, batch_records=args.batch_records)
     config = {"fsync": args.fsync, "brokerDeduplicationEnabled": args.dedup}
     counts = []
     for r in range(args.rounds):
-        counts.append(instructions_per_record(config, args.records, args.keep))
-        print(f"  round {r + 1}/{args.rounds}: {counts[-1]:,.0f} instructions per request")
-    t = Table(f"Broker instructions per single-record produce request ({machine.describe()})",
-              ["records", "fsync", "dedup", "instructions per request", "rounds (min..max)"])
-    t.add(f"{args.records:,} x 100 B", args.fsync, args.dedup, fmt(median(counts)),
+        counts.append(instructions_per_record(config, args.records, args.keep, workload=workload))
+        print(f"  round {r + 1}/{args.rounds}: {counts[-1]:,.0f} instructions per record")
+    t = Table(f"Broker instructions per produced record ({machine.describe()})",
+              ["workload", "records", "records per batch", "idempotent", "fsync", "dedup", "instructions per record",
+               "per batch", "rounds (min..max)"])
+    size = f"{workload.record_bytes // 1000} KB" if workload.record_bytes >= 1000 else f"{workload.record_bytes} B"
+    t.add(args.workload, f"{args.records:,} x {size}", str(workload.batch_records), str(workload.idempotence).lower(),
+          args.fsync, args.dedup, fmt(median(counts)), fmt(median(counts) * workload.batch_records),
           f"{min(counts):,.0f}..{max(counts):,.0f}")
-    t.notes.append(f"{args.rounds} rounds, median; all threads, user space; librdkafka idempotent producer, "
-                   f"batch.num.messages=1, linger.ms 0, acks=all, {PARTITIONS} partitions")
+    t.notes.append(f"{args.rounds} rounds, median; all threads, user space; librdkafka, acks=all, {PARTITIONS} "
+                   "partitions, batch.num.messages as shown (1: linger.ms 0; otherwise linger.ms 1000, full batches)")
     print(t.markdown() + "\n\n" + "\n".join(f"_{n}_" for n in t.notes) if args.markdown else t.text())
     return 0
 

@@ -7,13 +7,15 @@ tree's Python and libraries, so only kop's own code differs. The workloads are s
 performance goals are stated on (bench.peers): idempotent 1 KB and 100 B records, one record per request (the
 per-request cost), and a producer paced at 20,000 records/s (the ack latency). `--instructions` adds the broker's
 instruction count per single-record request under callgrind for both trees (bench.produce_instructions; needs
-valgrind, and about a minute and a half per tree).
+valgrind, and about a minute and a half per tree); `--instructions all` counts bench.produce_instructions' batched
+workloads too (the peers' produce workloads with a fixed batch shape).
 
     make bench-quick                                   # against main (BENCH_AGAINST=<commit> for another)
-    python -m bench.quick --against 26e950a --rounds 3 [--instructions]
+    python -m bench.quick --against 26e950a --rounds 3 [--instructions [all | single,100b-idem,...]]
 """
 import argparse
 import contextlib
+import os
 import shutil
 import subprocess
 import sys
@@ -29,6 +31,7 @@ from bench.stats import interleaved_order, median, paired_ratios
 from integration.broker_process import REPO, BrokerProcess
 
 TOPIC = "bench-quick"
+INSTRUCTION_RECORDS = {100: 26_000, 1000: 20_000, 16_000: 3_000}  # per batched workload's record size: ~40 batches
 PARTITIONS = 4
 TREES = ("old", "new")
 
@@ -46,12 +49,16 @@ def workloads(scale: float = 1.0) -> list[tuple[str, ProduceSpec]]:
 
 @contextlib.contextmanager
 def exported(commit: str) -> Iterator[str]:
-    """The tree of `commit` in a temporary directory (removed afterwards)."""
+    """The tree of `commit` in a temporary directory (removed afterwards), its C parts built in place as
+    `pip install -e .` builds them here (a tree without setup.py has none)."""
     root = tempfile.mkdtemp(prefix="kop-bench-old-")
     try:
         archive = subprocess.run(["git", "-C", REPO, "archive", commit], check=True, capture_output=True,
                                  timeout=120).stdout
         subprocess.run(["tar", "-x", "-C", root], input=archive, check=True, timeout=120)
+        if os.path.exists(os.path.join(root, "setup.py")):
+            subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=root, check=True,
+                           capture_output=True, timeout=300)
         yield root
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -93,7 +100,7 @@ def run(old_tree: str, rounds: int, scale: float, progress=print) -> list[Compar
     return results
 
 
-def table(results: list[Compared], against: str, instructions: tuple[float, float] | None) -> Table:
+def table(results: list[Compared], against: str, instructions: dict[str, tuple[float, float]]) -> Table:
     t = Table(f"This tree / {against}, side by side ({machine.describe()}, {machine.source_tree(REPO)})",
               ["workload", "rec/s old", "rec/s new", "new/old throughput", "new/old CPU per record",
                "p99 ms old / new"])
@@ -102,9 +109,11 @@ def table(results: list[Compared], against: str, instructions: tuple[float, floa
               f"{median(paired_ratios([m.records_per_s for m in c.new], [m.records_per_s for m in c.old])):.2f}",
               f"{median(paired_ratios([m.cpu_s_per_100k for m in c.new], [m.cpu_s_per_100k for m in c.old])):.2f}",
               f"{median([m.p99_ms for m in c.old]):.1f} / {median([m.p99_ms for m in c.new]):.1f}")
-    if instructions is not None:
-        old, new = instructions
-        t.add("instructions per single-record request", fmt(old), fmt(new), "-", f"{new / old:.2f}", "-")
+    for workload, (old, new) in instructions.items():
+        name = ("instructions per single-record request" if workload == "single" else
+                f"instructions per record, {workload} ({produce_instructions.WORKLOADS[workload].batch_records} "
+                "per batch)")
+        t.add(name, fmt(old), fmt(new), "-", f"{new / old:.2f}", "-")
     t.notes.append(f"{len(results[0].old) if results else 0} rounds, medians of per-round ratios; a fresh broker per "
                    f"run, old and new alternating; fsync and dedup on; confluent-kafka, acks=all, {PARTITIONS} "
                    "partitions, linger.ms 5 (0 for one record per request)")
@@ -117,19 +126,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--against", default="main", help="the older commit (default: main)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every workload's record count")
-    parser.add_argument("--instructions", action="store_true", help="also count instructions per single-record "
-                                                                    "request under callgrind (needs valgrind)")
+    parser.add_argument("--instructions", nargs="?", const="single", default="",
+                        help="also count instructions per record under callgrind (needs valgrind) for these "
+                             "bench.produce_instructions workloads, comma-separated (alone: single; 'all': every one)")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
     with exported(args.against) as old_tree:
         results = run(old_tree, args.rounds, args.scale)
-        counts = None
-        if args.instructions:
+        counts = {}
+        names = (list(produce_instructions.WORKLOADS) if args.instructions == "all" else
+                 [w.strip() for w in args.instructions.split(",") if w.strip()])
+        if names:
             produce_instructions.require_valgrind()
-            config = {"fsync": "false"}
-            program = (sys.executable, "-m", "kop.cli")
-            counts = (produce_instructions.instructions_per_record(config, 1500, program=program, cwd=old_tree),
-                      produce_instructions.instructions_per_record(config, 1500, program=program, cwd=REPO))
+        for name in names:
+            workload = produce_instructions.WORKLOADS[name]
+            records = INSTRUCTION_RECORDS[workload.record_bytes] if workload.batch_records > 1 else 1500
+            counts[name] = tuple(produce_instructions.instructions_per_record(
+                {"fsync": "false"}, records, program=(sys.executable, "-m", "kop.cli"), cwd=tree, workload=workload)
+                for tree in (old_tree, REPO))
     t = table(results, args.against, counts)
     print(t.markdown() + "\n\n" + "\n".join(f"_{n}_" for n in t.notes) if args.markdown else t.text())
     return 0

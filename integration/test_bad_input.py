@@ -348,6 +348,8 @@ def test_a_request_body_that_stalls_or_trickles_closes_only_that_connection(brok
         bystander = connect(b)  # idle between requests for as long as the others take: no body timeout applies
         stalled = connect(b)
         stalled.sendall(struct.pack(">i", 100) + b"\x00\x12")  # a size and 2 of its 100 bytes, then nothing
+        stalled_large = connect(b)  # a body read into a buffer of its own (over 16 KB), 20 KB of 100 KB sent
+        stalled_large.sendall(struct.pack(">i", 100_000) + b"\x00\x00" + bytes(20_000))
         trickling = connect(b)
         trickling.sendall(struct.pack(">i", 1000))
         sent = 0
@@ -358,10 +360,35 @@ def test_a_request_body_that_stalls_or_trickles_closes_only_that_connection(brok
                 break
             sent += 1
         assert sent < 1000, "the broker read a whole body sent a byte every 0.1 s, 100 times its read timeout"
-        assert is_closed(stalled, wait=LIVENESS_S)
-        assert len(re.findall(r"request body of (100|1000) bytes not received within 1s", broker_log(b))) == 2
+        assert is_closed(stalled, wait=LIVENESS_S) and is_closed(stalled_large, wait=LIVENESS_S)
+        assert len(re.findall(r"request body of (100|1000|100000) bytes not received within 1s", broker_log(b))) == 3
         assert api_versions_on_every_socket([bystander]) == 1
         assert still_serves(b)
+
+
+def test_requests_split_at_any_byte_large_and_small_are_each_answered_once_in_order(broker):
+    """Frames over 16 KB are read into a buffer of their own (the produce request's bytes, validated and written
+    without a copy): produce and other requests, large and small, sent back to back and cut into pieces at every
+    kind of boundary, are each answered once, in order, and stored as sent."""
+    values = [bytes([i]) * size for i, size in enumerate([100_000, 10, 40_000, 16_380, 70_000])]
+    with RawKafka(broker.port, timeout=LIVENESS_S) as client:
+        client.create_topic("split")
+        frames = [frame_of(produce_request("split", [(0, plain_batch([value]))]), correlation_id=100 + i)
+                  for i, value in enumerate(values)]
+        frames.insert(2, frame_of(MetadataRequest[4](topics=[MetadataRequest.MetadataRequestTopic(name="x" * 200)]
+                                                     * 120, allow_auto_topic_creation=False), correlation_id=99))
+        stream = b"".join(frames)
+        cuts = sorted({1, 3, 4, 5, 17, 4096, 16_384, 16_389, 100_003, 100_004, 100_050, len(stream) - 1} |
+                      {len(b"".join(frames[:i])) + d for i in range(1, len(frames)) for d in (-1, 0, 1, 6)})
+        pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)]) if a < b]
+        for piece in pieces:
+            client.send_frame(piece)
+            time.sleep(0.002)  # each piece read on its own, mostly
+        for i in range(len(values)):
+            if i == 2:
+                client.receive(99, MetadataResponse, 4)
+            assert client.receive_produce(100 + i).base_offset == i
+    assert [r.value for r in read_topic(broker.port, "split", [0])] == values
 
 
 PAUSE_LOG = r"connection (\d+) from [\d.:]+: reading paused while \d+ bytes of requests are unanswered \({}=\d+\)"

@@ -43,6 +43,11 @@ from protocol.api import (ProtocolError, UnsupportedVersion, decode_body, encode
                           response_class)
 from protocol.errors import ErrorCode
 
+try:  # a request's own buffer need not be zeroed: every byte of it is read from the socket before it is used
+    from protocol._accel import uninitialized as _request_buffer
+except ImportError:  # built without a C compiler
+    _request_buffer = bytearray
+
 if TYPE_CHECKING:
     from kop.broker import Broker
 
@@ -53,7 +58,16 @@ _ids = itertools.count(1)
 _SIZE = struct.Struct(">i")
 BUFFER_BYTES = 16 * 1024  # a connection's read buffer to begin with; it grows to hold a whole frame
 MIN_READ_BYTES = 4 * 1024  # room offered to each read at least
+PRODUCE_KEY = 0
+# A larger frame whose body has yet to arrive is read straight into a buffer of its own, which becomes the request's
+# bytes: a produce request's records are validated and written from it without a copy.
+OWN_BUFFER_BYTES = BUFFER_BYTES
 DRAIN_SECONDS = 30  # a closing connection waits this long at most for the answers it still owes
+
+
+def _is_produce(frame: bytearray | memoryview) -> bool:
+    """Whether the request's api key (int16, big-endian) is Produce's."""
+    return len(frame) >= 2 and frame[0] == 0 and frame[1] == PRODUCE_KEY
 
 
 class SlowRequest(Exception):
@@ -70,7 +84,7 @@ class _Response:
         self.size = size  # bytes reserved for the request, given back once it is answered
         self.started = started
         self.series = series
-        self.data: bytes | None = None  # the framed response; None: no response (acks=0)
+        self.data: bytes | list | None = None  # the framed response, or its parts; None: no response (acks=0)
         self.ready = False
 
 
@@ -96,6 +110,8 @@ class Connection(asyncio.BufferedProtocol):
         self._start = 0  # unhandled bytes are _buf[_start:_end]
         self._end = 0
         self._size = -1  # of the frame whose size is read (-1: none)
+        self._own: bytearray | None = None  # that frame's body when it is read into a buffer of its own
+        self._own_filled = 0  # bytes of it received
         self._reserved = False  # that frame's bytes and in-flight place are reserved
         self._frame_started = 0.0  # loop time its reservation was granted: its body must follow in time
         self._last_read = 0.0  # loop time of the last bytes received
@@ -136,6 +152,8 @@ class Connection(asyncio.BufferedProtocol):
         self._timer = self._loop.call_at(self._last_read + self._idle_timeout, self._on_timer)
 
     def get_buffer(self, sizehint: int) -> memoryview:
+        if self._own is not None:  # the rest of that frame, and nothing after it
+            return memoryview(self._own)[self._own_filled:]
         wanted = MIN_READ_BYTES
         if self._size >= 0:  # room for the rest of the frame in one read
             wanted = max(wanted, 4 + self._size - (self._end - self._start))
@@ -144,7 +162,10 @@ class Connection(asyncio.BufferedProtocol):
         return self._view[self._end:]
 
     def buffer_updated(self, nbytes: int) -> None:
-        self._end += nbytes
+        if self._own is not None:
+            self._own_filled += nbytes
+        else:
+            self._end += nbytes
         self._last_read = self._loop.time()
         if self._hold is not None or self._closing:
             self._pause()
@@ -206,17 +227,38 @@ class Connection(asyncio.BufferedProtocol):
                     break
                 self._reserved = True
                 self._frame_started = self._loop.time()
+            if self._own is not None:
+                if self._own_filled < self._size:  # the body has yet to arrive: the timer watches its read timeout
+                    self._watch_body()
+                    break
+                frame, self._own = self._own, None
+                size, self._size, self._reserved = self._size, -1, False
+                self._dispatch(frame if _is_produce(frame) else bytes(frame), size)
+                continue
             end = self._start + 4 + self._size
             if end > self._end:  # the body has yet to arrive: the timer watches its read timeout
+                if self._size > OWN_BUFFER_BYTES:
+                    self._read_into_own_buffer()
                 self._watch_body()
                 break
-            frame = bytes(self._view[self._start + 4:end])
+            body = self._view[self._start + 4:end]
+            # A produce request's bytes are its own and writable: its batches get their offsets in place
+            frame = bytearray(body) if _is_produce(body) else bytes(body)
             size, self._start, self._size, self._reserved = self._size, end, -1, False
             if self._start == self._end:
                 self._start = self._end = 0
             self._dispatch(frame, size)
             buf = self._buf
         self._flush()
+
+    def _read_into_own_buffer(self) -> None:
+        """The frame whose size is read goes on into a buffer of its own, with what has arrived of it."""
+        body = self._start + 4
+        own = _request_buffer(self._size)
+        held = self._end - body
+        own[:held] = self._view[body:self._end]
+        self._own, self._own_filled = own, held
+        self._start = self._end = 0
 
     def _read_size(self, size: int) -> bool:
         config = self.broker.config
@@ -440,7 +482,9 @@ class Connection(asyncio.BufferedProtocol):
             while responses and responses[0].ready:
                 data = responses.popleft().data
                 written += 1
-                if data is not None:
+                if type(data) is list:
+                    out.extend(data)
+                elif data is not None:
                     out.append(data)
             self._in_flight -= written
             if out and not self._closed:

@@ -7,6 +7,7 @@ returns a future of the result that resolves once the entry is durable, so many 
 after a write (dedup's persisted map, snapshots) runs in callbacks, whether or not anyone awaits the result (acks=0).
 """
 import asyncio
+import gc
 import logging
 import time
 import uuid
@@ -176,7 +177,8 @@ class PartitionLog:
 
     def publish_normal(self, header: BatchHeader, view: memoryview, timeout_ms: int = 30000,
                        records: WalkedRecords | None = None, client: Mapping[str, str] = NO_CLIENT) -> asyncio.Future:
-        """Append a client data batch; resolves to an AppendResult once durable, deduplicated or rejected.
+        """Append a client data batch; resolves to an AppendResult once durable, deduplicated or rejected. A
+        writable `view` (a produce request's own bytes) gets its offsets in place; a read-only one is copied.
         `records`: the batch's records as validation walked them, watching for application-chosen sequence ids
         (`judges_sequence_headers`), so records that carry them are judged (kop/sequence_filter.py). `client`: the log
         fields naming the sender (RequestContext.log_fields)."""
@@ -415,7 +417,7 @@ class PartitionLog:
         base = self.ledger.written_end_index
         span = header.last_offset_delta + 1 if span is None else span
         last = base + header.last_offset_delta
-        batch = bytearray(view)
+        batch = bytearray(view) if view.readonly else view  # a produce request's own bytes: patched in place
         assign_offsets(batch, 0, base)
         now = int(time.time() * 1000)
         if self.log_append_time:
@@ -570,6 +572,9 @@ class PartitionLog:
         return entries, size
 
     async def close(self) -> None:
+        # A partition loaded at start-up is among the objects `kop standalone` froze out of the collector's reach
+        # (kop/cli.py): they go back to it, so the cycles this partition leaves are freed (deleted, moved, stopped).
+        gc.unfreeze()
         self._wake_waiters()
         await self.transaction_snapshots.close()
         await self.dedup.close()

@@ -226,12 +226,14 @@ def response_class(api_key: int, version: int) -> type[ApiMessage]:
 
 
 class PreEncoded(Protocol):
-    """A response that frames itself (a hand-tuned hot path, tested byte for byte against kafka-python)."""
+    """A response that frames itself (a hand-tuned hot path, tested byte for byte against kafka-python): as bytes,
+    or as a list of parts to write one after the other (Fetch: the records as the buffers they were read into)."""
 
-    def frame(self, correlation_id: int) -> bytes: ...
+    def frame(self, correlation_id: int) -> bytes | list[bytes | bytearray | memoryview]: ...
 
 
-def encode_response(response: ApiMessage | PreEncoded, correlation_id: int) -> bytes:
+def encode_response(response: ApiMessage | PreEncoded,
+                    correlation_id: int) -> bytes | list[bytes | bytearray | memoryview]:
     if not isinstance(response, ApiMessage):
         return response.frame(correlation_id)
     response.with_header(correlation_id=correlation_id)

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from protocol.varint import encode_uvarint
+
 MIN_VERSION = 3
 MAX_VERSION = 13
 _FLEXIBLE_FROM = 9
@@ -54,24 +56,12 @@ class ProduceResponse:
         return encode_produce_response(self, correlation_id)
 
 
-_ONE_BYTE = [bytes((i,)) for i in range(0x80)]
-
-
-def _uvarint(value: int) -> bytes:
-    if value < 0x80:
-        return _ONE_BYTE[value]
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 @functools.lru_cache(maxsize=4096)  # topic names and the usual messages: encoded once
 def _string(value: str, flexible: bool) -> bytes:
     raw = value.encode("utf-8")
-    return (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
+    return (encode_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
 
 
 def _nullable_string(value: str | None, flexible: bool) -> bytes:
@@ -82,7 +72,7 @@ def _nullable_string(value: str | None, flexible: bool) -> bytes:
 
 def _array_length(count: int, flexible: bool) -> bytes:
     if flexible:
-        return _ONE_BYTE[count + 1] if count < 0x7F else _uvarint(count + 1)
+        return encode_uvarint(count + 1)
     return _I32.pack(count)
 
 

@@ -19,9 +19,9 @@ content is inconsistent is INVALID_RECORD (the client wrote it so, a retry canno
 answers; magic 0/1 is UNSUPPORTED_FOR_MESSAGE_FORMAT; an unknown codec is UNSUPPORTED_COMPRESSION_TYPE.
 """
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import crc32c
 
@@ -36,6 +36,11 @@ from protocol.compression import (
 )
 from protocol.errors import ErrorCode
 from protocol.varint import VARINT_MAX_BYTES, VARLONG_MAX_BYTES, VarintError, decode_varint, encode_varint
+
+try:  # the record walk in C (protocol/_accel.c), built by `pip install`; without a compiler the Python walk does all
+    from protocol._accel import walk as _fast_walk
+except ImportError:
+    _fast_walk = None
 
 __all__ = [
     "BatchHeader",
@@ -267,8 +272,10 @@ def _update_crc(buf: bytearray, pos: int) -> None:
 class HeaderWatch(Protocol):
     """Reads the headers of each record that has some, in validation's walk, for a caller that wants some of them
     (protocol/sequence_headers.py): `scan` checks their framing as the walk would and returns where they end. Once
-    `watching` is False (no later record can hold what it watches for), the walk skips the rest's headers itself."""
+    `watching` is False (no later record can hold what it watches for), the walk skips the rest's headers itself.
+    A batch none of whose headers has one of the `KEYS` is not shown to it (it would find nothing)."""
 
+    KEYS: ClassVar[tuple[bytes, ...]]
     watching: bool
 
     @property
@@ -291,7 +298,7 @@ class WalkedRecords:
 
 def validate_batch(header: BatchHeader, view: memoryview, *, deep: bool = True, from_client: bool = True,
                    max_decompressed_size: int = DEFAULT_MAX_SIZE,
-                   watch: Callable[[], HeaderWatch] | None = None) -> WalkedRecords | None:
+                   watch: type[HeaderWatch] | None = None) -> WalkedRecords | None:
     """Raise RecordBatchError unless the batch is sound.
 
     Always: CRC32C, codec, record count against lastOffsetDelta, producer fields. deep=True also decompresses and
@@ -315,8 +322,7 @@ def validate_batch(header: BatchHeader, view: memoryview, *, deep: bool = True, 
         if header.records_count > (header.size - HEADER_SIZE) // MIN_RECORD_SIZE:
             raise _invalid(f"{header.records_count} records cannot fit in {header.size - HEADER_SIZE} bytes")
         if deep:
-            data = bytes(view)  # bytes index faster than views
-            return _walked(data, HEADER_SIZE, header, from_client, watch)
+            return _walked(view, HEADER_SIZE, header, from_client, watch)
     elif deep:
         data = decompress(codec, view[HEADER_SIZE:], max_decompressed_size)
         if header.records_count > len(data) // MIN_RECORD_SIZE:
@@ -325,10 +331,22 @@ def validate_batch(header: BatchHeader, view: memoryview, *, deep: bool = True, 
     return None
 
 
-def _walked(data: bytes, start: int, header: BatchHeader, from_client: bool,
-            watch: Callable[[], HeaderWatch] | None) -> WalkedRecords:
+def _walked(data: BytesLike, start: int, header: BatchHeader, from_client: bool,
+            watch: type[HeaderWatch] | None) -> WalkedRecords:
+    if _fast_walk is not None and not header.is_control:
+        # The C walk answers a sound batch none of whose headers is watched; anything else is walked again below,
+        # which raises the error (with its message) or hands the headers to the watch.
+        max_ts_delta = _fast_walk(data, start, header.records_count, header.last_offset_delta, from_client,
+                                  watch.KEYS if watch is not None else None)
+        if max_ts_delta is not None:
+            _check_max_timestamp(header, from_client, max_ts_delta)
+            return WalkedRecords(data, start)
+    if isinstance(data, memoryview):
+        data = bytes(data)  # bytes index faster than views
     headers = watch() if watch is not None else None
-    _walk_records(data, start, header, from_client, headers=headers)
+    max_ts_delta = _walk_records(data, start, header, from_client, headers=headers)
+    if header.records_count:
+        _check_max_timestamp(header, from_client, max_ts_delta)
     return WalkedRecords(data, start, headers if headers is not None and headers.found else None)
 
 
@@ -365,10 +383,10 @@ def _check_producer_fields(header: BatchHeader) -> None:
 
 
 def _walk_records(data: BytesLike, pos: int, header: BatchHeader, from_client: bool, *, spans: list | None = None,
-                  headers: HeaderWatch | None = None) -> None:
-    """Check the framing of every record in data[pos:] without building any object; with `spans`, append each
-    record's (start, end, timestamp delta) to it; with `headers`, have it read the headers of each record that has
-    some.
+                  headers: HeaderWatch | None = None) -> int:
+    """Check the framing of every record in data[pos:] without building any object, and return the greatest
+    timestamp delta; with `spans`, append each record's (start, end, timestamp delta) to it; with `headers`, have it
+    read the headers of each record that has some. protocol/_accel.c has this walk in C, for the batches it is sure of.
 
     This runs for every produced batch, so one- and two-byte varints (nearly all of them) are decoded inline and
     longer ones go to decode_varint. Any overrun shows up as IndexError, turned into one error at the end.
@@ -485,7 +503,11 @@ def _walk_records(data: BytesLike, pos: int, header: BatchHeader, from_client: b
         raise _invalid(f"{end - pos} bytes follow the last of {count} records")
     if header.is_control:
         _check_control_key(data, start, header)
-    if from_client and header.timestamp_type == CREATE_TIME and count:
+    return max_ts_delta
+
+
+def _check_max_timestamp(header: BatchHeader, from_client: bool, max_ts_delta: int) -> None:
+    if from_client and header.timestamp_type == CREATE_TIME:
         # We store batches as they are, and time lookups and retention read maxTimestamp: it must be true.
         max_timestamp = header.base_timestamp + max_ts_delta
         if max_timestamp != header.max_timestamp:

@@ -55,6 +55,7 @@ class SequenceHeaderScan:
     the raw values (bytes; a null value as b""; ABSENT or TWICE), in order."""
 
     __slots__ = ("indexes", "names", "ids", "malformed", "watching", "_searched", "_shape", "_shape_name")
+    KEYS = (_NAME_KEY, _SEQUENCE_KEY)
 
     def __init__(self) -> None:
         self.watching = True  # False: no later record holds either key (the walk then skips their headers)

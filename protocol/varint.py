@@ -38,3 +38,19 @@ def encode_varint(value: int, out: bytearray) -> None:
         out.append((raw & 0x7F) | 0x80)
         raw >>= 7
     out.append(raw)
+
+
+_ONE_BYTE = [bytes((i,)) for i in range(0x80)]
+
+
+def encode_uvarint(value: int) -> bytes:
+    """The unsigned varint of `value` >= 0, as flexible protocol versions frame lengths (compact arrays, strings and
+    bytes, as length + 1); one byte (nearly every length) from a table."""
+    if value < 0x80:
+        return _ONE_BYTE[value]
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import time
 
 from dedup import DedupConfig, Status
@@ -205,3 +206,16 @@ async def test_a_replicator_holding_retention_back_keeps_its_entries_and_costs_n
     assert await partition.enforce_retention(int(time.time() * 1000) + 10**6, 0, 0, replication_quota_bytes=1) > 0
     assert partition.log_start_offset >= 2  # what the replicator had not sent is gone
     await partition.close()
+
+
+async def test_a_closed_partition_gives_the_objects_frozen_at_start_up_back_to_the_collector(tmp_path):
+    """kop standalone freezes what start-up loaded (gc.freeze); a partition that closes (its topic deleted, moved to
+    another broker) unfreezes them, or the cycles it leaves would never be collected."""
+    partition = await open_partition(tmp_path)
+    gc.freeze()
+    try:
+        assert gc.get_freeze_count() > 0  # the control: frozen
+        await partition.close()
+        assert gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()

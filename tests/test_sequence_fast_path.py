@@ -22,7 +22,8 @@ from kop.ledger import FileManagedLedger, LedgerConfig
 from kop.partition import PartitionLog
 from kop.sequence_filter import MAX_RUN_NAMES, RUNS_PER_NAME, Run, SequenceFilter, StoredRuns
 from protocol.compression import CODEC_NAMES, RecordBatchError
-from protocol.records import HEADER, Record, build_batch, iter_records, split_batches, validate_batch
+from protocol.records import (HEADER, HEADER_SIZE, Record, _walk_records, build_batch, iter_records, split_batches,
+                              validate_batch)
 from protocol.sequence_headers import (ABSENT, TWICE, SequencedRecords, SequenceHeaderScan, _checked_one_by_one,
                                        sequenced_records)
 from protocol.varint import encode_varint
@@ -289,5 +290,5 @@ def test_a_batch_of_other_headers_is_searched_once_and_a_later_record_with_ours_
     assert scanned(raw) == [(3, b"p", b"4")]
     [(batch_header, view)] = split_batches(build_batch([Record(i, 1_000, None, b"v", other) for i in range(3)]))
     scan = SequenceHeaderScan()
-    validate_batch(batch_header, view, watch=lambda: scan)
+    _walk_records(bytes(view), HEADER_SIZE, batch_header, True, headers=scan)  # the Python walk, which watches
     assert not scan.watching and not scan.found  # the walk skipped the later records' headers itself

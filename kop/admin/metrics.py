@@ -16,7 +16,6 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from kafka.protocol.api_message import ApiMessage
-from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.data_container import DataContainer
 from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics, generate_latest
 from prometheus_client.utils import floatToGoString
@@ -25,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from protocol.api import REQUEST_CLASSES
 from protocol.errors import ErrorCode
+from protocol.fetch_response import FetchResponse
 from protocol.produce_response import ProduceResponse
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.consumer import FetchRequest
 
 from kop import internal_topics
 from kop.fetch_sessions import (INVALID_SESSION_ID, FetchPlan, Groups, PartitionKey, TopicKey, Wanted, outdated,
@@ -29,6 +29,7 @@ from kop.security.acls import Operation, ResourceType
 from kop.security.quotas import FETCH_RATE
 from protocol.api import id_bytes
 from protocol.errors import ErrorCode
+from protocol.fetch_response import AbortedTransaction, FetchableTopicResponse, FetchResponse, PartitionData
 
 MIN_WAIT_SLICE = 0.001
 READ_COMMITTED = 1
@@ -45,8 +46,7 @@ UNCHANGED: Any = object()
 
 @dataclass(slots=True)
 class Collected:
-    """One pass over the partitions wanted: the answer of each (kafka-python's PartitionData, in order, or
-    UNCHANGED), the bytes of batches read, the partitions found (which a long poll watches) and what each serves,
+    """One pass over the partitions wanted: the answer of each (PartitionData, in order, or UNCHANGED), the bytes of batches read, the partitions found (which a long poll watches) and what each serves,
     counted once the answer goes."""
 
     answers: list[Any] = field(default_factory=list)
@@ -85,8 +85,6 @@ def _collect(ctx: RequestContext, request: FetchRequest, plan: FetchPlan) -> Col
     consumer, which skips them, as from Kafka. An incremental fetch's partitions are the session's, which remember
     what they were told: one at its end whose watermarks have not moved is UNCHANGED, and is neither read nor
     answered."""
-    PartitionData = FetchResponse[ctx.version].FetchableTopicResponse.PartitionData
-    AbortedTransaction = PartitionData.AbortedTransaction
     read_committed = request.isolation_level == READ_COMMITTED
     incremental = plan.kind == "incremental"
     budget = request.max_bytes
@@ -95,8 +93,7 @@ def _collect(ctx: RequestContext, request: FetchRequest, plan: FetchPlan) -> Col
     for key, partitions in plan.groups:
         name = _topic_name(ctx, key)
         if name is not None and not ctx.authorized(Operation.READ, ResourceType.TOPIC, name):
-            answers.extend(_failed(PartitionData, w.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-                           for w in partitions)
+            answers.extend(PartitionData(w.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for w in partitions)
             out.errors += len(partitions)
             continue
         topic = ctx.topics.topics.get(name) if name is not None else None
@@ -105,9 +102,8 @@ def _collect(ctx: RequestContext, request: FetchRequest, plan: FetchPlan) -> Col
             if partition is not None and not ctx.cluster.serves_reads(name, w.partition):
                 partition = None  # moved, or this broker's view is too old to tell: NOT_LEADER_OR_FOLLOWER
             if partition is None:
-                answers.append(_failed(PartitionData, w.partition,
-                                       ctx.topics.missing_partition_error(name, w.partition) if name is not None
-                                       else ErrorCode.UNKNOWN_TOPIC_ID))
+                answers.append(PartitionData(w.partition, ctx.topics.missing_partition_error(name, w.partition)
+                                             if name is not None else ErrorCode.UNKNOWN_TOPIC_ID))
                 out.errors += 1
                 continue
             out.partitions.append(partition)
@@ -118,9 +114,7 @@ def _collect(ctx: RequestContext, request: FetchRequest, plan: FetchPlan) -> Col
                 answers.append(UNCHANGED)
                 continue
             lso = partition.last_stable_offset
-            data = PartitionData(partition_index=w.partition, error_code=ErrorCode.NONE, high_watermark=hw,
-                                 last_stable_offset=lso, log_start_offset=log_start, aborted_transactions=None,
-                                 records=b"")
+            data = PartitionData(w.partition, ErrorCode.NONE, hw, lso, log_start)
             answers.append(data)
             if offset < log_start or offset > hw:
                 data.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
@@ -145,20 +139,17 @@ def _collect(ctx: RequestContext, request: FetchRequest, plan: FetchPlan) -> Col
                 entries = _fitting(entries, limit)
             entries = _servable(entries, end if read_committed else None)
             if entries:
-                records = data.records = b"".join(e.data for e in entries)
-                out.total += len(records)
-                out.served.append((partition, len(records)))
+                # the batches as read, never joined: the response writes them as they are
+                data.records = [e.data for e in entries]
+                size = data.records_size = sum([len(e.data) for e in entries])
+                out.total += size
+                out.served.append((partition, size))
                 if read_committed:
                     upper = entries[-1].first_index + entries[-1].span
                     data.aborted_transactions = [
-                        AbortedTransaction(producer_id=txn.producer_id, first_offset=txn.first_offset)
+                        AbortedTransaction(txn.producer_id, txn.first_offset)
                         for txn in partition.transactions.aborted_between(offset, upper)]
     return out
-
-
-def _failed(PartitionData: Any, index: int, error: int) -> Any:  # noqa: N803 - the response's class
-    return PartitionData(partition_index=index, error_code=error, high_watermark=-1, last_stable_offset=-1,
-                         log_start_offset=-1, aborted_transactions=None, records=b"")
 
 
 def _fitting(entries: list[Entry], limit: int) -> list[Entry]:
@@ -182,12 +173,11 @@ def _servable(entries: list[Entry], stable_end: int | None) -> list[Entry]:
 def _answer(ctx: RequestContext, plan: FetchPlan, collected: Collected) -> FetchResponse:
     """The response: every partition read, or for an incremental fetch those with something new; a full fetch's
     session is made here, remembering what each partition was told, and an incremental one's record of it updated."""
-    cls = FetchResponse[ctx.version]
     cache = ctx.services.fetch_sessions
     if plan.kind == "error" or outdated(plan):
         error = plan.error if plan.kind == "error" else ErrorCode.INVALID_FETCH_SESSION_EPOCH
         session_id = plan.session.id if plan.session is not None else INVALID_SESSION_ID
-        return cls(throttle_time_ms=0, error_code=error, session_id=session_id, responses=[])
+        return FetchResponse(ctx.version, error_code=error, session_id=session_id)
     by_id = ctx.version >= FIRST_TOPIC_ID_VERSION
     session = plan.session
     # A full fetch's partitions become a session when the cache admits it (decided before they are built).
@@ -212,8 +202,7 @@ def _answer(ctx: RequestContext, plan: FetchPlan, collected: Collected) -> Fetch
                     wanted.must_answer(False, data.error_code, data.high_watermark, data.log_start_offset)
                 parts.append(data)
         if parts:
-            topics.append(cls.FetchableTopicResponse(topic_id=uuid.UUID(bytes=key), partitions=parts) if by_id
-                          else cls.FetchableTopicResponse(topic=key, partitions=parts))
+            topics.append(FetchableTopicResponse(uuid.UUID(bytes=key) if by_id else key, parts))
     if session is not None:
         session_id = session.id
     elif remembered is not None:
@@ -223,7 +212,7 @@ def _answer(ctx: RequestContext, plan: FetchPlan, collected: Collected) -> Fetch
     for partition, size in collected.served:
         partition.bytes_out += size
     throttle_ms = ctx.throttle(FETCH_RATE, sum(size for _partition, size in collected.served))
-    return cls(throttle_time_ms=throttle_ms, error_code=ErrorCode.NONE, session_id=session_id, responses=topics)
+    return FetchResponse(ctx.version, throttle_ms, ErrorCode.NONE, session_id, topics)
 
 
 async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaitable[FetchResponse]:
