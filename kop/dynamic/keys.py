@@ -16,10 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kop.config import (CLUSTER_WIDE, FIELDS, PER_BROKER, READ_ONLY, BrokerConfig, parse_integer, parse_setting,
-                        setting_key)
+from kop.config import FIELDS, PER_BROKER, READ_ONLY, BrokerConfig, parse_integer, parse_setting, setting_key
 from kop.config_checks import INT64_MAX, Range
-from kop.config_file import KEYS  # every key of the properties file
 from protocol.errors import ErrorCode
 
 
@@ -103,12 +101,9 @@ def canonical(key: str, raw: str) -> str:
 def check_level(configs: Mapping[str, str], per_broker: bool) -> dict[str, str]:
     """A level's configs as they are stored, or BrokerConfigError saying why they cannot be: keys that cannot change
     at run time, per-broker keys on the cluster-wide default, values a key does not accept."""
-    static = sorted(key for key in configs if key in KEYS and update_mode(key) == READ_ONLY)
-    if static:
+    static = sorted(key for key in configs if update_mode(key) == READ_ONLY)
+    if static:  # Kafka's words; kop also refuses keys it does not know, which Kafka keeps for plugins
         raise refused(f"Cannot update these configs dynamically: {', '.join(static)}")
-    unknown = sorted(key for key in configs if update_mode(key) == READ_ONLY)
-    if unknown:
-        raise refused(f"Not broker configs kop can change at run time: {', '.join(unknown)}")
     if not per_broker:
         only_per_broker = sorted(key for key in configs if update_mode(key) == PER_BROKER)
         if only_per_broker:
@@ -131,6 +126,3 @@ def overlay(static: BrokerConfig, *levels: Mapping[str, str]) -> BrokerConfig:
               for level in levels for key, text in level.items() if key in DYNAMIC_FIELDS}
     return replace(static, **values) if values else static
 
-
-__all__ = ["BrokerConfigError", "CLUSTER_WIDE", "DYNAMIC_FIELDS", "PER_BROKER", "READ_ONLY", "STORED_ONLY",
-           "canonical", "check_level", "overlay", "refused", "setting_text", "update_mode"]

@@ -136,4 +136,4 @@ def _applicable(name: str, stored: dict[str, str], report: bool) -> dict[str, st
 def _changes(before: dict[str, str], after: dict[str, str]) -> str:
     parts = [f"{key}={after[key]}" if key in after else f"{key} deleted"
              for key in sorted(before.keys() | after.keys()) if before.get(key) != after.get(key)]
-    return ", ".join(parts) or "nothing"
+    return ", ".join(parts) or "no change"

@@ -354,9 +354,12 @@ async def _alter_resource(ctx: RequestContext, resource: Any, incremental: bool,
         raise TopicError(*_refusal(resource.resource_type))
     _check_entries(resource, incremental)
     if resource.resource_type == BROKER:
-        await ctx.services.settings.alter(resource.resource_name,
-                                          lambda current: _new_configs(current, resource, incremental),
-                                          validate_only, ctx.principal)
+        def change(current: dict[str, str]) -> dict[str, str]:
+            try:
+                return _new_configs(current, resource, incremental)
+            except TopicError as exc:
+                raise BrokerConfigError(exc.code, str(exc)) from None
+        await ctx.services.settings.alter(resource.resource_name, change, validate_only, ctx.principal)
         return
     if resource.resource_type != TOPIC:
         raise TopicError(ErrorCode.INVALID_REQUEST, f"resource type {resource.resource_type} is not supported")
