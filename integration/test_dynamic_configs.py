@@ -102,6 +102,23 @@ def test_alter_configs_replaces_the_brokers_level_and_validate_only_changes_noth
     assert auto_create(broker.port, "again") == (ErrorCode.NONE, 1)
 
 
+def test_kafka_python_changes_the_partition_limit_of_new_topics_and_partitions(broker):
+    from kafka.admin import NewPartitions, NewTopic
+    from kafka.errors import InvalidPartitionsError
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.create_topics([NewTopic("five", 5, 1)])  # the control: five partitions are allowed
+        admin.alter_configs([KpConfigResource(ConfigResourceType.BROKER, "1",
+                                              configs={"max.partitions.per.topic": "4"})])
+        with pytest.raises(InvalidPartitionsError):
+            admin.create_topics([NewTopic("five-more", 5, 1)])
+        admin.create_topics([NewTopic("four", 4, 1)])
+        with pytest.raises(InvalidPartitionsError):
+            admin.create_partitions({"four": NewPartitions(5)})
+    finally:
+        admin.close()
+
+
 def test_the_cluster_wide_default_lies_under_the_brokers_own_level(broker):
     assert alter(broker.port, "", ("num.partitions", SET, "3")).error == ErrorCode.NONE
     assert auto_create(broker.port, "from-default") == (ErrorCode.NONE, 3)
