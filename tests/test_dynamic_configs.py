@@ -148,3 +148,56 @@ async def test_a_broker_reads_the_others_changes_and_its_own_level_only(tmp_path
     await three.alter(DEFAULT_LEVEL, setting("num.partitions", "9"), False, "User:a")  # in its file
     await three.share_through(stores[1])  # the database has levels: the file's are not copied
     assert three.level(DEFAULT_LEVEL) == {"message.max.bytes": "3000"}
+
+
+class ReadThenWait:
+    """The database's records (a real PgStore), whose next read pauses after reading until released: a heartbeat's
+    reload caught between reading the levels and putting them in force."""
+
+    def __init__(self, store: PgStore) -> None:
+        self._store = store
+        self.read, self.release = asyncio.Event(), asyncio.Event()
+        self.pause_next = False
+
+    async def records(self, kind: str) -> dict[str, bytes]:
+        found = await self._store.records(kind)
+        if self.pause_next:
+            self.pause_next = False
+            self.read.set()
+            await asyncio.wait_for(self.release.wait(), 10)
+        return found
+
+    async def put_record(self, kind: str, key: str, value: bytes) -> None:
+        await self._store.put_record(kind, key, value)
+
+    async def update_record(self, kind, key, change):
+        return await self._store.update_record(kind, key, change)
+
+
+async def test_a_reload_read_before_a_change_does_not_undo_it(tmp_path, stores):
+    """A heartbeat's reload that read the levels before this broker changed one must not put the old level back
+    in force once the change is acknowledged."""
+    broker = settings_in(tmp_path, node_id=1)
+    records = ReadThenWait(stores[0])
+    await broker.share_through(records)
+    await broker.alter(DEFAULT_LEVEL, setting("num.partitions", "2"), False, "User:a")
+    records.pause_next = True
+    reload = asyncio.create_task(broker.reload())
+    await asyncio.wait_for(records.read.wait(), 10)  # the reload has read num.partitions=2
+    change = asyncio.create_task(broker.alter(DEFAULT_LEVEL, setting("num.partitions", "3"), False, "User:a"))
+    await asyncio.wait({change}, timeout=1)  # the change goes as far as it can while the reload waits
+    records.release.set()
+    await asyncio.gather(reload, change)
+    assert broker.current.num_partitions == 3 and broker.level(DEFAULT_LEVEL) == {"num.partitions": "3"}
+
+
+async def test_another_brokers_change_read_by_a_refused_or_validate_only_change_is_put_in_force(tmp_path, stores):
+    one, two = settings_in(tmp_path / "one", node_id=1), settings_in(tmp_path / "two", node_id=2)
+    await one.share_through(stores[0])
+    await two.share_through(stores[1])
+    await two.alter(DEFAULT_LEVEL, setting("message.max.bytes", "3000"), False, "User:a")
+    await one.alter("1", setting("num.partitions", "5"), validate_only=True, principal="User:a")  # reads the levels
+    with pytest.raises(BrokerConfigError):
+        await one.alter("1", setting("num.partitions", "0"), False, "User:a")
+    await one.reload()  # its next heartbeat
+    assert (one.current.message_max_bytes, one.current.num_partitions) == (3000, 1)

@@ -30,7 +30,7 @@ class BrokerSettings:
         self.node = str(static.node_id)  # this broker's level
         self.store = DynamicConfigStore(static.data_dir, static.fsync)
         self._subscribers: list[Subscriber] = []
-        self._lock = asyncio.Lock()  # one change at a time
+        self._lock = asyncio.Lock()  # one change or reload at a time
 
     def subscribe(self, subscriber: Subscriber) -> None:
         """subscriber(config) is awaited with the settings in force after every change."""
@@ -53,9 +53,11 @@ class BrokerSettings:
         self.current = self._in_force()
 
     async def reload(self) -> None:
-        """Read the database's levels again and put any change another broker made in force."""
-        if await self.store.reload():
-            await self._put_in_force()
+        """Read the database's levels again and put any change another broker made in force. Under the lock of
+        changes: levels read before a change of this broker must not replace it once it is stored."""
+        async with self._lock:
+            if await self.store.reload():
+                await self._put_in_force()
 
     def _in_force(self) -> BrokerConfig:
         default, mine = self.level(DEFAULT_LEVEL, report=True), self.level(self.node, report=True)
@@ -88,8 +90,8 @@ class BrokerSettings:
         if name not in (DEFAULT_LEVEL, self.node):
             raise refused(f"Unexpected broker id, expected {self.node} or empty string, but received {name}")
         async with self._lock:
-            if self.store.shared:
-                await self.store.reload()  # check against what the other brokers put in force
+            if self.store.shared and await self.store.reload():  # check against what the other brokers did,
+                await self._put_in_force()  # and put it in force even if this change is refused or only validated
             before = self.level(name)
             checked = self._checked_change(name, change)
             if validate_only:
