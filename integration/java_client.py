@@ -237,6 +237,19 @@ def java_admin(bootstrap: str, topic: str, *, timeout: float = 90) -> dict[str, 
     return _summary(_run_lines("KopAdmin", _client_args(bootstrap, {}) + ["--topic", topic], timeout=timeout))
 
 
+def java_broker_configs(bootstrap: str, broker: str, *, set_configs: Mapping[str, str] | None = None,
+                        delete: Sequence[str] = (), validate_only: bool = False, timeout: float = 90) -> dict[str, Any]:
+    """kafka-configs.sh's broker operations through the Java AdminClient (KopBrokerConfigs.java):
+    IncrementalAlterConfigs of broker resource `broker` (a node id, or "" for the cluster-wide default), then its
+    configs described with synonyms; returns the summary: "error" ("none", or the alter's exception class and message) and "configs"."""
+    args = ["--broker", broker, "--validate-only", "true" if validate_only else "false"]
+    for key, value in (set_configs or {}).items():
+        args += ["--set", f"{key}={value}"]
+    for key in delete:
+        args += ["--delete", key]
+    return _summary(_run_lines("KopBrokerConfigs", _client_args(bootstrap, {}) + args, timeout=timeout))
+
+
 def java_consume_all(
     bootstrap: str, topic: str, *, timeout: float = 60, extra_props: Mapping[str, Any] | None = None
 ) -> list[Consumed]:

@@ -82,6 +82,13 @@ CASES = [
     ("IncrementalAlterConfigs", lambda a: result(a.incremental_alter_configs([ConfigResource(
         ConfigResource.Type.TOPIC, TOPIC, incremental_configs=[ConfigEntry(
         "retention.ms", "86400000", incremental_operation=AlterConfigOpType.SET)])])), TOPIC_DENIED),
+    # the broker's own configs (kop/dynamic), only checked: the control changes nothing of the shared broker
+    ("AlterConfigs broker", lambda a: result(a.alter_configs([ConfigResource(
+        ConfigResource.Type.BROKER, "1", set_config={"num.partitions": "2"})], validate_only=True)), CLUSTER_DENIED),
+    ("IncrementalAlterConfigs broker", lambda a: result(a.incremental_alter_configs([ConfigResource(
+        ConfigResource.Type.BROKER, "1", incremental_configs=[ConfigEntry(
+            "num.partitions", "2", incremental_operation=AlterConfigOpType.SET)])], validate_only=True)),
+     CLUSTER_DENIED),
     ("DeleteRecords", lambda a: result(a.delete_records([TopicPartition(TOPIC, 1, 0)])), TOPIC_DENIED),
     ("OffsetFetch", lambda a: result(a.list_consumer_group_offsets([ConsumerGroupTopicPartitions(
         GROUP, [TopicPartition(TOPIC, 0)])])), GROUP_DENIED),

@@ -130,7 +130,7 @@ def test_manual_assignments_may_name_only_this_broker(broker):
 def test_topic_configs_can_be_altered_whole_and_incrementally(broker):
     """AlterConfigs replaces a topic's overrides, IncrementalAlterConfigs sets, deletes, appends and subtracts; both
     take effect at once (max.message.bytes here) and survive a restart. Kafka configs kop does not act on are
-    stored and reported; unknown ones, bad values and broker configs are refused."""
+    stored and reported; unknown ones, bad values and static broker configs are refused."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
 
@@ -178,7 +178,7 @@ def test_topic_configs_can_be_altered_whole_and_incrementally(broker):
         ConfigResource(ConfigResource.Type.TOPIC, "altered", incremental_configs=[
             ConfigEntry("retention.ms", "soon", incremental_operation=AlterConfigOpType.SET)]),
         ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[
-            ConfigEntry("num.partitions", "4", incremental_operation=AlterConfigOpType.SET)]),
+            ConfigEntry("socket.request.max.bytes", "4000", incremental_operation=AlterConfigOpType.SET)]),
     ]
     for resource in refused:
         with pytest.raises(KafkaException) as failure:
@@ -238,7 +238,9 @@ def test_broker_configs_report_their_values_and_where_they_come_from(broker_fact
     assert configs["message.max.bytes"]["config_source"] == "DEFAULT_CONFIG"
     assert configs["max.in.flight.bytes.per.connection"]["value"] == str(10 * 1024 * 1024)
     assert configs["queued.max.request.bytes"]["value"] == "-1"
-    assert all(c["read_only"] for c in configs.values())  # AlterConfigs refuses broker configs
+    # read-only exactly where AlterConfigs refuses a change (kop/dynamic)
+    assert configs["socket.request.max.bytes"]["read_only"] and configs["broker.id"]["read_only"]
+    assert not configs["num.partitions"]["read_only"] and not configs["log.retention.ms"]["read_only"]
 
 
 def test_delete_records_moves_the_log_start_for_every_reader_and_survives_a_restart(broker):

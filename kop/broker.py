@@ -18,6 +18,7 @@ from kop.compaction.cleaner import LogCleaner
 from kop.config import BrokerConfig, inter_broker_listener, listener_specs, settings_not_default
 from kop.connection import Connection
 from kop.data_dir import DataDirLock
+from kop.dynamic import BrokerSettings
 from kop.fetch_sessions import FetchSessionCache
 from kop.groups import GroupCoordinator
 from kop.policies import PolicyBook
@@ -46,8 +47,10 @@ class Broker:
         (kop standalone's default port gives way, so a second standalone on one machine still starts).
         explicit_settings: the config fields the operator set (reported as STATIC_BROKER_CONFIG); by default those
         not at their default value."""
-        self.config = config
-        self.explicit_settings = settings_not_default(config) if explicit_settings is None else explicit_settings
+        # the settings in force (`config`): these with the dynamic configs over them (kop/dynamic)
+        self.settings = BrokerSettings(config, settings_not_default(config) if explicit_settings is None
+                                       else explicit_settings)
+        self.settings.subscribe(self._reconfigure)
         self._admin_port_may_be_taken = admin_port_may_be_taken
         self._lock: DataDirLock | None = None
         self.policies = PolicyBook(config)
@@ -80,6 +83,18 @@ class Broker:
         self.loaded = False  # topics and groups loaded: the admin API serves more than its probes
         self.serving = False  # Kafka clients are served
         self.metrics.registry.register(BrokerCollector(self))
+
+    @property
+    def config(self) -> BrokerConfig:
+        return self.settings.current
+
+    async def _reconfigure(self, config: BrokerConfig) -> None:
+        """Hand changed settings to the subsystems that act on dynamic ones; the broker's own (retention, connection
+        limits) are read from `config` where they are used."""
+        self.topics.reconfigure(config)
+        self.groups.reconfigure(config)
+        if self.transactions is not None:
+            self.transactions.config = config
 
     @property
     def open_connections(self) -> int:
@@ -170,11 +185,15 @@ class Broker:
             self.authorizer.load()
         with reading(self.quota_book.path):
             self.quota_book.load()
+        with reading(self.settings.store.path):
+            self.settings.load()
         if self._admin is not None:  # its probes answer while the topics load; the rest waits for them
             await _listen(self._admin.start(), self.config.admin_host, self.admin_port, "the admin API")
         await self.topics.open_storage()
         if isinstance(self.topics.storage, PgTopicStorage):  # shared by the brokers of the database
             await self.policies.share_through(self.topics.storage.store)
+            await self.settings.share_through(self.topics.storage.store)
+        await self._reconfigure(self.config)  # the dynamic configs stored, before anything acts on settings
         self.cluster = self._cluster()
         await self.cluster.join()
         await self.topics.load_all(self.cluster.owns)
@@ -213,7 +232,7 @@ class Broker:
         between = inter_broker_listener(self.config, self.listeners)
         return ClusterService(storage.store, self.topics, me, home, self.config.broker_session_timeout_ms,
                               self.config.broker_heartbeat_interval_ms, between.name,
-                              not (between.tls or between.sasl), self.config.fsync)
+                              not (between.tls or between.sasl), self.config.fsync, self.settings.reload)
 
     async def _close_listeners(self) -> None:
         if self._admin is not None:

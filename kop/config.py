@@ -14,6 +14,9 @@ from kop.config_checks import INT32_MAX, INT64_MAX, WILDCARD_HOSTS, HostName, Li
 from kop.security.listeners import ListenerSpec, parse_protocol_map, resolve_listeners
 
 Check = Callable[[Any], None]
+# How a setting may change while the broker runs (Kafka's "update mode"): not at all; through AlterConfigs on this
+# broker's resource only; or also through the cluster-wide default (the BROKER resource with an empty name).
+READ_ONLY, PER_BROKER, CLUSTER_WIDE = "read-only", "per-broker", "cluster-wide"
 PORT = Range(0, 65535)
 SIZE = Range(1)  # bytes or a count: at least one
 MILLIS = Range(1, INT64_MAX)
@@ -24,10 +27,11 @@ CONSUMER_ASSIGNORS = ListOf(("uniform", "range"), (
     ("org.apache.kafka.coordinator.group.assignor.RangeAssignor", "range")))
 
 
-def setting(default: Any, check: Check | None = None, *keys: str, doc: str) -> Any:
-    """A field with its check (None: any value of its type), the file keys that set it besides its own name, and
-    what it does (rendered into docs/operations.md by kop/reference.py)."""
-    return field(default=default, metadata={"check": check, "keys": keys, "doc": doc})
+def setting(default: Any, check: Check | None = None, *keys: str, doc: str, update: str = READ_ONLY) -> Any:
+    """A field with its check (None: any value of its type), the file keys that set it besides its own name, what
+    it does (rendered into docs/operations.md by kop/reference.py), and its update mode: a field is dynamic (kop/
+    dynamic) only where the running broker reads it again, or is told of its change, and acts on the new value."""
+    return field(default=default, metadata={"check": check, "keys": keys, "doc": doc, "update": update})
 
 
 @dataclass(frozen=True)
@@ -114,14 +118,16 @@ class BrokerConfig:
     admin_failpoints_enabled: bool = setting(False, None, "adminFailpointsEnabled",
                                              doc="Serve the fault-injection routes of the admin API (tests only).")
     # topics
-    auto_create_topics: bool = setting(True, None, "auto.create.topics.enable",
+    auto_create_topics: bool = setting(True, None, "auto.create.topics.enable", update=CLUSTER_WIDE,
                                        doc="Create a topic when a client first asks for it.")
-    num_partitions: int = setting(1, SIZE, doc="Partitions of an auto-created topic.")
-    max_partitions_per_topic: int = setting(10000, SIZE, doc="The most partitions a topic may have.")
+    num_partitions: int = setting(1, SIZE, update=CLUSTER_WIDE, doc="Partitions of an auto-created topic.")
+    max_partitions_per_topic: int = setting(10000, SIZE, update=CLUSTER_WIDE,
+                                            doc="The most partitions a topic may have.")
     # limits
     socket_request_max_bytes: int = setting(100 * 1024 * 1024, SIZE, doc="The largest request accepted.")
-    message_max_bytes: int = setting(1048588, SIZE, doc="The largest record batch accepted (topic config "
-                                                        "`max.message.bytes` overrides it).")
+    message_max_bytes: int = setting(1048588, SIZE, update=CLUSTER_WIDE,
+                                     doc="The largest record batch accepted (topic config `max.message.bytes` "
+                                         "overrides it).")
     max_in_flight_requests_per_connection: int = setting(
         5, SIZE, doc="A connection is not read while this many of its requests are unanswered.")
     # One request may overshoot it, so any frame socket.request.max.bytes admits gets through.
@@ -140,9 +146,11 @@ class BrokerConfig:
     socket_request_read_timeout_ms: int = setting(30_000, MILLIS,
                                                   doc="Close a connection whose request body, once its size is read, "
                                                       "does not arrive in this time.")
-    max_connections: int = setting(10000, SIZE, doc="Connections beyond this many are closed at once.")
-    max_connections_per_ip: int = setting(INT32_MAX, SIZE, doc="Connections from one address beyond this many are "
-                                                               "closed at once (Kafka's key).")
+    max_connections: int = setting(10000, SIZE, update=CLUSTER_WIDE,
+                                   doc="New connections beyond this many are closed at once.")
+    max_connections_per_ip: int = setting(INT32_MAX, SIZE, update=CLUSTER_WIDE,
+                                          doc="New connections from one address beyond this many are closed at once "
+                                              "(Kafka's key).")
     max_incremental_fetch_session_cache_slots: int = setting(
         1000, Range(0, INT32_MAX), doc="Fetch sessions (KIP-227) the broker keeps at most; past it a new one "
                                        "takes the place of one idle for two minutes, or of a smaller one older than "
@@ -168,15 +176,19 @@ class BrokerConfig:
     fsync: bool = setting(True, doc="Acknowledge a write only after an fsync covers it (group commit). Off: faster, "
                                     "and a machine crash can lose acknowledged records.")
     ledger_max_bytes: int = setting(256 * 1024 * 1024, Range(14), "log.segment.bytes",  # Kafka's lower bound
+                                    update=CLUSTER_WIDE,
                                     doc="Start a new ledger once the current one is this large (topic config "
                                         "`segment.bytes`).")
     ledger_max_age_ms: int = setting(7 * 24 * 3600 * 1000, MILLIS, "log.roll.ms",
+                                     update=CLUSTER_WIDE,
                                      doc="Start a new ledger once the current one's first entry is this old (also "
                                          "`log.roll.hours`; topic config `segment.ms`).")
     retention_ms: int = setting(7 * 24 * 3600 * 1000, Range(0, INT64_MAX, unbounded=-1), "log.retention.ms",
+                                update=CLUSTER_WIDE,
                                 doc="Delete a closed ledger once its newest record is this old (also "
                                     "`log.retention.minutes`, `log.retention.hours`; topic config `retention.ms`).")
     retention_bytes: int = setting(-1, Range(0, INT64_MAX, unbounded=-1), "log.retention.bytes",
+                                   update=CLUSTER_WIDE,
                                    doc="Delete the oldest ledgers while a partition holds more than this (topic "
                                        "config `retention.bytes`).")
     retention_check_interval_ms: int = setting(5 * 60 * 1000, MILLIS, "log.retention.check.interval.ms",
@@ -241,18 +253,21 @@ class BrokerConfig:
         10, Range(3), "replicatedSubscriptionsSnapshotMaxCachedPerSubscription",
         doc="Completed snapshots kept per replicated group, spread between its position and the newest data.")
     # groups
-    group_min_session_timeout_ms: int = setting(6000, SIZE, doc="The shortest session timeout a member may ask for.")
-    group_max_session_timeout_ms: int = setting(1800000, SIZE, doc="The longest session timeout a member may ask "
-                                                                   "for.")
-    group_initial_rebalance_delay_ms: int = setting(0, Range(0), doc="Wait this long for more members before the "
-                                                                     "first rebalance of an empty group (Kafka: "
-                                                                     "3000).")
-    group_max_size: int = setting(INT32_MAX, SIZE, doc="The most members a group may have.")
-    group_consumer_session_timeout_ms: int = setting(45000, SIZE, doc="How long a member of a consumer-protocol "
-                                                                      "group (KIP-848) may go without a heartbeat "
-                                                                      "before it is removed from the group.")
-    group_consumer_heartbeat_interval_ms: int = setting(5000, SIZE, doc="How often members of consumer-protocol "
-                                                                        "groups heartbeat (the broker tells them).")
+    group_min_session_timeout_ms: int = setting(6000, SIZE, update=CLUSTER_WIDE,
+                                                doc="The shortest session timeout a member may ask for.")
+    group_max_session_timeout_ms: int = setting(1800000, SIZE, update=CLUSTER_WIDE,
+                                                doc="The longest session timeout a member may ask for.")
+    group_initial_rebalance_delay_ms: int = setting(0, Range(0), update=CLUSTER_WIDE,
+                                                    doc="Wait this long for more members before the first rebalance "
+                                                        "of an empty group (Kafka: 3000).")
+    group_max_size: int = setting(INT32_MAX, SIZE, update=CLUSTER_WIDE, doc="The most members a group may have.")
+    group_consumer_session_timeout_ms: int = setting(45000, SIZE, update=CLUSTER_WIDE,
+                                                     doc="How long a member of a consumer-protocol group (KIP-848) "
+                                                         "may go without a heartbeat before it is removed from the "
+                                                         "group.")
+    group_consumer_heartbeat_interval_ms: int = setting(5000, SIZE, update=CLUSTER_WIDE,
+                                                        doc="How often members of consumer-protocol groups heartbeat "
+                                                            "(the broker tells them).")
     group_consumer_assignors: str = setting(
         "uniform,range", CONSUMER_ASSIGNORS,
         doc="The server-side assignors members of consumer-protocol groups may ask for (`group.remote.assignor`); "
@@ -264,12 +279,13 @@ class BrokerConfig:
             "consumer group whose last consumer-protocol member left back into a classic group, `bidirectional` "
             "both. Classic members may join a consumer group under every policy, and an empty group changes kind "
             "under every policy.")
-    offset_metadata_max_bytes: int = setting(4096, Range(0), doc="The longest metadata string an offset commit may "
-                                                                 "carry.")
+    offset_metadata_max_bytes: int = setting(4096, Range(0), update=CLUSTER_WIDE,
+                                             doc="The longest metadata string an offset commit may carry.")
     offsets_retention_check_interval_ms: int = setting(600_000, MILLIS,
                                                        doc="How often empty groups without offsets are forgotten.")
     # transactions (Kafka's keys and defaults)
     transaction_max_timeout_ms: int = setting(900_000, Range(1, INT32_MAX),
+                                              update=CLUSTER_WIDE,
                                               doc="The longest transaction timeout a producer may ask for.")
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = setting(
         10_000, Range(1, INT32_MAX), doc="How often transactions open past their timeout are aborted.")

@@ -1,6 +1,6 @@
 """The reference parts of docs/, rendered from the code so they cannot drift from it: in docs/operations.md the
 options of `kop standalone`, every configuration key (from BrokerConfig's declarations and the Kafka keys of
-kop/config_file.py) and every `kop admin` command (from their argparse parsers); in docs/compatibility.md the Kafka
+kop/config_file.py, with the update mode of those that change at run time) and every `kop admin` command (from their argparse parsers); in docs/compatibility.md the Kafka
 APIs and versions served (from the handlers' routes, as ApiVersions answers them).
 
     python -m kop.reference            # print the generated sections
@@ -16,9 +16,10 @@ from pathlib import Path
 
 from kafka.protocol.api_key import ApiKey
 
-from kop.config import BrokerConfig, setting_key
+from kop.config import READ_ONLY, BrokerConfig, setting_key
 from kop.config_checks import INT32_MAX, INT64_MAX, HostName, ListOf, Matches, OneOf, Range
 from kop.config_file import KAFKA_KEYS
+from kop.dynamic.keys import STORED_ONLY
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 USAGE_WIDTH = 1000  # one line per usage, whatever the terminal
@@ -57,16 +58,25 @@ def _other_keys(f: Field) -> str:
     return ", ".join(f"`{k}`" for k in dict.fromkeys(spellings) if k != key)
 
 
+def _update_mode(f: Field) -> str:
+    mode = f.metadata["update"]
+    return "" if mode == READ_ONLY else mode
+
+
 def config_reference() -> str:
-    rows = ["| key | also | type | default | accepted | what it does |", "|---|---|---|---|---|---|"]
+    rows = ["| key | also | type | default | accepted | at run time | what it does |",
+            "|---|---|---|---|---|---|---|"]
     for f in fields(BrokerConfig):
         if f.name.startswith("test_"):  # knobs for kop's own tests (slow loads, short timeouts): not for operators
             continue
         rows.append(f"| `{setting_key(f.name)}` | {_other_keys(f)} | {f.type.__name__} | {_default(f.default)} | "
-                    f"{_accepted(f)} | {f.metadata['doc']} |")
+                    f"{_accepted(f)} | {_update_mode(f)} | {f.metadata['doc']} |")
     rows += ["", "Kafka's keys that set the keys above:", "",
              "| key | what it sets |", "|---|---|"]
     rows += [f"| `{key}` | {spec.doc} |" for key, spec in KAFKA_KEYS.items()]
+    rows += ["", "Kafka's keys of SASL GSSAPI (Kerberos), which kop does not offer: accepted at run time on a "
+                 "broker's own resource (per-broker, as in Kafka), stored and reported, and acted on by nothing:", ""]
+    rows += [", ".join(f"`{key}` ({spec.kind.lower()})" for key, spec in STORED_ONLY.items())]
     return "\n".join(rows)
 
 

@@ -295,6 +295,16 @@ class TopicManager:
     def _settings(self, configs: dict[str, str]) -> TopicSettings:
         return TopicSettings.parse(configs, self.config)
 
+    def reconfigure(self, config: BrokerConfig) -> None:
+        """The broker's settings changed at run time (kop/dynamic): topics act on the new defaults of the configs
+        they do not override (segment size and age, the largest batch), and new topics get the new ones."""
+        self.config = config
+        for topic in self.topics.values():
+            settings = self._settings(topic.configs)
+            if settings != topic.settings:
+                topic.settings = settings
+                self._apply_configs(topic)
+
     def _apply_configs(self, topic: Topic) -> None:
         """Push the topic's settings that partitions and their ledgers act on into its partitions."""
         settings = topic.settings

@@ -50,6 +50,11 @@ final class HarnessArgs {
         return has(name) ? Integer.parseInt(required(name)) : fallback;
     }
 
+    /** All values of a repeatable option, in the order given. */
+    List<String> all(String name) {
+        return values.getOrDefault(name, List.of());
+    }
+
     /** All "key=value" values of a repeatable option, in the order given. */
     Map<String, String> pairs(String name) {
         Map<String, String> result = new LinkedHashMap<>();

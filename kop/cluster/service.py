@@ -4,7 +4,7 @@ ClusterService runs two loops every `broker.heartbeat.interval.ms`. One, from th
 renews its lease and then reads the live brokers, and registers again under a new session when the lease had run
 out; it never waits for anything else, so a long load, CreateTopics or takeover cannot starve it. The other has the topic manager follow the stored topics
 and the ownership the live brokers now give (kop/cluster/ownership.py), the policies another broker may have
-changed (kop/policies.py), and the group and transaction coordinators their shards, after dropping every partition and shard it held when the lease had run out (another broker may have
+changed (kop/policies.py) and the dynamic broker configs (kop/dynamic), and the group and transaction coordinators their shards, after dropping every partition and shard it held when the lease had run out (another broker may have
 taken them meanwhile). Handlers ask it who leads a partition (Metadata) and answer NOT_LEADER_OR_FOLLOWER for
 partitions another broker owns.
 
@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from kafka.protocol.api_message import ApiMessage
@@ -117,9 +118,12 @@ class SingleBroker:
 
 class ClusterService:
     def __init__(self, store: PgStore, topics: TopicManager, me: Member, home: str, lease_ms: int,
-                 heartbeat_ms: int, listener: str, plaintext: bool, fsync: bool) -> None:
-        """listener, plaintext: the listener other brokers are reached on (by name) and whether it is plain."""
+                 heartbeat_ms: int, listener: str, plaintext: bool, fsync: bool,
+                 reload_settings: Callable[[], Awaitable[None]] | None = None) -> None:
+        """listener, plaintext: the listener other brokers are reached on (by name) and whether it is plain.
+        reload_settings: reads the dynamic broker configs again (kop/dynamic), which other brokers may change."""
         self._store = store
+        self._reload_settings = reload_settings
         self._membership = Membership(store, me, home, lease_ms)
         self._topics = topics
         self._me = me
@@ -264,6 +268,8 @@ class ClusterService:
         await self._topics.sync(await self._topics.storage.load_metadata())
         if await self._topics.policies.reload():  # changed through another broker
             await self._topics.apply_policies()
+        if self._reload_settings is not None:
+            await self._reload_settings()
         if self._groups is not None:
             await self._groups.follow()
         if self._transactions is not None:

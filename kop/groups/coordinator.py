@@ -99,6 +99,20 @@ class GroupCoordinator:
         self._clustered = False  # a cluster's coordinator: groups come and go with its shards (kop/cluster/groups.py)
         self._serves: Callable[[str], ErrorCode | None] = lambda group_id: None
 
+    def reconfigure(self, config: BrokerConfig) -> None:
+        """The broker's settings changed at run time (kop/dynamic): limits apply to the next request that meets
+        them (a join, a commit), timeouts to the next timer armed (a heartbeat, a first rebalance)."""
+        self.config = config
+        self.offsets.metadata_max_bytes = config.offset_metadata_max_bytes
+        membership = self.membership
+        membership.initial_rebalance_delay_ms = config.group_initial_rebalance_delay_ms
+        membership.min_session_timeout_ms = config.group_min_session_timeout_ms
+        membership.max_session_timeout_ms = config.group_max_session_timeout_ms
+        membership.max_group_size = config.group_max_size
+        self.consumer.session_timeout_ms = config.group_consumer_session_timeout_ms
+        self.consumer.heartbeat_interval_ms = config.group_consumer_heartbeat_interval_ms
+        self.consumer.max_size = config.group_max_size
+
     def join_cluster(self, offsets: "OffsetStore", serves: Callable[[str], ErrorCode | None]) -> None:
         """Coordinate only the groups of the shards this broker owns in a cluster (kop/cluster/groups.py adopts and
         drops them); serves(group_id): why this broker may not serve the group now, None when it may."""

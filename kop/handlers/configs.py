@@ -1,9 +1,13 @@
 """DescribeConfigs (key 32), AlterConfigs (key 33), IncrementalAlterConfigs (key 44) and ListConfigResources
 (key 74). Version notes: DescribeConfigs v1+ config sources and synonyms, v3+ types and documentation. Resource
-types: 2 = topic, 4 = broker. Values are the ones in force: topic overrides first, then the broker's settings, each
-with its true source (DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG for what the properties file or command line set,
-DEFAULT_CONFIG). Topic configs can be altered; broker configs are static (set in the properties file)."""
-from collections.abc import Callable, Sequence
+types: 2 = topic, 4 = broker. Values are the ones in force, each with its true source and, as synonyms, every level
+that sets it, most specific first: a topic's override (DYNAMIC_TOPIC_CONFIG), this broker's dynamic config
+(DYNAMIC_BROKER_CONFIG), the cluster-wide dynamic default (DYNAMIC_DEFAULT_BROKER_CONFIG), what the properties file or
+command line set (STATIC_BROKER_CONFIG), the default (DEFAULT_CONFIG). Topic configs can be altered; broker configs
+whose update mode is not read-only (kop/dynamic) too, on this broker's resource or the cluster-wide default (the
+broker resource with an empty name), which DescribeConfigs reports alone, as Kafka does."""
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,18 +16,24 @@ from kafka.protocol.admin import (AlterConfigsRequest, AlterConfigsResponse, Des
                                   IncrementalAlterConfigsResponse, ListConfigResourcesRequest,
                                   ListConfigResourcesResponse)
 
-from kop.handlers.context import RequestContext
 from kop import internal_topics
 from kop.compaction.settings import DEFAULTS as COMPACTION
+from kop.config import READ_ONLY, BrokerConfig
+from kop.dynamic import DEFAULT_LEVEL, BrokerConfigError
+from kop.dynamic.keys import DYNAMIC_FIELDS, STORED_ONLY, setting_text, update_mode
+from kop.handlers.context import RequestContext
 from kop.security.acls import Operation, ResourceType
 from kop.topics import TOPIC_CONFIG_DEFAULTS, TopicError, unknown_topic
 from protocol.errors import ErrorCode
 
 TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 # Kafka's ConfigSource codes
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = \
+    1, 2, 3, 4, 5
 # Kafka's ConfigType codes
 BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
+KINDS = {"BOOLEAN": BOOLEAN, "STRING": STRING, "INT": INT, "LONG": LONG, "DOUBLE": DOUBLE, "LIST": LIST}
+DEFAULTS = BrokerConfig()
 LONG_MAX = str(2**63 - 1)
 
 
@@ -36,6 +46,7 @@ class Described:
     kind: int
     source: int
     synonyms: tuple[tuple[str, str | None, int], ...]  # (name, value, source)
+    read_only: bool = False  # cannot be altered
 
 
 @dataclass(frozen=True)
@@ -43,18 +54,15 @@ class BrokerSetting:
     name: str  # Kafka's name
     kind: int
     fields: tuple[str, ...]  # the BrokerConfig fields it comes from; none: a fixed value of a single broker
-    render: Callable[[RequestContext], str]
+    render: Callable[[BrokerConfig, RequestContext], str]  # its value under some settings
 
 
-def _field(name: str) -> Callable[[RequestContext], str]:
-    def render(ctx: RequestContext) -> str:
-        value = getattr(ctx.config, name)
-        return str(value).lower() if isinstance(value, bool) else str(value)
-    return render
+def _field(name: str) -> Callable[[BrokerConfig, RequestContext], str]:
+    return lambda config, _ctx: setting_text(getattr(config, name))
 
 
-def _fixed(value: str) -> Callable[[RequestContext], str]:
-    return lambda _ctx: value
+def _fixed(value: str) -> Callable[[BrokerConfig, RequestContext], str]:
+    return lambda _config, _ctx: value
 
 
 def _setting(name: str, kind: int, field: str) -> BrokerSetting:
@@ -64,10 +72,13 @@ def _setting(name: str, kind: int, field: str) -> BrokerSetting:
 BROKER_SETTINGS = (
     _setting("broker.id", INT, "node_id"),
     BrokerSetting("advertised.listeners", STRING, ("host", "port", "advertised_host", "advertised_port", "listeners"),
-                  lambda ctx: f"{ctx.endpoint.listener}://{ctx.endpoint.host}:{ctx.endpoint.port}"),
+                  lambda _config, ctx: f"{ctx.endpoint.listener}://{ctx.endpoint.host}:{ctx.endpoint.port}"),
     _setting("num.partitions", INT, "num_partitions"),
     _setting("auto.create.topics.enable", BOOLEAN, "auto_create_topics"),
+    _setting("max.partitions.per.topic", INT, "max_partitions_per_topic"),
     _setting("message.max.bytes", INT, "message_max_bytes"),
+    _setting("max.connections", INT, "max_connections"),
+    _setting("max.connections.per.ip", INT, "max_connections_per_ip"),
     _setting("socket.request.max.bytes", INT, "socket_request_max_bytes"),
     _setting("queued.max.request.bytes", LONG, "queued_max_request_bytes"),
     _setting("max.in.flight.bytes.per.connection", LONG, "max_in_flight_bytes_per_connection"),
@@ -85,11 +96,16 @@ BROKER_SETTINGS = (
     BrokerSetting("log.cleanup.policy", LIST, (), _fixed("delete")),
     BrokerSetting("compression.type", STRING, (), _fixed("producer")),
     BrokerSetting("log.message.timestamp.type", STRING, (), _fixed("CreateTime")),
+    _setting("group.min.session.timeout.ms", INT, "group_min_session_timeout_ms"),
+    _setting("group.max.session.timeout.ms", INT, "group_max_session_timeout_ms"),
     _setting("group.initial.rebalance.delay.ms", INT, "group_initial_rebalance_delay_ms"),
+    _setting("group.max.size", INT, "group_max_size"),
     _setting("group.consumer.session.timeout.ms", INT, "group_consumer_session_timeout_ms"),
     _setting("group.consumer.heartbeat.interval.ms", INT, "group_consumer_heartbeat_interval_ms"),
     _setting("group.consumer.assignors", LIST, "group_consumer_assignors"),
     _setting("group.consumer.migration.policy", STRING, "group_consumer_migration_policy"),
+    _setting("offset.metadata.max.bytes", INT, "offset_metadata_max_bytes"),
+    _setting("transaction.max.timeout.ms", INT, "transaction_max_timeout_ms"),
     _setting("brokerDeduplicationEnabled", BOOLEAN, "broker_deduplication_enabled"),
     _setting("brokerDeduplicationEntriesInterval", INT, "broker_deduplication_entries_interval"),
     _setting("brokerDeduplicationSnapshotIntervalSeconds", INT, "broker_deduplication_snapshot_interval_seconds"),
@@ -132,37 +148,68 @@ TOPIC_FIXED_DEFAULTS: tuple[tuple[str, int, str, str], ...] = (  # (name, type, 
 )
 
 
-def _broker_setting(ctx: RequestContext, setting: BrokerSetting) -> tuple[str, int]:
-    """(value, source): STATIC_BROKER_CONFIG where the properties file or command line set it, else DEFAULT_CONFIG."""
-    explicit = any(f in ctx.services.explicit_settings for f in setting.fields)
-    return setting.render(ctx), STATIC_BROKER_CONFIG if explicit else DEFAULT_CONFIG
+def _broker_setting(ctx: RequestContext, setting: BrokerSetting) -> Described:
+    """Its value in force; as synonyms, each level that sets it: this broker's dynamic config, the cluster-wide
+    dynamic default, the properties file or command line, the default (Kafka's order)."""
+    settings = ctx.services.settings
+    name, value = setting.name, setting.render(ctx.config, ctx)
+    read_only = update_mode(name) == READ_ONLY
+    if len(setting.fields) != 1:  # a fixed value, or one made of several settings
+        explicit = any(f in settings.explicit for f in setting.fields)
+        source = STATIC_BROKER_CONFIG if explicit else DEFAULT_CONFIG
+        return Described(value, setting.kind, source, ((name, value, source),), read_only)
+    levels = ((settings.level(settings.node), DYNAMIC_BROKER_CONFIG),
+              (settings.level(DEFAULT_LEVEL), DYNAMIC_DEFAULT_BROKER_CONFIG))
+    synonyms = [(name, level[name], source) for level, source in levels if name in level]
+    if setting.fields[0] in settings.explicit:
+        synonyms.append((name, setting.render(settings.static, ctx), STATIC_BROKER_CONFIG))
+    synonyms.append((name, setting.render(DEFAULTS, ctx), DEFAULT_CONFIG))
+    return Described(value, setting.kind, synonyms[0][2], tuple(synonyms), read_only)
+
+
+def _stored_only(name: str, value: str, source: int) -> Described:
+    """A Kafka key kop stores without acting on it (kop/dynamic/keys.py), as set at one level."""
+    spec = STORED_ONLY[name]
+    synonyms = [(name, value, source)]
+    if source == DYNAMIC_BROKER_CONFIG and spec.default is not None:
+        synonyms.append((name, spec.default, DEFAULT_CONFIG))
+    return Described(value, KINDS[spec.kind], source, tuple(synonyms))
 
 
 def _broker_configs(ctx: RequestContext) -> dict[str, Described]:
+    out = {setting.name: _broker_setting(ctx, setting) for setting in BROKER_SETTINGS}
+    settings = ctx.services.settings
+    out.update((name, _stored_only(name, value, DYNAMIC_BROKER_CONFIG))
+               for name, value in settings.level(settings.node).items() if name in STORED_ONLY)
+    return out
+
+
+def _cluster_default_configs(ctx: RequestContext) -> dict[str, Described]:
+    """The cluster-wide dynamic default alone (the broker resource with an empty name), as Kafka reports it."""
     out = {}
-    for setting in BROKER_SETTINGS:
-        value, source = _broker_setting(ctx, setting)
-        out[setting.name] = Described(value, setting.kind, source, ((setting.name, value, source),))
+    for name, value in ctx.services.settings.level(DEFAULT_LEVEL).items():
+        setting = BROKER_SETTINGS_BY_NAME.get(name)
+        source = DYNAMIC_DEFAULT_BROKER_CONFIG
+        out[name] = _stored_only(name, value, source) if setting is None else \
+            Described(value, setting.kind, source, ((name, value, source),))
     return out
 
 
 def _topic_configs(ctx: RequestContext, overrides: dict[str, str]) -> dict[str, Described]:
     """A topic's override comes first (DYNAMIC_TOPIC_CONFIG); without one the value and source are the broker
     setting's, as Kafka reports them (a topic whose default the properties file set says STATIC_BROKER_CONFIG)."""
-    defaults = []
-    for name, kind, broker_name in TOPIC_SETTINGS:
-        value, source = _broker_setting(ctx, BROKER_SETTINGS_BY_NAME[broker_name])
-        defaults.append((name, kind, (broker_name, value, source)))
-    defaults += [(name, kind, (broker_name, value, DEFAULT_CONFIG))
+    defaults = [(name, kind, _broker_setting(ctx, BROKER_SETTINGS_BY_NAME[broker_name]))
+                for name, kind, broker_name in TOPIC_SETTINGS]
+    defaults += [(name, kind, Described(value, kind, DEFAULT_CONFIG, ((broker_name, value, DEFAULT_CONFIG),)))
                  for name, kind, broker_name, value in TOPIC_FIXED_DEFAULTS]
     out = {}
-    for name, kind, synonym in defaults:
+    for name, kind, broker in defaults:
         override = overrides.get(name)
         if override is None:
-            out[name] = Described(synonym[1], kind, synonym[2], (synonym,))
+            out[name] = Described(broker.value, kind, broker.source, broker.synonyms)
         else:
             out[name] = Described(override, kind, DYNAMIC_TOPIC_CONFIG,
-                                  ((name, override, DYNAMIC_TOPIC_CONFIG), synonym))
+                                  ((name, override, DYNAMIC_TOPIC_CONFIG), *broker.synonyms))
     for name, value in overrides.items():  # overrides of configs Kafka 4.x no longer has (stored as given)
         out.setdefault(name, Described(value, STRING, DYNAMIC_TOPIC_CONFIG, ((name, value, DYNAMIC_TOPIC_CONFIG),)))
     return out
@@ -188,8 +235,11 @@ def _resource_configs(ctx: RequestContext, resource_type: int, name: str) -> dic
             raise unknown_topic(name)
         return _topic_configs(ctx, topic.configs)
     if resource_type == BROKER:
-        if name not in ("", str(ctx.config.node_id)):
-            raise TopicError(ErrorCode.INVALID_REQUEST, f"unknown broker {name!r}")
+        if name == DEFAULT_LEVEL:
+            return _cluster_default_configs(ctx)
+        if name != str(ctx.config.node_id):
+            raise TopicError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {ctx.config.node_id} or "
+                                                        f"empty string, but received {name}")
         return _broker_configs(ctx)
     raise TopicError(ErrorCode.INVALID_REQUEST, f"resource type {resource_type} is not supported")
 
@@ -218,8 +268,7 @@ async def describe_configs(ctx: RequestContext, request: DescribeConfigsRequest)
                 continue
             synonyms = [synonym_cls(name=n, value=v, source=src) for n, v, src in described.synonyms] \
                 if with_synonyms else []
-            # Broker configs cannot be altered at run time (read-only); topic configs can.
-            result.configs.append(entry_cls(name=name, value=described.value, read_only=res.resource_type == BROKER,
+            result.configs.append(entry_cls(name=name, value=described.value, read_only=described.read_only,
                                             config_source=described.source,
                                             is_default=described.source == DEFAULT_CONFIG, is_sensitive=False,
                                             synonyms=synonyms, config_type=described.kind, documentation=None))
@@ -249,24 +298,27 @@ async def list_config_resources(ctx: RequestContext,
 
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
-LIST_CONFIGS = frozenset({"cleanup.policy", "follower.replication.throttled.replicas",
-                          "leader.replication.throttled.replicas"})
+# A resource's list configs, each with the default an APPEND or SUBTRACT starts from where it is not set (as Kafka)
+TOPIC_LISTS = {name: TOPIC_CONFIG_DEFAULTS.get(name) for name in ("cleanup.policy",
+                                                                   "follower.replication.throttled.replicas",
+                                                                   "leader.replication.throttled.replicas")}
+BROKER_LISTS = {**{s.name: s.render(DEFAULTS, None) for s in BROKER_SETTINGS if s.kind == LIST},  # type: ignore
+                **{name: spec.default or "" for name, spec in STORED_ONLY.items() if spec.kind == "LIST"}}
 
 
-def _incremental(current: dict[str, str], changes: Sequence[Any]) -> dict[str, str]:
+def _incremental(current: dict[str, str], changes: Sequence[Any], lists: Mapping[str, str | None]) -> dict[str, str]:
+    """IncrementalAlterConfigs' operations on a resource's configs. lists: its list configs, each with the value an
+    APPEND or SUBTRACT starts from where the resource does not set it (Kafka's default)."""
     configs = dict(current)
     for change in changes:
         if change.config_operation == SET:
-            if change.value is None:
-                raise TopicError(ErrorCode.INVALID_REQUEST, f"null value for {change.name}; DELETE removes a config")
             configs[change.name] = change.value
         elif change.config_operation == DELETE:
             configs.pop(change.name, None)
         elif change.config_operation in (APPEND, SUBTRACT):
-            if change.name not in LIST_CONFIGS:
+            if change.name not in lists:
                 raise TopicError(ErrorCode.INVALID_CONFIG, f"{change.name} is not a list; cannot append or subtract")
-            current_value = configs.get(change.name, TOPIC_CONFIG_DEFAULTS.get(change.name) or "")  # as Kafka
-            items = [v for v in current_value.split(",") if v]
+            items = [v for v in configs.get(change.name, lists[change.name] or "").split(",") if v]
             values = [v for v in (change.value or "").split(",") if v]
             if change.config_operation == APPEND:
                 items += [v for v in values if v not in items]
@@ -278,46 +330,72 @@ def _incremental(current: dict[str, str], changes: Sequence[Any]) -> dict[str, s
     return configs
 
 
-# (the topic's overrides, the request's config entries) -> the overrides to store
-ConfigChange = Callable[[dict[str, str], Sequence[Any]], dict[str, str]]
+def _check_entries(resource: Any, incremental: bool) -> None:
+    """Kafka's checks of a resource's entries before anything else: each key once, a value for each but a DELETE."""
+    names = [entry.name for entry in resource.configs]
+    if len(set(names)) != len(names):
+        raise TopicError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+    nulls = [entry.name for entry in resource.configs
+             if entry.value is None and not (incremental and entry.config_operation == DELETE)]
+    if nulls:
+        raise TopicError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}")
+
+
+def _new_configs(current: dict[str, str], resource: Any, incremental: bool) -> dict[str, str]:
+    """The resource's configs after the request: AlterConfigs replaces them all (those left out return to what
+    the next level says), IncrementalAlterConfigs changes the ones it names."""
+    if not incremental:
+        return {entry.name: entry.value for entry in resource.configs}
+    return _incremental(current, resource.configs, BROKER_LISTS if resource.resource_type == BROKER else TOPIC_LISTS)
+
+
+async def _alter_resource(ctx: RequestContext, resource: Any, incremental: bool, validate_only: bool) -> None:
+    if not _authorized(ctx, Operation.ALTER_CONFIGS, resource.resource_type, resource.resource_name):
+        raise TopicError(*_refusal(resource.resource_type))
+    _check_entries(resource, incremental)
+    if resource.resource_type == BROKER:
+        def change(current: dict[str, str]) -> dict[str, str]:
+            try:
+                return _new_configs(current, resource, incremental)
+            except TopicError as exc:
+                raise BrokerConfigError(exc.code, str(exc)) from None
+        await ctx.services.settings.alter(resource.resource_name, change, validate_only, ctx.principal)
+        return
+    if resource.resource_type != TOPIC:
+        raise TopicError(ErrorCode.INVALID_REQUEST, f"resource type {resource.resource_type} is not supported")
+    topic = ctx.topics.get(resource.resource_name)
+    if topic is None:
+        raise unknown_topic(resource.resource_name)
+    await ctx.topics.set_configs(resource.resource_name, _new_configs(topic.configs, resource, incremental),
+                                 validate_only)
 
 
 async def _alter(ctx: RequestContext, request: AlterConfigsRequest | IncrementalAlterConfigsRequest,
                  response: type[AlterConfigsResponse] | type[IncrementalAlterConfigsResponse],
-                 new_configs: ConfigChange) -> AlterConfigsResponse | IncrementalAlterConfigsResponse:
+                 incremental: bool) -> AlterConfigsResponse | IncrementalAlterConfigsResponse:
     cls = response[ctx.version]
+    named = Counter((res.resource_type, res.resource_name) for res in request.resources)
     results = []
     for res in request.resources:
         result = cls.AlterConfigsResourceResponse(error_code=ErrorCode.NONE, error_message=None,
                                                   resource_type=res.resource_type, resource_name=res.resource_name)
         try:
-            if not _authorized(ctx, Operation.ALTER_CONFIGS, res.resource_type, res.resource_name):
-                raise TopicError(*_refusal(res.resource_type))
-            if res.resource_type == BROKER:
-                raise TopicError(ErrorCode.INVALID_REQUEST, "broker configs are static: set them in the properties "
-                                                            "file and restart")
-            if res.resource_type != TOPIC:
-                raise TopicError(ErrorCode.INVALID_REQUEST, f"resource type {res.resource_type} is not supported")
-            topic = ctx.topics.get(res.resource_name)
-            if topic is None:
-                raise unknown_topic(res.resource_name)
-            await ctx.topics.set_configs(res.resource_name, new_configs(topic.configs, res.configs),
-                                                request.validate_only)
-        except TopicError as exc:
+            if named[(res.resource_type, res.resource_name)] > 1:
+                raise TopicError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
+            await _alter_resource(ctx, res, incremental, request.validate_only)
+        except (TopicError, BrokerConfigError) as exc:
             result.error_code, result.error_message = exc.code, str(exc)
         results.append(result)
     return cls(throttle_time_ms=0, responses=results)
 
 
 async def alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
-    """AlterConfigs replaces every override of the resource: configs left out return to their defaults."""
-    return await _alter(ctx, request, AlterConfigsResponse,
-                        lambda _current, changes: {c.name: c.value for c in changes if c.value is not None})
+    return await _alter(ctx, request, AlterConfigsResponse, incremental=False)
 
 
 async def incremental_alter_configs(ctx: RequestContext,
                                     request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
-    return await _alter(ctx, request, IncrementalAlterConfigsResponse, _incremental)
+    return await _alter(ctx, request, IncrementalAlterConfigsResponse, incremental=True)
 
 
 ROUTES = [

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from kop.broker import Broker
     from kop.cluster import Cluster
     from kop.config import BrokerConfig
+    from kop.dynamic import BrokerSettings
     from kop.fetch_sessions import FetchSessionCache
     from kop.groups import GroupCoordinator
     from kop.producer_ids import ProducerIdAllocator
@@ -40,8 +41,7 @@ class Endpoint:
 class BrokerServices:
     """The services handlers use, fixed once the broker listens."""
 
-    config: "BrokerConfig"  # settings, read-only
-    explicit_settings: frozenset[str]  # the config fields the operator set
+    settings: "BrokerSettings"  # the settings in force (`config`), static and dynamic
     endpoint: Endpoint
     topics: "TopicManager"
     groups: "GroupCoordinator"
@@ -57,13 +57,17 @@ class BrokerServices:
     cluster: "Cluster"  # who leads each partition, the live brokers
     fetch_sessions: "FetchSessionCache"
 
+    @property
+    def config(self) -> "BrokerConfig":
+        return self.settings.current
+
     @classmethod
     def of(cls, broker: "Broker", listener: "ListenerSpec") -> "BrokerServices":
         config = broker.config
         assert broker.producer_ids is not None and broker.transactions is not None and broker.cluster is not None, \
             "the broker serves requests only once started"
         endpoint = Endpoint(config.node_id, listener.advertised_host, broker.advertised_port(listener), listener.name)
-        return cls(config, broker.explicit_settings, endpoint, broker.topics,
+        return cls(broker.settings, endpoint, broker.topics,
                    broker.groups, broker.producer_ids, broker.transactions, broker.api_router.versions,
                    broker.metrics, broker.replication, broker.users, broker.authorizer,
                    broker.quota_book, broker.quota_meter, broker.cluster, broker.fetch_sessions)

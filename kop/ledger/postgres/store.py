@@ -8,6 +8,7 @@ lease has not expired: a broker paused past its lease cannot write even before a
 over. A write refused this way raises LedgerFencedOut.
 """
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import asyncpg
@@ -253,6 +254,23 @@ class PgStore:
                 await self._check_owner(conn, *fence)
             await conn.execute("INSERT INTO kop_record VALUES ($1, $2, $3) ON CONFLICT (kind, key) "
                                "DO UPDATE SET value = excluded.value", kind, key, value)
+
+    async def update_record(self, kind: str, key: str, change: Callable[[bytes], bytes]) -> bytes:
+        """Read, change and write one record in one transaction that holds the record's row lock, so updates from
+        several brokers apply one after another and none is lost. `change` gets the stored value (b"": none) and
+        returns the new one (b"": delete it), which is returned; if it raises, nothing changes."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            # A row to lock even when there is none yet: concurrent inserts wait on its key until this one commits.
+            await conn.execute("INSERT INTO kop_record VALUES ($1, $2, $3) ON CONFLICT (kind, key) DO NOTHING",
+                               kind, key, b"")
+            old = await conn.fetchval("SELECT value FROM kop_record WHERE kind = $1 AND key = $2 FOR UPDATE",
+                                      kind, key)
+            new = change(bytes(old))
+            if new:
+                await conn.execute("UPDATE kop_record SET value = $3 WHERE kind = $1 AND key = $2", kind, key, new)
+            else:
+                await conn.execute("DELETE FROM kop_record WHERE kind = $1 AND key = $2", kind, key)
+            return new
 
     async def delete_record(self, kind: str, key: str, fence: tuple[str, int] | None = None) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
