@@ -18,7 +18,7 @@ from kafka.protocol.api_key import ApiKey
 
 from kop.config import BrokerConfig, setting_key
 from kop.config_checks import INT32_MAX, INT64_MAX, HostName, ListOf, Matches, OneOf, Range
-from kop.config_file import KAFKA_KEYS
+from kop.config_file import KAFKA_KEYS, LISTENER_JAAS_KEY
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 USAGE_WIDTH = 1000  # one line per usage, whatever the terminal
@@ -67,6 +67,7 @@ def config_reference() -> str:
     rows += ["", "Kafka's keys that set the keys above:", "",
              "| key | what it sets |", "|---|---|"]
     rows += [f"| `{key}` | {spec.doc} |" for key, spec in KAFKA_KEYS.items()]
+    rows.append(f"| `listener.name.<listener>.<mechanism>.sasl.jaas.config` | {LISTENER_JAAS_KEY.doc} |")
     return "\n".join(rows)
 
 

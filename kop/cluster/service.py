@@ -4,7 +4,8 @@ ClusterService runs two loops every `broker.heartbeat.interval.ms`. One, from th
 renews its lease and then reads the live brokers, and registers again under a new session when the lease had run
 out; it never waits for anything else, so a long load, CreateTopics or takeover cannot starve it. The other has the topic manager follow the stored topics
 and the ownership the live brokers now give (kop/cluster/ownership.py), the policies another broker may have
-changed (kop/policies.py), and the group and transaction coordinators their shards, after dropping every partition and shard it held when the lease had run out (another broker may have
+changed (kop/policies.py), the settings the brokers share (users, ACLs, quotas, geo clusters: kop/shared_book.py),
+and the group and transaction coordinators their shards, after dropping every partition and shard it held when the lease had run out (another broker may have
 taken them meanwhile). Handlers ask it who leads a partition (Metadata) and answer NOT_LEADER_OR_FOLLOWER for
 partitions another broker owns.
 
@@ -24,10 +25,11 @@ from typing import Protocol
 from kop.cluster.groups import GroupShards
 from kop.cluster.membership import Member, Membership, NodeIdInUse
 from kop.cluster.ownership import owner_of
-from kop.cluster.peers import Peers
+from kop.cluster.peers import Peers, PeerSecurity
 from kop.cluster.transactions import TxnShards, shard_ledger_config
 from kop.groups import GroupCoordinator
 from kop.ledger.postgres import PgStore
+from kop.shared_book import SharedBook
 from kop.topic_storage import PgTopicStorage, ledger_name
 from kop.topics import TopicManager
 from kop.transactions.coordinator import TransactionCoordinator
@@ -101,9 +103,12 @@ class SingleBroker:
 
 class ClusterService:
     def __init__(self, store: PgStore, topics: TopicManager, me: Member, home: str, lease_ms: int,
-                 heartbeat_ms: int, listener: str, plaintext: bool, fsync: bool) -> None:
-        """listener, plaintext: the listener other brokers are reached on (by name) and whether it is plain."""
+                 heartbeat_ms: int, peer_security: PeerSecurity, fsync: bool,
+                 books: list[SharedBook] = ()) -> None:
+        """peer_security: how the other brokers are reached (kop/cluster/peers.py); books: the settings the brokers
+        share, read again when another broker changed them."""
         self._store = store
+        self._books = list(books)
         self._membership = Membership(store, me, home, lease_ms)
         self._topics = topics
         self._me = me
@@ -120,7 +125,7 @@ class ClusterService:
         self._loops: list[asyncio.Task] = []
         self._groups: GroupShards | None = None
         self._transactions: TxnShards | None = None
-        self.peers = Peers(me.node_id, listener, plaintext, self.members)
+        self.peers = Peers(me.node_id, peer_security, self.members)
         self._lease_lost = False  # since the last follow: what this broker holds may have been taken
         self._moved = asyncio.Event()  # the live brokers changed since the last follow
 
@@ -240,6 +245,10 @@ class ClusterService:
         await self._topics.sync(await self._topics.storage.load_metadata())
         if await self._topics.policies.reload():  # changed through another broker
             await self._topics.apply_policies()
+        versions = await self._store.record_versions()
+        for book in self._books:
+            if await book.reload(versions):
+                log.info("%s records changed through another broker: read again", book.kind)
         if self._groups is not None:
             await self._groups.follow()
         if self._transactions is not None:
