@@ -84,6 +84,7 @@ def described_quotas(port: int) -> dict:
             for entry in answer.entries}
 
 
+@pytest.mark.slow
 def test_a_user_acls_and_quotas_set_through_one_broker_hold_on_every_broker(cluster):
     """Clients use a SASL_PLAINTEXT listener, with the authorizer on; the brokers reach each other on PLAINTEXT.
     Users come from `kop admin users set` on broker 1 and AlterUserScramCredentials on broker 2, ACLs from
