@@ -35,6 +35,7 @@ from kop.groups.generations import generation_record, restore_group
 from kop.groups.group import Group, GroupState, JoinResult, SyncResult
 from kop.groups.membership import JoinRequest, Membership, resolved
 from kop.groups.offsets import SYSTEM_CURSOR_PREFIX, CommittedOffset, OffsetStore
+from kop.groups.txn_offsets import TxnHeldOffsets
 from kop.groups.writes import GroupWrites
 from protocol.errors import ErrorCode
 
@@ -83,6 +84,7 @@ class GroupCoordinator:
         self.offsets = OffsetStore(topics, config.offset_metadata_max_bytes,
                                    os.path.join(config.data_dir, "groups", "replicated-pending"), config.fsync)
         self.generations = topics.storage.group_generations()
+        self.txn_offsets = TxnHeldOffsets()  # the offsets open transactions hold for these groups (require_stable)
         self.membership = Membership(self.groups, config.group_initial_rebalance_delay_ms,
                                      config.group_min_session_timeout_ms, config.group_max_session_timeout_ms,
                                      config.group_max_size, self._store_generation)
