@@ -30,7 +30,7 @@ def _key(group_id: str, producer_id: int) -> str:
     return json.dumps([group_id, producer_id])
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # each one is itself: settled removes that one
 class HandingOn:
     """A TxnOffsetCommit on its way to the transaction's coordinator; `ended`: the transaction ended meanwhile."""
     group_id: str
