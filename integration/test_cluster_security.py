@@ -186,6 +186,14 @@ def test_a_cluster_whose_only_listener_is_sasl_ssl_runs_a_transaction_over_every
     for future in admin.create_acls(grants).values():
         future.result(30)
 
+    def alice_sees_the_topic_on_every_broker() -> bool:  # each reads the ACLs at its next heartbeat
+        for node in NODES:
+            seen = AdminClient({"bootstrap.servers": cluster.brokers[node].bootstrap, **alice.confluent()})
+            if seen.list_topics(topic, timeout=10).topics[topic].error is not None:
+                return False
+        return True
+    wait_for(alice_sees_the_topic_on_every_broker, "every broker to know alice's grants")
+
     def leaders() -> dict[int, int]:
         found = admin.list_topics(topic, timeout=10).topics[topic].partitions
         return {p: found[p].leader for p in found}
