@@ -81,7 +81,7 @@ def codec_stream(codec: int, data: bytes) -> None:
 def _users() -> UserStore:
     """A store with one user (credentials at the minimum iterations: PLAIN derives a key per try)."""
     store = UserStore(tempfile.mkdtemp(prefix="kop-fuzz-users-"), durable=False)
-    store.set_password(USER, PASSWORD, iterations=MIN_ITERATIONS)
+    asyncio.run(store.set_password(USER, PASSWORD, iterations=MIN_ITERATIONS))
     return store
 
 

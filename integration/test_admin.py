@@ -218,6 +218,18 @@ def test_bad_input_is_an_error_answer_and_the_broker_keeps_serving(admin_broker)
     assert admin_json(admin_broker, "topics", "get-deduplication", "t", "--applied") is True
 
 
+def test_users_set_from_the_command_line_sets_the_named_user_without_asking_for_admin_credentials(admin_broker):
+    """`users set alice` once took `alice` for the admin user to authenticate as (both were `--user`'s dest) and
+    asked for that user's admin password instead of reading the new one."""
+    done = subprocess.run([sys.executable, "-m", "kop.cli", "admin", "--admin-url", admin_broker.admin_url, "users",
+                           "set", "alice", "--password-stdin"], input="wonderland\n", cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "password of" not in done.stderr
+    assert [c["mechanism"] for c in admin_json(admin_broker, "users", "list")["alice"]] == ["SCRAM-SHA-256",
+                                                                                           "SCRAM-SHA-512"]
+
+
 def test_cli_reports_an_unreachable_admin_api(tmp_path):
     unused = BrokerProcess(str(tmp_path / "never-started"), admin_port=0)
     unused.admin_port = 1  # nothing listens on port 1

@@ -183,7 +183,7 @@ def test_a_partition_moved_to_a_joining_broker_is_not_read_from_its_previous_own
 
 GROUP_PROTOCOLS = {
     "classic": {"session.timeout.ms": 10_000, "heartbeat.interval.ms": 500},
-    # KIP-848: the new coordinator does not know the member; it rejoins at epoch 0 and is given its partitions again
+    # KIP-848: the new coordinator restores the member at its epoch and it heartbeats on
     "consumer": {"group.protocol": "consumer"},
 }
 

@@ -12,7 +12,7 @@ from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdRespons
 
 from integration.broker_process import free_port
 from integration.idem_raw import LATEST, LIST_OFFSETS_VERSION, RawKafka, read_topic
-from integration.pg_cluster import PgCluster
+from integration.pg_cluster import PgCluster, coordinator
 from integration.test_cluster import wait_until_served_by_leaders
 from integration.test_groups_offsets import fetch_committed
 from integration.txn_clients import READ_UNCOMMITTED, ck_read_to_end, values
@@ -181,6 +181,61 @@ def test_a_transaction_over_every_brokers_partitions_commits_its_records_and_its
     assert set(aborted) <= set(stored)  # the control: the aborted records were stored, and are not read
     assert fetch_committed(cluster.bootstrap, group)[(topic, 0)][0] == 5
     assert_nothing_hangs(cluster, topic)
+
+
+def stable_offset_fetch(cluster: PgCluster, node: int, group: str, topic: str) -> tuple[int, int] | None:
+    """offset_fetch with require_stable on the broker `node`; None while it is loading the group (or gone)."""
+    try:
+        with RawKafka(cluster.port(node), timeout=5) as kafka:
+            return offset_fetch(kafka, group, topic, require_stable=True)
+    except (IndexError, OSError):  # a top-level error (COORDINATOR_LOAD_IN_PROGRESS) names no partition
+        return None
+
+
+@pytest.mark.slow
+def test_offsets_open_transactions_hold_stay_unstable_when_the_groups_coordinator_is_killed(cluster):
+    """KIP-447 across a group coordinator's move: two transactions hold offsets of groups coordinated by the broker
+    killed, one coordinated by another broker (its offsets were handed on), one by the broker killed too. The
+    groups' new coordinators answer OffsetFetch with require_stable UNSTABLE_OFFSET_COMMIT until the transactions
+    end, then the committed one's offset and none for the aborted one's."""
+    from confluent_kafka import Consumer, TopicPartition
+    cluster.start(3)
+    topic = "txn-group-moves"
+    spread_topic(cluster, topic)
+    victim = 3
+    handed_id, local_id = named("handed", 1, txn_coordinator), named("local", victim, txn_coordinator)
+    handed_group, local_group = named("moving-a", victim, group_coordinator), named("moving-b", victim,
+                                                                                  group_coordinator)
+    handed, local = transactional_producer(cluster, handed_id), transactional_producer(cluster, local_id)
+    members = {group: Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+               for group in (handed_group, local_group)}
+    try:
+        for producer, group, offset in ((handed, handed_group, 5), (local, local_group, 7)):
+            producer.begin_transaction()
+            produce_everywhere(producer, topic, group, 6)
+            producer.send_offsets_to_transaction([TopicPartition(topic, 0, offset)],
+                                                 members[group].consumer_group_metadata(), 30)
+            # the control: the coordinator about to be killed holds them
+            assert stable_offset_fetch(cluster, victim, group, topic) == (ErrorCode.UNSTABLE_OFFSET_COMMIT, -1)
+        cluster.brokers[victim].kill()
+        moved = {group: wait_for(lambda group=group: next(
+            (c for n in cluster.running() if (c := coordinator(cluster.port(n), group)) not in (-1, victim)), None),
+            f"another broker to coordinate {group}", 30) for group in members}
+        for group, node in moved.items():
+            answer = wait_for(lambda group=group, node=node: stable_offset_fetch(cluster, node, group, topic),
+                              f"{group}'s new coordinator to answer", 30)
+            assert answer == (ErrorCode.UNSTABLE_OFFSET_COMMIT, -1), (group, answer)
+        finish(handed, commit=True)
+        finish(local, commit=False)
+        wait_for(lambda: stable_offset_fetch(cluster, moved[handed_group], handed_group, topic) ==
+                 (ErrorCode.NONE, 5), "the committed transaction's offset, stable on the new coordinator")
+        wait_for(lambda: stable_offset_fetch(cluster, moved[local_group], local_group, topic) ==
+                 (ErrorCode.NONE, -1), "the aborted transaction's offset gone, stable on the new coordinator")
+    finally:
+        for member in members.values():
+            member.close()
+    assert fetch_committed(cluster.bootstrap, handed_group)[(topic, 0)][0] == 5
+    assert (topic, 0) not in fetch_committed(cluster.bootstrap, local_group)
 
 
 def await_new_coordinator(cluster: PgCluster, transactional_id: str, victim: int) -> int:

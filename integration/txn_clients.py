@@ -16,12 +16,13 @@ READ_COMMITTED, READ_UNCOMMITTED = "read_committed", "read_uncommitted"
 
 
 def ck_read_to_end(bootstrap: str, topic: str, partitions=(0,), isolation: str = READ_COMMITTED,
-                   timeout: float = 20.0) -> list[tuple[int, int, bytes]]:
+                   timeout: float = 20.0, security: dict | None = None) -> list[tuple[int, int, bytes]]:
     """(partition, offset, value) of every record a consumer of this isolation level gets before it reaches the
-    end of each partition (the last stable offset for read_committed)."""
+    end of each partition (the last stable offset for read_committed); security: the client's TLS and SASL."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{isolation}",
-                         "enable.auto.commit": False, "isolation.level": isolation, "enable.partition.eof": True})
+                         "enable.auto.commit": False, "isolation.level": isolation, "enable.partition.eof": True,
+                         **(security or {})})
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         out, at_end = [], set()

@@ -15,7 +15,9 @@ from kop.admin.server import AdminServer
 from kop.byte_budget import ByteBudget
 from kop.cluster import Cluster, ClusterService, Member, SingleBroker
 from kop.compaction.cleaner import LogCleaner
-from kop.config import BrokerConfig, inter_broker_listener, listener_specs, settings_not_default
+from kop.cluster.peers import PeerSecurity
+from kop.config import (BrokerConfig, inter_broker_listener, inter_broker_mechanism, inter_broker_problem,
+                        listener_specs, settings_not_default)
 from kop.connection import Connection
 from kop.data_dir import DataDirLock
 from kop.dynamic import BrokerSettings
@@ -23,13 +25,14 @@ from kop.fetch_sessions import FetchSessionCache
 from kop.groups import GroupCoordinator
 from kop.policies import PolicyBook
 from kop.producer_ids import ProducerIdAllocator, cluster_tag
-from kop.replication.clusters import ClusterRegistry
+from kop.replication.clusters import ClusterRegistry, LinkSecurity
 from kop.replication.service import ReplicationService
 from kop.security.acls import Authorizer
 from kop.security.listeners import ListenerSpec
 from kop.security.quotas import QuotaBook, QuotaMeter
-from kop.security.tls import TlsSettings, server_context
+from kop.security.tls import TlsSettings, client_context, server_context
 from kop.security.users import UserStore
+from kop.shared_book import SharedBook
 from kop.startup import StartupError, bind_failure, reading
 from kop.topic_storage import PgTopicStorage
 from kop.topics import TopicManager, deletes_by_retention
@@ -95,6 +98,11 @@ class Broker:
         self.groups.reconfigure(config)
         if self.transactions is not None:
             self.transactions.config = config
+
+    @property
+    def shared_books(self) -> list[SharedBook]:
+        """The settings every broker of a cluster shares (kop/shared_book.py)."""
+        return [self.users, self.authorizer, self.quota_book, self.clusters]
 
     @property
     def open_connections(self) -> int:
@@ -193,6 +201,8 @@ class Broker:
         if isinstance(self.topics.storage, PgTopicStorage):  # shared by the brokers of the database
             await self.policies.share_through(self.topics.storage.store)
             await self.settings.share_through(self.topics.storage.store)
+            for book in self.shared_books:
+                await book.share_through(self.topics.storage.store)
         await self._reconfigure(self.config)  # the dynamic configs stored, before anything acts on settings
         self.cluster = self._cluster()
         await self.cluster.join()
@@ -229,10 +239,30 @@ class Broker:
         if not isinstance(storage, PgTopicStorage):
             return SingleBroker(me)
         home = f"{socket.gethostname()}:{os.path.abspath(self.config.data_dir)}"
-        between = inter_broker_listener(self.config, self.listeners)
         return ClusterService(storage.store, self.topics, me, home, self.config.broker_session_timeout_ms,
-                              self.config.broker_heartbeat_interval_ms, between.name,
-                              not (between.tls or between.sasl), self.config.fsync, self.settings.reload)
+                              self.config.broker_heartbeat_interval_ms, self._peer_security(), self.config.fsync,
+                              self.shared_books, self.settings.reload)
+
+    def _peer_security(self) -> PeerSecurity:
+        """How this broker reaches the others: the inter-broker listener's protocol, with its own credentials."""
+        config = self.config
+        between = inter_broker_listener(config, self.listeners)
+        problem = inter_broker_problem(config)
+        if problem is not None:
+            log.warning("%s: requests to the other brokers (transaction markers, offsets) will fail", problem)
+        sasl = between.sasl and problem is None
+        security = LinkSecurity(between.protocol, (inter_broker_mechanism(config) or "") if sasl else "",
+                                config.inter_broker_sasl_username if sasl else "",
+                                config.inter_broker_sasl_password if sasl else "")
+        tls = None
+        if between.tls:
+            try:
+                tls = client_context(TlsSettings(config.ssl_keystore_location, config.ssl_key_password,
+                                                 config.ssl_truststore_location, config.ssl_client_auth),
+                                     check_hostname=config.ssl_endpoint_identification_algorithm == "https")
+            except ValueError as exc:
+                raise StartupError(f"cannot reach the other brokers over TLS: {exc}") from None
+        return PeerSecurity(between.name, security, tls, problem)
 
     async def _close_listeners(self) -> None:
         if self._admin is not None:

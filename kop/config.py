@@ -171,8 +171,29 @@ class BrokerConfig:
     inter_broker_listener_name: str = setting(
         "", None, "inter.broker.listener.name",
         doc="PostgreSQL storage: the listener, by name, the brokers of a cluster send each other their requests on "
-            "(transaction markers, offsets, verifications); it must be PLAINTEXT, e.g. an internal listener beside "
-            "a secured one for clients (Kafka's key). Empty: the first listener.")
+            "(transaction markers, offsets, verifications), with its security protocol (Kafka's key). Empty: the "
+            "listener `security.inter.broker.protocol` names, else the first listener.")
+    security_inter_broker_protocol: str = setting(
+        "", Matches("|PLAINTEXT|SSL|SASL_PLAINTEXT|SASL_SSL", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
+        "security.inter.broker.protocol",
+        doc="PostgreSQL storage: the brokers reach each other on the listener named like this security protocol "
+            "(Kafka's key; set it or `inter.broker.listener.name`, not both).")
+    sasl_mechanism_inter_broker_protocol: str = setting(
+        "", Matches("|PLAIN|SCRAM-SHA-256|SCRAM-SHA-512", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
+        "sasl.mechanism.inter.broker.protocol",
+        doc="The SASL mechanism a broker authenticates with on a SASL inter-broker listener (Kafka's key). Empty: "
+            "the first of `sasl.enabled.mechanisms` other than OAUTHBEARER.")
+    inter_broker_sasl_username: str = setting(
+        "", None, doc="The user a broker authenticates as on a SASL inter-broker listener (also the `username` of "
+                      "Kafka's `sasl.jaas.config`); with an authorizer it needs CLUSTER_ACTION, e.g. as a super user.")
+    inter_broker_sasl_password: str = setting(
+        "", None, doc="Its password (also the `password` of Kafka's `sasl.jaas.config`).")
+    ssl_endpoint_identification_algorithm: str = setting(
+        "https", Matches("|https", "https or empty"),
+        doc="On a TLS inter-broker listener, check that the other broker's certificate names the host it is reached "
+            "at (https, Kafka's default); empty: do not. The certificate is checked against "
+            "`ssl.truststore.location` (else the system's CAs), and the broker shows its own (its keystore's) when "
+            "the other asks for one.")
     fsync: bool = setting(True, doc="Acknowledge a write only after an fsync covers it (group commit). Off: faster, "
                                     "and a machine crash can lose acknowledged records.")
     ledger_max_bytes: int = setting(256 * 1024 * 1024, Range(14), "log.segment.bytes",  # Kafka's lower bound
@@ -347,15 +368,46 @@ def listener_problem(config: BrokerConfig) -> str | None:
     if any(spec.tls for spec in specs) and not config.ssl_keystore_location:
         return "an SSL or SASL_SSL listener needs ssl.keystore.location (a PEM certificate chain and key)"
     names = [spec.name for spec in specs]
-    if config.inter_broker_listener_name and config.inter_broker_listener_name not in names:
-        return f"inter.broker.listener.name {config.inter_broker_listener_name} names no listener (listeners: " \
-               f"{', '.join(names)})"
+    if config.inter_broker_listener_name and config.security_inter_broker_protocol:
+        return "set inter.broker.listener.name or security.inter.broker.protocol, not both"
+    wanted = config.inter_broker_listener_name or config.security_inter_broker_protocol
+    key = "inter.broker.listener.name" if config.inter_broker_listener_name else "security.inter.broker.protocol"
+    if wanted and wanted not in names:
+        return f"{key} {wanted} names no listener (listeners: {', '.join(names)})"
+    mechanism = config.sasl_mechanism_inter_broker_protocol
+    if mechanism and mechanism not in config.sasl_enabled_mechanisms.split(","):
+        return f"sasl.mechanism.inter.broker.protocol {mechanism} is not in sasl.enabled.mechanisms: the other " \
+               f"brokers would refuse it"
+    return None
+
+
+def inter_broker_problem(config: BrokerConfig) -> str | None:
+    """Why this broker cannot send the others requests on its inter-broker listener (None: it can). A lone broker
+    sends none, so this is said when they are sent, not at start-up."""
+    between = inter_broker_listener(config, listener_specs(config))
+    if not between.sasl:
+        return None
+    if inter_broker_mechanism(config) is None:
+        return f"the inter-broker listener {between.name} is {between.protocol} and no SASL mechanism a broker can " \
+               f"sign in with is enabled (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
+    if not config.inter_broker_sasl_username or not config.inter_broker_sasl_password:
+        return f"the inter-broker listener {between.name} is {between.protocol}: give the brokers' own credentials " \
+               f"(inter.broker.sasl.username and inter.broker.sasl.password, or Kafka's sasl.jaas.config with " \
+               f"username and password)"
     return None
 
 
 def inter_broker_listener(config: BrokerConfig, specs: list[ListenerSpec]) -> ListenerSpec:
-    """The listener the brokers of a cluster reach each other on: inter.broker.listener.name, else the first."""
-    return next((spec for spec in specs if spec.name == config.inter_broker_listener_name), specs[0])
+    """The listener the brokers of a cluster reach each other on: inter.broker.listener.name, else the one named
+    like security.inter.broker.protocol, else the first."""
+    wanted = config.inter_broker_listener_name or config.security_inter_broker_protocol
+    return next((spec for spec in specs if spec.name == wanted), specs[0])
+
+
+def inter_broker_mechanism(config: BrokerConfig) -> str | None:
+    """The SASL mechanism of the brokers' requests to each other: as set, else the first enabled one they can use."""
+    enabled = config.sasl_enabled_mechanisms.split(",")
+    return config.sasl_mechanism_inter_broker_protocol or next((m for m in enabled if m != "OAUTHBEARER"), None)
 
 
 FIELDS = {f.name: f for f in fields(BrokerConfig)}

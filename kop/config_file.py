@@ -8,6 +8,7 @@ override another works. A key kop does not know is returned for a warning, with 
 close (a typo), and ignored: configs copied from Kafka or Pulsar carry many keys kop does not implement.
 """
 import difflib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
@@ -62,7 +63,30 @@ def _log_dirs(rank: int, doc: str) -> Key:
     return Key(parse, rank, doc)
 
 
+_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*("(?:[^"\\]|\\.)*"|[^\s;"]+)')
+
+
+def _jaas(rank: int, doc: str) -> Key:
+    """A JAAS login module entry (`<class> required username="..." password="...";`): its username and password
+    are this broker's own credentials for the requests it sends the others; an entry without them sets nothing."""
+    def parse(raw: str) -> dict[str, Any]:
+        options = {name: re.sub(r"\\(.)", r"\1", value[1:-1]) if value.startswith('"') else value
+                   for name, value in _JAAS_OPTION.findall(raw)}
+        if "username" not in options or "password" not in options:
+            return {}
+        return _checked({"inter_broker_sasl_username": options["username"],
+                         "inter_broker_sasl_password": options["password"]})
+    return Key(parse, rank, doc)
+
+
+# Kafka's per-listener, per-mechanism JAAS entry: listener.name.<listener>.<mechanism>.sasl.jaas.config
+LISTENER_JAAS = re.compile(r"listener\.name\.[^.]+\.[^.]+\.sasl\.jaas\.config", re.IGNORECASE)
+LISTENER_JAAS_KEY = _jaas(1, "a listener's JAAS entry: its username and password set `inter.broker.sasl.username` "
+                             "and `inter.broker.sasl.password` (over `sasl.jaas.config`'s)")
+
 KAFKA_KEYS = {
+    "sasl.jaas.config": _jaas(0, "a JAAS entry: its username and password set `inter.broker.sasl.username` and "
+                                 "`inter.broker.sasl.password`"),
     # Kafka binds every interface for an empty host
     "listeners": _listener("listeners", "host", "port", EVERY_INTERFACE,
                            "`NAME://HOST:PORT,...`: the listeners; the first one's address sets `host` and `port` "
@@ -118,7 +142,8 @@ def read_properties(path: str) -> Properties:
         key, sep, raw = (part.strip() for part in line.partition("="))
         if not sep or not key:
             raise ValueError(f"{path}:{lineno}: expected key=value, got {line!r}")
-        spec = KEYS.get(key) or KEYS.get(key.replace("_", "."))
+        spec = KEYS.get(key) or KEYS.get(key.replace("_", ".")) or (LISTENER_JAAS_KEY if LISTENER_JAAS.fullmatch(key)
+                                                                     else None)
         if spec is None:
             unknown[key] = nearest_key(key)
             continue

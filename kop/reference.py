@@ -18,7 +18,7 @@ from kafka.protocol.api_key import ApiKey
 
 from kop.config import READ_ONLY, BrokerConfig, setting_key
 from kop.config_checks import INT32_MAX, INT64_MAX, HostName, ListOf, Matches, OneOf, Range
-from kop.config_file import KAFKA_KEYS
+from kop.config_file import KAFKA_KEYS, LISTENER_JAAS_KEY
 from kop.dynamic.keys import STORED_ONLY
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -74,6 +74,7 @@ def config_reference() -> str:
     rows += ["", "Kafka's keys that set the keys above:", "",
              "| key | what it sets |", "|---|---|"]
     rows += [f"| `{key}` | {spec.doc} |" for key, spec in KAFKA_KEYS.items()]
+    rows.append(f"| `listener.name.<listener>.<mechanism>.sasl.jaas.config` | {LISTENER_JAAS_KEY.doc} |")
     rows += ["", "Kafka's keys of SASL GSSAPI (Kerberos), which kop does not offer: accepted at run time on a "
                  "broker's own resource (per-broker, as in Kafka), stored and reported, and acted on by nothing:", ""]
     rows += [", ".join(f"`{key}` ({spec.kind.lower()})" for key, spec in STORED_ONLY.items())]

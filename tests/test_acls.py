@@ -1,4 +1,6 @@
 """The authorizer's decisions and the ACL filters, as Kafka's StandardAuthorizer makes them."""
+import asyncio
+
 import pytest
 
 from kop.security.acls import (CLUSTER_NAME, AclBinding, AclFilter, Authorizer, InvalidAcl, Operation, PatternType,
@@ -16,11 +18,11 @@ def binding(name, operation, permission=Permission.ALLOW, pattern=PatternType.LI
 @pytest.fixture
 def authorizer(tmp_path):
     authorizer = Authorizer(str(tmp_path), "User:root", allow_if_no_acl=False, enabled=True, durable=False)
-    authorizer.add([binding("orders-", Operation.WRITE, pattern=PatternType.PREFIXED),
-                    binding("orders-secret", Operation.ALL, Permission.DENY),
-                    binding("public", Operation.READ, principal="User:*"),
-                    binding("*", Operation.READ, resource_type=G),
-                    binding("local", Operation.READ, host="10.0.0.1")])
+    asyncio.run(authorizer.add([binding("orders-", Operation.WRITE, pattern=PatternType.PREFIXED),
+                                binding("orders-secret", Operation.ALL, Permission.DENY),
+                                binding("public", Operation.READ, principal="User:*"),
+                                binding("*", Operation.READ, resource_type=G),
+                                binding("local", Operation.READ, host="10.0.0.1")]))
     return authorizer
 
 
@@ -44,7 +46,7 @@ def test_decisions(authorizer, principal, operation, resource_type, name, allowe
 
 def test_what_no_acl_names_follows_allow_everyone_if_no_acl_found(tmp_path):
     open_broker = Authorizer(str(tmp_path), "", allow_if_no_acl=True, enabled=True, durable=False)
-    open_broker.add([binding("named", Operation.READ)])
+    asyncio.run(open_broker.add([binding("named", Operation.READ)]))
     assert open_broker.authorize("User:bob", "h", Operation.WRITE, T, "unnamed")
     assert not open_broker.authorize("User:bob", "h", Operation.READ, T, "named")  # named: the ACLs decide
     disabled = Authorizer(str(tmp_path), "", allow_if_no_acl=False, enabled=False)
@@ -69,7 +71,7 @@ def test_acls_survive_a_reload(authorizer, tmp_path):
     again.load()
     everything = AclFilter(ResourceType.ANY, None, PatternType.ANY, None, None, Operation.ANY, Permission.ANY)
     assert again.matching(everything) == authorizer.matching(everything)
-    assert len(again.delete(everything)) == 5 and again.matching(everything) == []
+    assert len(asyncio.run(again.delete(everything))) == 5 and again.matching(everything) == []
 
 
 @pytest.mark.parametrize("acl, message", [
@@ -80,4 +82,4 @@ def test_acls_survive_a_reload(authorizer, tmp_path):
     (binding("x", Operation.READ, resource_type=ResourceType.ANY), "resource type")])
 def test_bindings_kafka_refuses_are_refused(authorizer, acl, message):
     with pytest.raises(InvalidAcl, match=message):
-        authorizer.add([acl])
+        asyncio.run(authorizer.add([acl]))

@@ -5,6 +5,7 @@ import pytest
 from kop.cluster.groups import shard_ledger as group_shard_ledger
 from kop.cluster.transactions import shard_ledger as txn_shard_ledger, shard_ledger_config
 from kop.groups.generations import CoordinatorMoved, StoredGenerations
+from kop.groups.txn_offsets import TxnHeldOffsets
 from kop.ledger import ManagedLedgerError
 from kop.ledger.postgres import PgManagedLedger, PgStore
 from kop.transactions.state import TxnMetadata, TxnState
@@ -76,3 +77,47 @@ async def test_a_transaction_coordinator_that_lost_its_shard_cannot_log_and_its_
     finally:
         await reopened.close()
     await stale.close()
+
+
+def held_offsets(store: PgStore, fence: tuple[str, int] | None) -> TxnHeldOffsets:
+    held = TxnHeldOffsets()
+    held.persist_in(store, lambda group_id: fence)
+    return held
+
+
+async def test_the_offsets_open_transactions_hold_go_with_the_groups_shard_and_a_stale_coordinator_cannot_change_them(
+        stores):
+    old, new = stores
+    shard = group_shard_ledger(9)
+    stale = held_offsets(old, (shard, (await old.take_ownership(shard, 0)).row.epoch))
+    assert await stale.hold(stale.handing_on("g", 7), [("a", 0), ("a", 1)])
+    assert await stale.hold(stale.handing_on("g", 8), [("a", 1)])
+    assert await stale.ended("g", 8)  # aborted: none of producer 8's offsets will come
+    current = held_offsets(new, (shard, (await new.take_ownership(shard, 0)).row.epoch))
+    await current.load(lambda group_id: group_id == "g")
+    assert (current.holds("g", "a", 0), current.holds("g", "a", 1)) == (True, True)  # producer 7's, after the move
+    assert not await stale.ended("g", 7)  # refused: the shard moved
+    assert await current.ended("g", 7, [("a", 0)])  # committed on a-0
+    assert (current.holds("g", "a", 0), current.holds("g", "a", 1)) == (False, True)
+    assert await current.ended("g", 7)
+    reloaded = held_offsets(new, None)
+    await reloaded.load(lambda group_id: True)
+    assert not reloaded.holds("g", "a", 1)  # nothing left stored
+
+
+async def test_offsets_whose_transaction_ended_before_its_coordinator_answered_are_not_held(stores):
+    old, _new = stores
+    shard = group_shard_ledger(10)
+    held = held_offsets(old, (shard, (await old.take_ownership(shard, 0)).row.epoch))
+    handing = held.handing_on("g", 3)
+    assert await held.ended("g", 3)  # an abort overtook the TxnOffsetCommit's answer
+    assert await held.hold(handing, [("a", 0)])
+    assert not held.holds("g", "a", 0)
+    control = held.handing_on("g", 3)
+    assert await held.hold(control, [("a", 0)])
+    assert held.holds("g", "a", 0)
+    nowhere = held_offsets(old, None)  # a broker that does not coordinate the group stores nothing
+    assert not await nowhere.hold(nowhere.handing_on("g", 4), [("a", 2)])
+    reloaded = held_offsets(old, None)
+    await reloaded.load(lambda group_id: True)
+    assert (reloaded.holds("g", "a", 0), reloaded.holds("g", "a", 2)) == (True, False)

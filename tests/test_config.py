@@ -3,7 +3,8 @@ with Kafka's and Pulsar's keys (listeners, log.dirs, unit variants, precedence, 
 import pytest
 
 from kop.cli import build_config, build_parser
-from kop.config import FIELDS, BrokerConfig, inter_broker_listener, listener_specs, parse_setting
+from kop.config import (FIELDS, BrokerConfig, inter_broker_listener, inter_broker_mechanism, inter_broker_problem,
+                        listener_specs, parse_setting)
 from kop.config_checks import Range
 from kop.config_file import read_properties, unknown_key_warnings
 
@@ -123,8 +124,37 @@ def test_the_brokers_of_a_cluster_reach_each_other_on_the_listener_named_for_it(
     assert (chosen.name, chosen.protocol, chosen.port) == ("INTERNAL", "PLAINTEXT", 19093)
 
 
+def test_security_inter_broker_protocol_names_the_listener_and_a_sasl_one_needs_the_brokers_own_user():
+    config = BrokerConfig(listeners="PLAINTEXT://127.0.0.1:19092,SASL_SSL://127.0.0.1:19093", port=19092,
+                          ssl_keystore_location="k.pem", security_inter_broker_protocol="SASL_SSL",
+                          sasl_enabled_mechanisms="OAUTHBEARER,SCRAM-SHA-512,PLAIN",
+                          sasl_oauthbearer_unsecured_validator_enabled=True)
+    assert inter_broker_listener(config, listener_specs(config)).name == "SASL_SSL"
+    assert inter_broker_mechanism(config) == "SCRAM-SHA-512"  # the first enabled one a broker can sign in with
+    assert "inter.broker.sasl.username" in inter_broker_problem(config)
+    ready = BrokerConfig(**{**config.__dict__, "inter_broker_sasl_username": "broker",
+                            "inter_broker_sasl_password": "pw", "sasl_mechanism_inter_broker_protocol": "PLAIN"})
+    assert inter_broker_problem(ready) is None and inter_broker_mechanism(ready) == "PLAIN"
+
+
+def test_kafkas_jaas_entries_give_the_brokers_own_credentials_the_listeners_over_the_general_one(tmp_path):
+    path = tmp_path / "server.properties"
+    path.write_text('sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required '
+                    'username="general" password="g";\n'
+                    'listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.'
+                    'ScramLoginModule required username="admin" password="admin-\\"secret";\n'
+                    'listener.name.client.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.'
+                    'PlainLoginModule required user_alice="alice-secret";\n')
+    values = read_properties(str(path)).values
+    assert values == {"inter_broker_sasl_username": "admin", "inter_broker_sasl_password": 'admin-"secret'}
+
+
 @pytest.mark.parametrize("settings, message", [
     ({"listeners": "INTERNAL://:9093"}, "listener name INTERNAL has no security protocol"),
+    ({"inter_broker_listener_name": "PLAINTEXT", "security_inter_broker_protocol": "PLAINTEXT"}, "not both"),
+    ({"security_inter_broker_protocol": "SSL"}, "security.inter.broker.protocol SSL names no listener"),
+    ({"sasl_mechanism_inter_broker_protocol": "SCRAM-SHA-256", "sasl_enabled_mechanisms": "PLAIN"},
+     "not in sasl.enabled.mechanisms"),
     ({"listeners": "SSL://127.0.0.1:9093"}, "needs ssl.keystore.location"),
     ({"listeners": "A://127.0.0.1:9093,B://127.0.0.1:9093",
       "port": 9093, "listener_security_protocol_map": "A:PLAINTEXT,B:SSL", "ssl_keystore_location": "k.pem"},

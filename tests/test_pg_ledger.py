@@ -204,9 +204,10 @@ async def test_a_database_of_the_first_schema_is_migrated(postgres_url):
         await store.close()
     conn = await asyncpg.connect(postgres_url)
     try:
-        assert await conn.fetchval("SELECT version FROM kop_schema") == SCHEMA_VERSION == 4
+        assert await conn.fetchval("SELECT version FROM kop_schema") == SCHEMA_VERSION == 5
         assert await conn.fetchval("SELECT entry FROM kop_entry WHERE name = 't' AND entry_id = 0") == b"e"
         assert await conn.fetchval("SELECT count(*) FROM kop_broker") == 0  # the table version 4 added
+        assert await conn.fetchval("SELECT count(*) FROM kop_record_version") == 0  # version 5's
     finally:
         await conn.close()
 

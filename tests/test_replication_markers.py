@@ -180,7 +180,7 @@ async def test_a_replicator_does_not_send_records_older_than_the_message_ttl(tmp
     try:
         east = await east_brokers.start(cluster_name="east")
         west = await west_brokers.start(cluster_name="west")
-        west.clusters.create(check_cluster("east", f"127.0.0.1:{east.port}"))
+        await west.clusters.create(check_cluster("east", f"127.0.0.1:{east.port}"))
         partition = (await east.topics.create("orders", 1, {})).partition(0)
         await partition.publish_normal(*batch(b"old"))
         await asyncio.sleep(0.02)  # the second record's publish time is later

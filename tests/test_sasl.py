@@ -19,7 +19,7 @@ from kop.security.users import CredentialError, ScramCredential, UserStore, salt
 @pytest.fixture
 def users(tmp_path):
     store = UserStore(str(tmp_path), durable=False)
-    store.set_password("alice", "wonderland")
+    asyncio.run(store.set_password("alice", "wonderland"))
     return store
 
 
@@ -74,8 +74,9 @@ def test_the_store_survives_a_reload_and_holds_no_password(users, tmp_path):
     assert again.check_password("alice", "wonderland") and not again.check_password("alice", "x")
     text = (tmp_path / "users.json").read_text()
     assert "wonderland" not in text and set(json.loads(text)["users"]["alice"]) == {"SCRAM-SHA-256", "SCRAM-SHA-512"}
-    assert again.delete("alice", "SCRAM-SHA-512") and not again.delete("alice", "SCRAM-SHA-512")
-    assert again.delete("alice") and again.users() == {}
+    assert asyncio.run(again.delete("alice", "SCRAM-SHA-512"))
+    assert not asyncio.run(again.delete("alice", "SCRAM-SHA-512"))
+    assert asyncio.run(again.delete("alice")) and again.users() == {}
 
 
 @pytest.mark.parametrize("user, mechanism, iterations, message", [
@@ -83,7 +84,7 @@ def test_the_store_survives_a_reload_and_holds_no_password(users, tmp_path):
     ("a", "SCRAM-SHA-256", 100, "between 4096 and 16384")])
 def test_credentials_kafka_would_refuse_are_refused(users, user, mechanism, iterations, message):
     with pytest.raises(CredentialError, match=message):
-        users.put(user, [ScramCredential(mechanism, iterations, b"s", b"k", b"k")])
+        asyncio.run(users.put(user, [ScramCredential(mechanism, iterations, b"s", b"k", b"k")]))
 
 
 class HeldStore(UserStore):
@@ -109,7 +110,7 @@ async def released_while_checking(store: HeldStore, attempt) -> object:
 
 async def test_a_plain_attempt_derives_its_key_off_the_event_loop(tmp_path):
     store = HeldStore(str(tmp_path))
-    store.set_password("alice", "wonderland")
+    await store.set_password("alice", "wonderland")
     session = Session.start(ListenerSpec("SASL", "SASL_PLAINTEXT", "127.0.0.1", 0, "127.0.0.1", 0), None)
     session.begin(PlainExchange(store), raw_tokens=False)
     step = await released_while_checking(store, session.advance(b"\0alice\0wonderland", 0))
@@ -118,7 +119,7 @@ async def test_a_plain_attempt_derives_its_key_off_the_event_loop(tmp_path):
 
 async def test_admin_basic_credentials_are_checked_off_the_event_loop(tmp_path):
     store = HeldStore(str(tmp_path))
-    store.set_password("admin", "secret")
+    await store.set_password("admin", "secret")
     authorizer = Authorizer(str(tmp_path), "User:admin", allow_if_no_acl=False, enabled=False, durable=False)
     request = Request("GET", "HTTP/1.1", "/admin/v2/users", {},
                       {"authorization": "Basic " + base64.b64encode(b"admin:secret").decode()}, b"", "127.0.0.1")

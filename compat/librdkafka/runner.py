@@ -6,6 +6,7 @@ substring match on "0045"), so the names of one number that were not asked for a
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -103,7 +104,7 @@ class SaslAccess:
     def create_user(self, data_dir: Path) -> None:
         from kop.security.users import UserStore
         data_dir.mkdir(parents=True, exist_ok=True)
-        UserStore(str(data_dir)).set_password(self.user, self.password)
+        asyncio.run(UserStore(str(data_dir)).set_password(self.user, self.password))
 
     def client_conf(self) -> dict[str, str]:
         return {"bootstrap.servers": f"127.0.0.1:{self.port}", "security.protocol": "SASL_PLAINTEXT",

@@ -80,7 +80,7 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
     admin.add_argument("--admin-url", default=os.environ.get("KOP_ADMIN_URL", DEFAULT_ADMIN_URL),
                        help=f"the broker's admin API (default $KOP_ADMIN_URL or {DEFAULT_ADMIN_URL})")
     admin.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for an answer")
-    admin.add_argument("--user", default=os.environ.get("KOP_ADMIN_USER"),
+    admin.add_argument("--user", dest="admin_user", metavar="USER", default=os.environ.get("KOP_ADMIN_USER"),
                        help="a kop user to authenticate as (default $KOP_ADMIN_USER); the password comes from "
                             "$KOP_ADMIN_PASSWORD or is asked for. $KOP_ADMIN_TOKEN sends the admin token instead")
     groups = admin.add_subparsers(dest="admin_group", required=True, metavar="{namespaces,topics,clusters,groups,users}")
@@ -282,9 +282,9 @@ def _user_command(commands: argparse._SubParsersAction, name: str, help_: str, *
 
 
 def _authorization(args: argparse.Namespace) -> str | None:
-    if args.user:
-        password = os.environ.get("KOP_ADMIN_PASSWORD") or getpass.getpass(f"password of {args.user}: ")
-        return basic_credentials(args.user, password)
+    if args.admin_user:  # not `users set USER`'s user: that one is the user being set
+        password = os.environ.get("KOP_ADMIN_PASSWORD") or getpass.getpass(f"password of {args.admin_user}: ")
+        return basic_credentials(args.admin_user, password)
     token = os.environ.get("KOP_ADMIN_TOKEN")
     return f"Bearer {token}" if token else None
 

@@ -4,7 +4,7 @@
 to reach the listener: `securityProtocol`, `saslMechanism`, `saslUsername`, `saslPassword`, `sslCaFile`) and
 removed with DELETE. The password is never shown. The replicators follow a change at once."""
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from kop.admin.http import HttpError, Request, Response, json_response
@@ -61,22 +61,24 @@ class ClusterRoutes:
 
     async def create(self, request: Request, cluster: str) -> Response:
         found = _cluster_body(request, cluster)
-        return await self._change(f"{found} created", lambda: self.broker.clusters.create(found))
+        return await self._change(f"{found} created", self.broker.clusters.create(found))
 
     async def update(self, request: Request, cluster: str) -> Response:
         found = _cluster_body(request, cluster)
-        return await self._change(f"{found} updated", lambda: self.broker.clusters.update(found))
+        return await self._change(f"{found} updated", self.broker.clusters.update(found))
 
     async def delete(self, request: Request, cluster: str) -> Response:
-        return await self._change(f"{cluster} deleted", lambda: self.broker.clusters.delete(cluster))
+        return await self._change(f"{cluster} deleted", self.broker.clusters.delete(cluster))
 
-    async def _change(self, what: str, change: Callable[[], None]) -> Response:
+    async def _change(self, what: str, change: Awaitable[None]) -> Response:
         try:
-            change()
+            await change
         except UnknownCluster as exc:
             raise HttpError(404, str(exc)) from None
         except ClusterExists as exc:
             raise HttpError(409, str(exc)) from None
+        except OSError as exc:
+            raise HttpError(503, f"not stored: {exc}") from None
         log.info("admin: cluster %s", what)
         await self.broker.replication.reconcile()
         return NO_CONTENT

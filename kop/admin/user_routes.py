@@ -36,12 +36,18 @@ class UserRoutes:
         if not isinstance(iterations, int) or isinstance(iterations, bool):
             raise HttpError(400, "iterations must be an integer")
         try:
-            self.broker.users.set_password(user, body["password"], iterations)
+            await self.broker.users.set_password(user, body["password"], iterations)
         except CredentialError as exc:
             raise HttpError(400, str(exc)) from None
+        except OSError as exc:
+            raise HttpError(503, f"not stored: {exc}") from None
         return await self.list_users(request)
 
     async def delete(self, request: Request, user: str) -> Response:
-        if not self.broker.users.delete(user):
+        try:
+            deleted = await self.broker.users.delete(user)
+        except OSError as exc:
+            raise HttpError(503, f"not stored: {exc}") from None
+        if not deleted:
             raise HttpError(404, f"no such user: {user}")
         return await self.list_users(request)

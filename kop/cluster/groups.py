@@ -3,10 +3,14 @@
 Group ids are spread over the 50 partitions of `__consumer_offsets` by Kafka's own rule (the Java hash of the id,
 modulo 50), and shard k is owned like any partition, by rendezvous hashing of `__consumer_offsets-partition-k` over
 the live brokers: FindCoordinator and Metadata name the same broker. Taking a shard over raises the epoch of a small
-managed-ledger row of its own (fencing out the previous coordinator's offset and generation writes), then reads the shard's groups'
-generations and committed offsets from the database; members rejoin (the new coordinator knows the group and its
-generation, not its members). Losing a shard drops its groups; their members are answered NOT_COORDINATOR and look
-the coordinator up again.
+managed-ledger row of its own (fencing out the previous coordinator's offset and generation writes), then reads the
+shard's groups' latest generation records and committed offsets from the database, as Kafka's new coordinator loads
+a group from `__consumer_offsets`: a classic group comes back Stable in its generation with its members and their
+assignments, a consumer group (KIP-848) with its members' epochs and assignments, each member with a session from
+then, so members that find the new coordinator heartbeat on without a rebalance; and which of the groups' partitions
+open transactions hold offsets for (kop/groups/txn_offsets.py), so OffsetFetch with require_stable answers as the old
+one did. Losing a shard drops its groups; their members are answered NOT_COORDINATOR and look the coordinator up
+again.
 """
 import logging
 from collections.abc import Callable
@@ -51,6 +55,7 @@ class GroupShards:
         coordinator.join_cluster(self.offsets, self.error_for)
         if isinstance(coordinator.generations, StoredGenerations):
             coordinator.generations.fence_of = self.fence_of  # a stale coordinator's generations are refused
+        coordinator.txn_offsets.persist_in(storage.store, self.fence_of)
 
     def error_for(self, group_id: str) -> ErrorCode | None:
         """Why this broker may not serve the group now (None: it may)."""
@@ -76,6 +81,7 @@ class GroupShards:
         for group_id in [g for g in self._coordinator.group_ids() if shard_of(g) == shard]:
             self._coordinator.drop(group_id)
             self.offsets.drop(group_id)
+        self._coordinator.txn_offsets.drop(lambda group_id: shard_of(group_id) == shard)
 
     async def follow(self) -> None:
         """Load the shards this broker owns now and has not loaded; drop those it no longer owns."""
@@ -91,12 +97,12 @@ class GroupShards:
         rows = await self._store.group_cursors(SYSTEM_CURSOR_PREFIX)
         generations = await self._coordinator.generations.load()
         flagged = await self.offsets.read_flags()
+        await self._coordinator.txn_offsets.load(lambda group_id: shard_of(group_id) in new)
         protocols = self.offsets.adopt(rows, lambda group_id: shard_of(group_id) in new, flagged)
-        for group_id, record in generations.items():  # members rejoin the new coordinator: generations only
-            if shard_of(group_id) in new:
-                self._coordinator.adopt(group_id, record.generation_id,
-                                        record.protocol_type or protocols.get(group_id))
         for group_id, protocol_type in protocols.items():
-            self._coordinator.adopt(group_id, 0, protocol_type)
+            self._coordinator.adopt(group_id, protocol_type)
+        for group_id, record in generations.items():  # the members go on heartbeating here, as before the move
+            if shard_of(group_id) in new:
+                self._coordinator.restore(group_id, record)
         self.epochs.update(epochs)
         log.info("group coordinator shards %s loaded", sorted(new))

@@ -4,7 +4,8 @@ ClusterService runs two loops every `broker.heartbeat.interval.ms`. One, from th
 renews its lease and then reads the live brokers, and registers again under a new session when the lease had run
 out; it never waits for anything else, so a long load, CreateTopics or takeover cannot starve it. The other has the topic manager follow the stored topics
 and the ownership the live brokers now give (kop/cluster/ownership.py), the policies another broker may have
-changed (kop/policies.py) and the dynamic broker configs (kop/dynamic), and the group and transaction coordinators their shards, after dropping every partition and shard it held when the lease had run out (another broker may have
+changed (kop/policies.py), the dynamic broker configs (kop/dynamic), the settings the brokers share (users,
+ACLs, quotas, geo clusters: kop/shared_book.py), and the group and transaction coordinators their shards, after dropping every partition and shard it held when the lease had run out (another broker may have
 taken them meanwhile). Handlers ask it who leads a partition (Metadata) and answer NOT_LEADER_OR_FOLLOWER for
 partitions another broker owns.
 
@@ -27,12 +28,13 @@ from kafka.protocol.api_message import ApiMessage
 from kop.cluster.groups import GroupShards
 from kop.cluster.membership import Member, Membership, NodeIdInUse
 from kop.cluster.ownership import owner_of
-from kop.cluster.peers import PeerUnreachable, Peers
+from kop.cluster.peers import PeerSecurity, PeerUnreachable, Peers
 from kop.cluster.replicated_groups import ViaCoordinators
 from kop.cluster.transactions import TxnShards, shard_ledger_config
 from kop.groups import GroupCoordinator
 from kop.ledger.postgres import PgStore
 from kop.replication.group_positions import Coordinators
+from kop.shared_book import SharedBook
 from kop.topic_storage import PgTopicStorage, ledger_name
 from kop.topics import TopicManager
 from kop.transactions.coordinator import TransactionCoordinator
@@ -118,11 +120,14 @@ class SingleBroker:
 
 class ClusterService:
     def __init__(self, store: PgStore, topics: TopicManager, me: Member, home: str, lease_ms: int,
-                 heartbeat_ms: int, listener: str, plaintext: bool, fsync: bool,
+                 heartbeat_ms: int, peer_security: PeerSecurity, fsync: bool,
+                 books: list[SharedBook] = (),
                  reload_settings: Callable[[], Awaitable[None]] | None = None) -> None:
-        """listener, plaintext: the listener other brokers are reached on (by name) and whether it is plain.
-        reload_settings: reads the dynamic broker configs again (kop/dynamic), which other brokers may change."""
+        """peer_security: how the other brokers are reached (kop/cluster/peers.py); books: the settings the brokers
+        share, read again when another broker changed them; reload_settings: reads the dynamic broker configs
+        again (kop/dynamic), which other brokers may change."""
         self._store = store
+        self._books = list(books)
         self._reload_settings = reload_settings
         self._membership = Membership(store, me, home, lease_ms)
         self._topics = topics
@@ -140,7 +145,7 @@ class ClusterService:
         self._loops: list[asyncio.Task] = []
         self._groups: GroupShards | None = None
         self._transactions: TxnShards | None = None
-        self.peers = Peers(me.node_id, listener, plaintext, self.members)
+        self.peers = Peers(me.node_id, peer_security, self.members)
         self._lease_lost = False  # since the last follow: what this broker holds may have been taken
         self._moved = asyncio.Event()  # the live brokers changed since the last follow
 
@@ -270,6 +275,10 @@ class ClusterService:
             await self._topics.apply_policies()
         if self._reload_settings is not None:
             await self._reload_settings()
+        versions = await self._store.record_versions()
+        for book in self._books:
+            if await book.reload(versions):
+                log.info("%s records changed through another broker: read again", book.kind)
         if self._groups is not None:
             await self._groups.follow()
         if self._transactions is not None:

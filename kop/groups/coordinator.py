@@ -35,11 +35,13 @@ from kop.groups.generations import generation_record, restore_group
 from kop.groups.group import Group, GroupState, JoinResult, SyncResult
 from kop.groups.membership import JoinRequest, Membership, resolved
 from kop.groups.offsets import SYSTEM_CURSOR_PREFIX, CommittedOffset, OffsetStore
+from kop.groups.txn_offsets import TxnHeldOffsets
 from kop.groups.writes import GroupWrites
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:  # kop.topics imports kop.groups (generations) for the storage engines
     from kop.topics import TopicManager
+    from proto.kop_pb2 import GroupGeneration
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,7 @@ class GroupCoordinator:
         self.offsets = OffsetStore(topics, config.offset_metadata_max_bytes,
                                    os.path.join(config.data_dir, "groups", "replicated-pending"), config.fsync)
         self.generations = topics.storage.group_generations()
+        self.txn_offsets = TxnHeldOffsets()  # the offsets open transactions hold for these groups (require_stable)
         self.membership = Membership(self.groups, config.group_initial_rebalance_delay_ms,
                                      config.group_min_session_timeout_ms, config.group_max_session_timeout_ms,
                                      config.group_max_size, self._store_generation)
@@ -120,10 +123,23 @@ class GroupCoordinator:
         self._serves = serves
         self._clustered = True
 
-    def adopt(self, group_id: str, generation: int, protocol_type: str | None) -> None:
-        """A group of a shard this broker took over: known, Empty, past every generation handed out before."""
-        group = self.groups.setdefault(group_id, Group(group_id, protocol_type=protocol_type or None))
-        group.generation_id = max(group.generation_id, generation)
+    def adopt(self, group_id: str, protocol_type: str | None) -> None:
+        """A group known by its committed offsets (a shard this broker took over, or a start): Empty until a
+        generation record says more (restore) or members join."""
+        self.groups.setdefault(group_id, Group(group_id, protocol_type=protocol_type or None))
+
+    def restore(self, group_id: str, record: "GroupGeneration") -> None:
+        """A group as its latest generation record left it, with its members (a classic group Stable in its
+        generation with their assignments, a consumer group with their epochs and assignments) and a session for
+        each from now: its members heartbeat on, after a restart or after their coordinator moved here."""
+        if record.HasField("consumer"):
+            self.groups.pop(group_id, None)  # its offsets made it known as an empty classic group
+            consumer_group = self.consumer.groups[group_id] = restore_consumer_group(record)
+            self.consumer.arm_restored(consumer_group)
+            return
+        group = self.groups.setdefault(group_id, Group(group_id, protocol_type=record.protocol_type or None))
+        restore_group(group, record)
+        self.membership.restored(group)
 
     def drop(self, group_id: str) -> None:
         """A group of a shard that moved to another broker: its members, waiting or not, are let go."""
@@ -143,16 +159,9 @@ class GroupCoordinator:
         groups come with the shards instead."""
         if not self._clustered:
             for group_id, protocol_type in self.offsets.load().items():
-                self.groups.setdefault(group_id, Group(group_id, protocol_type=protocol_type))
+                self.adopt(group_id, protocol_type)
             for group_id, record in (await self.generations.load()).items():
-                if record.HasField("consumer"):
-                    self.groups.pop(group_id, None)  # its offsets made it known as an empty classic group
-                    consumer_group = self.consumer.groups[group_id] = restore_consumer_group(record)
-                    self.consumer.arm_restored(consumer_group)
-                    continue
-                group = self.groups.setdefault(group_id, Group(group_id, protocol_type=record.protocol_type or None))
-                restore_group(group, record)
-                self.membership.restored(group)
+                self.restore(group_id, record)
         self.loaded = True
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop())
         log.info("group coordinator loaded %d classic and %d consumer groups", len(self.groups),

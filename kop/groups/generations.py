@@ -146,7 +146,7 @@ class CoordinatorMoved(Exception):
 
 
 @contextlib.asynccontextmanager
-async def _moved_when_fenced():
+async def moved_when_fenced():
     try:
         yield
     except LedgerFencedOut as exc:  # the store refused the fence: another broker took the shard over
@@ -177,13 +177,13 @@ class StoredGenerations:
         return dict(self.generations)
 
     async def record(self, record: GroupGeneration) -> None:
-        async with self._lock, _moved_when_fenced():
+        async with self._lock, moved_when_fenced():
             await self._store.put_record(GENERATION_RECORD, record.group_id, record.SerializeToString(),
                                          self._fence(record.group_id))
             self.generations[record.group_id] = record
 
     async def delete(self, group_id: str) -> None:
-        async with self._lock, _moved_when_fenced():
+        async with self._lock, moved_when_fenced():
             if group_id in self.generations:
                 await self._store.delete_record(GENERATION_RECORD, group_id, self._fence(group_id))
                 self.generations.pop(group_id, None)

@@ -31,10 +31,13 @@ async def create(ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsR
         error = refused
         if error is None:
             try:
-                ctx.authorizer.add([acl])
+                await ctx.authorizer.add([acl])
                 log.info("ACL added by %s: %s", ctx.principal, acl, extra=ctx.log_fields)
             except InvalidAcl as exc:
                 error = ErrorCode.INVALID_REQUEST, str(exc)
+            except OSError as exc:
+                log.error("ACL not added: %s", exc, extra=ctx.log_fields)
+                error = ErrorCode.UNKNOWN_SERVER_ERROR, f"not stored: {exc}"
         code, message = error or (ErrorCode.NONE, None)
         results.append(cls.AclCreationResult(error_code=code, error_message=message))
     return cls(throttle_time_ms=0, results=results)
@@ -69,7 +72,13 @@ async def delete(ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsR
         if refused:
             results.append(Result(error_code=refused[0], error_message=refused[1], matching_acls=[]))
             continue
-        gone = ctx.authorizer.delete(_filter(item))
+        try:
+            gone = await ctx.authorizer.delete(_filter(item))
+        except OSError as exc:
+            log.error("ACLs not deleted: %s", exc, extra=ctx.log_fields)
+            results.append(Result(error_code=ErrorCode.UNKNOWN_SERVER_ERROR, error_message=f"not stored: {exc}",
+                                  matching_acls=[]))
+            continue
         for acl in gone:
             log.info("ACL deleted by %s: %s", ctx.principal, acl, extra=ctx.log_fields)
         results.append(Result(error_code=ErrorCode.NONE, error_message=None, matching_acls=[

@@ -50,10 +50,12 @@ async def alter(ctx: RequestContext, request: AlterClientQuotasRequest) -> Alter
             error, message = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "ALTER_CONFIGS on the cluster is needed"
         else:
             try:
-                ctx.quota_book.alter(entity, {op.key: None if op.remove else op.value for op in entry.ops},
-                                     validate_only=request.validate_only)
+                await ctx.quota_book.alter(entity, {op.key: None if op.remove else op.value for op in entry.ops},
+                                           validate_only=request.validate_only)
             except QuotaError as exc:
                 error, message = ErrorCode.INVALID_REQUEST, str(exc)
+            except OSError as exc:
+                error, message = ErrorCode.UNKNOWN_SERVER_ERROR, f"not stored: {exc}"
         results.append(cls.EntryData(error_code=error, error_message=message, entity=[
             cls.EntryData.EntityData(entity_type=kind, entity_name=name) for kind, name in entity]))
     return cls(throttle_time_ms=0, entries=results)

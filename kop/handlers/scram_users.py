@@ -3,6 +3,9 @@ an upsertion carries the salt, the iteration count and the salted password the c
 password); a deletion names the user and mechanism. Results are per user; a user named twice in one request gets
 DUPLICATE_RESOURCE for all its entries, as Kafka answers. Describing needs DESCRIBE on the cluster, altering ALTER;
 without the authorizer, a super user (super.users)."""
+import logging
+from collections.abc import Awaitable
+
 from kafka.protocol.admin.users import (AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse,
                                         DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse)
 
@@ -11,6 +14,7 @@ from kop.security.acls import Operation
 from kop.security.users import MECHANISM_IDS, CredentialError, ScramCredential, check_credential
 from protocol.errors import ErrorCode
 
+log = logging.getLogger(__name__)
 MECHANISM_NAMES = {number: name for name, number in MECHANISM_IDS.items()}
 
 
@@ -77,12 +81,21 @@ async def alter(ctx: RequestContext, request: AlterUserScramCredentialsRequest):
             mechanism, upsertion.iterations, bytes(upsertion.salt), bytes(upsertion.salted_password))))
     for deletion in request.deletions:
         if deletion.name not in errors:
-            ctx.users.delete(deletion.name, MECHANISM_NAMES[deletion.mechanism])
+            await _stored(errors, deletion.name, ctx.users.delete(deletion.name, MECHANISM_NAMES[deletion.mechanism]))
     for name, credential in upserts:
-        ctx.users.put(name, [credential])
+        if name not in errors:
+            await _stored(errors, name, ctx.users.put(name, [credential]))
     return cls(throttle_time_ms=0, results=[
         Result(user=name, error_code=errors.get(name, (ErrorCode.NONE, None))[0],
                error_message=errors.get(name, (ErrorCode.NONE, None))[1]) for name in dict.fromkeys(names)])
+
+
+async def _stored(errors: dict[str, tuple[ErrorCode, str]], name: str, change: Awaitable) -> None:
+    try:
+        await change
+    except OSError as exc:
+        log.error("SCRAM credentials of %s not stored: %s", name, exc)
+        errors[name] = (ErrorCode.UNKNOWN_SERVER_ERROR, f"not stored: {exc}")
 
 
 ROUTES = [(DescribeUserScramCredentialsRequest.API_KEY, 0, 0, describe),

@@ -186,12 +186,12 @@ async def commit_txn_offsets(ctx: RequestContext, request: CommitTxnOffsetsReque
             partitions.append(Topic.CommitTxnOffsetsPartitionResult(partition_index=p.partition_index,
                                                                     error_code=code))
         topics.append(Topic(name=t.name, partitions=partitions))
-    if request.committed:
-        ctx.transactions.transaction_ended(request.group_id, request.producer_id,
-                                           [(t.name, p.partition_index) for t in topics for p in t.partitions
-                                            if p.error_code == ErrorCode.NONE])
-    else:
-        ctx.transactions.transaction_ended(request.group_id, request.producer_id)
+    ended = (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)  # committed, or its topic is gone
+    committed = [(t.name, p.partition_index) for t in topics for p in t.partitions if p.error_code in ended]
+    if not await ctx.transactions.transaction_ended(request.group_id, request.producer_id,
+                                                    committed if request.committed else None):
+        # what the group holds for the transaction is still stored: the transaction's coordinator asks again
+        return cls(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, topics=[])
     return cls(throttle_time_ms=0, error_code=ErrorCode.NONE, topics=topics)
 
 

@@ -1,5 +1,6 @@
 """The clusters registry: the named clusters this broker replicates to, with where their Kafka port and admin API
-are. One protobuf record (`<data>/clusters`), replaced atomically on every change, as the policies are."""
+are. One protobuf record (`<data>/clusters`), replaced atomically on every change, or with the PostgreSQL engine one
+record per cluster in the database, shared by every broker of the cluster (kop/shared_book.py)."""
 import os
 import re
 from dataclasses import dataclass, field
@@ -7,6 +8,7 @@ from dataclasses import dataclass, field
 from kop.config_checks import HostName
 from kop.ledger.framed_file import replace_atomically
 from kop.security.sasl import MECHANISMS as SASL_MECHANISMS
+from kop.shared_book import SharedBook
 from proto.kop_pb2 import ClusterInfo, ClusterStore
 
 CLUSTER_NAME = re.compile(r"[\w.-]{1,64}")
@@ -106,8 +108,11 @@ def check_cluster(name: str, broker_url: str, admin_url: str = "", security: Lin
     return Cluster(name, f"{host}:{int(port)}", admin_url, check_security(security))
 
 
-class ClusterRegistry:
+class ClusterRegistry(SharedBook):
+    kind = "replication-cluster"
+
     def __init__(self, data_dir: str, durable: bool) -> None:
+        super().__init__()
         self.path = os.path.join(data_dir, "clusters")
         self._durable = durable
         self.clusters: dict[str, Cluster] = {}
@@ -118,37 +123,53 @@ class ClusterRegistry:
         store = ClusterStore()
         with open(self.path, "rb") as f:
             store.ParseFromString(f.read())
-        self.clusters = {c.name: Cluster(c.name, c.broker_url, c.admin_url, LinkSecurity(
-            c.security_protocol or "PLAINTEXT", c.sasl_mechanism, c.sasl_username, c.sasl_password, c.ssl_ca_file))
-            for c in store.clusters}
+        self.clusters = {c.name: _cluster(c) for c in store.clusters}
+
+    def save(self) -> None:
+        store = ClusterStore(clusters=[_info(c) for _, c in sorted(self.clusters.items())])
+        # It holds the links' passwords: readable by this broker's user alone.
+        replace_atomically(self.path, store.SerializeToString(), durable=self._durable, mode=0o600)
+
+    def as_records(self) -> dict[str, bytes]:
+        return {name: _info(c).SerializeToString(deterministic=True) for name, c in self.clusters.items()}
+
+    def take_records(self, records: dict[str, bytes]) -> None:
+        self.clusters = {name: _cluster(ClusterInfo.FromString(value)) for name, value in records.items()}
 
     def get(self, name: str) -> Cluster | None:
         return self.clusters.get(name)
 
-    def create(self, cluster: Cluster) -> None:
+    async def create(self, cluster: Cluster) -> None:
+        await self.refresh()  # whether it exists as every broker has set it, not as of a heartbeat ago
         if cluster.name in self.clusters:
             raise ClusterExists(f"cluster {cluster.name!r} already exists")
-        self._put(cluster)
+        await self._put(cluster)
 
-    def update(self, cluster: Cluster) -> None:
+    async def update(self, cluster: Cluster) -> None:
+        await self.refresh()
         if cluster.name not in self.clusters:
             raise UnknownCluster(f"cluster {cluster.name!r} does not exist")
-        self._put(cluster)
+        await self._put(cluster)
 
-    def delete(self, name: str) -> None:
-        if self.clusters.pop(name, None) is None:
+    async def delete(self, name: str) -> None:
+        await self.refresh()
+        if name not in self.clusters:
             raise UnknownCluster(f"cluster {name!r} does not exist")
-        self._save()
+        async with self.changing():
+            self.clusters = {n: c for n, c in self.clusters.items() if n != name}
 
-    def _put(self, cluster: Cluster) -> None:
-        self.clusters[cluster.name] = cluster
-        self._save()
+    async def _put(self, cluster: Cluster) -> None:
+        async with self.changing():
+            self.clusters = {**self.clusters, cluster.name: cluster}
 
-    def _save(self) -> None:
-        store = ClusterStore(clusters=[ClusterInfo(
-            name=c.name, broker_url=c.broker_url, admin_url=c.admin_url, security_protocol=c.security.protocol,
-            sasl_mechanism=c.security.sasl_mechanism, sasl_username=c.security.sasl_username,
-            sasl_password=c.security.sasl_password, ssl_ca_file=c.security.ssl_ca_file)
-            for _, c in sorted(self.clusters.items())])
-        # It holds the links' passwords: readable by this broker's user alone.
-        replace_atomically(self.path, store.SerializeToString(), durable=self._durable, mode=0o600)
+
+def _info(c: Cluster) -> ClusterInfo:
+    return ClusterInfo(name=c.name, broker_url=c.broker_url, admin_url=c.admin_url,
+                       security_protocol=c.security.protocol, sasl_mechanism=c.security.sasl_mechanism,
+                       sasl_username=c.security.sasl_username, sasl_password=c.security.sasl_password,
+                       ssl_ca_file=c.security.ssl_ca_file)
+
+
+def _cluster(c: ClusterInfo) -> Cluster:
+    return Cluster(c.name, c.broker_url, c.admin_url, LinkSecurity(
+        c.security_protocol or "PLAINTEXT", c.sasl_mechanism, c.sasl_username, c.sasl_password, c.ssl_ca_file))

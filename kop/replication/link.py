@@ -33,10 +33,12 @@ class LinkError(Exception):
 
 class RemoteLink:
     def __init__(self, cluster: Cluster, local_cluster: str, timeout_s: float = 30.0, *, client_id: str = "",
-                 purpose: str = "replication link") -> None:
+                 purpose: str = "replication link", tls: ssl.SSLContext | None = None) -> None:
         """client_id, purpose: who this broker says it is (a replicator of `local_cluster` by default), and what the
-        link is called in the log."""
+        link is called in the log; tls: the context of a TLS connection (by default one trusting the cluster's CA
+        file, without a client certificate)."""
         self.cluster = cluster
+        self._tls = tls
         self.client_id = client_id or f"kop-replicator-{local_cluster}"
         self.purpose = purpose
         self.timeout_s = timeout_s
@@ -105,7 +107,7 @@ class RemoteLink:
     async def _connect(self) -> None:
         host, port = self.cluster.address
         security = self.cluster.security
-        tls = ssl.create_default_context(cafile=security.ssl_ca_file or None) if security.tls else None
+        tls = None if not security.tls else self._tls or ssl.create_default_context(cafile=security.ssl_ca_file or None)
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=tls), self.timeout_s)
         except (OSError, asyncio.TimeoutError) as exc:  # ssl.SSLError is an OSError: a certificate not trusted

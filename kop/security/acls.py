@@ -4,7 +4,9 @@ DescribeAcls and DeleteAcls match them with, and the authorizer every handler as
 The numbers are Kafka's (ResourceType, PatternType, AclOperation, AclPermissionType). A decision: super users may do
 everything; else a matching DENY wins, then a matching ALLOW (an ALLOW of READ, WRITE, DELETE or ALTER implies
 DESCRIBE, of ALTER_CONFIGS implies DESCRIBE_CONFIGS, as in Kafka); a resource no ACL names at all is allowed only
-when allow.everyone.if.no.acl.found is true. ACLs live in `<data>/acls.json`, replaced atomically on every change.
+when allow.everyone.if.no.acl.found is true. ACLs live in `<data>/acls.json`, replaced atomically on every change,
+or with the PostgreSQL engine in the database, one record per binding, shared by every broker of the cluster
+(kop/shared_book.py).
 """
 import json
 import os
@@ -12,6 +14,7 @@ from dataclasses import asdict, dataclass
 from enum import IntEnum
 
 from kop.ledger.framed_file import replace_atomically
+from kop.shared_book import SharedBook
 
 
 class ResourceType(IntEnum):
@@ -138,9 +141,12 @@ class AclFilter:
         return self.resource_name is None or acl.resource_name == self.resource_name
 
 
-class Authorizer:
+class Authorizer(SharedBook):
+    kind = "acl"
+
     def __init__(self, data_dir: str, super_users: str, allow_if_no_acl: bool, enabled: bool,
                  durable: bool = True) -> None:
+        super().__init__()
         self.path = os.path.join(data_dir, "acls.json")
         self.enabled = enabled
         self._super_users = frozenset(p.strip() for p in super_users.split(";") if p.strip())
@@ -153,9 +159,15 @@ class Authorizer:
             with open(self.path, encoding="utf-8") as f:
                 self._acls = {AclBinding(**acl) for acl in json.load(f)["acls"]}
 
-    def _save(self) -> None:
+    def save(self) -> None:
         data = json.dumps({"acls": [asdict(acl) for acl in sorted(self._acls)]}, indent=1).encode()
         replace_atomically(self.path, data, durable=self._durable, mode=0o600)
+
+    def as_records(self) -> dict[str, bytes]:
+        return {json.dumps(asdict(acl), sort_keys=True): b"" for acl in self._acls}
+
+    def take_records(self, records: dict[str, bytes]) -> None:
+        self._acls = {AclBinding(**json.loads(key)) for key in records}
 
     def is_super_user(self, principal: str) -> bool:
         return principal in self._super_users
@@ -181,18 +193,18 @@ class Authorizer:
                    and acl.operation in (operation, Operation.ALL) and acl.principal in (principal, "User:*")
                    and acl.host in (host, WILDCARD) for acl in self._acls)
 
-    def add(self, acls: list[AclBinding]) -> None:
+    async def add(self, acls: list[AclBinding]) -> None:
         for acl in acls:
             acl.check()
-        self._acls.update(acls)
-        self._save()
+        async with self.changing():
+            self._acls = self._acls | set(acls)  # a new set: authorize() may be iterating the old one
 
     def matching(self, acl_filter: AclFilter) -> list[AclBinding]:
         return sorted(acl for acl in self._acls if acl_filter.matches(acl))
 
-    def delete(self, acl_filter: AclFilter) -> list[AclBinding]:
+    async def delete(self, acl_filter: AclFilter) -> list[AclBinding]:
         gone = self.matching(acl_filter)
         if gone:
-            self._acls.difference_update(gone)
-            self._save()
+            async with self.changing():
+                self._acls = self._acls - set(gone)
         return gone

@@ -1,5 +1,6 @@
 """Client quotas as Kafka keeps them: byte rates per user and/or client id, with `<default>` entities, resolved in
-Kafka's order of precedence, durable in `<data>/quotas.json`; and the rate each (user, client id) uses, measured
+Kafka's order of precedence, durable in `<data>/quotas.json` (with the PostgreSQL engine: in the database, shared
+by every broker of the cluster, kop/shared_book.py); and the rate each (user, client id) uses, measured
 over a window of one-second samples. A client above its rate is answered at once with the time it must wait
 (throttle_time_ms, KIP-219), and the broker reads nothing more from that connection until then."""
 import json
@@ -9,6 +10,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from kop.ledger.framed_file import replace_atomically
+from kop.shared_book import SharedBook
 
 USER, CLIENT_ID = "user", "client-id"
 PRODUCE_RATE, FETCH_RATE = "producer_byte_rate", "consumer_byte_rate"
@@ -28,8 +30,11 @@ def check_entity(entity: Entity) -> None:
         raise QuotaError(f"entity {entity}: types must be user and/or client-id, each once")
 
 
-class QuotaBook:
+class QuotaBook(SharedBook):
+    kind = "client-quota"
+
     def __init__(self, data_dir: str, durable: bool = True) -> None:
+        super().__init__()
         self.path = os.path.join(data_dir, "quotas.json")
         self._durable = durable
         self._quotas: dict[Entity, dict[str, float]] = {}
@@ -38,15 +43,26 @@ class QuotaBook:
         if os.path.exists(self.path):
             with open(self.path, encoding="utf-8") as f:
                 stored = json.load(f)["quotas"]
-            self._quotas = {tuple((kind, name) for kind, name in entry["entity"]): entry["values"]
-                            for entry in stored}
+            self._quotas = {_entity(entry["entity"]): entry["values"] for entry in stored}
 
-    def _save(self) -> None:
+    def save(self) -> None:
         stored = [{"entity": list(entity), "values": values} for entity, values in sorted(
             self._quotas.items(), key=lambda item: json.dumps(item[0]))]
         replace_atomically(self.path, json.dumps({"quotas": stored}, indent=1).encode(), durable=self._durable)
 
-    def alter(self, entity: Entity, changes: dict[str, float | None], validate_only: bool = False) -> None:
+    def as_records(self) -> dict[str, bytes]:
+        """One record per entity and key: two brokers setting different keys of one entity at once both hold."""
+        return {json.dumps([entity, key]): json.dumps(value).encode()
+                for entity, values in self._quotas.items() for key, value in values.items()}
+
+    def take_records(self, records: dict[str, bytes]) -> None:
+        quotas: dict[Entity, dict[str, float]] = {}
+        for key, value in records.items():
+            entity, name = json.loads(key)
+            quotas.setdefault(_entity(entity), {})[name] = json.loads(value)
+        self._quotas = quotas
+
+    async def alter(self, entity: Entity, changes: dict[str, float | None], validate_only: bool = False) -> None:
         """changes: key -> value, None removes the key. Raises QuotaError for an entity or key kop does not serve."""
         check_entity(entity)
         for key, value in changes.items():
@@ -56,15 +72,19 @@ class QuotaBook:
                 raise QuotaError(f"quota {key} must be above 0, got {value}")
         if validate_only:
             return
-        values = self._quotas.setdefault(entity, {})
-        for key, value in changes.items():
-            if value is None:
-                values.pop(key, None)
+        async with self.changing():
+            values = dict(self._quotas.get(entity, {}))
+            for key, value in changes.items():
+                if value is None:
+                    values.pop(key, None)
+                else:
+                    values[key] = value
+            quotas = dict(self._quotas)
+            if values:
+                quotas[entity] = values
             else:
-                values[key] = value
-        if not values:
-            del self._quotas[entity]
-        self._save()
+                quotas.pop(entity, None)
+            self._quotas = quotas
 
     def entries(self) -> dict[Entity, dict[str, float]]:
         return dict(self._quotas)
@@ -82,6 +102,10 @@ class QuotaBook:
             if value is not None:
                 return value
         return None
+
+
+def _entity(stored: list) -> Entity:
+    return tuple((kind, name) for kind, name in stored)
 
 
 @dataclass

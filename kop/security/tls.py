@@ -38,6 +38,22 @@ def server_context(settings: TlsSettings) -> ssl.SSLContext:
     return context
 
 
+def client_context(settings: TlsSettings, check_hostname: bool) -> ssl.SSLContext:
+    """A broker's own TLS connections to the other brokers: their certificates checked against the truststore (the
+    system's CAs without one) and, with check_hostname, against the host reached; this broker's certificate shown
+    when asked for (a listener with ssl.client.auth). Raises ValueError naming the file that could not be used."""
+    try:
+        context = ssl.create_default_context(cafile=settings.truststore or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f"ssl.truststore.location {settings.truststore}: {exc}") from None
+    context.check_hostname = check_hostname
+    try:
+        context.load_cert_chain(settings.keystore, None, settings.key_password or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f"ssl.keystore.location {settings.keystore}: {exc}") from None
+    return context
+
+
 def escape(value: str) -> str:
     escaped = "".join("\\" + c if c in ',+"\\<>;=' else c for c in value)
     if escaped.startswith((" ", "#")):

@@ -1,5 +1,6 @@
 """The user store: SCRAM credentials per user and mechanism, durable in `<data>/users.json` (replaced atomically,
-readable by the broker's user only). Passwords are never stored: only the salt, the iteration count and the keys
+readable by the broker's user only), or with the PostgreSQL engine in the database, one record per user and
+mechanism shared by every broker of the cluster (kop/shared_book.py). Passwords are never stored: only the salt, the iteration count and the keys
 SCRAM derives from them (RFC 5802: StoredKey and ServerKey), which verify a password but cannot sign in as it.
 SASL PLAIN checks a password against the same credentials, so one user has one password whatever the mechanism."""
 import base64
@@ -11,6 +12,7 @@ import secrets
 from dataclasses import dataclass
 
 from kop.ledger.framed_file import replace_atomically
+from kop.shared_book import SharedBook
 
 HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 MECHANISM_IDS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}  # Kafka's ScramMechanism numbers
@@ -64,8 +66,11 @@ def check_credential(user: str, mechanism: str, iterations: int) -> None:
         raise CredentialError(f"iterations must be between {MIN_ITERATIONS} and {MAX_ITERATIONS}, got {iterations}")
 
 
-class UserStore:
+class UserStore(SharedBook):
+    kind = "scram-credential"
+
     def __init__(self, data_dir: str, durable: bool = True) -> None:
+        super().__init__()
         self.path = os.path.join(data_dir, "users.json")
         self._durable = durable
         self._users: dict[str, dict[str, ScramCredential]] = {}
@@ -76,18 +81,24 @@ class UserStore:
             return
         with open(self.path, encoding="utf-8") as f:
             stored = json.load(f)
-        self._users = {
-            user: {mechanism: ScramCredential(mechanism, c["iterations"], _unb64(c["salt"]), _unb64(c["stored_key"]),
-                                              _unb64(c["server_key"]))
-                   for mechanism, c in credentials.items()}
-            for user, credentials in stored["users"].items()}
+        self._users = {user: {mechanism: _credential(mechanism, c) for mechanism, c in credentials.items()}
+                       for user, credentials in stored["users"].items()}
 
-    def _save(self) -> None:
-        stored = {"users": {user: {mechanism: {"iterations": c.iterations, "salt": _b64(c.salt),
-                                               "stored_key": _b64(c.stored_key), "server_key": _b64(c.server_key)}
-                                   for mechanism, c in credentials.items()}
+    def save(self) -> None:
+        stored = {"users": {user: {mechanism: _stored(c) for mechanism, c in credentials.items()}
                             for user, credentials in sorted(self._users.items())}}
         replace_atomically(self.path, json.dumps(stored, indent=1).encode(), durable=self._durable, mode=0o600)
+
+    def as_records(self) -> dict[str, bytes]:
+        return {json.dumps([user, mechanism]): json.dumps(_stored(c)).encode()
+                for user, credentials in self._users.items() for mechanism, c in credentials.items()}
+
+    def take_records(self, records: dict[str, bytes]) -> None:
+        users: dict[str, dict[str, ScramCredential]] = {}
+        for key, value in records.items():
+            user, mechanism = json.loads(key)
+            users.setdefault(user, {})[mechanism] = _credential(mechanism, json.loads(value))
+        self._users = users  # one assignment: a PLAIN check in a worker thread sees the old or the new
 
     def users(self) -> dict[str, list[ScramCredential]]:
         return {user: list(credentials.values()) for user, credentials in sorted(self._users.items())}
@@ -95,30 +106,30 @@ class UserStore:
     def credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return self._users.get(user, {}).get(mechanism)
 
-    def put(self, user: str, credentials: list[ScramCredential]) -> None:
+    async def put(self, user: str, credentials: list[ScramCredential]) -> None:
         for credential in credentials:
             check_credential(user, credential.mechanism, credential.iterations)
-        self._users.setdefault(user, {}).update((c.mechanism, c) for c in credentials)
-        self._save()
+        async with self.changing():
+            self._users.setdefault(user, {}).update((c.mechanism, c) for c in credentials)
 
-    def set_password(self, user: str, password: str, iterations: int = DEFAULT_ITERATIONS) -> None:
+    async def set_password(self, user: str, password: str, iterations: int = DEFAULT_ITERATIONS) -> None:
         """Credentials for every SCRAM mechanism from one password (`kop admin users set`)."""
         if not password:
             raise CredentialError("the password is empty")
-        self.put(user, [ScramCredential.from_password(m, password, iterations) for m in HASHES])
+        check_credential(user, "SCRAM-SHA-256", iterations)  # before the key derivation, which takes a while
+        await self.put(user, [ScramCredential.from_password(m, password, iterations) for m in HASHES])
 
-    def delete(self, user: str, mechanism: str | None = None) -> bool:
+    async def delete(self, user: str, mechanism: str | None = None) -> bool:
         """Forget one credential (or all of the user's); False when there was none."""
         credentials = self._users.get(user)
         if not credentials or (mechanism is not None and mechanism not in credentials):
             return False
-        if mechanism is None:
-            credentials.clear()
-        else:
-            del credentials[mechanism]
-        if not credentials:
-            del self._users[user]
-        self._save()
+        async with self.changing():
+            kept = {} if mechanism is None else {m: c for m, c in credentials.items() if m != mechanism}
+            if kept:
+                self._users[user] = kept
+            else:
+                del self._users[user]
         return True
 
     def check_password(self, user: str, password: str) -> bool:
@@ -130,6 +141,16 @@ class UserStore:
             if credential is not None:
                 return credential.verifies(password)
         return False
+
+
+def _stored(credential: ScramCredential) -> dict:
+    return {"iterations": credential.iterations, "salt": _b64(credential.salt),
+            "stored_key": _b64(credential.stored_key), "server_key": _b64(credential.server_key)}
+
+
+def _credential(mechanism: str, stored: dict) -> ScramCredential:
+    return ScramCredential(mechanism, stored["iterations"], _unb64(stored["salt"]), _unb64(stored["stored_key"]),
+                           _unb64(stored["server_key"]))
 
 
 def _b64(data: bytes) -> str:

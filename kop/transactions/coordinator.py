@@ -31,6 +31,7 @@ from kop import clock
 from kop.config import BrokerConfig
 from kop.groups import GroupCoordinator
 from kop.groups.offsets import java_length
+from kop.groups.txn_offsets import HandingOn
 from kop.ledger import ManagedLedgerError
 from kop.producer_ids import MAX_EPOCH, ProducerIdAllocator
 from kop.topics import TopicManager
@@ -93,9 +94,6 @@ class TransactionCoordinator:
         self._shard_of: Callable[[str], int] = lambda transactional_id: EVERY_ID
         self._serves: Callable[[str], ErrorCode | None] = lambda transactional_id: None
         self._others: OtherBrokers | None = None
-        # As a group's coordinator: the offsets of transactions other brokers coordinate, handed on to them and not
-        # ended yet, (group, topic, partition) -> producer ids (OffsetFetch require_stable waits for them)
-        self._handed_on: dict[tuple[str, str, int], set[int]] = {}
 
     # ---- lifecycle
 
@@ -330,15 +328,20 @@ class TransactionCoordinator:
         elif meta.state is not TxnState.ONGOING or group_id not in meta.groups:
             error = ErrorCode.INVALID_TXN_STATE
         if error == ErrorCode.NOT_COORDINATOR and self._others is not None and self.groups.check(group_id) is None:
-            # The group's coordinator, not the transaction's: the offsets go to the transaction's coordinator.
-            handed = await self._others.txn_offset_commit(transactional_id, group_id, producer_id, producer_epoch,
-                                                          offsets)
-            for (topic, partition), code in handed.items():
-                if code == ErrorCode.NONE:
-                    self._handed_on.setdefault((group_id, topic, partition), set()).add(producer_id)
-            return handed
+            # The group's coordinator, not the transaction's: the offsets go to the transaction's coordinator, and
+            # the group's holds which partitions they are for (require_stable), here and after its shard moves.
+            handing = self.groups.txn_offsets.handing_on(group_id, producer_id)
+            try:
+                handed = await self._others.txn_offset_commit(transactional_id, group_id, producer_id,
+                                                              producer_epoch, offsets)
+            finally:
+                self.groups.txn_offsets.settled(handing)
+            return await self._held(handing, handed)
         if error is not None:
             return {tp: error for tp in offsets}
+        # In a cluster the group's coordinator keeps which partitions the transaction holds (they go with its shard).
+        handing = self.groups.txn_offsets.handing_on(group_id, producer_id) \
+            if self._clustered and self.groups.check(group_id) is None else None
         results: dict[TopicPartition, ErrorCode] = {}
         stored = dict(meta.pending_offsets)
         for tp, pending in offsets.items():
@@ -349,27 +352,35 @@ class TransactionCoordinator:
             else:
                 stored[(group_id, *tp)] = dataclasses.replace(pending, commit_ms=_now_ms())
                 results[tp] = ErrorCode.NONE
-        if stored != meta.pending_offsets:
-            error = await self._transition(meta, _copy(meta, pending_offsets=stored))
-            if error != ErrorCode.NONE:
-                return {tp: error for tp in offsets}
+        try:
+            if stored != meta.pending_offsets:
+                error = await self._transition(meta, _copy(meta, pending_offsets=stored))
+                if error != ErrorCode.NONE:
+                    return {tp: error for tp in offsets}
+        finally:
+            if handing is not None:
+                self.groups.txn_offsets.settled(handing)
+        return results if handing is None else await self._held(handing, results)
+
+    async def _held(self, handing: HandingOn,
+                    results: dict[TopicPartition, ErrorCode]) -> dict[TopicPartition, ErrorCode]:
+        """The group's coordinator notes the partitions the transaction accepted offsets for; if it cannot, the
+        client is sent to look the coordinator up again (and its retry notes them there)."""
+        accepted = [tp for tp, code in results.items() if code == ErrorCode.NONE]
+        if accepted and not await self.groups.txn_offsets.hold(handing, accepted):
+            return {tp: ErrorCode.NOT_COORDINATOR if tp in accepted else code for tp, code in results.items()}
         return results
 
     def has_pending_offset(self, group_id: str, topic: str, partition: int) -> bool:
         """An open transaction holds an offset for this group partition (OffsetFetch require_stable waits)."""
         key = (group_id, topic, partition)
-        return key in self._handed_on or any(key in meta.pending_offsets for meta in self.states.values())
+        return self.groups.txn_offsets.holds(*key) or any(key in meta.pending_offsets for meta in self.states.values())
 
-    def transaction_ended(self, group_id: str, producer_id: int,
-                          partitions: Iterable[TopicPartition] | None = None) -> None:
-        """A transaction another broker coordinates, whose offsets for this group were handed on, has ended: its
-        offsets of these partitions are committed (None: it aborted, none will come)."""
-        wanted = None if partitions is None else {(group_id, *tp) for tp in partitions}
-        for key in [k for k, producers in self._handed_on.items() if k[0] == group_id and producer_id in producers
-                    and (wanted is None or k in wanted)]:
-            self._handed_on[key].discard(producer_id)
-            if not self._handed_on[key]:
-                del self._handed_on[key]
+    async def transaction_ended(self, group_id: str, producer_id: int,
+                                partitions: Iterable[TopicPartition] | None = None) -> bool:
+        """A transaction whose offsets for this broker's group were held has ended: its offsets of these partitions
+        are committed (None: it aborted, none will come). False if that could not be stored yet."""
+        return await self.groups.txn_offsets.ended(group_id, producer_id, partitions)
 
     # ---- ending
 
@@ -470,12 +481,16 @@ class TransactionCoordinator:
         TxnOffsetCommit (as Kafka orders them, by when each was written): a completion replayed after a crash, or
         one that ran while a plain commit or another transaction's landed, never moves an offset back."""
         while not self._closing:
-            if self._others is not None and self.groups.check(group_id) == ErrorCode.NOT_COORDINATOR:
+            remote = self._others is not None and self.groups.check(group_id) == ErrorCode.NOT_COORDINATOR
+            if remote:
                 error = await self._others.commit_offset(group_id, (topic, partition), pending, meta.producer_id)
             else:
                 error = await self.groups.commit(group_id, topic, partition, pending.offset, pending.leader_epoch,
                                                  pending.metadata, pending.commit_ms,
                                                  keep_newer=pending.commit_ms >= 0)
+            if error in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) and not remote \
+                    and not await self.transaction_ended(group_id, meta.producer_id, [(topic, partition)]):
+                error = ErrorCode.COORDINATOR_NOT_AVAILABLE
             if error in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
                 return
             log.warning("transaction %s: offset of %s on %s-%d failed (%s), retrying", meta.transactional_id,
@@ -483,10 +498,19 @@ class TransactionCoordinator:
             await asyncio.sleep(MARKER_RETRY_S)
 
     async def _end_offsets(self, meta: TxnMetadata, group_id: str) -> None:
-        """An aborted transaction's group coordinated elsewhere learns that its offsets will never come."""
-        while not self._closing and self._others is not None \
-                and self.groups.check(group_id) == ErrorCode.NOT_COORDINATOR:
-            error = await self._others.offsets_aborted(group_id, meta.producer_id)
+        """An aborted transaction's group learns, from here or on the broker that coordinates it, that the
+        transaction's offsets will never come."""
+        while not self._closing:
+            where = self.groups.check(group_id) if self._others is not None else None
+            if where == ErrorCode.NOT_COORDINATOR:
+                error = await self._others.offsets_aborted(group_id, meta.producer_id)
+            elif where == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                error = where  # its shard is being taken over here: once loaded it holds what is to be cleared
+            elif where is not None:
+                return  # a group id no coordinator serves (INVALID_GROUP_ID): none of its offsets were held
+            else:
+                stored = await self.transaction_ended(group_id, meta.producer_id)
+                error = ErrorCode.NONE if stored else ErrorCode.COORDINATOR_NOT_AVAILABLE
             if error == ErrorCode.NONE:
                 return
             log.warning("transaction %s: the coordinator of group %s not told of the abort (%s), retrying",

@@ -10,6 +10,7 @@ kafka-python's own.
 """
 from __future__ import annotations
 
+import asyncio
 import shutil
 from pathlib import Path
 
@@ -51,7 +52,7 @@ def _start(self) -> None:
     if self.sasl_enabled:
         properties["sasl.enabled.mechanisms"] = self.sasl_mechanism
         (root / "data").mkdir(parents=True, exist_ok=True)
-        UserStore(str(root / "data")).set_password(self.broker_user, self.broker_password)
+        asyncio.run(UserStore(str(root / "data")).set_password(self.broker_user, self.broker_password))
     if self.ssl_enabled:
         self.ssl_dir = str(root / "ssl")
         certificates = make_certificates(self.ssl_dir)

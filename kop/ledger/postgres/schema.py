@@ -77,6 +77,15 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE SEQUENCE kop_broker_session;
     ALTER TABLE kop_managed_ledger ADD COLUMN owner_session bigint;
     """,
+    # 5: settings every broker of the cluster shares (users, ACLs, quotas, geo clusters) are records whose kind has
+    # a version, raised by each change in its transaction: a broker reads a kind again only when it moved. A kind
+    # with a version has been set up in the database (a broker moving there copies its own only into one without).
+    """
+    CREATE TABLE kop_record_version (
+        kind text PRIMARY KEY,
+        version bigint NOT NULL
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

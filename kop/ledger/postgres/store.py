@@ -74,6 +74,9 @@ added AS (
 SELECT count(*) FROM owner
 """.format(leased=_leased("$10"))
 
+_RAISE_VERSION = ("INSERT INTO kop_record_version AS r VALUES ($1, 1) ON CONFLICT (kind) "
+                  "DO UPDATE SET version = r.version + 1")
+
 _OWNER_SHARED = f"SELECT 1 FROM kop_managed_ledger WHERE name = $1 AND epoch = $2 AND {_leased('$3')} FOR SHARE"
 
 
@@ -277,3 +280,35 @@ class PgStore:
             if fence is not None:
                 await self._check_owner(conn, *fence)
             await conn.execute("DELETE FROM kop_record WHERE kind = $1 AND key = $2", kind, key)
+
+    # ---- settings the cluster's brokers share (users, ACLs, quotas, geo clusters): records of versioned kinds
+
+    async def record_versions(self) -> dict[str, int]:
+        """kind -> version, for the kinds set up in the database."""
+        async with self.pool.acquire() as conn:
+            return {r[0]: r[1] for r in await conn.fetch("SELECT kind, version FROM kop_record_version")}
+
+    async def change_records(self, kind: str, puts: dict[str, bytes], deletes: list[str]) -> None:
+        """Write and delete records of a versioned kind, raising its version, in one transaction."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(_RAISE_VERSION, kind)  # first: the row lock orders concurrent changes of the kind
+            if puts:
+                await conn.execute("INSERT INTO kop_record SELECT $1, k, v FROM unnest($2::text[], $3::bytea[]) "
+                                   "AS u(k, v) ON CONFLICT (kind, key) DO UPDATE SET value = excluded.value",
+                                   kind, list(puts), list(puts.values()))
+            if deletes:
+                await conn.execute("DELETE FROM kop_record WHERE kind = $1 AND key = ANY($2::text[])", kind, deletes)
+
+    async def seed_records(self, kind: str, records: dict[str, bytes]) -> bool:
+        """Set a versioned kind up with these records, unless it is set up already; whether it was not."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            new = await conn.fetchval("INSERT INTO kop_record_version VALUES ($1, 1) ON CONFLICT (kind) DO NOTHING "
+                                      "RETURNING 1", kind)
+            if new is None:
+                return False
+            await conn.execute("DELETE FROM kop_record WHERE kind = $1", kind)  # none but a stray one, unversioned
+            if records:
+                await conn.execute("INSERT INTO kop_record SELECT $1, k, v FROM unnest($2::text[], $3::bytea[]) "
+                                   "AS u(k, v)", kind, list(records), list(records.values()))
+        return True
+
