@@ -68,6 +68,7 @@ def dedup_status(broker: BrokerProcess, topic: str) -> str:
     return admin_json(broker, "topics", "stats", topic)["deduplicationStatus"]
 
 
+@pytest.mark.slow  # over 10 s: make test-slow runs it, so make test keeps its budget
 def test_namespace_policies_round_trip_and_remove_falls_back_to_the_broker(admin_broker):
     ns = "public/default"
     assert admin_json(admin_broker, "namespaces", "get-deduplication", ns) is None

@@ -46,6 +46,7 @@ def wait_until_served_by_leaders(cluster: PgCluster, topic: str, count: int) -> 
     return wait_for(settled, f"the leaders of {topic} to settle")
 
 
+@pytest.mark.slow  # over 10 s: make test-slow runs it, so make test keeps its budget
 def test_three_brokers_share_the_partitions_and_send_clients_to_the_owner(cluster):
     from confluent_kafka import Producer
     cluster.start(3)

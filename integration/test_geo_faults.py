@@ -65,6 +65,10 @@ def wait_for_stored_unanswered(west) -> None:
              "west to store held records on every partition")
 
 
+def caught_up(east) -> None:
+    wait_for(lambda: replicator(east)["replicationBacklog"] == 0, 30, "the replicator to catch up")
+
+
 def records_in(broker) -> int:
     with RawKafka(broker.port) as kafka:
         return sum(kafka.end_offsets("orders", range(PARTITIONS)).values())
@@ -87,6 +91,7 @@ def test_target_killed_while_answers_are_in_flight_keeps_its_watermark(linked):
     east, west, proxy = linked
     produce(east.bootstrap, "orders", "before", 50, PARTITIONS)
     wait_for_records(west, "orders", PARTITIONS, 50)
+    caught_up(east)  # else the answer to the last of them may be held too, and the replicator sends nothing more
     proxy.hold_responses(True)  # west stores what comes; east never hears so
     produce(east.bootstrap, "orders", "held", 300, PARTITIONS)
     wait_for_stored_unanswered(west)
@@ -104,6 +109,7 @@ def test_source_killed_before_its_cursor_moved_resends_once(linked):
     east, west, proxy = linked
     produce(east.bootstrap, "orders", "before", 50, PARTITIONS)
     wait_for_records(west, "orders", PARTITIONS, 50)
+    caught_up(east)  # else the answer to the last of them may be held too, and the replicator sends nothing more
     proxy.hold_responses(True)
     produce(east.bootstrap, "orders", "held", 300, PARTITIONS)
     wait_for_stored_unanswered(west)

@@ -79,6 +79,7 @@ def test_two_clusters_replicate_both_ways_exactly_once(clusters):
     assert 'kop_replication_failing{partition="2",remote="west",topic="orders"} 0.0' in metrics
 
 
+@pytest.mark.slow  # over 10 s: make test-slow runs it, so make test keeps its budget
 def test_three_clusters_all_to_all_no_loops(clusters):
     names = ("a", "b", "c")
     brokers = clusters(*names)

@@ -115,19 +115,24 @@ class CkMember:
     def _on(self, kind):
         def callback(consumer, partitions):
             self.events.append((kind, frozenset(p.partition for p in partitions)))
+            if kind == "revoke":
+                self._commit()  # what was read of them since the last commit (refused during the rebalance)
         return callback
 
-    def _run(self):
+    def _commit(self):
         from confluent_kafka import KafkaException
+        try:
+            self.consumer.commit(asynchronous=False)
+        except KafkaException:
+            pass  # nothing consumed since the last commit, or a commit refused: at least once, as Kafka documents
+
+    def _run(self):
         while not self._halt.is_set():
             msgs = [m for m in self.consumer.consume(50, timeout=0.2) if m.error() is None]
             self.current = frozenset(tp.partition for tp in self.consumer.assignment())
             if msgs:
                 self.values.extend(m.value().decode() for m in msgs)
-                try:
-                    self.consumer.commit(asynchronous=False)
-                except KafkaException:
-                    pass
+                self._commit()
         self.consumer.close()
 
     def assignment(self) -> frozenset:

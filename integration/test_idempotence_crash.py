@@ -91,7 +91,7 @@ def java_reports(bootstrap: str, topic: str, values: list[bytes], running: threa
         running.clear()
 
 
-@pytest.mark.parametrize("client", ["confluent", "java"])
+@pytest.mark.parametrize("client", ["confluent", pytest.param("java", marks=pytest.mark.slow)])  # java: over 20 s
 def test_idempotent_stream_survives_three_kill_9_exactly_once_in_order(broker_factory, client):
     if client == "java" and not java_available():
         pytest.skip(java_unavailable_reason())
@@ -104,6 +104,7 @@ def test_idempotent_stream_survives_three_kill_9_exactly_once_in_order(broker_fa
     assert check.failed == 0 and check.stored == COUNT, check.summary()
 
 
+@pytest.mark.slow  # over 10 s: make test-slow runs it, so make test keeps its budget
 def test_control_with_broker_dedup_disabled_the_kills_store_duplicates(broker_factory):
     """The same run with the broker's deduplication off: batches written just before a kill are stored again
     when the client retries them, so the run above is free of duplicates because of dedup, not by luck."""

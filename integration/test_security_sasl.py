@@ -83,8 +83,9 @@ def test_python_clients_produce_and_consume_with_each_mechanism(sasl, protocol, 
 
 
 @pytest.mark.skipif(not java_available(), reason="no JDK or Java client harness")
-@pytest.mark.parametrize("protocol, mechanism", [("SASL_SSL", "SCRAM-SHA-512"), ("SASL_PLAINTEXT", "PLAIN"),
-                                                 ("SASL_SSL", "SCRAM-SHA-256")])
+@pytest.mark.parametrize("protocol, mechanism", [pytest.param("SASL_SSL", "SCRAM-SHA-512", marks=pytest.mark.slow),
+                                                 ("SASL_PLAINTEXT", "PLAIN"),
+                                                 pytest.param("SASL_SSL", "SCRAM-SHA-256", marks=pytest.mark.slow)])
 def test_java_client_produces_idempotently_and_consumes_in_a_group(sasl, protocol, mechanism):
     security = sasl.security(protocol, mechanism).java()
     topic = f"java-{protocol}-{mechanism}".lower()

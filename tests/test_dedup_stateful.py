@@ -23,6 +23,7 @@ import asyncio
 import os
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -671,4 +672,4 @@ class DedupMachine(RuleBasedStateMachine):
 # neither reading loses or duplicates an acknowledged record; the model does not follow the core's reading yet.
 DedupMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None,
                                           derandomize=not os.environ.get("HYPOTHESIS_RANDOM"))
-TestDedupStateful = DedupMachine.TestCase
+TestDedupStateful = pytest.mark.slow(DedupMachine.TestCase)  # about a minute: make test-slow runs it
