@@ -20,7 +20,7 @@ from kop import internal_topics
 from kop.handlers.context import RequestContext
 from kop.security.acls import Operation, ResourceType
 from kop.security.quotas import FETCH_RATE
-from kop.ledger import Entry
+from kop.ledger import Entry, ManagedLedgerError
 from kop.partition import PartitionLog
 from protocol.errors import ErrorCode
 
@@ -40,11 +40,11 @@ Served = list[tuple[PartitionLog, int]]
 log = logging.getLogger(__name__)
 
 
-def _collect(ctx: RequestContext, request: FetchRequest) -> tuple[list[Any], int, Served]:
+async def _collect(ctx: RequestContext, request: FetchRequest) -> tuple[list[Any], int, Served]:
     """Read what is available now; returns (per-topic partition results, total bytes, what each partition serves).
     read_committed reads stop at the last stable offset and list the aborted transactions among the batches
-    returned (the consumer drops their batches); control batches go to every consumer, which skips them, as from
-    Kafka."""
+    returned (the consumer drops their batches; the indexes of closed ledgers may be read for it, the one
+    await); control batches go to every consumer, which skips them, as from Kafka."""
     cls = FetchResponse[ctx.version]
     AbortedTransaction = cls.FetchableTopicResponse.PartitionData.AbortedTransaction
     topics = ctx.topics
@@ -97,16 +97,24 @@ def _collect(ctx: RequestContext, request: FetchRequest) -> tuple[list[Any], int
                     entries = _fitting(entries, limit)
                 # Markers (PIP-33) cover no offset and are never served: span 0.
                 entries = [e for e in entries if e.span and (not read_committed or e.first_index < end)]
+                if entries and read_committed:
+                    try:
+                        aborted = await partition.aborted_transactions(
+                            entries[0], offset, entries[-1].first_index + entries[-1].span)
+                    except (ManagedLedgerError, OSError) as exc:  # a damaged or unreadable index: as a read error
+                        log.warning("fetch from %s at %d: aborted-transaction index not read: %s", partition.name,
+                                    offset, exc, extra=ctx.log_fields)
+                        data.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                        parts.append(data)
+                        continue
+                    data.aborted_transactions = [
+                        AbortedTransaction(producer_id=txn.producer_id, first_offset=txn.first_offset)
+                        for txn in aborted]
                 if entries:
                     records = b"".join(e.data for e in entries)
                     data.records = records
                     total += len(records)
                     served.append((partition, len(records)))
-                    if read_committed:
-                        upper = entries[-1].first_index + entries[-1].span
-                        data.aborted_transactions = [
-                            AbortedTransaction(producer_id=txn.producer_id, first_offset=txn.first_offset)
-                            for txn in partition.transactions.aborted_between(offset, upper)]
             if read_committed and data.aborted_transactions is None:
                 data.aborted_transactions = []
             parts.append(data)
@@ -142,7 +150,7 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | 
     if ctx.version >= 7 and request.session_id != 0:
         cls = FetchResponse[ctx.version]
         return cls(throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
-    topics, total, served = _collect(ctx, request)
+    topics, total, served = await _collect(ctx, request)
     if request.max_wait_ms <= 0 or _ready(request, topics, total):
         return _response(ctx, topics, served)
     return _long_poll(ctx, request, topics, total, served)
@@ -169,7 +177,7 @@ async def _long_poll(ctx: RequestContext, request: FetchRequest, topics: list[An
         finally:
             for p in partitions:
                 p.unwatch(woken)
-        topics, total, served = _collect(ctx, request)
+        topics, total, served = await _collect(ctx, request)
     return _response(ctx, topics, served)
 
 

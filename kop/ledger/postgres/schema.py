@@ -77,6 +77,10 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE SEQUENCE kop_broker_session;
     ALTER TABLE kop_managed_ledger ADD COLUMN owner_session bigint;
     """,
+    # 5: a closed ledger's aborted-transaction index (kop/transactions' bytes), deleted with its ledger's row
+    """
+    ALTER TABLE kop_ledger ADD COLUMN txn_index bytea;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
