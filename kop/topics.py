@@ -171,7 +171,7 @@ class TopicManager:
                                          max_entry_bytes=max(config.socket_request_max_bytes, 1 << 20),
                                          fsync=config.fsync, flush_observer=flush_observer)
         self._files = FilePool(capacity_for_open_files_limit())  # every partition's ledger files share it
-        self._index_cache = IndexCache(config.transaction_index_cache_bytes)  # closed ledgers' aborted indexes
+        self.index_cache = IndexCache(config.transaction_index_cache_bytes)  # closed ledgers' aborted indexes
         # fsyncs run here; enough threads that one slow partition does not hold up the others
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fsync")
         self._storage: TopicStorage = (
@@ -222,7 +222,7 @@ class TopicManager:
         name = ledger_name(topic, partition)
         ledger = await self._storage.open_ledger(topic, partition, new)
         log_ = PartitionLog(topic, partition, ledger, self._dedup_config,
-                            system_topic=topic.startswith(INTERNAL_PREFIX), index_cache=self._index_cache,
+                            system_topic=topic.startswith(INTERNAL_PREFIX), index_cache=self.index_cache,
                             max_aborted_per_ledger=self.config.transaction_index_max_aborted_per_ledger)
         try:
             if not new:
