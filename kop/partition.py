@@ -21,7 +21,7 @@ from kop.compaction.stats import CleanerStats
 from kop.dedup_storage import LedgerDedupStorage
 from kop.sequence_filter import Answer, SequenceFilter, Store
 from kop.ledger import Entry, LedgerClosedError, LedgerWriteError, ManagedLedger, ManagedLedgerError, Position
-from kop.transactions.aborted_index import AbortedTxn
+from kop.transactions.aborted_index import Listed
 from kop.transactions.index_cache import IndexCache
 from kop.transactions.index_snapshots import IndexSnapshots
 from kop.transactions.partition_index import DEFAULT_MAX_ABORTED_PER_LEDGER, PartitionTransactions
@@ -176,10 +176,10 @@ class PartitionLog:
         self.transaction_snapshots.enable(cursor, (self.ledger.last_confirmed, self.high_watermark), read)
         return read
 
-    async def aborted_transactions(self, first: Entry, fetch_offset: int, upper: int) -> list[AbortedTxn]:
-        """The aborted transactions a read_committed fetch at fetch_offset lists when it returns the entries from
-        `first` (the one holding fetch_offset) up to offset `upper` (the consumer drops their batches). Raises
-        ManagedLedgerError or OSError when a stored index cannot be read."""
+    async def aborted_transactions(self, first: Entry, fetch_offset: int, upper: int) -> list[Listed]:
+        """The aborted transactions, as (producer id, first offset), a read_committed fetch at fetch_offset lists
+        when it returns the entries from `first` (the one holding fetch_offset) up to offset `upper` (the consumer
+        drops their batches). Raises ManagedLedgerError or OSError when a stored index cannot be read."""
         return await self.transactions.aborted_between(first.position.ledger_id, fetch_offset, upper)
 
     # ---- writing

@@ -125,18 +125,18 @@ def aborts_in_log(partition: PartitionLog) -> list[tuple[int, int, int]]:
     return aborted
 
 
-def one_list_lookup(aborted: list[AbortedTxn], fetch_offset: int, upper: int) -> list[AbortedTxn]:
+def one_list_lookup(aborted: list[AbortedTxn], fetch_offset: int, upper: int) -> list[tuple[int, int]]:
     """The search of a single list of every aborted transaction, in marker order (Kafka's, within a segment)."""
     out = []
     for txn in aborted[bisect_left([t.last_offset for t in aborted], fetch_offset):]:
         if txn.first_offset < upper:
-            out.append(txn)
+            out.append((txn.producer_id, txn.first_offset))
         if txn.last_stable_offset >= upper:
             break
     return out
 
 
-async def lookups(partition: PartitionLog, every: int = 1) -> dict[tuple[int, int], list[AbortedTxn]]:
+async def lookups(partition: PartitionLog, every: int = 1) -> dict[tuple[int, int], list[tuple[int, int]]]:
     """What fetches at each entry's (or every `every`th's) first and last offset list, returning 1, 2, 4, 11
     entries or all of them."""
     entries = partition.ledger.read_from_index(partition.log_start_offset, 1 << 30)

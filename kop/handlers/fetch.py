@@ -97,7 +97,7 @@ async def _collect(ctx: RequestContext, request: FetchRequest) -> tuple[list[Any
                     entries = _fitting(entries, limit)
                 # Markers (PIP-33) cover no offset and are never served: span 0.
                 entries = [e for e in entries if e.span and (not read_committed or e.first_index < end)]
-                if entries and read_committed:
+                if read_committed and entries and partition.transactions.indexes.holds_any:
                     try:
                         aborted = await partition.aborted_transactions(
                             entries[0], offset, entries[-1].first_index + entries[-1].span)
@@ -107,9 +107,8 @@ async def _collect(ctx: RequestContext, request: FetchRequest) -> tuple[list[Any
                         data.error_code = ErrorCode.KAFKA_STORAGE_ERROR
                         parts.append(data)
                         continue
-                    data.aborted_transactions = [
-                        AbortedTransaction(producer_id=txn.producer_id, first_offset=txn.first_offset)
-                        for txn in aborted]
+                    data.aborted_transactions = [AbortedTransaction(producer_id=producer_id, first_offset=first)
+                                                 for producer_id, first in aborted]
                 if entries:
                     records = b"".join(e.data for e in entries)
                     data.records = records

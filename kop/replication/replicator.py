@@ -151,7 +151,7 @@ class Replicator:
             return False
         if metadata.is_transactional:
             aborted = await self.partition.aborted_transactions(entry, entry.first_index, entry.first_index + 1)
-            return not any(txn.producer_id == metadata.producer_id for txn in aborted)
+            return not any(producer_id == metadata.producer_id for producer_id, _ in aborted)
         return True
 
     async def _send(self, entries: list[tuple[Entry, MessageMetadata]]) -> None:

@@ -10,6 +10,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import compress, islice, takewhile
 
 import crc32c
 
@@ -21,6 +22,10 @@ FORMAT_VERSION = 1
 CRC = struct.Struct(">I")
 NO_OFFSET = -1
 INT64_MAX = (1 << 63) - 1
+
+
+# (producer id, first offset): an aborted transaction as a fetch response lists it
+Listed = tuple[int, int]
 
 
 class DamagedIndex(ManagedLedgerError):
@@ -83,17 +88,18 @@ class LedgerAborts:
         first = self.last_offsets[0] if self.last_offsets else NO_OFFSET
         return IndexSummary(first, self.last_marker, self._min_first, self._max_stable)
 
-    def collect(self, fetch_offset: int, upper: int, out: list[AbortedTxn]) -> bool:
+    def collect(self, fetch_offset: int, upper: int, out: list[Listed]) -> bool:
         """Append to out, in marker order, the transactions a fetch returning [fetch_offset, upper) must list: their
         marker at or after fetch_offset and their first offset below upper. True once one of them was aborted with
-        the last stable offset at or past upper: no later abort can start below upper, the lookup is over."""
-        firsts, stables = self.first_offsets, self.stable_offsets
-        for i in range(bisect_left(self.last_offsets, fetch_offset), len(self)):
-            if firsts[i] < upper:
-                out.append(AbortedTxn(self.producer_ids[i], firsts[i], self.last_offsets[i], stables[i]))
-            if stables[i] >= upper:
-                return True
-        return False
+        the last stable offset at or past upper: no later abort can start below upper, the lookup is over.
+        (itertools, not a loop: a fetch of small batches can list thousands.)"""
+        start = bisect_left(self.last_offsets, fetch_offset)
+        end = start + len(list(takewhile(upper.__gt__, islice(self.stable_offsets, start, None))))
+        stop = end < len(self)
+        end += stop  # the one whose last stable offset reached upper is looked at too
+        firsts = self.first_offsets[start:end]
+        out.extend(compress(zip(self.producer_ids[start:end], firsts), map(upper.__gt__, firsts)))
+        return stop
 
     # ---- stored with the ledger
 

@@ -16,6 +16,7 @@ class IndexCache:
         self.hits = 0
         self.misses = 0
         self._entries: OrderedDict[tuple[int, int], LedgerAborts] = OrderedDict()
+        self._ledgers: dict[int, set[int]] = {}  # owner -> its ledgers cached
         self._owners = itertools.count()
 
     def new_owner(self) -> int:
@@ -36,19 +37,23 @@ class IndexCache:
         if aborts.nbytes > self.max_bytes:
             return
         self._entries[(owner, ledger_id)] = aborts
+        self._ledgers.setdefault(owner, set()).add(ledger_id)
         self.bytes += aborts.nbytes
         while self.bytes > self.max_bytes:
-            _, evicted = self._entries.popitem(last=False)
-            self.bytes -= evicted.nbytes
+            self.discard(*next(iter(self._entries)))
 
     def discard(self, owner: int, ledger_id: int) -> None:
         aborts = self._entries.pop((owner, ledger_id), None)
         if aborts is not None:
             self.bytes -= aborts.nbytes
+            ledgers = self._ledgers[owner]
+            ledgers.discard(ledger_id)
+            if not ledgers:
+                del self._ledgers[owner]
 
     def discard_owner(self, owner: int) -> None:
-        for key in [key for key in self._entries if key[0] == owner]:
-            self.discard(*key)
+        for ledger_id in list(self._ledgers.get(owner, ())):
+            self.discard(owner, ledger_id)
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -12,7 +12,7 @@ import time
 from bisect import bisect_left, insort
 
 from kop.ledger import ManagedLedger, ManagedLedgerError
-from kop.transactions.aborted_index import AbortedTxn, IndexSummary, LedgerAborts
+from kop.transactions.aborted_index import AbortedTxn, IndexSummary, LedgerAborts, Listed
 from kop.transactions.index_cache import IndexCache
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,12 @@ class LedgerIndexes:
         if ledger_id not in self._stored and ledger_id not in self._memory and len(aborts):
             self._memory[ledger_id] = aborts
             insort(self._ids, ledger_id)
+
+    @property
+    def holds_any(self) -> bool:
+        """Whether any ledger has an aborted transaction indexed (a fetch from a partition with none looks nothing
+        up)."""
+        return bool(self._ids)
 
     def in_memory(self) -> dict[int, LedgerAborts]:
         """The indexes not stored yet, by ledger id (what a snapshot keeps)."""
@@ -118,12 +124,12 @@ class LedgerIndexes:
 
     # ---- lookups
 
-    async def collect(self, first_ledger_id: int, fetch_offset: int, upper: int) -> list[AbortedTxn]:
+    async def collect(self, first_ledger_id: int, fetch_offset: int, upper: int) -> list[Listed]:
         """The aborted transactions a fetch returning [fetch_offset, upper) lists, in marker order: those whose
         marker is at or after fetch_offset (so in the ledger first_ledger_id, which holds fetch_offset, or a later
         one) and whose first offset is below upper, up to the first aborted with the last stable offset at or past
         upper. Raises ManagedLedgerError or OSError when a stored index it needs cannot be read."""
-        out: list[AbortedTxn] = []
+        out: list[Listed] = []
         for ledger_id in self._ids[bisect_left(self._ids, first_ledger_id):]:
             aborts = self._memory.get(ledger_id)
             if aborts is None:

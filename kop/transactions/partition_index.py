@@ -16,7 +16,7 @@ import logging
 from collections.abc import Mapping
 
 from kop.ledger import ManagedLedger, Position
-from kop.transactions.aborted_index import AbortedTxn, LedgerAborts
+from kop.transactions.aborted_index import AbortedTxn, LedgerAborts, Listed
 from kop.transactions.index_cache import IndexCache
 from kop.transactions.ledger_indexes import LedgerIndexes
 from protocol.records import control_marker, iter_records, split_batches
@@ -64,9 +64,10 @@ class PartitionTransactions:
     def oldest_open_offset(self) -> int | None:
         return min(self.open.values(), default=None)
 
-    async def aborted_between(self, first_ledger_id: int, fetch_offset: int, upper: int) -> list[AbortedTxn]:
-        """Aborted transactions a fetch returning [fetch_offset, upper) must list: their marker at or after
-        fetch_offset (held by ledger first_ledger_id or a later one) and their first offset below upper."""
+    async def aborted_between(self, first_ledger_id: int, fetch_offset: int, upper: int) -> list[Listed]:
+        """Aborted transactions a fetch returning [fetch_offset, upper) must list, as (producer id, first offset):
+        their marker at or after fetch_offset (held by ledger first_ledger_id or a later one) and their first offset
+        below upper."""
         return await self.indexes.collect(first_ledger_id, fetch_offset, upper)
 
     def forget_before(self, offset: int) -> None:
