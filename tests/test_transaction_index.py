@@ -1,7 +1,8 @@
 """The aborted-transaction index kept with each ledger: its stored form and cache, and the lookups of a partition
 whose transactions span many ledger rolls, compared with one list of every aborted transaction searched as Kafka
 searches its segments' indexes (as the partition searched its single list before the index was kept by ledger):
-live, after a crash and a reload (with index writes failing before it), with a cold cache, and after retention."""
+live, after a crash and a reload (with index writes failing before it), with a cold cache, after retention and after
+compaction."""
 import asyncio
 import random
 import time
@@ -10,6 +11,7 @@ from bisect import bisect_left
 import pytest
 
 from dedup import DedupConfig
+from kop.compaction.rewrite import CompactionJob, compact
 from kop.ledger import FileManagedLedger, LedgerConfig
 from kop.partition import PartitionLog
 from kop.transactions.aborted_index import AbortedTxn, DamagedIndex, LedgerAborts
@@ -77,8 +79,8 @@ def open_partition(path, cache: IndexCache | None = None) -> PartitionLog:
     return PartitionLog("t", 0, ledger, DedupConfig(), index_cache=cache, max_aborted_per_ledger=CAP)
 
 
-def batch(producer_id: int = -1, sequence: int = -1):
-    records = [Record(offset=0, timestamp=1_700_000_000_000, key=None, value=b"v")]
+def batch(producer_id: int = -1, sequence: int = -1, key: bytes | None = None):
+    records = [Record(offset=0, timestamp=1_700_000_000_000, key=key, value=b"v")]
     return split_batches(build_batch(records, producer_id=producer_id, producer_epoch=0, base_sequence=sequence,
                                      transactional=producer_id >= 0))[0]
 
@@ -265,5 +267,40 @@ async def test_a_snapshot_of_the_single_list_is_read_by_ledger(tmp_path):
     assert await partition.load_transactions() == 0
     assert await partition.transactions.indexes.listed() == aborted
     assert len(partition.ledger.txn_indexed_ledgers()) > 5
+    assert await lookups(partition) == answers
+    await partition.close()
+
+
+async def test_lookups_and_stored_indexes_are_the_same_after_compaction_rewrites_the_ledgers(tmp_path):
+    """The cleaner rewrites closed ledgers in place (same ids and offsets, transactional and control batches whole):
+    each ledger's stored index stays true, is kept, and answers as before, also after a reload."""
+    partition = open_partition(tmp_path)
+    await partition.apply_dedup_policy(False)
+    await partition.expect_transactions()
+    rng = random.Random(11)
+    for sequence in range(40):  # a transaction of producer 5 around plain records of a few keys, most aborted
+        assert (await partition.publish_normal(*batch(5, sequence))).error == ErrorCode.NONE
+        assert (await partition.publish_normal(*batch(key=b"k%d" % rng.randrange(3)))).error == ErrorCode.NONE
+        assert (await partition.publish_control(5, 0, commit=sequence % 4 == 0)).error == ErrorCode.NONE
+    await partition.transactions.indexes.wait_writes()
+    aborted = await partition.transactions.indexes.listed()
+    answers = await lookups(partition)
+    stored = {path.name: path.read_bytes() for path in tmp_path.glob("*.txnindex")}
+    assert len(aborted) == 30 and len(stored) >= 5  # control: aborts stored with many closed ledgers
+
+    ledger = partition.ledger
+    result = compact(CompactionJob("t-0", "test", tuple(ledger.closed_ledgers()), 0, ledger.config.max_entry_bytes,
+                                   False))
+    assert result.records_removed > 0 and all(ledger.install_compacted(r) for r in result.rewritten)
+    assert result.rewritten  # control: ledgers were rewritten and installed
+    assert {path.name: path.read_bytes() for path in tmp_path.glob("*.txnindex")} == stored
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in aborted] == aborts_in_log(partition)
+    assert await partition.transactions.indexes.listed() == aborted
+    assert await lookups(partition) == answers
+    await partition.close()
+
+    partition = open_partition(tmp_path, IndexCache(max_bytes=0))  # every lookup reads the stored indexes
+    assert await partition.load_transactions() == 0
+    assert await partition.transactions.indexes.listed() == aborted
     assert await lookups(partition) == answers
     await partition.close()
