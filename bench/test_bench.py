@@ -191,3 +191,13 @@ def test_snapshot_rebuild_finds_every_stored_snapshot_thinned_to_the_cache():
     assert seconds > 0 and cached == 2  # two markers stored, both found
     seconds, cached = asyncio.run(snapshot_rebuild.rebuild_seconds(20 * snapshot_rebuild.EVERY))
     assert cached == snapshot_rebuild.SETTINGS.max_cached  # twenty found, thinned to the cache's size
+
+
+def test_txn_index_benchmark_measures_both_probes_on_what_it_wrote():
+    from bench import txn_index
+    state = asyncio.run(txn_index.probe(300))  # every lookup lists something; all 300 aborts found again
+    assert state["count"] == 300 and state["state_bytes"] > 0 and state["snapshot_end_bytes"] > 0
+    consumed = txn_index.consume_probe(200, rounds=1)  # read_committed gets the 200 committed records of 400
+    assert [(r["isolation"], r["records"]) for r in consumed["reads"]] == [("read_uncommitted", 400),
+                                                                           ("read_committed", 200)]
+    assert "now" in txn_index.consume_table([consumed], {consumed["tree"]: "now"}).text()

@@ -10,7 +10,6 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import compress, islice, takewhile
 
 import crc32c
 
@@ -91,15 +90,14 @@ class LedgerAborts:
     def collect(self, fetch_offset: int, upper: int, out: list[Listed]) -> bool:
         """Append to out, in marker order, the transactions a fetch returning [fetch_offset, upper) must list: their
         marker at or after fetch_offset and their first offset below upper. True once one of them was aborted with
-        the last stable offset at or past upper: no later abort can start below upper, the lookup is over.
-        (itertools, not a loop: a fetch of small batches can list thousands.)"""
-        start = bisect_left(self.last_offsets, fetch_offset)
-        end = start + len(list(takewhile(upper.__gt__, islice(self.stable_offsets, start, None))))
-        stop = end < len(self)
-        end += stop  # the one whose last stable offset reached upper is looked at too
-        firsts = self.first_offsets[start:end]
-        out.extend(compress(zip(self.producer_ids[start:end], firsts), map(upper.__gt__, firsts)))
-        return stop
+        the last stable offset at or past upper: no later abort can start below upper, the lookup is over."""
+        producer_ids, firsts, stables = self.producer_ids, self.first_offsets, self.stable_offsets
+        for i in range(bisect_left(self.last_offsets, fetch_offset), len(self)):
+            if firsts[i] < upper:
+                out.append((producer_ids[i], firsts[i]))
+            if stables[i] >= upper:
+                return True
+        return False
 
     # ---- stored with the ledger
 
