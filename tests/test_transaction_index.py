@@ -152,6 +152,16 @@ async def lookups(partition: PartitionLog, every: int = 1) -> dict[tuple[int, in
     return answers
 
 
+async def written(path, seed: int, steps: int) -> tuple[PartitionLog, list[AbortedTxn], dict]:
+    """A partition of write_transactions' aborted transactions over many ledgers: it, its aborts (as its indexes
+    list them) and its lookups' answers."""
+    partition = open_partition(path)
+    await partition.apply_dedup_policy(False)
+    await partition.expect_transactions()
+    await write_transactions(partition, random.Random(seed), steps, fail_writes=False)
+    return partition, await partition.transactions.indexes.listed(), await lookups(partition)
+
+
 async def crash(partition: PartitionLog) -> None:
     """Stop as a kill -9 would, once the writes begun are done: no snapshot at close, no index write after."""
     await partition.transactions.indexes.wait_writes()
@@ -245,12 +255,7 @@ async def test_a_ledger_whose_index_was_not_stored_is_rebuilt_from_the_snapshot_
 async def test_a_snapshot_of_the_single_list_is_read_by_ledger(tmp_path):
     """A partition written before the index was kept by ledger: its snapshot lists every aborted transaction at
     once (version 1). The load puts each in the index of the ledger holding its marker, and stores them."""
-    partition = open_partition(tmp_path)
-    await partition.apply_dedup_policy(False)
-    await partition.expect_transactions()
-    await write_transactions(partition, random.Random(7), 120, fail_writes=False)
-    aborted = await partition.transactions.indexes.listed()
-    answers = await lookups(partition)
+    partition, aborted, answers = await written(tmp_path, seed=7, steps=120)
     version_1 = {"txn.version": "1", "txn.end": str(partition.high_watermark),
                  "txn.open": ",".join(f"{p}:{f}" for p, f in partition.transactions.open.items()),
                  "txn.aborted": ";".join(f"{t.producer_id}:{t.first_offset}:{t.last_offset}:{t.last_stable_offset}"
@@ -303,4 +308,50 @@ async def test_lookups_and_stored_indexes_are_the_same_after_compaction_rewrites
     assert await partition.load_transactions() == 0
     assert await partition.transactions.indexes.listed() == aborted
     assert await lookups(partition) == answers
+    await partition.close()
+
+
+async def write_and_close(tmp_path) -> tuple[list[AbortedTxn], dict, list[int]]:
+    """A partition of aborted transactions over many ledgers, closed cleanly: its aborts, its lookups' answers and
+    the ledgers whose index is stored (and the open ledger's, in memory and in the last snapshot)."""
+    partition, aborted, answers = await written(tmp_path, seed=5, steps=200)
+    await partition.close()
+    return aborted, answers, partition.ledger.txn_indexed_ledgers() + list(partition.transactions.indexes.in_memory())
+
+
+def identities(aborted: list[AbortedTxn]) -> list[tuple[int, int, int]]:
+    return [(t.producer_id, t.first_offset, t.last_offset) for t in aborted]
+
+
+async def test_a_stored_index_gone_missing_is_rebuilt_from_the_log_at_load(tmp_path):
+    aborted, answers, stored = await write_and_close(tmp_path)
+    assert len(stored) >= 5  # control: many ledgers' indexes stored, before the clean close's snapshot
+    for ledger_id in stored[1:4]:
+        (tmp_path / f"{ledger_id}.txnindex").unlink()
+
+    partition = open_partition(tmp_path, IndexCache(max_bytes=0))
+    assert await partition.load_transactions() == 0  # its snapshot is at its last entry: no entry after it
+    assert partition.ledger.txn_indexed_ledgers() == stored  # rebuilt and stored again (the open one's stored too)
+    assert identities(await partition.transactions.indexes.listed()) == identities(aborted) == \
+        aborts_in_log(partition)
+    assert await lookups(partition) == answers
+    await partition.close()
+
+
+async def test_a_damaged_stored_index_is_rebuilt_from_the_log_when_a_fetch_reads_it(tmp_path):
+    aborted, answers, stored = await write_and_close(tmp_path)
+    damaged = tmp_path / f"{stored[2]}.txnindex"
+    data = bytearray(damaged.read_bytes())
+    data[20] ^= 1
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(DamagedIndex):  # control: it fails its CRC
+        LedgerAborts.decode(damaged.read_bytes())
+
+    partition = open_partition(tmp_path, IndexCache(max_bytes=0))  # every lookup reads the stored indexes
+    assert await partition.load_transactions() == 0
+    assert await lookups(partition) == answers
+    await partition.transactions.indexes.wait_writes()
+    assert identities(LedgerAborts.decode(damaged.read_bytes())) == \
+        [t for t in identities(aborted) if partition.ledger.position_of_index(t[2]).ledger_id == stored[2]]
+    assert partition.ledger.txn_indexed_ledgers() == stored and partition.transactions.indexes.in_memory() == {}
     await partition.close()

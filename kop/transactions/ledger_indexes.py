@@ -5,14 +5,16 @@ memory. A lookup reads the stored indexes it needs through the broker's index ca
 shows they hold nothing for it; retention deletes an index with its ledger.
 
 A stored index whose write fails stays in memory and in the snapshots, and is written again later (at most every
-RETRY_SECONDS)."""
+RETRY_SECONDS). One found damaged when read (its CRC fails) is rebuilt from the log, then kept in memory and written
+again the same way."""
 import asyncio
 import logging
 import time
 from bisect import bisect_left, insort
+from collections.abc import Awaitable, Callable
 
 from kop.ledger import ManagedLedger, ManagedLedgerError
-from kop.transactions.aborted_index import AbortedTxn, IndexSummary, LedgerAborts, Listed
+from kop.transactions.aborted_index import AbortedTxn, DamagedIndex, IndexSummary, LedgerAborts, Listed
 from kop.transactions.index_cache import IndexCache
 
 log = logging.getLogger(__name__)
@@ -21,12 +23,15 @@ RETRY_SECONDS = 5.0
 
 
 class LedgerIndexes:
-    def __init__(self, ledger: ManagedLedger, cache: IndexCache, log_name: str) -> None:
+    def __init__(self, ledger: ManagedLedger, cache: IndexCache, log_name: str,
+                 rebuild: Callable[[list[int]], Awaitable[dict[int, LedgerAborts]]]) -> None:
+        """rebuild: ledgers' indexes rebuilt from the log (for one stored damaged)."""
         self._ledger = ledger
+        self._rebuild = rebuild
         self._cache = cache
         self._owner = cache.new_owner()
-        self._log_name = log_name
-        self._memory: dict[int, LedgerAborts] = {}  # not stored yet, by ledger id, ascending
+        self.log_name = log_name
+        self._memory: dict[int, LedgerAborts] = {}  # not stored yet, by ledger id
         self._stored: dict[int, IndexSummary | None] = {}  # stored: their summary, once known
         self._ids: list[int] = []  # the ledgers of both, ascending
         self._writing: dict[int, asyncio.Task] = {}
@@ -54,7 +59,7 @@ class LedgerIndexes:
         return len(aborts)
 
     def adopt(self, ledger_id: int, aborts: LedgerAborts) -> None:
-        """Take a ledger's index from a snapshot, unless it is stored already."""
+        """Take a ledger's index from a snapshot or a rebuild, unless it is stored already."""
         if ledger_id not in self._stored and ledger_id not in self._memory and len(aborts):
             self._memory[ledger_id] = aborts
             insort(self._ids, ledger_id)
@@ -64,6 +69,10 @@ class LedgerIndexes:
         """Whether any ledger has an aborted transaction indexed (a fetch from a partition with none looks nothing
         up)."""
         return bool(self._ids)
+
+    def stored_ids(self) -> list[int]:
+        """The ledgers whose index is stored (what a snapshot lists, so a load can tell one has gone missing)."""
+        return sorted(self._stored)
 
     def in_memory(self) -> dict[int, LedgerAborts]:
         """The indexes not stored yet, by ledger id (what a snapshot keeps)."""
@@ -88,11 +97,10 @@ class LedgerIndexes:
 
     def store_closed(self, before_ledger_id: int) -> None:
         """Every entry of the ledgers before before_ledger_id is stored: write their indexes (in the background)."""
-        if not self._memory or next(iter(self._memory)) >= before_ledger_id:
+        closed = [i for i in self._memory if i < before_ledger_id and i not in self._writing]
+        if not closed or (self._retry_at and time.monotonic() < self._retry_at):
             return
-        if self._retry_at and time.monotonic() < self._retry_at:
-            return
-        for ledger_id in [i for i in self._memory if i < before_ledger_id and i not in self._writing]:
+        for ledger_id in closed:
             self._writing[ledger_id] = asyncio.ensure_future(self._store(ledger_id))
 
     async def store_all_closed(self, before_ledger_id: int) -> None:
@@ -112,7 +120,7 @@ class LedgerIndexes:
         except (ManagedLedgerError, OSError, ValueError) as exc:
             self._retry_at = time.monotonic() + RETRY_SECONDS
             log.warning("%s: aborted-transaction index of ledger %d not stored (%s); kept in memory and in the "
-                        "snapshots, written again later", self._log_name, ledger_id, exc)
+                        "snapshots, written again later", self.log_name, ledger_id, exc)
             return
         finally:
             self._writing.pop(ledger_id, None)
@@ -167,7 +175,17 @@ class LedgerIndexes:
         data = await self._ledger.read_txn_index(ledger_id)
         if data is None:  # deleted with its ledger since the lookup began
             return LedgerAborts()
-        aborts = LedgerAborts.decode(data)
+        try:
+            aborts = LedgerAborts.decode(data)
+        except DamagedIndex as exc:
+            log.warning("%s: aborted-transaction index of ledger %d is damaged (%s); rebuilding it from the log",
+                        self.log_name, ledger_id, exc)
+            aborts = (await self._rebuild([ledger_id]))[ledger_id]
+            if ledger_id in self._stored:  # not deleted with its ledger meanwhile: written again as one not stored yet
+                del self._stored[ledger_id]
+                self._memory[ledger_id] = aborts
+                self._writing[ledger_id] = asyncio.ensure_future(self._store(ledger_id))
+            return aborts
         if ledger_id in self._stored:
             self._stored[ledger_id] = aborts.summary()
             self._cache.put(self._owner, ledger_id, aborts)

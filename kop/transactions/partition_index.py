@@ -11,8 +11,12 @@ the position of the entry it covers up to: the open transactions and the indexes
 loads starts from the snapshot, reads only the entries after it (the whole log when there is none yet), as dedup
 recovery does, then stores the indexes of the ledgers those entries are in: every ledger is closed at load, the engine
 starts a new one. So after a kill -9 the index of the ledger that was being written, or closed, is rebuilt from the
-snapshot and that ledger's entries after it."""
+snapshot and that ledger's entries after it. A stored index that has gone missing (the snapshot lists the ledgers
+whose index was stored) or is found damaged is rebuilt from the log: its transactional batches from the log start
+through that ledger, replayed into a scratch state."""
+import asyncio
 import logging
+import sys
 from collections.abc import Mapping
 
 from kop.ledger import ManagedLedger, Position
@@ -27,6 +31,7 @@ REBUILD_READ_BYTES = 4 << 20
 DEFAULT_MAX_ABORTED_PER_LEDGER = 10_000
 SNAPSHOT_VERSION = "2"  # version 1 (one list of every aborted transaction, no ledgers) is read too
 ABORTED_KEY = "txn.aborted."  # + ledger id: that ledger's index, not stored yet
+STORED_KEY = "txn.stored"  # the ledgers whose index was stored, joined by ","
 
 
 class PartitionTransactions:
@@ -34,7 +39,8 @@ class PartitionTransactions:
                  max_aborted_per_ledger: int = DEFAULT_MAX_ABORTED_PER_LEDGER, log_name: str = "") -> None:
         self._ledger = ledger
         self.open: dict[int, int] = {}  # producer id -> first offset of its open transaction
-        self.indexes = LedgerIndexes(ledger, cache if cache is not None else IndexCache(), log_name or ledger.name)
+        self.indexes = LedgerIndexes(ledger, cache if cache is not None else IndexCache(), log_name or ledger.name,
+                                     self.rebuild_indexes)
         self.max_aborted_per_ledger = max_aborted_per_ledger
 
     def on_data(self, producer_id: int, base_offset: int) -> None:
@@ -82,7 +88,8 @@ class PartitionTransactions:
         ledger since are left out. Open transactions as "pid:first" joined by ","; each index not stored yet under
         its ledger's key (LedgerAborts.to_text)."""
         opened = ",".join(f"{pid}:{first}" for pid, first in self.open.items() if first < end_offset)
-        properties = {"txn.version": SNAPSHOT_VERSION, "txn.end": str(end_offset), "txn.open": opened}
+        properties = {"txn.version": SNAPSHOT_VERSION, "txn.end": str(end_offset), "txn.open": opened,
+                      STORED_KEY: ",".join(map(str, self.indexes.stored_ids()))}
         for ledger_id, aborts in self.indexes.in_memory().items():
             properties[f"{ABORTED_KEY}{ledger_id}"] = aborts.to_text()
         return properties
@@ -131,12 +138,26 @@ class PartitionTransactions:
             # Entries after the snapshot are gone (DeleteRecords past it: retention keeps them). A transaction open
             # at the snapshot whose first batch went may have ended among them: it must not come back open, for ever.
             self.open = {pid: first for pid, first in self.open.items() if first >= ledger.start_index}
-        offset, end, read = max(ledger.start_index, start or 0), ledger.confirmed_end_index, 0
+        read = await self._replay(max(ledger.start_index, start or 0))
+        self.forget_before(ledger.start_index)
+        if snapshot and start is not None:
+            await self._rebuild_missing(snapshot.get(STORED_KEY, ""))
+        await self.indexes.store_all_closed(ledger.internal_stats().current_ledger_id)
+        return read
+
+    async def _replay(self, offset: int, through_ledger_id: int = sys.maxsize) -> int:
+        """Take the transactional batches of the stored entries from offset on, up to the end of ledger
+        through_ledger_id: the header of each batch, and each marker's one record. Returns how many entries were
+        read."""
+        ledger, read = self._ledger, 0
+        end = ledger.confirmed_end_index
         while offset < end:
             entries = ledger.read_from_index(offset, REBUILD_READ_BYTES)
             if not entries:
                 break
             for entry in entries:
+                if entry.position.ledger_id > through_ledger_id:
+                    return read
                 for header, view in split_batches(entry.data):
                     if not header.is_transactional:
                         continue
@@ -148,9 +169,32 @@ class PartitionTransactions:
                         self.on_data(header.producer_id, header.base_offset)
                 read += 1
             offset = entries[-1].first_index + entries[-1].span
-        self.forget_before(ledger.start_index)
-        await self.indexes.store_all_closed(ledger.internal_stats().current_ledger_id)
+            await asyncio.sleep(0)  # a long log: other partitions' work goes on between reads
         return read
+
+    async def rebuild_indexes(self, ledger_ids: list[int]) -> dict[int, LedgerAborts]:
+        """The indexes of these ledgers rebuilt from the log (their stored ones are missing or damaged), in one
+        replay from the log start. Each transaction is listed with its producer, first offset and marker as
+        before; its last stable offset may be lower than the one noted live (at most the marker's offset + 1),
+        which only lets a lookup stop later, listing the same ones."""
+        scratch = PartitionTransactions(self._ledger, IndexCache(0), sys.maxsize, f"{self.indexes.log_name} rebuild")
+        await scratch._replay(self._ledger.start_index, max(ledger_ids))
+        return {ledger_id: scratch.indexes.in_memory().get(ledger_id, LedgerAborts()) for ledger_id in ledger_ids}
+
+    async def _rebuild_missing(self, listed: str) -> None:
+        """Rebuild the indexes a snapshot lists as stored whose ledger is still there but whose index is not."""
+        held = {stats.ledger_id for stats in self._ledger.internal_stats().ledgers}
+        present = set(self._ledger.txn_indexed_ledgers()) | set(self.indexes.in_memory())
+        try:
+            missing = sorted({int(i) for i in listed.split(",") if i} & held - present)
+        except ValueError:
+            log.warning("%s: the transaction snapshot's list of stored indexes is damaged", self.indexes.log_name)
+            return
+        if missing:
+            log.warning("%s: the aborted-transaction indexes of ledgers %s are missing; rebuilding them from the log",
+                        self.indexes.log_name, missing)
+            for ledger_id, aborts in (await self.rebuild_indexes(missing)).items():
+                self.indexes.adopt(ledger_id, aborts)
 
     async def close(self) -> None:
         await self.indexes.close()
