@@ -3,24 +3,31 @@ transactional producers interleave transactions, committed and aborted, over man
 aborts a ledger holds); confluent-kafka and the Java client read the topic read_committed, and raw Fetch requests
 sweep it offset by offset, with small and large byte limits. Every answer is checked against the aborted
 transactions read from the log itself, and must be the same after kill -9 and a restart: once with the index writes
-of the ledgers closed last failing before the kill (the restart rebuilds them from those ledgers), once with the
-open ledger's index only in memory and in the snapshot."""
+of the ledgers closed last failing before the kill (the restart rebuilds them from those ledgers), once with one
+stored index removed and another damaged while the broker was down (rebuilt from the log at load and when a fetch
+reads it), once with the open ledger's index only in memory and in the snapshot."""
+import asyncio
+import os
 import random
+import time
 
 import pytest
 from confluent_kafka import Producer
 from kafka.protocol.consumer import FetchResponse
 
+from integration.broker_process import storage_options
 from integration.fetch_requests import FETCH_VERSION, fetch_request
 from integration.idem_raw import RawKafka
 from integration.java_client import java_available, java_read_to_end, java_unavailable_reason
 from integration.test_dedup_policies import internal_stats
 from integration.test_dedup_recovery import failpoint
 from integration.txn_clients import READ_COMMITTED, ck_read_to_end, values
+from kop.transactions.aborted_index import DamagedIndex, LedgerAborts
 from protocol.errors import ErrorCode
 from protocol.records import control_marker, iter_records, split_batches
 
 TOPIC = "txn-index"
+LEDGER = f"public/default/{TOPIC}-partition-0"  # its managed ledger's name (under ledgers/ on the file engine)
 BROKER_CONFIG = {"adminFailpointsEnabled": "true", "transaction.index.max.aborted.per.ledger": "2"}
 TOPIC_CONFIGS = {"segment.bytes": "400"}  # a few entries a ledger
 FETCH_LIMITS = (1, 1 << 20)  # one batch (KIP-74: the first is returned whatever its size), or to the end
@@ -161,6 +168,77 @@ def check_after_restart(broker, before: dict, answers: dict, writer: Interleaved
     readers_see_only_committed(broker, writer, java)
 
 
+class StoredIndexes:
+    """The partition's stored indexes as the broker's engine keeps them (read and replaced while it is down): the
+    .txnindex files, or the txn_index column of its kop_ledger rows."""
+
+    def __init__(self, broker) -> None:
+        options = storage_options(broker.data_dir)
+        self.url = options[1] if options else None
+        self.directory = os.path.join(broker.data_dir, "ledgers", LEDGER)
+
+    def get(self, ledger_id: int) -> bytes | None:
+        if self.url is None:
+            path = os.path.join(self.directory, f"{ledger_id}.txnindex")
+            return open(path, "rb").read() if os.path.exists(path) else None
+        return self._sql("SELECT txn_index FROM kop_ledger WHERE name = $1 AND ledger_id = $2", ledger_id)
+
+    def put(self, ledger_id: int, data: bytes | None) -> None:
+        if self.url is None:
+            path = os.path.join(self.directory, f"{ledger_id}.txnindex")
+            if data is None:
+                os.unlink(path)
+            else:
+                with open(path, "wb") as f:
+                    f.write(data)
+        else:
+            self._sql("UPDATE kop_ledger SET txn_index = $3 WHERE name = $1 AND ledger_id = $2", ledger_id, data)
+
+    def _sql(self, query: str, *args):
+        import asyncpg
+
+        async def run():
+            conn = await asyncpg.connect(self.url)
+            try:
+                return await conn.fetchval(query, LEDGER, *args)
+            finally:
+                await conn.close()
+        return asyncio.run(run())
+
+
+def listed(data: bytes) -> list[tuple[int, int, int]]:
+    """A stored index's transactions: (producer id, first offset, marker offset) (a rebuild may note lower last
+    stable offsets)."""
+    return [(t.producer_id, t.first_offset, t.last_offset) for t in LedgerAborts.decode(data)]
+
+
+def damage_two_indexes_and_check_rebuilt(broker, answers: dict, writer: InterleavedTransactions) -> None:
+    """Down, one stored index removed and another damaged: the restart rebuilds the first at load, a fetch that
+    reads the second rebuilds it, both stored again; every answer is the same."""
+    stored_ledgers = index_state(broker)["storedLedgers"]
+    broker.kill()
+    indexes = StoredIndexes(broker)
+    missing, damaged = stored_ledgers[1], stored_ledgers[-2]
+    good = {ledger_id: indexes.get(ledger_id) for ledger_id in (missing, damaged)}
+    indexes.put(missing, None)
+    flipped = bytearray(good[damaged])
+    flipped[len(flipped) // 2] ^= 1
+    indexes.put(damaged, bytes(flipped))
+    assert indexes.get(missing) is None  # control: the faults are in place
+    with pytest.raises(DamagedIndex):
+        LedgerAborts.decode(indexes.get(damaged))
+    broker.start()
+    assert listed(indexes.get(missing)) == listed(good[missing])  # rebuilt at load
+    assert sweep(broker) == answers
+    for _ in range(100):  # the rebuilt index is stored in the background
+        if (data := indexes.get(damaged)) != bytes(flipped):
+            break
+        time.sleep(0.1)
+    assert listed(data) == listed(good[damaged])  # rebuilt when read, stored again
+    assert index_state(broker)["storedLedgers"] == stored_ledgers
+    readers_see_only_committed(broker, writer, java=False)
+
+
 def run_scenario(start_broker, java: bool) -> None:
     broker = start_broker(BROKER_CONFIG)
     with RawKafka(broker.port) as kafka:
@@ -184,6 +262,7 @@ def run_scenario(start_broker, java: bool) -> None:
     broker.start()
     check_after_restart(broker, before, answers, writer, java)
     if not java:
+        damage_two_indexes_and_check_rebuilt(broker, answers, writer)
         return
 
     writer.rounds(30)  # the same producers, reconnected
