@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 LISTEN ?= 127.0.0.1:9092
 DATA ?= ./data
 
-.PHONY: run test test-slow test-fast test-postgres postgres fuzz faketime soak bench proto compat compat-quick java kcat clean pipeline-demo
+.PHONY: run test test-slow test-fast test-postgres postgres fuzz fuzz-atheris faketime soak bench bench-quick proto compat compat-quick java kcat clean pipeline-demo
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,11 +62,18 @@ test-slow: $(VENV)/.test-installed java
 test-fast: $(VENV)/.test-installed
 	$(PY) -m pytest -q tests
 
-# The fuzzing properties of tests/test_fuzz.py (request decoder, record-batch validator, codecs) at length: make test
-# runs them with a few hundred examples each, this with FUZZ_EXAMPLES.
+# The fuzzing properties of tests/test_fuzz.py (request decoder, record-batch validator, codecs, SASL messages, admin
+# credentials) at length: make test runs them with a few hundred examples each, this with FUZZ_EXAMPLES.
 FUZZ_EXAMPLES ?= 20000
 fuzz: $(VENV)/.test-installed
 	KOP_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py
+
+# The same oracles under atheris, coverage-guided (python -m fuzz): each target (or FUZZ_TARGETS) for FUZZ_SECONDS,
+# growing its corpus in build/fuzz/TARGET; an input that breaks an oracle or hangs is saved there and fails the run.
+FUZZ_SECONDS ?= 300
+fuzz-atheris: $(VENV)/.test-installed
+	$(PIP) install -q -e '.[fuzz]'
+	$(PY) -m fuzz --seconds $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # The nemesis soak: idempotent producers, a consumer group of every client and a transactional producer through a
 # seeded schedule of random faults (cuts, kill -9, SIGSTOP, a full disk when a tmpfs can be mounted, policy flips).
@@ -81,6 +88,11 @@ pipeline-demo: $(VENV)/.test-installed java
 
 bench: $(VENV)/.test-installed
 	$(PY) -m bench.run
+
+# The produce path beside an older commit's (main by default), as new/old ratios measured in the same run (~5 min).
+BENCH_AGAINST ?= main
+bench-quick: $(VENV)/.test-installed
+	$(PY) -m bench.quick --against $(BENCH_AGAINST)
 
 proto: $(VENV)/.installed
 	$(PIP) install -q grpcio-tools==1.85.1

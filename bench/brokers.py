@@ -1,6 +1,8 @@
 """Benchmark brokers: a fresh `kop standalone` process per run, in its own temporary directory, always stopped."""
 import logging
+import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,11 +15,14 @@ RDKAFKA_LOG.setLevel(logging.ERROR)
 
 
 @contextmanager
-def running_broker(config: dict[str, str] | None = None, keep: bool = False) -> Iterator[BrokerProcess]:
+def running_broker(config: dict[str, str] | None = None, keep: bool = False,
+                   tree: str | None = None) -> Iterator[BrokerProcess]:
     """Start a broker with `config` (properties-file keys, e.g. {"fsync": "false"}) on a free port; stop it and
-    delete its data on exit unless keep."""
+    delete its data on exit unless keep. `tree`: run the kop of another source tree (a checkout of another commit)."""
     root = tempfile.mkdtemp(prefix="kop-bench-")
     broker = BrokerProcess(f"{root}/data", config=dict(config or {}))
+    if tree is not None:
+        broker.program = tree_program(tree)
     try:
         broker.start()
         yield broker
@@ -33,3 +38,10 @@ def create_topic(bootstrap: str, name: str, partitions: int, timeout_s: float = 
     for future in admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=timeout_s).values():
         future.result(timeout_s)
     del admin  # closes its connections before the broker may be stopped
+
+
+def tree_program(tree: str) -> tuple[str, ...]:
+    """The command that runs `kop` from the source tree `tree` with this interpreter (and its installed packages)."""
+    code = (f"import runpy, sys; sys.path.insert(0, {os.path.abspath(tree)!r}); sys.argv[0] = 'kop'; "
+            "runpy.run_module('kop.cli', run_name='__main__')")
+    return (sys.executable, "-c", code)

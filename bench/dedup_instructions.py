@@ -19,72 +19,24 @@ import argparse
 import asyncio
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 
-from bench.brokers import RDKAFKA_LOG, create_topic
+from bench import produce_instructions
 from bench.dedup_core import partition_path_us
 from bench.report import Table, fmt
 from bench.stats import interleaved_order, median
-from integration.broker_process import REPO, BrokerProcess
+from integration.broker_process import REPO
 
 PARTITIONS = 4
 
 
-def _callgrind_control(*args: str) -> None:
-    subprocess.run(["callgrind_control", *args], check=True, capture_output=True, timeout=120)
-
-
-def _valgrind(out: str) -> tuple[str, ...]:
-    return ("valgrind", "--tool=callgrind", f"--callgrind-out-file={out}")
-
-
-def _totals(path: str) -> int:
-    with open(path) as f:
-        for line in f:
-            if line.startswith("totals:"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no totals line in {path}")
-
-
 def instructions_per_record(dedup: bool, records: int) -> float:
     """Instructions the broker executes per record, from the first record produced to the last acknowledged."""
-    from confluent_kafka import Producer
-    root = tempfile.mkdtemp(prefix="kop-bench-callgrind-")
-    out = os.path.join(root, "callgrind.out")
-    broker = BrokerProcess(f"{root}/data", config={"fsync": "false", "brokerDeduplicationEnabled": str(dedup).lower()},
-                           program=(*_valgrind(out), "--instr-atstart=no", sys.executable, "-m", "kop.cli"))
-    try:
-        broker.start(timeout=300)
-        create_topic(broker.bootstrap, "bench-instructions", PARTITIONS, timeout_s=120)
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 0,
-                             "enable.idempotence": True, "batch.num.messages": 1, "logger": RDKAFKA_LOG})
-        for p in range(PARTITIONS):  # warm-up outside the count: metadata, connections, the producer id
-            producer.produce("bench-instructions", b"warm-up", partition=p)
-        if producer.flush(120) != 0:
-            raise RuntimeError("warm-up records were not delivered within 120 s")
-        _callgrind_control("--instr=on", str(broker.proc.pid))
-        value = b"x" * 100
-        deadline = time.monotonic() + 900
-        for i in range(records):
-            while True:
-                try:
-                    producer.produce("bench-instructions", value, partition=i % PARTITIONS)
-                    break
-                except BufferError:
-                    producer.poll(0.01)
-        if producer.flush(max(1.0, deadline - time.monotonic())) != 0:
-            raise TimeoutError("records undelivered after 900 s under valgrind")
-        _callgrind_control("--dump=measured", str(broker.proc.pid))  # written as out.1
-        del producer
-        return _totals(f"{out}.1") / records
-    finally:
-        broker.stop(120)
-        shutil.rmtree(root, ignore_errors=True)
+    return produce_instructions.instructions_per_record(
+        {"fsync": "false", "brokerDeduplicationEnabled": str(dedup).lower()}, records)
 
 
 def partition_path_instructions(dedup: bool, batches: int, producers: int = PARTITIONS) -> float:
@@ -92,10 +44,10 @@ def partition_path_instructions(dedup: bool, batches: int, producers: int = PART
     building the batches are counted too: only a difference between two such counts means something."""
     with tempfile.TemporaryDirectory(prefix="kop-bench-callgrind-") as root:
         out = os.path.join(root, "callgrind.out")
-        subprocess.run([*_valgrind(out), sys.executable, "-m", "bench.dedup_instructions", "--inner",
-                        "on" if dedup else "off", "--records", str(batches), "--producers", str(producers)],
+        subprocess.run([*produce_instructions.valgrind(out), sys.executable, "-m", "bench.dedup_instructions",
+                        "--inner", "on" if dedup else "off", "--records", str(batches), "--producers", str(producers)],
                        check=True, capture_output=True, timeout=1800, cwd=REPO)
-        return _totals(out) / batches
+        return produce_instructions.totals(out) / batches
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +65,7 @@ class Counts:
 
 
 def measure(records: int, rounds: int, batches: int, progress=print) -> Counts:
-    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
-        raise SystemExit("valgrind not found (apt-get install valgrind)")
+    produce_instructions.require_valgrind()
     off: list[float] = []
     on: list[float] = []
     for r in range(rounds):

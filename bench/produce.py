@@ -152,21 +152,24 @@ def produce(bootstrap: str, topic: str, spec: ProduceSpec, broker_pid: int) -> P
 
 
 def produce_on_fresh_broker(spec: ProduceSpec, broker_config: dict[str, str] | None = None,
-                            topic: str = "bench-produce") -> ProduceResult:
-    with running_broker(broker_config) as broker:
+                            topic: str = "bench-produce", tree: str | None = None) -> ProduceResult:
+    with running_broker(broker_config, tree=tree) as broker:
         create_topic(broker.bootstrap, topic, spec.partitions)
         return produce(broker.bootstrap, topic, spec, broker.proc.pid)
 
 
 def run_interleaved(specs: Sequence[ProduceSpec], rounds: int, broker_configs: Sequence[dict] | None = None,
-                    progress=print, labels: Sequence[str] | None = None) -> list[list[ProduceResult]]:
-    """results[v][r]: variant v in round r. Round r runs the variants forward or backward (ABBA)."""
+                    progress=print, labels: Sequence[str] | None = None,
+                    trees: Sequence[str | None] | None = None) -> list[list[ProduceResult]]:
+    """results[v][r]: variant v in round r. Round r runs the variants forward or backward (ABBA). `trees`: per
+    variant, another source tree whose kop to run (None: this one)."""
     configs = list(broker_configs) if broker_configs else [{}] * len(specs)
+    trees = list(trees) if trees else [None] * len(specs)
     labels = list(labels) if labels else [s.label for s in specs]
     results: list[list[ProduceResult]] = [[] for _ in specs]
     for r in range(rounds):
         for v in interleaved_order(len(specs), r):
-            result = produce_on_fresh_broker(specs[v], configs[v])
+            result = produce_on_fresh_broker(specs[v], configs[v], tree=trees[v])
             results[v].append(result)
             progress(f"  round {r + 1}/{rounds} {specs[v].shape} {labels[v]}: {result.records_per_s:,.0f} rec/s, "
                      f"broker {result.cpu_s_per_100k:.2f} CPU s/100k")

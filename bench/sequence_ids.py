@@ -5,13 +5,15 @@ them is the broker's cost alone). confluent-kafka, idempotent, acks=all, 4 parti
 variants interleaved round after round (bench.produce).
 
     python -m bench.sequence_ids --records 200000 --rounds 3
+    python -m bench.sequence_ids --against ../kop-main   # also against the kop of another tree, side by side
 """
 import argparse
 from dataclasses import replace
 
 from bench import machine
 from bench.produce import ProduceSpec, run_interleaved, table
-from bench.report import Table
+from bench.report import Table, fmt
+from bench.stats import median, paired_ratios
 
 HEADERS = ("none", "plain", "sequence")
 
@@ -26,15 +28,45 @@ def run(records: int, rounds: int, sizes: list[int]) -> list[Table]:
     return tables
 
 
+def run_against(records: int, rounds: int, sizes: list[int], other: str) -> list[Table]:
+    """The three variants on this tree's kop and on `other`'s, all six interleaved in each round."""
+    trees = {"this tree": None, other: other}
+    tables = []
+    for size in sizes:
+        base = ProduceSpec(records, size, idempotence=True)
+        specs = [replace(base, headers=h) for _ in trees for h in HEADERS]
+        runs = run_interleaved(specs, rounds, trees=[tree for tree in trees.values() for _ in HEADERS],
+                               labels=[f"{label}: {h} headers" for label in trees for h in HEADERS])
+        t = Table(f"sequence ids, {size} B records, two trees side by side ({machine.describe()})",
+                  ["kop", "rec/s none", "rec/s plain", "rec/s sequence", "sequence / plain", "sequence / none",
+                   "CPU µs/rec none", "CPU µs/rec plain", "CPU µs/rec sequence", "CPU sequence / plain"])
+        for i, label in enumerate(trees):
+            none, plain, sequence = runs[3 * i:3 * i + 3]
+            rate = lambda rs: [r.records_per_s for r in rs]  # noqa: E731
+            cpu = lambda rs: [r.cpu_s_per_100k * 10 for r in rs]  # noqa: E731  (s/100k -> µs/record)
+            t.add(label, *(fmt(median(rate(v))) for v in (none, plain, sequence)),
+                  f"{median(paired_ratios(rate(sequence), rate(plain))):.2f}x",
+                  f"{median(paired_ratios(rate(sequence), rate(none))):.2f}x",
+                  *(fmt(median(cpu(v)), 2) for v in (none, plain, sequence)),
+                  f"{median(paired_ratios(cpu(sequence), cpu(plain))):.2f}x")
+        t.notes.append(f"{rounds} rounds, medians of values and of per-round ratios")
+        tables.append(t)
+    return tables
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.sequence_ids", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sizes", default="100,1000", help="record value bytes, comma-separated")
+    parser.add_argument("--against", metavar="TREE", help="also run the kop of another source tree, side by side")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
-    for t in run(args.records, args.rounds, [int(s) for s in args.sizes.split(",")]):
+    sizes = [int(s) for s in args.sizes.split(",")]
+    tables = (run_against(args.records, args.rounds, sizes, args.against) if args.against
+              else run(args.records, args.rounds, sizes))
+    for t in tables:
         print(t.markdown() if args.markdown else t.text())
         print()
     return 0

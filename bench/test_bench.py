@@ -128,6 +128,14 @@ def test_dedup_core_measures_both_variants_over_accepted_batches():
     assert len(dedup_core.table(costs).rows) == 2
 
 
+def test_sequence_path_measures_every_variant_side_by_side():
+    from bench import sequence_path
+    timed = sequence_path.measure_time(records=800, record_bytes=100, rounds=2, batch_records=100,
+                                       progress=lambda _: None)
+    assert set(timed) == set(sequence_path.VARIANTS) and all(len(v) == 2 and min(v) > 0 for v in timed.values())
+    assert len(sequence_path.table(timed, None, "t").rows) == len(sequence_path.VARIANTS)
+
+
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 @pytest.mark.slow  # over 10 s: make test-slow runs it, so make test keeps its budget
 def test_dedup_instructions_counts_more_work_per_batch_with_dedup_on():
@@ -176,13 +184,16 @@ def test_geo_replication_catch_up_and_lag_count_every_record():
     assert sent == received > 0 and 0 < len(lags) < sent and min(lags) > 0
 
 
-def test_fetch_profile_measures_full_and_single_fetches_and_profiles_only_the_full_ones():
+def test_fetch_profile_measures_full_incremental_and_single_fetches_and_profiles_the_many_partition_ones():
     from bench import fetch_profile
     from bench.partitions import Spec
-    figures, profile = fetch_profile.run(Spec(topics=4, partitions=3, producers=2), rounds=3)
-    (full, one) = figures.rows
-    assert full[0] == "12 partitions" and int(full[1].replace(",", "")) > int(one[1].replace(",", ""))
-    assert profile.rows and "per full fetch" in profile.notes[0], profile.text()  # the profiler wrote statistics
+    figures, *profiles = fetch_profile.run(Spec(topics=4, partitions=3, producers=2), rounds=3)
+    (full, incremental, one) = figures.rows
+    answer_bytes = [int(row[1].replace(",", "")) for row in (full, incremental, one)]
+    assert full[0].startswith("full, 12 partitions") and answer_bytes[0] > answer_bytes[2] > answer_bytes[1]
+    assert len(profiles) == 2
+    for profile in profiles:  # the profiler wrote statistics for each series
+        assert profile.rows, profile.text()
 
 
 def test_snapshot_rebuild_finds_every_stored_snapshot_thinned_to_the_cache():
@@ -191,6 +202,20 @@ def test_snapshot_rebuild_finds_every_stored_snapshot_thinned_to_the_cache():
     assert seconds > 0 and cached == 2  # two markers stored, both found
     seconds, cached = asyncio.run(snapshot_rebuild.rebuild_seconds(20 * snapshot_rebuild.EVERY))
     assert cached == snapshot_rebuild.SETTINGS.max_cached  # twenty found, thinned to the cache's size
+
+
+def test_the_quick_comparison_runs_the_older_commit_from_its_own_tree():
+    """bench.quick exports the older commit and starts its broker from there, so `-m kop.cli` imports that kop."""
+    import subprocess
+    import sys
+    from bench import quick
+    with quick.exported("HEAD") as tree:
+        assert os.path.exists(os.path.join(tree, "kop", "cli.py"))
+        where = subprocess.run([sys.executable, "-c", "import kop; print(kop.__file__)"], cwd=tree,
+                               capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+        assert where == os.path.join(tree, "kop", "__init__.py")
+        result = quick.measure(tree, ProduceSpec(200, 100, 4, idempotence=True))
+        assert result.delivered == 200 and result.failed == 0
 
 
 def test_txn_index_benchmark_measures_both_probes_on_what_it_wrote():

@@ -256,8 +256,12 @@ class KafkaProducers:
 
     # -- decide ----------------------------------------------------------------------------------------------------
 
-    def check(self, producer_id: int, producer_epoch: int, base_sequence: int, last_offset_delta: int) -> Decision:
+    def check(self, producer_id: int, producer_epoch: int, base_sequence: int, last_offset_delta: int,
+              gaps_allowed: bool = False) -> Decision:
         """Decide one idempotent batch (producer_id >= 0, not a control batch), in the answer table's order (docs/architecture.md).
+        `gaps_allowed`: a producer known here also from another cluster's replicated batches may be ahead of them
+        (what it wrote there has not arrived yet): a batch after a gap, or a new epoch's first batch past sequence 0,
+        starts it again here instead of OUT_OF_ORDER_SEQUENCE_NUMBER, as for a producer unknown here.
 
         Call it on the event loop: WaitFor and DecideAgain carry futures. Changes nothing; `on_pushed` does.
         """
@@ -288,6 +292,8 @@ class KafkaProducers:
             if early is not None:
                 return early
         if producer is not None and producer_epoch > producer.epoch:
+            if gaps_allowed:
+                return Accept(producer_id, producer_epoch, name, base_sequence, base_sequence + last_offset_delta)
             if base_sequence != 0:
                 return Reject(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                               f"producer {producer_id}: new epoch {producer_epoch} must start at sequence 0, got "
@@ -309,6 +315,8 @@ class KafkaProducers:
         if isinstance(cached, PendingBatch):
             return WaitFor(cached.waiter())
         if first > last_pushed + 1:
+            if gaps_allowed:
+                return Accept(producer_id, producer_epoch, name, first, last)
             return Reject(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                           f"producer {producer_id}: out of order sequence, expected {to_wire(last_pushed + 1)}, got "
                           f"{base_sequence}")

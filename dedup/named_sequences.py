@@ -6,7 +6,9 @@ record is dropped; gaps are allowed.
 A batch is judged in two steps, with no `await` between them and its write: `judge_records` decides every record
 without changing anything (a record whose name has a higher id still in flight makes the whole batch undecidable:
 PIP-6's Unknown), then `commit` pushes the names of the records kept. A name's records in one batch are judged
-against the state before the batch and against each other, in order.
+against the state before the batch and against each other, in order. `judge_run` is the same judgement for the
+usual batch, a producer's next records under one name with rising ids: one look at the state decides it when they
+are all new, and it gives up (None) otherwise, for `judge_records` to decide record by record.
 
 Names live apart from Kafka producers' (`NAME_PREFIX`), in the same maps, snapshots, purge and cap.
 """
@@ -37,7 +39,7 @@ class RecordsDecision:
     the highest id kept (what `commit` pushes, and what the entry records for a replay). `unknown` names a producer
     whose higher id is still being written: nothing is decided, the batch must come again."""
 
-    keep: list[int] = field(default_factory=list)
+    keep: Sequence[int] = field(default_factory=list)
     dropped: list[int] = field(default_factory=list)
     highest: dict[str, int] = field(default_factory=dict)
     unknown: str | None = None
@@ -67,6 +69,23 @@ def judge_records(dedup: MessageDeduplication, records: Sequence[tuple[str | Non
         highest[key] = sequence_id
         keep.append(index)
     return decision
+
+
+def judge_run(dedup: MessageDeduplication, name: str, ids: list[int], count: int) -> RecordsDecision | None:
+    """What `judge_records` decides for a batch of `count` records whose records with the headers all carry `name`
+    with `ids`, if they rise strictly and the first is new: every record kept, the name's highest id the last.
+    None otherwise (some may be duplicates, or in flight): judge them one by one."""
+    first, last = ids[0], ids[-1]
+    if last - first == len(ids) - 1:  # the rule: consecutive ids
+        rising = ids == list(range(first, last + 1))
+    else:
+        rising = ids == sorted(set(ids))
+    if not rising:
+        return None
+    key = NAME_PREFIX + name
+    if dedup.judge(key, first) is not DupStatus.NOT_DUP:
+        return None
+    return RecordsDecision(keep=range(count), highest={key: last})
 
 
 def commit(dedup: MessageDeduplication, decision: RecordsDecision) -> None:

@@ -46,6 +46,7 @@ class BrokerProcess:
     program: tuple[str, ...] = (sys.executable, "-m", "kop.cli")  # or the `kop` console script
     options: tuple[str, ...] = ()  # more `kop standalone` options, e.g. ("--log-format", "json")
     env: dict[str, str] = field(default_factory=dict)  # added to the process's environment (e.g. a fake clock)
+    cwd: str = REPO  # where it runs: `-m kop.cli` imports kop from here (another tree's, to compare commits)
 
     @property
     def bootstrap(self) -> str:
@@ -75,7 +76,7 @@ class BrokerProcess:
             args += ["--config", path]
         self.log_path = os.path.join(os.path.dirname(os.path.abspath(self.data_dir)), f"kop-{self.port}.log")
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(args, cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT,
                                      env={**os.environ, **self.env} if self.env else None)
         log.close()
         if not wait:

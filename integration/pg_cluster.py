@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse, MetadataRequest, MetadataResponse
 
 from integration.broker_process import BrokerProcess
+from integration.fault_proxy import CutPolicy, FaultProxy
 from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
 
 from integration.idem_raw import LATEST, LIST_OFFSETS_VERSION, RawKafka, StoredRecord
@@ -58,17 +59,31 @@ def coordinator(port: int, group: str) -> int:
 class PgCluster:
     root: str
     url: str
+    cuts: CutPolicy | None = None  # clients go through a proxy per broker that cuts connections so
     brokers: dict[int, BrokerProcess] = field(default_factory=dict)  # node id -> its process
+    proxies: dict[int, FaultProxy] = field(default_factory=dict)  # node id -> its proxy (with `cuts`)
     paused: set[int] = field(default_factory=set)
 
     def start(self, count: int, config: dict[str, str] | None = None) -> PgCluster:
         for node in range(1, count + 1):
-            proc = BrokerProcess(os.path.join(self.root, f"node{node}"),
-                                 config={"node.id": str(node), **LEASE, **(config or {})},
-                                 options=("--storage", self.url), admin_port=0)
-            self.brokers[node] = proc.start()
+            self.add(node, config)
         self.wait_for_members(set(self.brokers))
         return self
+
+    def add(self, node: int, config: dict[str, str] | None = None, port: int = 0) -> BrokerProcess:
+        """Start broker `node` (it joins the running ones), on `port` (0: a free one). With `cuts`, clients reach it
+        through a FaultProxy of its own, which it advertises (tests still reach it directly on `port(node)`)."""
+        config = {"node.id": str(node), **LEASE, **(config or {})}
+        proxy = None
+        if self.cuts is not None:
+            proxy = self.proxies[node] = FaultProxy(policy=self.cuts).start()
+            config["advertised.port"] = str(proxy.port)
+        proc = BrokerProcess(os.path.join(self.root, f"node{node}"), port=port, config=config,
+                             options=("--storage", self.url), admin_port=0)
+        self.brokers[node] = proc.start()
+        if proxy is not None:
+            proxy.upstream_port = proc.port  # kept across restarts: the broker listens on the same port again
+        return proc
 
     def wait_for_members(self, nodes: set[int], timeout: float = 30.0) -> None:
         """Until every running broker in `nodes` lists exactly `nodes` as the live brokers."""
@@ -116,3 +131,5 @@ class PgCluster:
             self.resume(node)
         for proc in self.brokers.values():
             proc.stop()
+        for proxy in self.proxies.values():
+            proxy.stop()

@@ -1,20 +1,27 @@
 """Several brokers on one PostgreSQL database (kop/cluster): partitions spread over the live brokers, clients sent to
 each partition's owner, a paused broker fenced out, and idempotent producers through kill -9 of partition owners.
 Real processes, a real PostgreSQL (skipped where its binaries are missing), real clients."""
+import asyncio
 import threading
 import time
 import urllib.request
 
 import pytest
+from kafka.protocol.consumer.fetch import FetchResponse
 
 from integration.clients import kp_consume_all
-from integration.idem_raw import RawKafka, plain_batch
+from integration.fetch_requests import FETCH_VERSION, fetch_request
+from integration.idem_raw import RawKafka, plain_batch, read_topic
 from integration.idem_stream import (DELIVERY_TIMEOUT_S, Report, check_stream, confluent_reporter,
                                      kafka_python_reports, produce_when_room)
+from integration.fault_proxy import CutPolicy
+from integration.java_client import java_produce
 from integration.pg_cluster import PgCluster, coordinator
 from integration.test_groups_offsets import fetch_committed
 from integration.waiting import wait_for
+from kop.admin.client import AdminClient, topic_resource
 from kop.cluster.groups import shard_of
+from kop.admin.client import AdminClient, AdminError, group_resource
 from kop.cluster.ownership import owner_of
 from protocol.errors import ErrorCode
 
@@ -72,6 +79,28 @@ def test_three_brokers_share_the_partitions_and_send_clients_to_the_owner(cluste
     assert {r.partition for r in got} == set(range(count))
 
 
+def test_a_policy_set_through_one_broker_holds_on_every_broker_and_across_a_restart(cluster):
+    """Policies are in the database: a topic's deduplication switched off through broker 1's admin API is what broker
+    2, which owns some of its partitions, applies by its next heartbeat, and what it reads after a restart."""
+    cluster.start(2)
+    topic = "policed"
+    with RawKafka(cluster.port(1)) as kafka:
+        assert kafka.create_topic(topic, 4) == ErrorCode.NONE
+    assert set(wait_until_served_by_leaders(cluster, topic, 4).values()) == {1, 2}
+    applied = topic_resource(topic, "deduplicationEnabled")
+
+    def everywhere() -> set:
+        return {AdminClient(cluster.brokers[node].admin_url).get(applied, applied=True) for node in (1, 2)}
+    assert everywhere() == {True}  # the control: the broker default, before the change
+    AdminClient(cluster.brokers[1].admin_url).post(applied, False)
+    wait_for(lambda: everywhere() == {False}, "broker 2 to apply the policy set through broker 1")
+    cluster.brokers[2].restart()
+    cluster.wait_for_members({1, 2})
+    assert everywhere() == {False}
+    AdminClient(cluster.brokers[2].admin_url).delete(applied)
+    wait_for(lambda: everywhere() == {True}, "broker 1 to drop the policy removed through broker 2")
+
+
 @pytest.mark.slow
 def test_a_broker_paused_past_its_lease_cannot_write_again(cluster):
     cluster.start(3)
@@ -123,11 +152,48 @@ def test_a_lone_broker_paused_past_its_lease_is_refused_even_though_no_one_took_
     assert "the lease ran out" in cluster.brokers[1].log_tail(200)  # the control: it did lose its lease
 
 
+def test_a_partition_moved_to_a_joining_broker_is_not_read_from_its_previous_owner(cluster):
+    """The previous owner, paused while a new broker joins and takes a partition over and a record is written there,
+    does not answer a read it finds waiting when it wakes from the state it had: its view of the live brokers is too
+    old to serve reads by (and once renewed, it shows the partition moved)."""
+    cluster.start(2, config={"broker.session.timeout.ms": "15000"})  # the pause does not end the lease
+    topic = "handover"
+    with RawKafka(cluster.port(1)) as kafka:
+        assert kafka.create_topic(topic, 12) == ErrorCode.NONE
+    wait_until_served_by_leaders(cluster, topic, 12)
+    moving = next(p for p in range(12) if owner_of(f"{topic}-partition-{p}", [1, 2, 3]) == 3)
+    previous = owner_of(f"{topic}-partition-{moving}", [1, 2])
+    with RawKafka(cluster.port(previous)) as on_previous:
+        assert on_previous.produce(topic, moving, plain_batch([b"before"])).error_code == ErrorCode.NONE
+        cluster.pause(previous)
+        try:
+            cluster.add(3, config={"broker.session.timeout.ms": "15000"})
+            with RawKafka(cluster.port(3)) as on_new:
+                wait_for(lambda: on_new.produce(topic, moving, plain_batch([b"after"])).error_code == ErrorCode.NONE,
+                         "the joining broker to take the partition over and store a record")
+            # The control: the record is stored, after the one the previous owner holds.
+            assert [r.value for r in read_topic(cluster.port(3), topic, [moving])] == [b"before", b"after"]
+            waiting = on_previous.send(fetch_request([(topic, moving, 1)]))
+        finally:
+            cluster.resume(previous)
+        answer = on_previous.receive(waiting, FetchResponse, FETCH_VERSION).responses[0].partitions[0]
+    # Not "nothing after offset 1, the end is 1" from the state it had before the move.
+    assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER, answer
+
+
+GROUP_PROTOCOLS = {
+    "classic": {"session.timeout.ms": 10_000, "heartbeat.interval.ms": 500},
+    # KIP-848: the new coordinator does not know the member; it rejoins at epoch 0 and is given its partitions again
+    "consumer": {"group.protocol": "consumer"},
+}
+
+
 @pytest.mark.slow
-def test_a_consumer_group_keeps_consuming_and_its_offsets_when_its_coordinator_is_killed(cluster):
+@pytest.mark.parametrize("protocol", sorted(GROUP_PROTOCOLS))
+def test_a_consumer_group_keeps_consuming_and_its_offsets_when_its_coordinator_is_killed(cluster, protocol):
     from confluent_kafka import Consumer, KafkaException, Producer
     cluster.start(3)
-    topic, group = "grouped", "survivors"
+    topic, group = "grouped", f"survivors-{protocol}"
     commit_errors: list[str] = []
     with RawKafka(cluster.port(1)) as kafka:
         assert kafka.create_topic(topic, PARTITIONS) == ErrorCode.NONE
@@ -156,7 +222,7 @@ def test_a_consumer_group_keeps_consuming_and_its_offsets_when_its_coordinator_i
         return seen
 
     config = {"bootstrap.servers": cluster.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-              "enable.auto.commit": False, "session.timeout.ms": 10_000, "heartbeat.interval.ms": 500}
+              "enable.auto.commit": False, **GROUP_PROTOCOLS[protocol]}
     consumer = Consumer(config)
     consumer.subscribe([topic])
     try:
@@ -208,10 +274,12 @@ def test_a_coordinators_offsets_go_with_their_topic_and_a_topic_created_again_ha
     assert ("again", 0) not in fetch_committed(bootstrap, "g-again")
 
 
-# ---- kill -9 of the owner of busy partitions, idempotent producers of two clients
+# ---- kill -9 of the owner of busy partitions and connection cuts, idempotent producers of the four clients
 
 KILLS = 3
 PACE = 50  # values between two short sleeps: about a thousand a second per producer
+JAVA_ROUND = 1500  # values per run of the Java harness: each run is a new idempotent producer
+CUTS = CutPolicy(every=40, max_cuts=25)  # per broker's proxy: a Produce response lost, its connection closed
 
 
 def paced_confluent(bootstrap: str, topic: str, running: threading.Event, values: list[bytes],
@@ -252,10 +320,63 @@ def paced_kafka_python(bootstrap: str, topic: str, running: threading.Event, val
         producer.close(timeout=10)
 
 
+def paced_aiokafka(bootstrap: str, topic: str, running: threading.Event, values: list[bytes],
+                   out: list[Report]) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    async def go() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all", linger_ms=5,
+                                    retry_backoff_ms=50, request_timeout_ms=10_000)
+        await producer.start()
+        futures = []
+        try:
+            while running.is_set():
+                value = f"{topic}-{len(values)}".encode()
+                values.append(value)
+                futures.append(await producer.send(topic, key=b"k%d" % len(values), value=value))
+                if len(values) % PACE == 0:
+                    await asyncio.sleep(0.05)
+            results = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True),
+                                             DELIVERY_TIMEOUT_S + 10)
+        finally:
+            await asyncio.wait_for(producer.stop(), 15)
+        for value, md in zip(values, results):
+            out.append(Report(value, None, None, type(md).__name__) if isinstance(md, BaseException)
+                       else Report(value, md.partition, md.offset if md.offset >= 0 else None, None))
+    asyncio.run(go())
+
+
+def rounds_of_java(bootstrap: str, topic: str, running: threading.Event, values: list[bytes],
+                   out: list[Report]) -> None:
+    """The Java client, one harness run (a new idempotent producer) of JAVA_ROUND values after another."""
+    prefix = f"{topic}-"
+    while running.is_set():
+        first = len(values)
+        values.extend(f"{prefix}{i}".encode() for i in range(first, first + JAVA_ROUND))
+        deliveries = java_produce(bootstrap, topic, JAVA_ROUND, idempotence=True, max_in_flight=5, key_prefix="k",
+                                  value_prefix=prefix, start_index=first,
+                                  extra_props={"retry.backoff.ms": 50, "reconnect.backoff.ms": 50,
+                                               "reconnect.backoff.max.ms": 500},
+                                  timeout=DELIVERY_TIMEOUT_S + 30)
+        by_value = {d.value.encode(): d for d in deliveries}
+        out.extend(Report(v, d.partition, d.offset if d.ok else None, d.error) if (d := by_value.get(v)) else
+                   Report(v, None, None, "NoReport") for v in values[first:])
+
+
 @pytest.mark.slow
-def test_idempotent_producers_lose_and_duplicate_nothing_while_partition_owners_are_killed(cluster):
-    cluster.start(3)
-    streams = {"failover-ck": paced_confluent, "failover-kp": paced_kafka_python}
+def test_idempotent_producers_of_every_client_lose_and_duplicate_nothing_through_cuts_and_owner_kills(
+        tmp_path, postgres_url):
+    cluster = PgCluster(str(tmp_path), postgres_url, cuts=CUTS)
+    try:
+        cluster.start(3)
+        run_the_four_clients_through_kills(cluster)
+    finally:
+        cluster.stop()
+
+
+def run_the_four_clients_through_kills(cluster: PgCluster) -> None:
+    streams = {"failover-ck": paced_confluent, "failover-kp": paced_kafka_python, "failover-aio": paced_aiokafka,
+               "failover-java": rounds_of_java}
     with RawKafka(cluster.port(1)) as kafka:
         for topic in streams:
             assert kafka.create_topic(topic, PARTITIONS) == ErrorCode.NONE
@@ -272,7 +393,7 @@ def test_idempotent_producers_lose_and_duplicate_nothing_while_partition_owners_
     failovers = []
     try:
         for _ in range(KILLS):
-            time.sleep(2)  # the producers write to every partition meanwhile
+            time.sleep(3)  # the producers write to every partition meanwhile
             owned = {node: 0 for node in cluster.running()}
             for topic in streams:
                 for leader in cluster.leaders(topic).values():
@@ -286,18 +407,52 @@ def test_idempotent_producers_lose_and_duplicate_nothing_while_partition_owners_
             for topic, p in sorted(moved):  # the survivors take the victim's partitions over
                 wait_for(lambda: cluster.serving(topic, p) not in (None, victim), f"{topic}-{p} to move", 30)
             failovers.append(time.monotonic() - killed)
-            cluster.brokers[victim].start()
+            cluster.brokers[victim].start(timeout=60)
             cluster.wait_for_members({1, 2, 3})
+            time.sleep(1)
+            # The control: every producer was sending across the kill.
             assert all(len(sent[topic]) > progress[topic] for topic in streams), "a producer stopped sending"
     finally:
         time.sleep(2)
         running.clear()
         for thread in threads:
-            thread.join(DELIVERY_TIMEOUT_S + 30)
+            thread.join(DELIVERY_TIMEOUT_S + 60)
     assert not any(thread.is_alive() for thread in threads), "a producer did not finish"
+    cuts = sum(proxy.stats().cuts for proxy in cluster.proxies.values())
+    assert cuts > 0, "no connection was cut"  # the control: responses were lost, and their batches retried
     for topic in streams:
         check = check_stream(sent[topic], reports[topic], cluster.read(topic, range(PARTITIONS)))
-        print(f"\n[{topic}: {KILLS} kills, failover {', '.join(f'{s:.1f}' for s in failovers)} s] {check.summary()}")
+        print(f"\n[{topic}: {KILLS} kills, {cuts} cuts, failover {', '.join(f'{s:.1f}' for s in failovers)} s] "
+              f"{check.summary()}")
         assert check.lost == 0 and check.foreign == 0 and check.duplicated == 0, check.summary()
         assert check.out_of_order == 0 and check.holes == 0 and check.offset_mismatches == 0, check.summary()
         assert check.failed == 0 and check.stored == len(sent[topic]), check.summary()
+
+
+def test_a_groups_replicated_flag_is_set_by_its_coordinator_and_goes_with_the_group(cluster):
+    """PIP-33 on PostgreSQL: the coordinators' store carries a group's replicated flag in its cursor rows. Only the
+    group's coordinator sets it (another broker answers 409), and the broker that takes the group over after a kill
+    knows it, from the rows and from the flag's record."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+    cluster.start(2)
+    with RawKafka(cluster.port(1)) as kafka:
+        assert kafka.create_topic("flagged", 1) == ErrorCode.NONE
+    wait_until_served_by_leaders(cluster, "flagged", 1)
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id="flag-app", enable_auto_commit=False)
+    consumer.commit({TopicPartition("flagged", 0): OffsetAndMetadata(0, "", -1)})
+    consumer.close()
+    owner = wait_for(lambda: next((c for n in cluster.running() if (c := coordinator(cluster.port(n), "flag-app"))
+                                   in (1, 2)), None), "the group's coordinator")
+    other = 3 - owner
+    path = group_resource("flag-app", "replicated")
+    with pytest.raises(AdminError) as refused:
+        AdminClient(cluster.brokers[other].admin_url).post(path, True)
+    assert refused.value.status == 409, refused.value
+    changed = AdminClient(cluster.brokers[owner].admin_url).post(path, True)
+    assert changed["partitionsChanged"] == 1
+    assert AdminClient(cluster.brokers[owner].admin_url).get(path) is True
+    assert AdminClient(cluster.brokers[other].admin_url).get(path) is False  # control: only its coordinator knows
+    cluster.brokers[owner].kill()
+    assert wait_for(lambda: AdminClient(cluster.brokers[other].admin_url).get(path) is True,
+                    "the new coordinator to know the group's flag", 30)

@@ -14,6 +14,7 @@ from integration.broker_process import BrokerProcess
 from integration.clients import aio_consume_all, ck_consume_all, ck_produce, kp_consume_all
 from integration.idem_raw import RawKafka, read_topic
 from integration.java_client import java_available, java_consume_all
+from integration.txn_clients import READ_UNCOMMITTED, ck_abort, ck_commit, ck_read_to_end
 from protocol.errors import ErrorCode
 from protocol.records import Record, build_batch
 
@@ -34,7 +35,7 @@ def broker(tmp_path):
 def metric(broker: BrokerProcess, name: str) -> float:
     with urllib.request.urlopen(broker.admin_url + "/metrics", timeout=10) as response:
         text = response.read().decode()
-    found = re.search(rf"^{name} (\S+)$", text, re.M)
+    found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
     return float(found[1]) if found else 0.0
 
 
@@ -83,6 +84,60 @@ def test_a_tombstone_stays_for_delete_retention_ms_then_goes(broker):
     wait_for_runs(broker, 2)
     got = ck_consume_all(broker.bootstrap, "tombs", expected=2)
     assert [(r.offset, r.key, r.value) for r in got] == [(1, b"a", b"a2"), (4, b"c", b"c1")]
+
+
+@pytest.mark.slow  # waits out max.compaction.lag.ms: about 7 s
+def test_the_cleaners_lag_shows_while_a_partition_waits_and_drops_to_zero_once_cleaned(broker):
+    create(broker, "waiting", **{"min.cleanable.dirty.ratio": "0.5", "max.compaction.lag.ms": "4000"})
+    ck_produce(broker.bootstrap, "waiting", [(b"k%d" % i, b"v" * 100, [], 0) for i in range(20)])
+    wait_for_runs(broker, 1)  # all of it was dirty: cleaned at once (twenty keys: nothing to remove)
+    ck_produce(broker.bootstrap, "waiting", [(b"k0", b"new", [], 0)])  # a little dirty data: well below 0.5
+    lag = 'kop_compaction_lag_seconds{partition="0",topic="waiting"}'
+    deadline = time.monotonic() + 30
+    while metric(broker, lag) < 1.0:  # its ledger closed, but the partition waits for more dirty data
+        assert time.monotonic() < deadline, "the cleaner's lag never showed"
+        time.sleep(0.2)
+    assert metric(broker, "kop_compaction_runs_total") == 1  # control: nothing was cleaned meanwhile
+    wait_for_runs(broker, 2)  # max.compaction.lag.ms forces the pass
+    assert metric(broker, lag) == 0.0 and metric(broker, "kop_compaction_records_removed_total") == 1
+
+
+def wait_for_removed(broker: BrokerProcess, records: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while metric(broker, "kop_compaction_records_removed_total") < records:
+        assert time.monotonic() < deadline, f"fewer than {records} records removed within {timeout}s"
+        time.sleep(0.2)
+
+
+@pytest.mark.slow  # three transactions, a compaction and a restart: about 8 s
+def test_a_transactional_topic_is_compacted_and_its_transactions_rebuilt_after_a_kill_9(broker):
+    """A committed transaction's records are compacted, an aborted one's removed, the markers kept: read_committed
+    readers see each key's latest committed value, read_uncommitted ones no longer the aborted record, and after a
+    kill -9 the transaction index is rebuilt from what compaction left (the next transaction reads to its end).
+    Before, transactional batches stayed whole, so an exactly-once changelog never shrank."""
+    from confluent_kafka import Producer
+    create(broker, "txn-compacted")
+
+    def transactions(*runs: tuple[list[tuple[bytes, bytes]], bool]) -> None:
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "compacted-writer"})
+        producer.init_transactions(15)
+        for items, commit in runs:
+            producer.begin_transaction()
+            for key, value in items:
+                producer.produce("txn-compacted", value, key=key, partition=0)
+            assert producer.flush(15) == 0
+            (ck_commit if commit else ck_abort)(producer)
+
+    transactions(([(b"a", b"a1"), (b"b", b"b1")], True),  # offsets 0-1, COMMIT at 2
+                 ([(b"a", b"aborted")], False),  # 3, ABORT at 4
+                 ([(b"a", b"a2")], True))  # 5, COMMIT at 6
+    wait_for_removed(broker, 2)  # a1 (superseded by a2) and the aborted record
+    assert ck_read_to_end(broker.bootstrap, "txn-compacted") == [(0, 1, b"b1"), (0, 5, b"a2")]
+    assert ck_read_to_end(broker.bootstrap, "txn-compacted", isolation=READ_UNCOMMITTED) == \
+        [(0, 1, b"b1"), (0, 5, b"a2")]
+    broker.restart(hard=True)
+    transactions(([(b"b", b"b2")], True))  # 7, COMMIT at 8
+    assert ck_read_to_end(broker.bootstrap, "txn-compacted") == [(0, 1, b"b1"), (0, 5, b"a2"), (0, 7, b"b2")]
 
 
 def keyed_batch(keys: list[bytes], value: bytes, *, producer_id: int, epoch: int, base_sequence: int) -> bytes:

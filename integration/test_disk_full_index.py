@@ -1,7 +1,7 @@
-"""A full disk that refuses only a ledger's index record. A ledger writes an entry to its log, fsyncs it, then writes
-the entry's index record (not fsynced: the index is repaired from the log at open). On a tmpfs a file takes space a
-page at a time, so when the log's last page still has room and the index file ends exactly at a page boundary, the
-entry is stored and made durable and only its index record fails with ENOSPC.
+"""A full disk that refuses only a ledger's index records. A ledger writes an entry to its log, fsyncs it, and once
+INDEX_EVERY entries wait, writes their index records (not fsynced: the index is repaired from the log at open). On
+a tmpfs a file takes space a page at a time, so when the log's last page still has room and the index file ends
+exactly at a page boundary, the entry is stored and made durable and only the index records fail with ENOSPC.
 
 Such a write is durable and must be answered as stored. Before, the exception escaped the ledger's group commit, and
 the writes of that flush were never answered. A partition then refused every retry of the producer's batch (its first
@@ -20,6 +20,7 @@ from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdRespons
 from integration.broker_process import BrokerProcess
 from integration.idem_raw import RawKafka, idempotent_batch, read_topic
 from integration.small_disk import Filler, free_bytes, small_disk
+from kop.ledger.ledger_file import INDEX_EVERY  # ... written once this many wait (or at a roll)
 from integration.txn_clients import READ_COMMITTED, RawTxnProducer, ck_read_to_end, init_transactional_id, values
 from protocol.errors import ErrorCode
 from protocol.records import Record, build_batch
@@ -27,7 +28,7 @@ from protocol.records import Record, build_batch
 pytestmark = pytest.mark.file_storage  # the file engine's ledger files on a filesystem of their own
 
 PAGE = 4096  # tmpfs gives a file its space a page at a time
-INDEX_RECORD = 16  # [i64 first index][i64 file position] per entry (kop/ledger/ledger_file.py)
+INDEX_RECORD = 16  # [i64 first index][i64 file position] per entry (kop/ledger/ledger_file.py) ...
 LOG_END_IN_PAGE = 256  # where the log's last entry before the fault ends in its page: the next ones fit after it
 INDEX_REFUSED = "index not written"  # the broker's warning: the control that the index write was the one refused
 
@@ -39,24 +40,30 @@ def newest_ledger(directory: str) -> tuple[str, str]:
 
 
 def fill_index_page(directory: str, write: Callable[[list[int]], None]) -> None:
-    """Append entries (`write(pads)` appends one per pad, each `pad` bytes larger than the smallest, pipelined)
-    until the index file of the ledger being written ends exactly at a page boundary while its log ends
-    LOG_END_IN_PAGE bytes into a page."""
-    for _ in range(3):  # the padded entry's size is estimated: a varint may grow a byte; then try the next page
-        log_path, idx_path = newest_ledger(directory)
-        left = (PAGE - os.path.getsize(idx_path) % PAGE) // INDEX_RECORD  # entries until the index page is full
-        if left < 2:
-            write([0] * left)
-            left = PAGE // INDEX_RECORD
-        write([0] * (left - 2))
-        before = os.path.getsize(log_path)
+    """Append entries one at a time (`write([pad])` appends one, `pad` bytes larger than the smallest, and waits for
+    its answer, so each is a flush of its own) until the ledger being written holds INDEX_EVERY - 1 entries whose
+    index records wait to be written, its index file ends exactly at a page boundary, and its log ends
+    LOG_END_IN_PAGE bytes into a page: the next entry then fits in the log's page, and writing the index records
+    it completes needs a new page."""
+    log_path, idx_path = newest_ledger(directory)
+    idx_size = os.path.getsize(idx_path)
+    for _ in range(6 * PAGE // INDEX_RECORD):  # a page of index records is PAGE // INDEX_RECORD entries
         write([0])
-        step = os.path.getsize(log_path) - before
-        write([(LOG_END_IN_PAGE - before - 2 * step) % PAGE])
-        log_size, idx_size = os.path.getsize(log_path), os.path.getsize(idx_path)
-        if idx_size % PAGE == 0 and log_size % PAGE <= 2 * LOG_END_IN_PAGE:
-            return
-    pytest.fail(f"could not line the index up with a page: log {log_size} bytes, index {idx_size} bytes")
+        if os.path.getsize(idx_path) != idx_size:  # the index was just written: nothing waits now
+            idx_size = os.path.getsize(idx_path)
+            if idx_size % PAGE == 0:
+                break
+    else:
+        pytest.fail(f"the index of {idx_path} never reached a page boundary ({idx_size} bytes)")
+    for _ in range(INDEX_EVERY - 3):
+        write([0])
+    before = os.path.getsize(log_path)
+    write([0])
+    step = os.path.getsize(log_path) - before  # the padded entry's size is estimated: a varint may grow a byte
+    write([(LOG_END_IN_PAGE - before - 2 * step) % PAGE])
+    log_size = os.path.getsize(log_path)
+    assert os.path.getsize(idx_path) == idx_size, "the index was written before INDEX_EVERY entries waited"
+    assert log_size % PAGE <= 2 * LOG_END_IN_PAGE, f"could not line the log up: {log_size} bytes"
 
 
 def fill_disk(data: str) -> Filler:

@@ -78,6 +78,26 @@ def test_replication_clusters_policy_resolves_topic_over_namespace(east):
     assert admin_json(east, "namespaces", "get-clusters", "public/default") == ["east", "west"]
 
 
+def test_message_ttl_policy_resolves_topic_over_namespace_over_broker(tmp_path):
+    broker = BrokerProcess(str(tmp_path / "east"), admin_port=0, options=("--cluster-name", "east"),
+                           config={"ttlDurationDefaultInSeconds": "7200"}).start()
+    try:
+        with RawKafka(broker.port) as kafka:
+            assert kafka.create_topic("orders", 1) == ErrorCode.NONE
+        assert admin_json(broker, "topics", "get-message-ttl", "orders", "--applied") == 7200  # the broker's
+        admin_change(broker, "namespaces", "set-message-ttl", "public/default", "--ttl", "3600")
+        assert admin_json(broker, "topics", "get-message-ttl", "orders", "--applied") == 3600
+        admin_change(broker, "topics", "set-message-ttl", "orders", "--ttl", "0")  # this topic never expires
+        assert admin_json(broker, "topics", "get-message-ttl", "orders", "--applied") == 0
+        assert "must be in 0..2147483647" in admin_fails(broker, "topics", "set-message-ttl", "orders", "--ttl", "-1",
+                                                       status=400)
+        broker.restart()
+        assert admin_json(broker, "topics", "get-message-ttl", "orders") == 0
+        assert admin_json(broker, "namespaces", "get-message-ttl", "public/default") == 3600
+    finally:
+        broker.stop()
+
+
 def _old_broker() -> tuple[socket.socket, threading.Thread]:
     """A listener that answers ApiVersions the way a broker without kop's replication API does (Kafka's keys only),
     then closes: the remote end of a replication link, not the system under test."""

@@ -19,10 +19,6 @@ from integration.test_geo_replication import produce
 from kop.admin.client import AdminClient, cluster_resource
 from protocol.errors import ErrorCode
 
-pytestmark = pytest.mark.file_storage(
-    reason="replicated subscriptions need the file engine: on PostgreSQL a group's offsets are kept by the "
-    "coordinators' store (kop/cluster/offsets.py), which does not carry the replicated flag yet")
-
 PARTITIONS = 2
 ROUNDS, PER_ROUND = 8, 50
 TOTAL = ROUNDS * PER_ROUND
@@ -153,7 +149,7 @@ def test_group_fails_over_after_a_restart_of_the_source_before_any_new_snapshot(
     # control: since the restart, at most the snapshot of all the data, taken at once, which the group has not
     # reached; its position came from the snapshots taken before the kill
     assert max(completed_snapshots(east)) <= 1
-    assert "stored snapshots cached again" in east.log_tail(400)
+    assert "stored snapshots cached again" in east.log_tail(5000)
     east.kill()
     consumed = in_east + consume(west.bootstrap, "app", None)
     assert set(consumed) == expected()
@@ -208,6 +204,95 @@ def test_one_way_standby_takes_over_the_group(one_way):
     assert 0 <= len(consumed) - TOTAL <= PER_ROUND
 
 
+@pytest.mark.slow  # 10-15 s: two clusters, a kill and group consumers
+def test_a_one_way_standby_holds_the_group_before_records_of_its_own(one_way):
+    """west writes records of its own, which east never gets: the group's updates stop before them in west, so the
+    group that fails over there consumes them (and again what east had sent after them), never skips them."""
+    east, west = one_way
+    admin_json(east, "groups", "set-replicated", "app", "--enable")
+    produce(east.bootstrap, "orders", "east0", PER_ROUND, PARTITIONS)
+    in_east = consume(east.bootstrap, "app", PER_ROUND)
+    wait_for(lambda: west_position(west) == PER_ROUND, 20, "the group's updates in west")  # control: they move it
+    produce(west.bootstrap, "orders", "west", PARTITIONS, PARTITIONS)  # one record of its own per partition
+    produce(east.bootstrap, "orders", "east1", PER_ROUND, PARTITIONS)
+    in_east += consume(east.bootstrap, "app", PER_ROUND)
+    wait_for(lambda: "held at offset" in west.log_tail(5000) or west_position(west) > PER_ROUND, 20,
+             "the group's next update in west")
+    assert west_position(west) == PER_ROUND  # held before west's own records, not moved past them
+    east.kill()
+    in_west = consume(west.bootstrap, "app", None)
+    assert {f"west:{i}".encode() for i in range(PARTITIONS)} <= set(in_west)
+    assert set(in_east + in_west) == {f"{s}:{i}".encode() for s, n in (("east0", PER_ROUND), ("east1", PER_ROUND),
+                                                                      ("west", PARTITIONS)) for i in range(n)}
+
+
+@pytest.fixture
+def three(tmp_path):
+    """a, b and c replicate to one another; the group `app` is flagged replicated in a."""
+    brokers = start_clusters(tmp_path, ("a", "b", "c"), FAST_SNAPSHOTS)
+    replicate_everywhere(brokers, "orders", PARTITIONS)
+    admin_json(brokers["a"], "groups", "set-replicated", "app", "--enable")
+    yield brokers["a"], brokers["b"], brokers["c"]
+    for broker in brokers.values():
+        broker.stop()
+
+
+@pytest.mark.slow  # 15-25 s: three clusters, two kills and group consumers
+def test_records_a_cluster_sent_to_one_other_only_are_not_skipped_by_a_failover_there(three):
+    """c replicates to b only, then goes down: a's snapshots, taken with b alone, do not cover c's records in b, so
+    b holds the group before them and the group that fails over to b consumes them."""
+    a, b, c = three
+    produce(a.bootstrap, "orders", "a0", PER_ROUND, PARTITIONS)
+    in_a = consume(a.bootstrap, "app", PER_ROUND)
+    wait_for(lambda: west_position(b) == PER_ROUND, 20, "the group in b")
+    admin_change(c, "topics", "set-clusters", "orders", "--clusters", "b,c")
+    produce(c.bootstrap, "orders", "c", PARTITIONS, PARTITIONS)
+    wait_for_records(b, "orders", PARTITIONS, PER_ROUND + PARTITIONS)
+    c.kill()
+    produce(a.bootstrap, "orders", "a1", PER_ROUND, PARTITIONS)
+    in_a += consume(a.bootstrap, "app", PER_ROUND)
+    wait_for(lambda: "held at offset" in b.log_tail(5000) or west_position(b) > PER_ROUND, 20,
+             "the group's next update in b")
+    assert west_position(b) == PER_ROUND  # held before c's records, not moved past them
+    a.kill()
+    in_b = consume(b.bootstrap, "app", None)
+    assert {f"c:{i}".encode() for i in range(PARTITIONS)} <= set(in_b)
+    assert b"c:0" not in in_a  # control: a never had them
+
+
+@pytest.mark.slow  # 20-30 s: two clusters, failed disk reads, two kills
+def test_an_update_whose_application_failed_is_applied_again_after_a_restart(tmp_path):
+    """west stores east's UPDATEs, but applying them fails (its reads of the partition fail, as on a disk error),
+    and east, the group's source, is gone: no other UPDATE will come. Restarted, west reads the UPDATEs it had not
+    applied back from its log and moves the group."""
+    brokers = start_clusters(tmp_path, ("east", "west"), {**FAST_SNAPSHOTS, "adminFailpointsEnabled": "true"})
+    east, west = brokers["east"], brokers["west"]
+    try:
+        replicate(east, ["east", "west"])  # one way: west reads its partitions only to apply the UPDATEs
+        with RawKafka(east.port) as kafka:
+            assert kafka.create_topic("orders", PARTITIONS) == ErrorCode.NONE
+        admin_json(east, "groups", "set-replicated", "app", "--enable")
+        produce(east.bootstrap, "orders", "east0", PER_ROUND, PARTITIONS)
+        consume(east.bootstrap, "app", PER_ROUND)
+        wait_for(lambda: west_position(west) == PER_ROUND, 20, "the group in west")
+        for partition in range(PARTITIONS):
+            AdminClient(west.admin_url).post(f"/admin/v2/kop/failpoints/orders/{partition}",
+                                             {"replay_read_failures": 100_000})
+        produce(east.bootstrap, "orders", "east1", PER_ROUND, PARTITIONS)
+        consume(east.bootstrap, "app", PER_ROUND)
+        failed = [f"orders-{p}: an update of a replicated group failed" for p in range(PARTITIONS)]
+        wait_for(lambda: all(line in west.log_tail(5000) for line in failed), 20,
+                 "west's updates to fail on every partition")  # control: the fault happened
+        assert west_position(west) == PER_ROUND
+        east.kill()
+        west.kill()
+        west.start()
+        wait_for(lambda: west_position(west) == 2 * PER_ROUND, 30, "the stored updates applied again")
+    finally:
+        for broker in brokers.values():
+            broker.stop()
+
+
 @pytest.mark.slow  # 5-13 s of restarts, retention or snapshot rounds: make test-slow
 def test_group_that_stopped_committing_still_gets_its_last_position_replicated(pair):
     """Pulsar #19551: the snapshot that covers a group's last commit completes after that commit; kop still sends
@@ -251,30 +336,23 @@ def test_a_group_far_behind_the_newest_data_gets_its_position_replicated_as_it_c
 
 
 @pytest.mark.slow  # 5-13 s of restarts, retention or snapshot rounds: make test-slow
-def test_snapshots_go_on_between_the_clusters_that_are_up(tmp_path):
+def test_snapshots_go_on_between_the_clusters_that_are_up(three):
     """Beyond Pulsar (which stops them all): with c down, a and b keep snapshotting and b follows the group; when c
     is back, it follows too."""
-    brokers = start_clusters(tmp_path, ("a", "b", "c"), FAST_SNAPSHOTS)
-    try:
-        replicate_everywhere(brokers, "orders", PARTITIONS)
-        a, b, c = brokers["a"], brokers["b"], brokers["c"]
-        admin_json(a, "groups", "set-replicated", "app", "--enable")
-        produce(a.bootstrap, "orders", "east0", PER_ROUND, PARTITIONS)
+    a, b, c = three
+    produce(a.bootstrap, "orders", "east0", PER_ROUND, PARTITIONS)
+    consume(a.bootstrap, "app", PER_ROUND)
+    wait_for(lambda: west_position(c) == PER_ROUND, 20, "the group in c")
+    c.kill()
+    for round_ in range(1, 4):
+        produce(a.bootstrap, "orders", f"east{round_}", PER_ROUND, PARTITIONS)
         consume(a.bootstrap, "app", PER_ROUND)
-        wait_for(lambda: west_position(c) == PER_ROUND, 20, "the group in c")
-        c.kill()
-        for round_ in range(1, 4):
-            produce(a.bootstrap, "orders", f"east{round_}", PER_ROUND, PARTITIONS)
-            consume(a.bootstrap, "app", PER_ROUND)
-        wait_for(lambda: west_position(b) == 4 * PER_ROUND, 30, "b to follow the group while c is down")
-        assert west_position(c.start()) == PER_ROUND  # control: c missed it all
-        wait_for(lambda: topic_stats(a, "orders")["replication"]["c"]["connected"], 30, "a to reach c again")
-        produce(a.bootstrap, "orders", "east4", PER_ROUND, PARTITIONS)
-        consume(a.bootstrap, "app", PER_ROUND)
-        wait_for(lambda: west_position(c) == 5 * PER_ROUND, 60, "c to follow the group again")
-    finally:
-        for broker in brokers.values():
-            broker.stop()
+    wait_for(lambda: west_position(b) == 4 * PER_ROUND, 30, "b to follow the group while c is down")
+    assert west_position(c.start()) == PER_ROUND  # control: c missed it all
+    wait_for(lambda: topic_stats(a, "orders")["replication"]["c"]["connected"], 30, "a to reach c again")
+    produce(a.bootstrap, "orders", "east4", PER_ROUND, PARTITIONS)
+    consume(a.bootstrap, "app", PER_ROUND)
+    wait_for(lambda: west_position(c) == 5 * PER_ROUND, 60, "c to follow the group again")
 
 
 @pytest.mark.slow  # 5-13 s of restarts, retention or snapshot rounds: make test-slow

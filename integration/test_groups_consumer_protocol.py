@@ -2,13 +2,14 @@
 process: joining and the epochs, the reconciliation (a partition is given to its new member only after its previous
 owner reported it revoked), fencing (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID), static members (epoch -2 and
 UNRELEASED_INSTANCE_ID), both assignors, new partitions picked up, member epochs on OffsetCommit/OffsetFetch, and
-classic and consumer-protocol groups side by side."""
+classic and consumer-protocol groups side by side (their migration: test_groups_migration_protocol)."""
 import time
 import uuid
 
 import pytest
+from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 
-from integration.idem_raw import RawKafka
+from integration.idem_raw import RawKafka, plain_batch
 from protocol.api import REQUEST_CLASSES as REQ
 from protocol.api import RESPONSE_CLASSES as RESP
 from protocol.errors import ErrorCode as E
@@ -190,6 +191,23 @@ def test_assignors_and_new_partitions(raw, assignor, expected):
     assert sorted(len(m.partitions()) for m in (a, b)) == [3, 3]
 
 
+def test_the_brokers_assignors_setting_names_the_default_and_the_assignors_members_may_ask_for(broker_factory):
+    broker = broker_factory({"group.consumer.assignors": "range"})  # range alone: the default, and the only one
+    with RawKafka(broker.port) as conn:
+        conn.create_topic(TOPIC, 4)
+        a, b = Member(conn, "g-default"), Member(conn, "g-default")
+        a.join()
+        b.join()
+        settle([a, b])
+        first = min((a, b), key=lambda m: m.member_id)
+        assert {p for _, p in first.partitions()} == {0, 1}  # range's contiguous share, without asking for it
+        described = conn.call(REQ[69][1](group_ids=["g-default"], include_authorized_operations=False), RESP[69], 1)
+        assert described.groups[0].assignor_name == "range"
+        refused = Member(conn, "g-other", assignor="uniform").join()  # not one the broker offers
+        assert (refused.error_code, refused.error_message) == \
+            (E.UNSUPPORTED_ASSIGNOR, "ServerAssignor uniform is not supported. Supported assignors: range.")
+
+
 def test_offset_commit_and_fetch_check_the_member_epoch(raw):
     a = Member(raw, "g-commit")
     a.join()
@@ -223,14 +241,12 @@ def test_offset_commit_and_fetch_check_the_member_epoch(raw):
     assert fetch(None, -1).topics[0].partitions[0].committed_offset == 7  # an admin client's fetch
 
 
-def test_classic_and_consumer_protocol_groups_keep_to_their_kind(raw):
+def test_classic_and_consumer_protocol_groups_share_the_group_ids(raw):
+    """A group id is one kind or the other; online migration (test_groups_migration_protocol) changes the kind of a
+    group with members, the offline migration that of an empty one."""
     a = Member(raw, "g-kind")
     a.join()
     Join = REQ[11][7]
-    join = raw.call(Join(group_id="g-kind", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
-                         group_instance_id=None, protocol_type="consumer",
-                         protocols=[Join.JoinGroupRequestProtocol(name="range", metadata=b"")]), RESP[11], 7)
-    assert join.error_code == E.INCONSISTENT_GROUP_PROTOCOL
     beat = raw.call(REQ[12][4](group_id="g-kind", generation_id=1, member_id="m", group_instance_id=None),
                     RESP[12], 4)
     assert beat.error_code == E.UNKNOWN_MEMBER_ID
@@ -238,7 +254,13 @@ def test_classic_and_consumer_protocol_groups_keep_to_their_kind(raw):
     assert [(g.group_id, g.group_type, g.group_state) for g in listed.groups] == [("g-kind", "consumer", "Stable")]
     classic = raw.call(REQ[15][5](groups=["g-kind"], include_authorized_operations=False), RESP[15], 5).groups[0]
     assert (classic.protocol_type, classic.protocol_data, len(classic.members)) == ("consumer", "uniform", 1)
-    # a classic group with members is not a consumer group
+    # the member's subscription and partitions in the classic encoding, as a classic member's would read (before, a
+    # second version header made both unreadable)
+    described = classic.members[0]
+    assert ConsumerProtocolSubscription.decode(described.member_metadata).topics == [TOPIC]
+    assert sorted(p for _, p in ConsumerProtocolAssignment.decode(described.member_assignment).partitions()) == \
+        [0, 1, 2, 3]
+    # a classic group whose member's subscription is not the consumer protocol's cannot become a consumer group
     join = raw.call(Join(group_id="g-classic", session_timeout_ms=10000, rebalance_timeout_ms=10000,
                          member_id="", group_instance_id=None, protocol_type="consumer",
                          protocols=[Join.JoinGroupRequestProtocol(name="range", metadata=b"")]), RESP[11], 7)
@@ -246,24 +268,45 @@ def test_classic_and_consumer_protocol_groups_keep_to_their_kind(raw):
                          member_id=join.member_id, group_instance_id=None, protocol_type="consumer",
                          protocols=[Join.JoinGroupRequestProtocol(name="range", metadata=b"")]), RESP[11], 7)
     assert join.error_code == E.NONE
-    assert Member(raw, "g-classic").join().error_code == E.GROUP_ID_NOT_FOUND
+    refused = Member(raw, "g-classic").join()
+    assert refused.error_code == E.GROUP_ID_NOT_FOUND and "Cannot upgrade" in refused.error_message
     described = raw.call(REQ[69][0](group_ids=["g-classic", "g-none"], include_authorized_operations=False),
                          RESP[69], 0)
     assert [g.error_code for g in described.groups] == [E.GROUP_ID_NOT_FOUND, E.GROUP_ID_NOT_FOUND]
-    # the last member leaves: the empty group may become a classic one
+    # the last member leaves: the empty group becomes a classic one when a classic member joins
     assert a.heartbeat(epoch=-1).error_code == E.NONE
     join = raw.call(Join(group_id="g-kind", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
                          group_instance_id=None, protocol_type="consumer",
                          protocols=[Join.JoinGroupRequestProtocol(name="range", metadata=b"")]), RESP[11], 7)
     assert join.error_code == E.MEMBER_ID_REQUIRED
+    listed = raw.call(REQ[16][5](states_filter=[], types_filter=["classic"]), RESP[16], 5)
+    assert sorted(g.group_id for g in listed.groups) == ["g-classic", "g-kind"]
 
 
-def test_metrics_count_a_consumer_groups_assignments(start_broker):
-    from integration.test_metrics import sample, scrape
+def test_metrics_and_topic_stats_show_a_consumer_group(start_broker):
+    import json
+    from integration.test_metrics import get, sample, scrape
     broker = start_broker()
     with RawKafka(broker.port) as conn:
         conn.create_topic(TOPIC, 4)
         a, b = Member(conn, "g-metrics"), Member(conn, "g-metrics")
         a.join()
         b.join()
-    assert sample(scrape(broker), "kop_consumer_group_rebalances_total", group="g-metrics") == 2
+        conn.produce(TOPIC, 0, plain_batch([b"x"] * 5))
+        Req = REQ[8][9]
+        committed = conn.call(Req(group_id="g-metrics", generation_id_or_member_epoch=a.epoch, member_id=a.member_id,
+                                  group_instance_id=None, topics=[Req.OffsetCommitRequestTopic(name=TOPIC, partitions=[
+                                      Req.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                                          partition_index=0, committed_offset=2, committed_leader_epoch=-1,
+                                          committed_metadata="")])]), RESP[8], 9)
+        assert committed.topics[0].partitions[0].error_code == E.NONE
+    samples = scrape(broker)
+    assert sample(samples, "kop_consumer_group_rebalances_total", group="g-metrics") == 2
+    # a consumer-protocol group's offsets and lag are shown as a classic group's are (before, they were left out)
+    labels = dict(group="g-metrics", topic=TOPIC, partition="0")
+    assert sample(samples, "kop_consumer_group_committed_offset", **labels) == 2
+    assert sample(samples, "kop_consumer_group_lag", **labels) == 3
+    status, body = get(broker, f"/admin/v2/persistent/public/default/{TOPIC}-partition-0/stats")
+    assert status == 200
+    subscription = json.loads(body)["subscriptions"]["g-metrics"]  # `kop admin topics stats` lists it
+    assert (subscription["committedOffset"], subscription["msgBacklog"]) == (2, 3)

@@ -150,7 +150,7 @@ def aged_group(broker_factory):
     """A topic that retention has trimmed past offset 2 (to `start`, then 3 more records, offsets 20-22), and groups
     that committed offset 2 before that."""
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
     from kafka import KafkaConsumer, TopicPartition
     from kafka.structs import OffsetAndMetadata
     broker = broker_factory({"log.segment.bytes": "2000", "retention_check_interval_ms": "300",
@@ -173,6 +173,9 @@ def aged_group(broker_factory):
         return start if start > 2 else None
     start = wait_for(trimmed_past_2, "retention to move the log start past the committed offset")
     reader.close()
+    # retention has done its part: the fresh records below must outlive the slowest member's join
+    altered = admin.alter_configs([ConfigResource("topic", topic, set_config={"retention.ms": "-1"})])
+    altered[ConfigResource("topic", topic)].result(10)
     produce(broker.bootstrap, topic, 20, 3, partitions=1)  # fresh records: the log start may have reached the end
     return broker, tp, start
 

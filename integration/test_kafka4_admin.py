@@ -116,7 +116,7 @@ def test_list_offsets_earliest_local_is_the_log_start_and_there_is_no_tiered_off
 
 
 def test_describe_configs_reports_sources_and_synonyms(broker_factory):
-    b = broker_factory({"log.retention.ms": "3600000"})
+    b = broker_factory({"log.retention.ms": "3600000", "group.consumer.migration.policy": "upgrade"})
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
     wait_all(admin.create_topics([CkNewTopic("cfg", num_partitions=1, replication_factor=1,
                                               config={"retention.bytes": "1000000"})]))
@@ -132,6 +132,13 @@ def test_describe_configs_reports_sources_and_synonyms(broker_factory):
     assert [(s.name, s.value) for s in retention_ms.synonyms.values()] == [("log.retention.ms", "3600000")]
     assert (configs["min.cleanable.dirty.ratio"].value, configs["delete.retention.ms"].value) == ("0.5", "86400000")
     assert configs["cleanup.policy"].source == ConfigSource.DEFAULT_CONFIG.value
+    broker = ConfigResource("broker", "1")
+    group_settings = wait_all(admin.describe_configs([broker]))[broker]
+    assert (group_settings["group.consumer.migration.policy"].value,
+            group_settings["group.consumer.migration.policy"].source) == \
+        ("upgrade", ConfigSource.STATIC_BROKER_CONFIG.value)
+    assert (group_settings["group.consumer.assignors"].value, group_settings["group.consumer.assignors"].source) == \
+        ("uniform,range", ConfigSource.DEFAULT_CONFIG.value)
 
 
 def test_an_empty_cleanup_policy_is_accepted_as_kafka_4_accepts_it(broker):

@@ -46,6 +46,8 @@ def test_the_token_bootstraps_users_and_nothing_else_passes_without_credentials(
     status, headers, answer = call(broker, "/admin/v2/users")
     assert status == 401 and headers["WWW-Authenticate"].startswith("Basic")
     assert call(broker, "/admin/v2/users", authorization="Bearer wrong")[0] == 401
+    # Basic credentials that are not even ASCII (HTTP carries latin-1): a 401 as any malformed ones (was a 500)
+    assert call(broker, "/admin/v2/users", authorization="Basic \xff\xbdnot-ascii")[0] == 401
     for user, password in ((ADMIN, ADMIN_PASSWORD), (USER, PASSWORD)):
         status, _, _ = call(broker, f"/admin/v2/users/{user}", "POST", {"password": password},
                             authorization=f"Bearer {TOKEN}")

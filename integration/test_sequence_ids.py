@@ -125,14 +125,35 @@ def test_names_and_records_without_the_headers_mix_in_one_batch(broker, kafka):
     assert stored(broker, topic) == [(0, b"a1"), (1, b"b7"), (3, b"plain"), (4, b"b8"), (5, b"a2"), (7, b"c0")]
 
 
-def test_a_batch_of_only_duplicates_from_a_producer_without_idempotence_stores_nothing(broker, kafka):
+def test_a_batch_of_only_duplicates_from_a_producer_without_idempotence_stores_nothing_and_gets_its_offset(
+        start_broker):
+    """A resend of a stored batch (a producer without idempotence retrying after a lost response, or a job re-run) is
+    answered with the offset its first record was stored at, while the partition remembers it: one of the last
+    batches of its name since the partition was loaded. Otherwise -1, Kafka's answer for a duplicate whose offset it
+    no longer knows."""
+    broker = start_broker()
     topic = "all-duplicates"
-    assert kafka.create_topic(topic) == 0
-    kafka.produce(topic, 0, batch([record("p", i, b"v%d" % i) for i in range(3)]))
-    assert answer(kafka.produce(topic, 0, batch([record("p", i, b"v%d" % i) for i in range(3)]))) == (
-        ErrorCode.NONE, -1)  # Kafka's answer for a duplicate whose offset it does not know
-    assert kafka.end_offsets(topic, [0]) == {0: 3}
-    assert stored(broker, topic) == [(i, b"v%d" % i) for i in range(3)]
+    with RawKafka(broker.port) as kafka:
+        assert kafka.create_topic(topic) == 0
+        kafka.produce(topic, 0, batch([record("other", 1, b"o1")]))
+        kafka.produce(topic, 0, batch([record("p", i, b"v%d" % i) for i in range(3)]))  # at 1..3
+        kafka.produce(topic, 0, batch([record("p", i, b"v%d" % i) for i in (5, 7)]))  # at 4, 5: a gap in its ids
+        assert answer(kafka.produce(topic, 0, batch([record("p", i, b"v%d" % i) for i in range(3)]))) == (
+            ErrorCode.NONE, 1)
+        assert answer(kafka.produce(topic, 0, batch([record("p", i, b"v%d" % i) for i in (1, 2)]))) == (
+            ErrorCode.NONE, 2)  # part of a stored batch of consecutive ids
+        assert answer(kafka.produce(topic, 0, batch([record("p", 7, b"v7")]))) == (
+            ErrorCode.NONE, -1)  # inside a batch with a gap: not known (its first, 5, is)
+        assert answer(kafka.produce(topic, 0, batch([record("p", 5, b"v5")]))) == (ErrorCode.NONE, 4)
+        assert answer(kafka.produce(topic, 0, batch([record("p", 4, b"never")]))) == (
+            ErrorCode.NONE, -1)  # never stored (a gap below the highest): no offset to give
+    broker.stop()
+    broker.start()
+    with RawKafka(broker.port) as kafka:
+        assert answer(kafka.produce(topic, 0, batch([record("p", i, b"v%d" % i) for i in range(3)]))) == (
+            ErrorCode.NONE, -1)  # not stored since the partition was loaded: not known
+        assert kafka.end_offsets(topic, [0]) == {0: 6}
+    assert stored(broker, topic) == [(0, b"o1")] + [(i + 1, b"v%d" % i) for i in range(3)] + [(4, b"v5"), (5, b"v7")]
 
 
 def test_a_batch_of_only_duplicates_from_an_idempotent_producer_is_kept_empty_so_its_sequence_counts(broker, kafka):
@@ -199,7 +220,7 @@ def test_a_duplicate_of_a_write_still_in_flight_is_answered_retriably_then_dropp
             ErrorCode.REQUEST_TIMED_OUT, -1)
         admin(broker).post(f"/admin/v2/kop/failpoints/{topic}/0", {"hold_flushes": False})
         assert answer(kafka.receive_produce(first)) == (ErrorCode.NONE, 0)
-        assert answer(rerun.produce(topic, 0, batch([record("p", 1, b"rerun")]))) == (ErrorCode.NONE, -1)
+        assert answer(rerun.produce(topic, 0, batch([record("p", 1, b"rerun")]))) == (ErrorCode.NONE, 0)
     assert stored(broker, topic) == [(0, b"first")]
 
 

@@ -120,6 +120,7 @@ def test_each_startup_mistake_is_one_line_and_exit_status_2(kop_script, tmp_path
     assert_refused(done, *named)
 
 
+@pytest.mark.file_storage  # its control looks for the files a start writes
 def test_a_port_in_use_fails_before_the_topics_are_loaded(kop_script, tmp_path, busy_port):
     data = str(tmp_path / "data")
     broker = BrokerProcess(data, program=(kop_script,)).start()
@@ -141,6 +142,7 @@ def test_a_port_in_use_fails_before_the_topics_are_loaded(kop_script, tmp_path, 
         broker.stop()
 
 
+@pytest.mark.file_storage  # its control looks for the files a start writes
 def test_a_second_broker_on_the_same_data_directory_is_refused_and_no_acked_record_is_lost(kop_script, tmp_path):
     data = str(tmp_path / "data")
     first = BrokerProcess(data, program=(kop_script,)).start()

@@ -2,7 +2,6 @@
 twice in one process."""
 import asyncio
 import collections
-import contextlib
 import errno
 import functools
 import logging
@@ -16,12 +15,13 @@ from kop.admin.server import AdminServer
 from kop.byte_budget import ByteBudget
 from kop.cluster import Cluster, ClusterService, Member, SingleBroker
 from kop.compaction.cleaner import LogCleaner
-from kop.config import BrokerConfig, listener_specs, settings_not_default
+from kop.config import BrokerConfig, inter_broker_listener, listener_specs, settings_not_default
 from kop.connection import Connection
 from kop.data_dir import DataDirLock
+from kop.fetch_sessions import FetchSessionCache
 from kop.groups import GroupCoordinator
 from kop.policies import PolicyBook
-from kop.producer_ids import ProducerIdAllocator
+from kop.producer_ids import ProducerIdAllocator, cluster_tag
 from kop.replication.clusters import ClusterRegistry
 from kop.replication.service import ReplicationService
 from kop.security.acls import Authorizer
@@ -61,6 +61,7 @@ class Broker:
         self.users = UserStore(config.data_dir, durable=config.fsync)
         self.quota_book = QuotaBook(config.data_dir, durable=config.fsync)
         self.quota_meter = QuotaMeter(self.quota_book)
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         self.authorizer = Authorizer(config.data_dir, config.super_users, config.allow_everyone_if_no_acl_found,
                                      config.authorizer_enabled, durable=config.fsync)
         self.producer_ids: ProducerIdAllocator | None = None
@@ -69,7 +70,7 @@ class Broker:
         self.listeners = listener_specs(config)
         self._servers: list[tuple[ListenerSpec, asyncio.AbstractServer]] = []
         self.ports: dict[str, int] = {}  # listener name -> the port bound
-        self._connections: set[asyncio.Task] = set()
+        self._connections: dict[Connection, str] = {}  # open connections, each with its client's address
         self._per_address: collections.Counter[str] = collections.Counter()  # open connections per client address
         self.request_bytes = ByteBudget(config.queued_max_request_bytes)  # unanswered request bytes, all connections
         self._background: list[asyncio.Task] = []
@@ -132,9 +133,9 @@ class Broker:
     async def _bind_listener(self, listener: ListenerSpec, tls) -> None:
         tls_options = {"ssl": tls, "ssl_handshake_timeout": self.config.ssl_handshake_timeout_ms / 1000} if tls else {}
         try:
-            server = await asyncio.start_server(functools.partial(self._on_client, listener), listener.host,
-                                                listener.port, backlog=1024, limit=1 << 20, start_serving=False,
-                                                **tls_options)
+            server = await asyncio.get_running_loop().create_server(
+                functools.partial(Connection, self, listener), listener.host, listener.port, backlog=1024,
+                start_serving=False, **tls_options)
         except OSError as exc:
             raise bind_failure(exc, listener.host, listener.port, self._purpose(listener)) from None
         self._servers.append((listener, server))
@@ -172,13 +173,17 @@ class Broker:
         if self._admin is not None:  # its probes answer while the topics load; the rest waits for them
             await _listen(self._admin.start(), self.config.admin_host, self.admin_port, "the admin API")
         await self.topics.open_storage()
+        if isinstance(self.topics.storage, PgTopicStorage):  # shared by the brokers of the database
+            await self.policies.share_through(self.topics.storage.store)
         self.cluster = self._cluster()
         await self.cluster.join()
         await self.topics.load_all(self.cluster.owns)
-        self.producer_ids = ProducerIdAllocator(self.topics.storage.producer_id_blocks())
+        self.producer_ids = ProducerIdAllocator(self.topics.storage.producer_id_blocks(),
+                                                cluster_tag(self.config.cluster_name))
         await self.cluster.serve_groups(self.groups)
         await self.groups.start()  # needs the topics: groups are found from their partitions' cursors
         self.transactions = TransactionCoordinator(self.config, self.topics, self.groups, self.producer_ids)
+        await self.cluster.serve_transactions(self.transactions)
         self.transactions.start()  # needs both: prepared transactions write markers and offsets
         self.loaded = True
         for listener, server in self._servers:
@@ -204,8 +209,10 @@ class Broker:
         if not isinstance(storage, PgTopicStorage):
             return SingleBroker(me)
         home = f"{socket.gethostname()}:{os.path.abspath(self.config.data_dir)}"
+        between = inter_broker_listener(self.config, self.listeners)
         return ClusterService(storage.store, self.topics, me, home, self.config.broker_session_timeout_ms,
-                              self.config.broker_heartbeat_interval_ms)
+                              self.config.broker_heartbeat_interval_ms, between.name,
+                              not (between.tls or between.sasl), self.config.fsync)
 
     async def _close_listeners(self) -> None:
         if self._admin is not None:
@@ -213,28 +220,22 @@ class Broker:
         for _listener, server in self._servers:
             server.close()
 
-    async def _on_client(self, listener: ListenerSpec, reader: asyncio.StreamReader,
-                         writer: asyncio.StreamWriter) -> None:
+    def admit_connection(self, connection: Connection, address: str) -> bool:
+        """Whether a new connection may stay open (max.connections, max.connections.per.ip); it is counted if so."""
         if len(self._connections) >= self.config.max_connections:
             log.warning("refusing a connection: %d open (max_connections)", len(self._connections))
-            writer.close()
-            return
-        peer = writer.get_extra_info("peername")
-        address = peer[0] if isinstance(peer, tuple) else str(peer)
+            return False
         if self._per_address[address] >= self.config.max_connections_per_ip:
             log.info("refusing a connection from %s: %d open from there (max.connections.per.ip)", address,
                      self._per_address[address])
-            writer.close()
-            return
-        task = asyncio.current_task()
-        self._connections.add(task)
+            return False
+        self._connections[connection] = address
         self._per_address[address] += 1
-        try:
-            # stop() cancels every connection; asyncio would log each one as an error
-            with contextlib.suppress(asyncio.CancelledError):
-                await Connection(self, listener, reader, writer).run()
-        finally:
-            self._connections.discard(task)
+        return True
+
+    def forget_connection(self, connection: Connection) -> None:
+        address = self._connections.pop(connection, None)
+        if address is not None:
             self._per_address[address] -= 1
             if not self._per_address[address]:
                 del self._per_address[address]
@@ -284,9 +285,9 @@ class Broker:
         for task in self._background:
             task.cancel()
         await self._close_listeners()
-        for task in list(self._connections):
-            task.cancel()
-        await asyncio.gather(*self._connections, return_exceptions=True)
+        for connection in list(self._connections):
+            connection.abort()
+        await asyncio.sleep(0)  # their transports report the close
         await self.replication.stop()
         if self.transactions is not None:
             await self.transactions.stop()

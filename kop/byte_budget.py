@@ -19,7 +19,7 @@ class ByteBudget:
         return 0 < self.limit <= self.in_use
 
     def try_reserve(self, size: int) -> bool:
-        if self._waiters or self.exhausted:
+        if self._waiters or 0 < self.limit <= self.in_use:  # exhausted, inline: every request asks twice
             return False
         self.in_use += size
         return True
@@ -41,7 +41,8 @@ class ByteBudget:
 
     def release(self, size: int) -> None:
         self.in_use -= size
-        self._grant()
+        if self._waiters:
+            self._grant()
 
     def _grant(self) -> None:
         while self._waiters and not self.exhausted:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from kop.config_checks import INT32_MAX, INT64_MAX, WILDCARD_HOSTS, HostName, Matches, Range
+from kop.config_checks import INT32_MAX, INT64_MAX, WILDCARD_HOSTS, HostName, ListOf, Matches, OneOf, Range
 from kop.security.listeners import ListenerSpec, parse_protocol_map, resolve_listeners
 
 Check = Callable[[Any], None]
@@ -18,6 +18,10 @@ PORT = Range(0, 65535)
 SIZE = Range(1)  # bytes or a count: at least one
 MILLIS = Range(1, INT64_MAX)
 NAME = Matches(r"[\w.-]+", "letters, digits, '.', '_' or '-'")
+# The server-side assignors of KIP-848 groups (kop/groups/consumer/assignors.py), by name or by Kafka's class name.
+CONSUMER_ASSIGNORS = ListOf(("uniform", "range"), (
+    ("org.apache.kafka.coordinator.group.assignor.UniformAssignor", "uniform"),
+    ("org.apache.kafka.coordinator.group.assignor.RangeAssignor", "range")))
 
 
 def setting(default: Any, check: Check | None = None, *keys: str, doc: str) -> Any:
@@ -139,6 +143,10 @@ class BrokerConfig:
     max_connections: int = setting(10000, SIZE, doc="Connections beyond this many are closed at once.")
     max_connections_per_ip: int = setting(INT32_MAX, SIZE, doc="Connections from one address beyond this many are "
                                                                "closed at once (Kafka's key).")
+    max_incremental_fetch_session_cache_slots: int = setting(
+        1000, Range(0, INT32_MAX), doc="Fetch sessions (KIP-227) the broker keeps at most; past it a new one "
+                                       "takes the place of one idle for two minutes, or of a smaller one older than "
+                                       "that, else the consumer fetches without a session. 0: no sessions.")
     # storage
     storage: str = setting("file", Matches(r"file|postgres(ql)?://.+", "`file` or a postgresql:// URL"),
                            doc="Where topics and their partitions' managed ledgers are kept: `file` (the data "
@@ -152,6 +160,11 @@ class BrokerConfig:
     broker_heartbeat_interval_ms: int = setting(
         2000, Range(100, INT32_MAX), "broker.heartbeat.interval.ms",
         doc="PostgreSQL storage: how often a broker renews its lease and follows the partitions' ownership.")
+    inter_broker_listener_name: str = setting(
+        "", None, "inter.broker.listener.name",
+        doc="PostgreSQL storage: the listener, by name, the brokers of a cluster send each other their requests on "
+            "(transaction markers, offsets, verifications); it must be PLAINTEXT, e.g. an internal listener beside "
+            "a secured one for clients (Kafka's key). Empty: the first listener.")
     fsync: bool = setting(True, doc="Acknowledge a write only after an fsync covers it (group commit). Off: faster, "
                                     "and a machine crash can lose acknowledged records.")
     ledger_max_bytes: int = setting(256 * 1024 * 1024, Range(14), "log.segment.bytes",  # Kafka's lower bound
@@ -220,6 +233,10 @@ class BrokerConfig:
         doc="Retention keeps the records a replicator has not sent yet, up to this many bytes per partition and "
             "remote cluster; past it, retention deletes them as if the replicator were not there and the remote "
             "misses them (Pulsar's backlog quota with its consumer_backlog_eviction policy). -1: no limit.")
+    ttl_duration_default_in_seconds: int = setting(
+        0, Range(0, 2**31 - 1), "ttlDurationDefaultInSeconds",
+        doc="Message TTL where no namespace or topic policy sets one: a replicator does not send records stored "
+            "longer ago than this (Pulsar's message TTL); they stay here for consumers and retention. 0: never.")
     replicated_subscriptions_snapshot_max_cached_per_subscription: int = setting(
         10, Range(3), "replicatedSubscriptionsSnapshotMaxCachedPerSubscription",
         doc="Completed snapshots kept per replicated group, spread between its position and the newest data.")
@@ -236,6 +253,17 @@ class BrokerConfig:
                                                                       "before it is removed from the group.")
     group_consumer_heartbeat_interval_ms: int = setting(5000, SIZE, doc="How often members of consumer-protocol "
                                                                         "groups heartbeat (the broker tells them).")
+    group_consumer_assignors: str = setting(
+        "uniform,range", CONSUMER_ASSIGNORS,
+        doc="The server-side assignors members of consumer-protocol groups may ask for (`group.remote.assignor`); "
+            "the first is used when none asks. Kafka's class names of the two are accepted too.")
+    group_consumer_migration_policy: str = setting(
+        "bidirectional", OneOf(("disabled", "upgrade", "downgrade", "bidirectional")),
+        doc="Online migration of groups with members between the classic and the consumer protocol: `upgrade` lets "
+            "a consumer-protocol member join a classic group (which becomes a consumer group), `downgrade` turns a "
+            "consumer group whose last consumer-protocol member left back into a classic group, `bidirectional` "
+            "both. Classic members may join a consumer group under every policy, and an empty group changes kind "
+            "under every policy.")
     offset_metadata_max_bytes: int = setting(4096, Range(0), doc="The longest metadata string an offset commit may "
                                                                  "carry.")
     offsets_retention_check_interval_ms: int = setting(600_000, MILLIS,
@@ -270,6 +298,10 @@ class BrokerConfig:
     @property
     def advertised(self) -> str:
         return self.advertised_host or self.host
+
+    @property
+    def consumer_assignors(self) -> tuple[str, ...]:
+        return CONSUMER_ASSIGNORS.parse(self.group_consumer_assignors)
 
 
 # Rules between settings: (holds, what to say when it does not).
@@ -307,7 +339,16 @@ def listener_problem(config: BrokerConfig) -> str | None:
         return f"listeners: {exc}"
     if any(spec.tls for spec in specs) and not config.ssl_keystore_location:
         return "an SSL or SASL_SSL listener needs ssl.keystore.location (a PEM certificate chain and key)"
+    names = [spec.name for spec in specs]
+    if config.inter_broker_listener_name and config.inter_broker_listener_name not in names:
+        return f"inter.broker.listener.name {config.inter_broker_listener_name} names no listener (listeners: " \
+               f"{', '.join(names)})"
     return None
+
+
+def inter_broker_listener(config: BrokerConfig, specs: list[ListenerSpec]) -> ListenerSpec:
+    """The listener the brokers of a cluster reach each other on: inter.broker.listener.name, else the first."""
+    return next((spec for spec in specs if spec.name == config.inter_broker_listener_name), specs[0])
 
 
 FIELDS = {f.name: f for f in fields(BrokerConfig)}

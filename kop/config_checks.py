@@ -53,3 +53,46 @@ class Matches:
     def __call__(self, value: str) -> None:
         if not re.fullmatch(self.pattern, value):
             raise ValueError(f"must be {self.description}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """One of a few words, in any case (as Kafka reads its enumerated settings)."""
+    choices: tuple[str, ...]
+
+    @property
+    def description(self) -> str:
+        return ", ".join(self.choices)
+
+    def __call__(self, value: str) -> None:
+        if value.strip().lower() not in self.choices:
+            raise ValueError(f"must be one of {self.description}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ListOf:
+    """A comma-separated list of at least one name, each one of `names` (or an alias that names one), no repeats."""
+    names: tuple[str, ...]
+    aliases: tuple[tuple[str, str], ...] = ()  # (alias, name)
+
+    @property
+    def description(self) -> str:
+        return "a list of " + ", ".join(self.names)
+
+    def parse(self, value: str) -> tuple[str, ...]:
+        aliases = dict(self.aliases)
+        items = [item.strip() for item in value.split(",") if item.strip()]
+        if not items:
+            raise ValueError(f"must be {self.description}, got an empty list")
+        out = []
+        for item in items:
+            name = aliases.get(item, item)
+            if name not in self.names:
+                raise ValueError(f"{item!r} is not one of {', '.join(self.names)}")
+            if name in out:
+                raise ValueError(f"{item!r} is listed twice")
+            out.append(name)
+        return tuple(out)
+
+    def __call__(self, value: str) -> None:
+        self.parse(value)

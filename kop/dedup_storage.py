@@ -11,7 +11,8 @@ from dedup.interfaces import ReplayEntry
 from kop.ledger import CursorNotFoundError, ManagedLedger, Position
 from proto.kop_pb2 import MessageMetadata
 
-REPLAY_BATCH = 100  # entries per read, as Pulsar's replay task
+REPLAY_BATCH = 100  # entries per read, as Pulsar's replay task ...
+REPLAY_BYTES = 1 << 20  # ... and bytes (the first entry whatever its size): 100 batches of 1 MB are not read at once
 
 
 class LedgerDedupStorage:
@@ -46,7 +47,7 @@ class LedgerDedupStorage:
         after = Position(*position)
         waited = False
         while True:
-            entries = self._ledger.read_after(after, REPLAY_BATCH)
+            entries = self._ledger.read_after(after, REPLAY_BATCH, REPLAY_BYTES)
             if not entries:
                 if waited or not await self._writes_in_flight_landed():
                     return

@@ -20,6 +20,7 @@ from dedup.named_sequences import RecordsDecision
 from kop.compaction.stats import CleanerStats
 from kop.dedup_storage import LedgerDedupStorage
 from kop.sequence_filter import Answer, SequenceFilter, Store
+from kop.producer_ids import SharedProducerIds
 from kop.ledger import Entry, LedgerClosedError, LedgerWriteError, ManagedLedger, ManagedLedgerError, Position
 from kop.transactions.aborted_index import Listed
 from kop.transactions.index_cache import IndexCache
@@ -27,9 +28,9 @@ from kop.transactions.index_snapshots import IndexSnapshots
 from kop.transactions.partition_index import DEFAULT_MAX_ABORTED_PER_LEDGER, PartitionTransactions
 from protocol.errors import ErrorCode
 from protocol.records import (BatchHeader, RecordBatchError, WalkedRecords, assign_offsets, build_control_batch,
-                              build_marker_batch, clear_transactional, set_log_append_time, split_batches,
-                              validate_batch)
-from protocol.sequence_headers import SEQUENCE_HEADER_KEYS
+                              build_marker_batch, clear_transactional, keep_records, set_log_append_time,
+                              split_batches, validate_batch)
+from protocol.sequence_headers import SequenceHeaderScan
 from proto.kop_pb2 import MarkerType, MessageMetadata
 
 log = logging.getLogger(__name__)
@@ -122,7 +123,12 @@ class PartitionLog:
         # Markers handed to the ledger per producer id: a transactional batch that waited for earlier writes is
         # stored only if none came meanwhile.
         self._markers_handed: dict[int, int] = {}
+        # producer id -> resolved once its last batch held for its coordinator's verification was handed on (or
+        # refused): its later batches wait behind it, in order
+        self.verifying: dict[int, asyncio.Future] = {}
         self.marker_listener: MarkerListener | None = None
+        # Producer ids that mean the same producer in the clusters this one replicates with (kop/producer_ids.py)
+        self.shared_producer_ids = SharedProducerIds()
         self._waiters: list[asyncio.Future] = []
         ledger.add_confirm_listener(self._wake_waiters)
         ledger.add_failure_listener(self._on_ledger_failure)
@@ -188,15 +194,15 @@ class PartitionLog:
                        records: WalkedRecords | None = None, client: Mapping[str, str] = NO_CLIENT) -> asyncio.Future:
         """Append a client data batch; resolves to an AppendResult once durable, deduplicated or rejected.
         `records`: the batch's records as validation walked them, watching for application-chosen sequence ids
-        (`judges_sequence_headers`), so records that carry them are judged one by one. `client`: the log fields
-        naming the sender (RequestContext.log_fields)."""
-        named = records is not None and records.scanned is not None and self.judges_sequence_headers()
+        (`judges_sequence_headers`), so records that carry them are judged (kop/sequence_filter.py). `client`: the log
+        fields naming the sender (RequestContext.log_fields)."""
+        named = records is not None and records.headers is not None and self.judges_sequence_headers()
         if header.producer_id < 0:
             if named:
                 return self._publish_named(header, view, records, None, client)
             return self._append(header, view, MessageMetadata(), None)
         decision = self.producers.check(header.producer_id, header.producer_epoch, header.base_sequence,
-                                        header.last_offset_delta)
+                                        header.last_offset_delta, self.shared_producer_ids.shared(header.producer_id))
         decisions = self.dedup_decisions
         if isinstance(decision, Accept):
             if named:
@@ -228,6 +234,10 @@ class PartitionLog:
         if current is not None and current > producer_epoch:
             return _resolved(AppendResult(ErrorCode.INVALID_PRODUCER_EPOCH,
                                           message=f"marker epoch {producer_epoch} is older than {current}"))
+        if self.transactions.stale_coordinator(producer_id, coordinator_epoch):
+            return _resolved(AppendResult(ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                                          message=f"coordinator epoch {coordinator_epoch} is older than "
+                                                  f"{self.transactions.coordinator_epochs[producer_id]}"))
         base = self.ledger.written_end_index
         batch = build_control_batch(base_offset=base, producer_id=producer_id, producer_epoch=producer_epoch,
                                     commit=commit, coordinator_epoch=coordinator_epoch,
@@ -241,7 +251,13 @@ class PartitionLog:
         result = self._append(header, view, metadata, None, on_stored=lambda offset, position:
                               self.transactions.on_marker(producer_id, position, offset, commit, self.high_watermark))
         self._markers_handed[producer_id] = self._markers_handed.get(producer_id, 0) + 1
+        self.transactions.on_coordinator(producer_id, coordinator_epoch)
         return result
+
+    def markers_handed(self, producer_id: int) -> int:
+        """How many markers of this producer were handed to the ledger (a batch checked before one came must not be
+        stored after it)."""
+        return self._markers_handed.get(producer_id, 0)
 
     def publish_replicated(self, source_cluster: str, topic_id: uuid.UUID, ledger_id: int, entry_id: int,
                            source: MessageMetadata, header: BatchHeader, view: memoryview) -> asyncio.Future:
@@ -251,6 +267,12 @@ class PartitionLog:
         apart (producer ids and names are cluster-local). Its records' application-chosen sequence ids are judged as
         a producer's here are: a producer that failed over and wrote some of them here before they were replicated
         has them dropped from the entry (leaving holes in its offsets), and is deduplicated by them here afterwards.
+        An entry of a Kafka idempotent producer whose id is shared by the clusters (a producer that may move between
+        them keeping its id) is also judged as that producer's batch here (Pulsar's dedup V1, by the original
+        producer's identity): found among its latest batches here (it failed over and wrote it here first), its
+        records are dropped (an empty batch records the source position); otherwise it becomes the producer's
+        batch here, so its resends here are duplicates. Anything else Kafka's rules would refuse (an older epoch, a
+        sequence already passed) is stored as it is: replicated records are never lost to a guess.
         Resolves to an AppendResult (`duplicate` when it was stored before)."""
         if self.dedup.awaiting_recovery:  # judged against part of the state, a resend would be stored again
             self.dedup.retry_recovery()
@@ -282,6 +304,8 @@ class PartitionLog:
             header, view, named = step.header, step.view, step.decision
             for core_name, sequence_id in named.highest.items():
                 metadata.named_sequences.add(name=core_name, sequence_id=sequence_id)
+        if named is None and self._judged_as_its_producer(source, header):
+            return self._publish_as_producer(header, view, metadata, name, key)
         self.dedup.push(name, key)
         if not source.HasField("marker_type"):
             return self._append(header, view, metadata, None, named, replicated=(name, key))
@@ -290,11 +314,40 @@ class PartitionLog:
         result.add_done_callback(lambda done: self._on_marker_stored(metadata, batch, done.result()))
         return result
 
+    def _judged_as_its_producer(self, source: MessageMetadata, header: BatchHeader) -> bool:
+        return (self.dedup.is_enabled and header.producer_id >= 0 and not source.is_transactional
+                and not source.HasField("marker_type") and self.shared_producer_ids.shared(header.producer_id))
+
+    def _publish_as_producer(self, header: BatchHeader, view: memoryview, metadata: MessageMetadata,
+                             name: str, key: int) -> asyncio.Future:
+        """Dedup V1: a replicated batch judged as its producer's batch here, its source position kept as a name of
+        the entry (replayed with it)."""
+        source_position = named_sequences.RecordsDecision(highest={name: key})
+        decision = self.producers.check(header.producer_id, header.producer_epoch, header.base_sequence,
+                                        header.last_offset_delta)
+        if isinstance(decision, Accept):
+            kafka = _kafka_metadata(header, decision)
+            metadata.producer_name, metadata.producer_id, metadata.producer_epoch = \
+                kafka.producer_name, kafka.producer_id, kafka.producer_epoch
+            metadata.sequence_id, metadata.highest_sequence_id = kafka.sequence_id, kafka.highest_sequence_id
+            metadata.named_sequences.add(name=name, sequence_id=key)
+            return self._append(header, view, metadata, decision, source_position)
+        if isinstance(decision, (WaitFor, DecideAgain)):  # the producer's own write of it may be in flight here
+            return _resolved(AppendResult(ErrorCode.REQUEST_TIMED_OUT,
+                                          message="a write of the same producer is in flight here, retry"))
+        metadata.producer_name, metadata.sequence_id, metadata.highest_sequence_id = "", 0, 0
+        metadata.named_sequences.add(name=name, sequence_id=key)
+        if isinstance(decision, Duplicate):  # written here by the producer itself: the records go, the offsets stay
+            self.dedup_decisions.duplicate += 1
+            empty = keep_records(header, b"", [], header.max_timestamp)
+            header, view = split_batches(empty)[0]
+        return self._append(header, view, metadata, None, source_position)
+
     def _judge_replicated_records(self, header: BatchHeader, view: memoryview) -> Store | Answer:
         """A replicated batch's records, judged by their sequence-id headers. All of them already here still leave
         an empty batch to store, as an idempotent producer's does: it records the source position."""
         try:
-            records = validate_batch(header, view, from_client=False, watch=SEQUENCE_HEADER_KEYS)
+            records = validate_batch(header, view, from_client=False, watch=SequenceHeaderScan)
         except RecordBatchError as exc:
             return Answer(ErrorCode(exc.error_code), str(exc))
         return self.sequences.filter(header, view, records, idempotent=True)
@@ -334,11 +387,13 @@ class PartitionLog:
                 self.producers.refuse(accept, step.error)
             if step.error:
                 log.info("%s: batch refused (%d): %s", self.name, step.error, step.message, extra=client)
-            return _resolved(AppendResult(step.error, message=step.message))
+            return _resolved(AppendResult(step.error, step.base_offset, message=step.message))
         metadata = _kafka_metadata(step.header, accept) if accept is not None else MessageMetadata()
         for name, sequence_id in step.decision.highest.items():
             metadata.named_sequences.add(name=name, sequence_id=sequence_id)
-        return self._append(step.header, step.view, metadata, accept, step.decision)
+        run = step.run
+        on_stored = None if run is None else lambda base, _position: self.sequences.runs.stored(run, base)
+        return self._append(step.header, step.view, metadata, accept, step.decision, on_stored)
 
     async def _await_original(self, decision: WaitFor, timeout_ms: int) -> AppendResult:
         """A retry of a batch still being written: answer whatever the original gets."""
@@ -383,9 +438,15 @@ class PartitionLog:
             set_log_append_time(batch, 0, now)
         metadata.publish_time = now
         metadata.num_messages = header.records_count
+        append_time = now if self.log_append_time else -1
+        size = len(batch)
         try:
             # A write that fails comes back through the ledger's failure path, after the writes before it.
-            written = self.ledger.add_entry(base, span, metadata.SerializeToString(), batch)
+            # _on_written runs as soon as the entry is durable (it reads pending, named and result, set below)
+            self.ledger.add_entry(
+                base, span, metadata.SerializeToString(), batch,
+                then=lambda f: self._on_written(f, base, base + span, size, append_time, pending, named, on_stored,
+                                                replicated, result))
         except LedgerClosedError as exc:  # the partition is going away (topic deleted, broker stopping)
             return _resolved(AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, message=str(exc)))
         except ManagedLedgerError as exc:
@@ -398,11 +459,6 @@ class PartitionLog:
         if named is not None:
             named_sequences.commit(self.dedup, named)
         result = asyncio.get_running_loop().create_future()
-        append_time = now if self.log_append_time else -1
-        size = len(batch)
-        written.add_done_callback(
-            lambda f: self._on_written(f, base, base + span, size, append_time, pending, named, on_stored, replicated,
-                                       result))
         return result
 
     def _on_written(self, written: asyncio.Future, base: int, end: int, size: int, append_time: int,

@@ -1,14 +1,24 @@
-"""Namespace and topic policies, resolved topic -> namespace -> broker as in Pulsar, stored in one protobuf record
-(`<data>/policies`) replaced atomically on every change."""
+"""Namespace and topic policies, resolved topic -> namespace -> broker as in Pulsar. On the file engine they are
+stored in one protobuf record (`<data>/policies`) replaced atomically on every change; on the PostgreSQL engine in
+the database, one record per namespace or topic, shared by every broker of the cluster (each reads them again every
+heartbeat: `reload`)."""
+import logging
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kop.config import BrokerConfig
 from kop.ledger.framed_file import replace_atomically
 from proto.kop_pb2 import Policies, PolicyStore
 
+if TYPE_CHECKING:
+    from kop.groups.generations import RecordStore
+
+log = logging.getLogger(__name__)
+RECORD_KINDS = {"namespace": "policy-namespace", "topic": "policy-topic"}  # in the database's record store
+
 FIELDS = ("deduplication_enabled", "deduplication_snapshot_interval_seconds", "replication_clusters",
-          "replicated_subscriptions")
+          "replicated_subscriptions", "message_ttl_seconds")
 LIST_FIELDS = frozenset({"replication_clusters"})  # ClusterList messages, set and read as tuples of names
 
 
@@ -18,6 +28,7 @@ class ResolvedPolicies:
     deduplication_snapshot_interval_seconds: int
     replication_clusters: tuple[str, ...] = ()  # the clusters the topic lives in (this one among them, or not)
     replicated_subscriptions: bool = False  # every group's position is replicated (PIP-33)
+    message_ttl_seconds: int = 0  # a replicator does not send records older than this (0: never)
 
 
 class PolicyBook:
@@ -26,8 +37,10 @@ class PolicyBook:
         self.path = os.path.join(config.data_dir, "policies")
         self.namespaces: dict[str, Policies] = {}
         self.topics: dict[str, Policies] = {}
+        self._records: "RecordStore | None" = None  # the database's (PostgreSQL engine), else the file
 
     def load(self) -> None:
+        """The file's policies (the file engine's, or those a broker had before it moved to the database)."""
         if not os.path.exists(self.path):
             return
         store = PolicyStore()
@@ -35,6 +48,29 @@ class PolicyBook:
             store.ParseFromString(f.read())
         self.namespaces = {e.name: e.policies for e in store.namespaces}
         self.topics = {e.name: e.policies for e in store.topics}
+
+    async def share_through(self, records: "RecordStore") -> None:
+        """Keep the policies in the database from now on (after `load`). A database that holds none yet takes the
+        ones this broker had in its file, so moving to PostgreSQL keeps them."""
+        self._records = records
+        carried = {"namespace": dict(self.namespaces), "topic": dict(self.topics)}
+        await self.reload()
+        if not self.namespaces and not self.topics and any(carried.values()):
+            for level, book in carried.items():
+                for name, policies in book.items():
+                    await records.put_record(RECORD_KINDS[level], name, policies.SerializeToString())
+            log.info("policies of %s copied into the database", self.path)
+            await self.reload()
+
+    async def reload(self) -> bool:
+        """Read the database's policies again (another broker may have changed them); whether they changed."""
+        if self._records is None:
+            return False
+        found = {level: {name: Policies.FromString(value) for name, value in
+                         (await self._records.records(kind)).items()} for level, kind in RECORD_KINDS.items()}
+        changed = found["namespace"] != self.namespaces or found["topic"] != self.topics
+        self.namespaces, self.topics = found["namespace"], found["topic"]
+        return changed
 
     def _save(self) -> None:
         store = PolicyStore(
@@ -49,8 +85,8 @@ class PolicyBook:
         book = self.namespaces if level == "namespace" else self.topics
         return book.get(name, Policies())
 
-    def set(self, level: str, name: str, field: str, value) -> None:
-        """Set one field (value None removes it, falling back to the next level)."""
+    async def set(self, level: str, name: str, field: str, value) -> None:
+        """Set one field (value None removes it, falling back to the next level); durable once it returns."""
         if field not in FIELDS:
             raise KeyError(field)
         book = self.namespaces if level == "namespace" else self.topics
@@ -62,20 +98,40 @@ class PolicyBook:
             getattr(policies, field).names[:] = list(value)
         else:
             setattr(policies, field, value)
-        if policies.ListFields():
-            book[name] = policies
-        else:
-            book.pop(name, None)
-        self._save()
+        await self._store(level, name, policies if policies.ListFields() else None)
 
-    def drop_topic(self, topic: str) -> None:
-        if self.topics.pop(self.topic_key(topic), None) is not None:
-            self._save()
+    async def drop_topic(self, topic: str) -> None:
+        if self.topic_key(topic) in self.topics:
+            await self._store("topic", self.topic_key(topic), None)
+
+    async def _store(self, level: str, name: str, policies: Policies | None) -> None:
+        """Store one namespace's or topic's policies (None: it has none left), then use them."""
+        book = self.namespaces if level == "namespace" else self.topics
+        if self._records is not None:
+            if policies is None:
+                await self._records.delete_record(RECORD_KINDS[level], name)
+            else:
+                await self._records.put_record(RECORD_KINDS[level], name, policies.SerializeToString())
+        previous = book.get(name)
+        if policies is None:
+            book.pop(name, None)
+        else:
+            book[name] = policies
+        if self._records is None:
+            try:
+                self._save()
+            except OSError:
+                if previous is None:
+                    book.pop(name, None)
+                else:
+                    book[name] = previous
+                raise
 
     def resolve(self, topic: str) -> ResolvedPolicies:
         levels = [self.topics.get(self.topic_key(topic)), self.namespaces.get(self.config.namespace.strip("/"))]
         broker = ResolvedPolicies(self.config.broker_deduplication_enabled,
-                                  self.config.broker_deduplication_snapshot_interval_seconds)
+                                  self.config.broker_deduplication_snapshot_interval_seconds,
+                                  message_ttl_seconds=self.config.ttl_duration_default_in_seconds)
         values = {}
         for field in FIELDS:
             values[field] = getattr(broker, field)

@@ -17,7 +17,7 @@ from pathlib import Path
 from kafka.protocol.api_key import ApiKey
 
 from kop.config import BrokerConfig, setting_key
-from kop.config_checks import INT32_MAX, INT64_MAX, HostName, Matches, Range
+from kop.config_checks import INT32_MAX, INT64_MAX, HostName, ListOf, Matches, OneOf, Range
 from kop.config_file import KAFKA_KEYS
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -40,7 +40,7 @@ def _accepted(f: Field) -> str:
     if isinstance(check, HostName):
         return "host name or IP address" + ("; empty" if check.empty_ok else "") + \
             ("; not 0.0.0.0 or ::" if not check.wildcard_ok else "")
-    if isinstance(check, Matches):
+    if isinstance(check, Matches | OneOf | ListOf):
         return check.description
     return "any " + ("integer" if f.type is int else "text")
 
@@ -122,7 +122,9 @@ def api_reference() -> str:
     from kop.handlers import build_api_router  # here: the handlers import most of the broker
     rows = ["| API | key | versions |", "|---|---:|---|"]
     from protocol.replication import REPLICATE_ENTRIES_KEY
-    own = {REPLICATE_ENTRIES_KEY: "ReplicateEntries (kop's own, between clusters)"}
+    from protocol.txn_offsets import COMMIT_TXN_OFFSETS_KEY
+    own = {REPLICATE_ENTRIES_KEY: "ReplicateEntries (kop's own, between clusters)",
+           COMMIT_TXN_OFFSETS_KEY: "CommitTxnOffsets (kop's own, between the brokers of a cluster)"}
     for key, (low, high) in sorted(build_api_router().versions.items()):
         rows.append(f"| {own[key] if key in own else ApiKey(key).name} | {key} | {low}-{high} |")
     return "\n".join(rows)

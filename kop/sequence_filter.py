@@ -1,13 +1,16 @@
 """The produce-path step for a batch whose records carry application-chosen sequence ids (`kop.producer.name`,
-`kop.sequence.id`): read the headers, judge each record (dedup/named_sequences), and say what to store.
+`kop.sequence.id`): read the headers, judge the records (dedup/named_sequences), and say what to store. A batch of
+one name with rising ids, all new (a producer's stream), is judged once; any other record by record.
 
 * No record is a duplicate: the batch as the client wrote it.
 * Some are: the batch without them, as Kafka's log cleaner rewrites one. The records kept keep the offsets the
   producer was told; the dropped ones leave holes, which every consumer skips.
 * All are: an empty batch when the producer is idempotent (its sequence numbers must still count, or its next batch
   would be out of order, and a retry of it must get this batch's offset, as Kafka's cleaner keeps empty batches for
-  producer state); nothing when it is not, answered NONE with offset -1 (Kafka's answer for a duplicate whose offset
-  it no longer knows). Either way no record is added, so consumers see the same.
+  producer state); nothing when it is not, answered NONE with the offset its first record was stored at, when that
+  is known (`StoredRuns`: a resend of one of the last batches of its name since the partition was loaded), else -1
+  (Kafka's answer for a duplicate whose offset it no longer knows). Either way no record is added, so consumers see
+  the same.
 * A name with a higher id still being written (PIP-6 Unknown): the batch is answered REQUEST_TIMED_OUT, to come again
   once that write has landed or failed.
 """
@@ -16,24 +19,69 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dedup import MessageDeduplication
-from dedup.named_sequences import RecordsDecision, judge_records
+from dedup.named_sequences import RecordsDecision, judge_records, judge_run
 from protocol.compression import RecordBatchError
 from protocol.errors import ErrorCode
-from protocol.records import BatchHeader, WalkedRecords, keep_records, split_batches
-from protocol.sequence_headers import sequenced_records
+from protocol.records import BatchHeader, WalkedRecords, keep_records, record_spans, split_batches
+from protocol.sequence_headers import SequencedRecords, SequenceHeaderScan, sequenced_records
 
 log = logging.getLogger(__name__)
 
 MAX_WARNED_NAMES = 10_000  # names logged once for drops that reordering may have caused
+RUNS_PER_NAME = 5  # stored batches remembered per name: a producer's requests in flight, as Kafka keeps 5
+MAX_RUN_NAMES = 10_000  # names whose batches are remembered (the ones written last)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """A batch of one name stored whole: ids `first`..`last` (all of them when `consecutive`, each record the next
+    offset), the first at offset delta `delta` of the batch."""
+
+    name: str
+    first: int
+    last: int
+    delta: int
+    consecutive: bool
+
+    def offset_of(self, base: int, sequence_id: int) -> int | None:
+        """Where `sequence_id` was stored by this run, stored at `base`, if this run tells."""
+        if sequence_id == self.first or (self.consecutive and self.first <= sequence_id <= self.last):
+            return base + self.delta + sequence_id - self.first
+        return None
+
+
+class StoredRuns:
+    """The last batches stored per name (durable ones only), to answer a resend of one that is all duplicates with
+    the offset it was stored at. Kept in memory, bounded, lost on reload: what it does not know is answered -1."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, list[tuple[Run, int]]] = {}
+
+    def stored(self, run: Run, base: int) -> None:
+        runs = self._runs.pop(run.name, [])  # to the end: the names written last stay
+        runs.append((run, base))
+        del runs[:-RUNS_PER_NAME]
+        self._runs[run.name] = runs
+        if len(self._runs) > MAX_RUN_NAMES:
+            del self._runs[next(iter(self._runs))]
+
+    def offset_of(self, name: str, sequence_id: int) -> int:
+        for run, base in reversed(self._runs.get(name, ())):  # the latest first: a failed write's resend wins
+            offset = run.offset_of(base, sequence_id)
+            if offset is not None:
+                return offset
+        return -1
 
 
 @dataclass(frozen=True, slots=True)
 class Store:
-    """Write this batch (possibly rewritten) and record `decision`'s names with it."""
+    """Write this batch (possibly rewritten) and record `decision`'s names with it; `run`: the batch is one name's
+    run, stored whole (for `StoredRuns` once durable)."""
 
     header: BatchHeader
     view: memoryview
     decision: RecordsDecision
+    run: Run | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +91,7 @@ class Answer:
     error: ErrorCode
     message: str | None = None
     owed: bool = False
+    base_offset: int = -1
 
 
 class SequenceFilter:
@@ -57,38 +106,52 @@ class SequenceFilter:
         # duplicate. Each name is logged once.
         self.dropped_without_idempotence = 0
         self._warned: set[str] = set()
+        self.runs = StoredRuns()
 
     def filter(self, header: BatchHeader, view: memoryview, records: WalkedRecords,
                idempotent: bool, client: Mapping[str, str] | None = None) -> Store | Answer:
-        """`records`: as validation walked them, watching for the sequence-id headers; `client`: the log fields
-        naming the sender."""
-        data, scanned = records.data, records.scanned
+        """`records`: as validation walked them, watching for the sequence-id headers (which it found); `client`:
+        the log fields naming the sender."""
+        scan = records.headers
+        assert isinstance(scan, SequenceHeaderScan)
         try:
-            sequenced = sequenced_records(data, scanned)
+            sequenced = sequenced_records(scan)
         except RecordBatchError as exc:
             return Answer(ErrorCode(exc.error_code), str(exc))
-        decision = judge_records(self._dedup, sequenced)
+        decision = self.judge(sequenced, header.records_count)
         if decision.unknown is not None:
             return Answer(ErrorCode.REQUEST_TIMED_OUT, f"a write of producer name {decision.unknown!r} with a higher "
                                                        f"kop.sequence.id is still in progress, retry", owed=True)
         if not decision.dropped:
-            return Store(header, view, decision)
+            return Store(header, view, decision, _run(sequenced))
         self._count(decision, sequenced, idempotent, client)
-        if not decision.keep and not idempotent:
-            return Answer(ErrorCode.NONE)
-        kept = [scanned[i] for i in decision.keep]  # (start, end, timestamp delta, headers)
+        if not decision.keep and not idempotent:  # every record has the headers: the first tells where it was
+            return Answer(ErrorCode.NONE, base_offset=self.runs.offset_of(sequenced.names[0], sequenced.ids[0]))
+        spans = record_spans(header, records.data, records.start)
+        kept = [spans[i] for i in decision.keep]  # (start, end, timestamp delta)
         max_timestamp = max((header.base_timestamp + r[2] for r in kept), default=header.max_timestamp)
-        rewritten = keep_records(header, data, [(r[0], r[1]) for r in kept], max_timestamp)
+        rewritten = keep_records(header, records.data, [(r[0], r[1]) for r in kept], max_timestamp)
         [(new_header, new_view)] = split_batches(rewritten)
         return Store(new_header, new_view, decision)
 
-    def _count(self, decision: RecordsDecision, sequenced, idempotent: bool, client: Mapping[str, str] | None) -> None:
+    def judge(self, sequenced: SequencedRecords, count: int) -> RecordsDecision:
+        """The decision for a batch of `count` records: at once when its records with the headers carry one name
+        and are all new, else record by record."""
+        if sequenced.name is not None:
+            decision = judge_run(self._dedup, sequenced.name, sequenced.ids, count)
+            if decision is not None:
+                return decision
+        return judge_records(self._dedup, _per_record(sequenced, count))
+
+    def _count(self, decision: RecordsDecision, sequenced: SequencedRecords, idempotent: bool,
+               client: Mapping[str, str] | None) -> None:
         self.dropped += len(decision.dropped)
         if idempotent:
             return
         self.dropped_without_idempotence += len(decision.dropped)
+        at = dict(zip(sequenced.indexes, zip(sequenced.names, sequenced.ids)))
         for index in decision.dropped:
-            name, sequence_id = sequenced[index]
+            name, sequence_id = at[index]
             if name in self._warned or len(self._warned) >= MAX_WARNED_NAMES:
                 continue
             self._warned.add(name)
@@ -96,3 +159,21 @@ class SequenceFilter:
                         "duplicate. A producer without idempotence that retries with more than one request in "
                         "flight can reorder records and lose them this way; enable idempotence (logged once per "
                         "name)", self._log_name, sequence_id, name, extra=client)
+
+
+def _per_record(sequenced: SequencedRecords, count: int) -> list[tuple[str | None, int | None]]:
+    """(name, id) of each of the batch's `count` records; (None, None) for one without the headers."""
+    records: list[tuple[str | None, int | None]] = [(None, None)] * count
+    for index, name, sequence_id in zip(sequenced.indexes, sequenced.names, sequenced.ids):
+        records[index] = (name, sequence_id)
+    return records
+
+
+def _run(sequenced: SequencedRecords) -> Run | None:
+    """The run a batch kept whole is, if its records with the headers carry one name."""
+    if sequenced.name is None:
+        return None
+    ids, indexes = sequenced.ids, sequenced.indexes
+    first, last = ids[0], ids[-1]
+    consecutive = last - first == len(ids) - 1 == indexes[-1] - indexes[0]
+    return Run(sequenced.name, first, last, indexes[0], consecutive)

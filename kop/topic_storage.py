@@ -17,6 +17,7 @@ import asyncpg
 
 from kop.ledger import LedgerConfig, FileManagedLedger, ManagedLedger
 from kop.ledger.file_pool import FilePool
+from kop.ledger.flusher import Flusher
 from kop.ledger.framed_file import fsync_dir, makedirs_durable, replace_atomically
 from kop.ledger.postgres import PgManagedLedger, PgStore
 from kop.groups.generations import GenerationLog, StoredGenerations
@@ -89,7 +90,7 @@ class FileTopicStorage(TopicStorage):
     """`<data>/topics/<namespace>/T` holds T's metadata, `<data>/ledgers/<namespace>/T-partition-p` its ledgers."""
 
     def __init__(self, data_dir: str, namespace: str, config: LedgerConfig, executor: Executor,
-                 files: FilePool) -> None:
+                 files: FilePool, flusher: Flusher | None = None) -> None:
         self._producer_ids = os.path.join(data_dir, "producer-ids")
         self._generations = os.path.join(data_dir, "groups", "generations.log")
         self._meta_dir = os.path.join(data_dir, "topics", namespace)
@@ -98,6 +99,7 @@ class FileTopicStorage(TopicStorage):
         self._config = config
         self._executor = executor
         self._files = files
+        self._flusher = flusher  # the broker's fsync thread, shared by every ledger
 
     async def start(self) -> None:
         makedirs_durable(self._meta_dir, durable=self._config.fsync)
@@ -147,7 +149,7 @@ class FileTopicStorage(TopicStorage):
         if new:
             shutil.rmtree(directory, ignore_errors=True)
         return FileManagedLedger.open(ledger_name(topic, partition), directory, self._config, self._executor,
-                                      files=self._files)
+                                      files=self._files, flusher=self._flusher)
 
     async def remove_ledger(self, topic: str, partition: int) -> None:
         shutil.rmtree(self.where(topic, partition), ignore_errors=True)

@@ -20,8 +20,10 @@ from kop.compaction.settings import check as check_compaction_config
 from kop.config import BrokerConfig
 from kop.ledger import LedgerConfig, ManagedLedgerError
 from kop.ledger.file_pool import OUT_OF_DESCRIPTORS, FilePool, capacity_for_open_files_limit
-from kop.partition import PartitionLog
+from kop.ledger.flusher import Flusher
+from kop.partition import MarkerListener, PartitionLog
 from kop.policies import PolicyBook
+from kop.producer_ids import SharedProducerIds
 from kop.startup import reading
 from kop.topic_storage import (FileTopicStorage, PgTopicStorage, TopicStorage, is_postgres_url,
                                ledger_name)
@@ -172,17 +174,21 @@ class TopicManager:
                                          fsync=config.fsync, flush_observer=flush_observer)
         self._files = FilePool(capacity_for_open_files_limit())  # every partition's ledger files share it
         self.index_cache = IndexCache(config.transaction_index_cache_bytes)  # closed ledgers' aborted indexes
-        # fsyncs run here; enough threads that one slow partition does not hold up the others
+        # cursor logs' fsyncs and held flushes (a failpoint) run here; enough threads that one slow partition does not
+        # hold up the others
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fsync")
+        self._flusher = Flusher()  # every ledger's group-commit fsyncs
         self._storage: TopicStorage = (
             PgTopicStorage(config.storage, ns, ledger_config) if is_postgres_url(config.storage)
-            else FileTopicStorage(config.data_dir, ns, ledger_config, self._executor, self._files))
+            else FileTopicStorage(config.data_dir, ns, ledger_config, self._executor, self._files, self._flusher))
         self.topics: dict[str, Topic] = {}
         self._names_by_id: dict[bytes, str] = {}
         self._lock = asyncio.Lock()
         self.load_progress = (0, 0)  # (partitions loaded, partitions to load) by load_all
         self.storage_open = False  # load_all has opened the storage and read the topic list
         self._owns: Callable[[str, int], bool] = lambda topic, partition: True  # one broker owns everything
+        self.marker_listener: MarkerListener | None = None  # given to every partition opened (geo-replication)
+        self.shared_producer_ids = SharedProducerIds()  # ... and this (kept current by the replication service)
 
     # ---- loading
 
@@ -224,6 +230,8 @@ class TopicManager:
         log_ = PartitionLog(topic, partition, ledger, self._dedup_config,
                             system_topic=topic.startswith(INTERNAL_PREFIX), index_cache=self.index_cache,
                             max_aborted_per_ledger=self.config.transaction_index_max_aborted_per_ledger)
+        log_.marker_listener = self.marker_listener
+        log_.shared_producer_ids = self.shared_producer_ids
         try:
             if not new:
                 started = time.monotonic()
@@ -384,7 +392,7 @@ class TopicManager:
             await self._storage.delete_metadata(name)
             for p in range(topic.count):
                 await self._storage.remove_ledger(name, p)
-            self.policies.drop_topic(name)
+            await self.policies.drop_topic(name)
             log.info("deleted topic %s", name)
 
     async def add_partitions(self, name: str, count: int) -> None:
@@ -477,4 +485,5 @@ class TopicManager:
             for partition in topic.partitions:
                 await partition.close()
         await self._storage.close()
+        self._flusher.stop()
         self._executor.shutdown(wait=True)

@@ -6,6 +6,7 @@ flexible versions decide the header version (v2 with tagged fields) and the body
 default value out, which older librdkafka (Debian's kcat) needs.
 """
 import struct
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -16,7 +17,11 @@ import kafka.protocol.metadata  # noqa: F401
 import kafka.protocol.producer  # noqa: F401
 import protocol.consumer_groups  # noqa: F401  (KIP-848's APIs, which kafka-python lacks)
 import protocol.replication  # noqa: F401  (kop's own API, registered the same way)
+import protocol.txn_offsets  # noqa: F401  (kop's own, between the brokers of a cluster)
 from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.schemas.fields.codecs import Bytes, String
+
+from protocol.produce_request import MalformedRequest, ProduceRequest, decode_produce_request
 
 _FIXED = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
 
@@ -33,7 +38,7 @@ class UnsupportedVersion(Exception):
         self.correlation_id = correlation_id
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built for every request, and a frozen dataclass's __init__ costs several times more
 class RequestHeader:
     api_key: int
     api_version: int
@@ -61,6 +66,15 @@ def _primary_classes(kind: str) -> dict[int, type[ApiMessage]]:
 
 REQUEST_CLASSES = _primary_classes("request")
 RESPONSE_CLASSES = _primary_classes("response")
+# api key -> the first flexible version of its requests (a request header v2, with tagged fields), read per request
+def _flexible_from(cls: type[ApiMessage]) -> int:
+    versions = cls._flexible_versions  # (first, last), or (-1, -1) / None for an API never flexible
+    if versions is None or versions[1] < max(versions[0], 0):
+        return 1 << 15
+    return max(versions[0], 0)
+
+
+_FLEXIBLE_FROM = {key: _flexible_from(cls) for key, cls in REQUEST_CLASSES.items()}
 
 
 def read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
@@ -84,41 +98,126 @@ def parse_header(frame: bytes | memoryview,
     """Parse the request header; returns it and the body's offset. `served_versions` maps each served api key to
     its (min, max) version. Raises UnsupportedVersion for a known key at a version we do not serve, ProtocolError
     for anything malformed or an unknown key."""
-    view = memoryview(frame)
-    if len(view) < _FIXED.size:
-        raise ProtocolError(f"request of {len(view)} bytes is shorter than a request header")
-    api_key, api_version, correlation_id, client_len = _FIXED.unpack_from(view, 0)
+    size = len(frame)
+    if size < _FIXED.size:
+        raise ProtocolError(f"request of {size} bytes is shorter than a request header")
+    api_key, api_version, correlation_id, client_len = _FIXED.unpack_from(frame, 0)
     pos = _FIXED.size
     client_id = None
     if client_len >= 0:
-        if pos + client_len > len(view):
+        if pos + client_len > size:
             raise ProtocolError("truncated client id")
-        client_id = bytes(view[pos:pos + client_len]).decode("utf-8", "replace")
+        client_id = str(frame[pos:pos + client_len], "utf-8", "replace")
         pos += client_len
     header = RequestHeader(api_key, api_version, correlation_id, client_id)
-    cls = REQUEST_CLASSES.get(api_key)
-    if cls is None or api_key not in served_versions:
+    flexible_from = _FLEXIBLE_FROM.get(api_key)
+    served = served_versions.get(api_key)
+    if flexible_from is None or served is None:
         raise ProtocolError(f"unknown or unserved api key {api_key}")
-    low, high = served_versions[api_key]
-    if not low <= api_version <= high:
+    if not served[0] <= api_version <= served[1]:
         raise UnsupportedVersion(api_key, api_version, correlation_id)
-    if cls.flexible_version_q(api_version):
+    if api_version >= flexible_from:
+        if pos < size and frame[pos] == 0:  # no tagged fields: the usual header v2
+            return header, pos + 1
+        view = memoryview(frame)
         count, pos = read_varint(view, pos)
         for _ in range(count):
             _tag, pos = read_varint(view, pos)
-            size, pos = read_varint(view, pos)
-            pos += size
+            length, pos = read_varint(view, pos)
+            pos += length
         if pos > len(view):
             raise ProtocolError("truncated tagged fields in request header")
     return header, pos
 
 
-def decode_body(header: RequestHeader, frame: bytes | memoryview, body_offset: int) -> ApiMessage:
+# The request every producer sends, decoded by hand (no message objects; records stay views of the frame).
+_DIRECT_DECODERS = {ProduceRequest.API_KEY: decode_produce_request}
+
+
+def decode_body(header: RequestHeader, frame: bytes | memoryview, body_offset: int):
+    """The request: kafka-python's message, or for Produce protocol.produce_request's. ProtocolError when its bytes
+    do not decode, or decode to null where the schema allows none (as Kafka's readers refuse it: kafka-python reads
+    any length -1 as null, and a handler would trip on it)."""
+    direct = _DIRECT_DECODERS.get(header.api_key)
+    if direct is not None:
+        try:
+            return direct(memoryview(frame)[body_offset:], header.api_version)
+        except MalformedRequest as exc:
+            raise ProtocolError(f"malformed ProduceRequest v{header.api_version}: {exc}") from None
     cls = REQUEST_CLASSES[header.api_key]
     try:
-        return cls.decode(memoryview(frame)[body_offset:], version=header.api_version)
+        request = cls.decode(memoryview(frame)[body_offset:], version=header.api_version)
     except Exception as exc:  # kafka-python raises assorted errors on malformed bodies
         raise ProtocolError(f"malformed {cls.__name__} v{header.api_version}: {exc!r}") from None
+    checks = _NULL_CHECKS.get((header.api_key, header.api_version))
+    if checks is None:
+        checks = _NULL_CHECKS[header.api_key, header.api_version] = _null_checks(cls._struct, header.api_version)
+    null = _first_null(request, checks)
+    if null is not None:
+        raise ProtocolError(f"malformed {cls.__name__} v{header.api_version}: {null} is null, which it may not be")
+    return request
+
+
+# Per field that decodes to None when its length is -1 (strings, bytes, arrays, structs) and may not be null, or that
+# holds such fields: (name, nullable, is an array, the checks of its elements or ELEMENTS, or of its fields).
+NullChecks = tuple[tuple[str, bool, bool, "NullChecks | str | None"], ...]
+ELEMENTS = "elements"  # an array of strings or bytes: no element may be null
+_NULL_CHECKS: dict[tuple[int, int], NullChecks] = {}
+
+
+def _may_decode_null(field) -> bool:
+    kind = getattr(field, "_type", None)
+    return isinstance(kind, String) or kind is Bytes
+
+
+def _null_checks(struct, version: int) -> NullChecks:
+    checks = []
+    for field in struct.untagged_fields(version):
+        inner: NullChecks | str | None = None
+        if field.is_array():
+            element = field.array_of
+            inner = _null_checks(element, version) if element.is_struct() else \
+                ELEMENTS if _may_decode_null(element) else None
+        elif field.is_struct():
+            inner = _null_checks(field, version)
+        elif not _may_decode_null(field):
+            continue
+        nullable = field.nullable_for_version_q(version)
+        if not nullable or inner:
+            checks.append((field.name, nullable, field.is_array(), inner or None))
+    return tuple(checks)
+
+
+def _first_null(value, checks: NullChecks) -> str | None:
+    """The path of the first field that is null where it may not be, or None. Runs for every request: kept lean."""
+    for name, nullable, is_array, inner in checks:
+        field = getattr(value, name)
+        if field is None:
+            if not nullable:
+                return name
+        elif inner is None:
+            continue
+        elif inner is ELEMENTS:
+            if None in field:
+                return f"{name}[{field.index(None)}]"
+        elif is_array:
+            for item in field:
+                found = _first_null(item, inner)
+                if found is not None:
+                    return f"{name}[{field.index(item)}].{found}"
+        else:
+            found = _first_null(field, inner)
+            if found is not None:
+                return f"{name}.{found}"
+    return None
+
+
+NO_ID = bytes(16)
+
+
+def id_bytes(value: uuid.UUID | None) -> bytes:
+    """A topic id's 16 bytes; kafka-python decodes the zero UUID (no id) as None."""
+    return NO_ID if value is None else value.bytes
 
 
 def response_class(api_key: int, version: int) -> type[ApiMessage]:

@@ -12,6 +12,7 @@ nullable string] (v8+), error_message nullable string (v8+)]], throttle_time_ms 
 arrays and strings, response header v1, and empty tagged-field sections (v10's tagged current_leader and
 node_endpoints hold their defaults and are left out, as kafka-python leaves them out). v11 and v12 are v10's layout.
 """
+import functools
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ _I16 = struct.Struct(">h")
 _FRAME_AND_CORRELATION = struct.Struct(">ii")
 _PARTITION_V3 = struct.Struct(">ihqq")  # index, error code, base offset, log-append time
 _PARTITION_V5 = struct.Struct(">ihqqq")  # ... and log start offset
+_NO_ERRORS = b"\x00\x00\x00\x00\xff\xff"  # v8+: no record errors, a null error message
+_NO_ERRORS_FLEXIBLE = b"\x01\x00"  # the same, compact
 
 
 class PartitionResponse(NamedTuple):  # one per partition of every request: cheaper to build than a dataclass
@@ -51,9 +54,12 @@ class ProduceResponse:
         return encode_produce_response(self, correlation_id)
 
 
+_ONE_BYTE = [bytes((i,)) for i in range(0x80)]
+
+
 def _uvarint(value: int) -> bytes:
     if value < 0x80:
-        return bytes((value,))
+        return _ONE_BYTE[value]
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -62,6 +68,7 @@ def _uvarint(value: int) -> bytes:
     return bytes(out)
 
 
+@functools.lru_cache(maxsize=4096)  # topic names and the usual messages: encoded once
 def _string(value: str, flexible: bool) -> bytes:
     raw = value.encode("utf-8")
     return (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
@@ -74,7 +81,9 @@ def _nullable_string(value: str | None, flexible: bool) -> bytes:
 
 
 def _array_length(count: int, flexible: bool) -> bytes:
-    return _uvarint(count + 1) if flexible else _I32.pack(count)
+    if flexible:
+        return _ONE_BYTE[count + 1] if count < 0x7F else _uvarint(count + 1)
+    return _I32.pack(count)
 
 
 def encode_produce_response(response: ProduceResponse, correlation_id: int) -> bytes:
@@ -98,7 +107,9 @@ def encode_produce_response(response: ProduceResponse, correlation_id: int) -> b
                                                    p.log_start_offset))
             else:
                 parts.append(partition_struct.pack(p.index, p.error_code, p.base_offset, p.log_append_time_ms))
-            if version >= 8:
+            if version >= 8 and not p.record_errors and p.error_message is None:
+                parts.append(_NO_ERRORS_FLEXIBLE if flexible else _NO_ERRORS)
+            elif version >= 8:
                 parts.append(_array_length(len(p.record_errors), flexible))
                 for batch_index, message in p.record_errors:
                     parts.append(_I32.pack(batch_index))

@@ -19,8 +19,9 @@ content is inconsistent is INVALID_RECORD (the client wrote it so, a retry canno
 answers; magic 0/1 is UNSUPPORTED_FOR_MESSAGE_FORMAT; an unknown codec is UNSUPPORTED_COMPRESSION_TYPE.
 """
 import struct
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import crc32c
 
@@ -40,6 +41,7 @@ __all__ = [
     "BatchHeader",
     "ControlMarker",
     "Record",
+    "HeaderWatch",
     "WalkedRecords",
     "FalseMaxTimestamp",
     "RecordBatchError",
@@ -54,6 +56,7 @@ __all__ = [
     "control_marker",
     "iter_records",
     "keep_records",
+    "record_spans",
     "split_batches",
     "validate_batch",
 ]
@@ -95,9 +98,11 @@ CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BatchHeader:
-    """The 61-byte header of a v2 record batch, as the client wrote it."""
+    """The 61-byte header of a v2 record batch, as the client wrote it (read-only by convention: every produced
+    batch builds one, and a frozen dataclass's __init__ costs several times more). `size`, `is_transactional` and
+    `is_control`, read several times per batch, are computed once."""
 
     base_offset: int
     batch_length: int
@@ -112,11 +117,14 @@ class BatchHeader:
     producer_epoch: int
     base_sequence: int
     records_count: int
+    size: int = field(init=False, repr=False, compare=False)  # bytes the whole batch takes
+    is_transactional: bool = field(init=False, repr=False, compare=False)
+    is_control: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def size(self) -> int:
-        """Bytes the whole batch takes."""
-        return LOG_OVERHEAD + self.batch_length
+    def __post_init__(self) -> None:
+        self.size = LOG_OVERHEAD + self.batch_length
+        self.is_transactional = bool(self.attributes & TRANSACTIONAL_MASK)
+        self.is_control = bool(self.attributes & CONTROL_MASK)
 
     @property
     def compression(self) -> int:
@@ -126,13 +134,6 @@ class BatchHeader:
     def timestamp_type(self) -> int:
         return LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else CREATE_TIME
 
-    @property
-    def is_transactional(self) -> bool:
-        return bool(self.attributes & TRANSACTIONAL_MASK)
-
-    @property
-    def is_control(self) -> bool:
-        return bool(self.attributes & CONTROL_MASK)
 
     @property
     def has_producer_id(self) -> bool:
@@ -263,28 +264,42 @@ def _update_crc(buf: bytearray, pos: int) -> None:
 
 # --- validation ---------------------------------------------------------------------------------------------------
 
+class HeaderWatch(Protocol):
+    """Reads the headers of each record that has some, in validation's walk, for a caller that wants some of them
+    (protocol/sequence_headers.py): `scan` checks their framing as the walk would and returns where they end. Once
+    `watching` is False (no later record can hold what it watches for), the walk skips the rest's headers itself."""
+
+    watching: bool
+
+    @property
+    def found(self) -> bool:
+        """Whether any record held what it watches for."""
+
+    def scan(self, data: bytes, pos: int, count: int, record_end: int, index: int) -> int:
+        """Read record `index`'s `count` headers at `pos` (they must end at `record_end`); return where they end."""
+
+
 @dataclass(frozen=True, slots=True)
 class WalkedRecords:
-    """The records validate_batch walked: uncompressed `data`, where in it they `start`, and, if any record may hold
-    one of the header keys the caller watches, each record as (start, end, timestamp delta, {key: (value start,
-    value end)} or None), a null value as (-1, -1), a key found twice as None; `scanned` is None otherwise."""
+    """The records validate_batch walked: uncompressed `data`, where in it they `start`, and the watch that read
+    their headers if it found what it watches for (None otherwise)."""
 
     data: BytesLike
     start: int
-    scanned: list[tuple[int, int, int, dict | None]] | None = None
+    headers: HeaderWatch | None = None
 
 
 def validate_batch(header: BatchHeader, view: memoryview, *, deep: bool = True, from_client: bool = True,
                    max_decompressed_size: int = DEFAULT_MAX_SIZE,
-                   watch: frozenset[bytes] = frozenset()) -> WalkedRecords | None:
+                   watch: Callable[[], HeaderWatch] | None = None) -> WalkedRecords | None:
     """Raise RecordBatchError unless the batch is sound.
 
     Always: CRC32C, codec, record count against lastOffsetDelta, producer fields. deep=True also decompresses and
     walks every record's framing (without building objects), and returns the records it walked, for a caller that
-    reads them too, with where each record holds the header keys in `watch` (found in the same walk: only batches
-    whose bytes contain one of them pay for it). from_client=False relaxes the rules that hold only for batches as
-    producers write them (offset deltas exactly 0..n-1, a true maxTimestamp), for batches the broker itself rewrote,
-    as compaction or dropped duplicates do.
+    reads them too, with a HeaderWatch made by `watch` that read each record's headers in the same walk (records
+    without headers cost it nothing). from_client=False relaxes the rules that hold only for batches as producers
+    write them (offset deltas exactly 0..n-1, a true maxTimestamp), for batches the broker itself rewrote, as
+    compaction or dropped duplicates do.
     """
     if len(view) != header.size:
         raise _corrupt(f"batch view holds {len(view)} bytes, its header declares {header.size}")
@@ -310,10 +325,18 @@ def validate_batch(header: BatchHeader, view: memoryview, *, deep: bool = True, 
     return None
 
 
-def _walked(data: bytes, start: int, header: BatchHeader, from_client: bool, watch: frozenset[bytes]) -> WalkedRecords:
-    scanned = [] if watch and any(key in data for key in watch) else None
-    _walk_records(data, start, header, from_client, scanned, watch)
-    return WalkedRecords(data, start, scanned)
+def _walked(data: bytes, start: int, header: BatchHeader, from_client: bool,
+            watch: Callable[[], HeaderWatch] | None) -> WalkedRecords:
+    headers = watch() if watch is not None else None
+    _walk_records(data, start, header, from_client, headers=headers)
+    return WalkedRecords(data, start, headers if headers is not None and headers.found else None)
+
+
+def record_spans(header: BatchHeader, data: BytesLike, start: int) -> list[tuple[int, int, int]]:
+    """Each record of a batch validate_batch walked (its `data` and `start`) as (start, end, timestamp delta)."""
+    spans: list[tuple[int, int, int]] = []
+    _walk_records(data, start, header, False, spans=spans)
+    return spans
 
 
 def _check_counts(header: BatchHeader, from_client: bool) -> None:
@@ -341,10 +364,11 @@ def _check_producer_fields(header: BatchHeader) -> None:
         raise _invalid("transactional batch without a producer id")
 
 
-def _walk_records(data: bytes, pos: int, header: BatchHeader, from_client: bool, scanned: list | None = None,
-                  watch: frozenset[bytes] = frozenset()) -> None:
-    """Check the framing of every record in data[pos:] without building any object; with `scanned`, append each
-    record's span and watched headers to it.
+def _walk_records(data: BytesLike, pos: int, header: BatchHeader, from_client: bool, *, spans: list | None = None,
+                  headers: HeaderWatch | None = None) -> None:
+    """Check the framing of every record in data[pos:] without building any object; with `spans`, append each
+    record's (start, end, timestamp delta) to it; with `headers`, have it read the headers of each record that has
+    some.
 
     This runs for every produced batch, so one- and two-byte varints (nearly all of them) are decoded inline and
     longer ones go to decode_varint. Any overrun shows up as IndexError, turned into one error at the end.
@@ -439,19 +463,20 @@ def _walk_records(data: bytes, pos: int, header: BatchHeader, from_client: bool,
                 pos += 2
             else:
                 header_count, pos = decode_varint(data, pos, VARINT_MAX_BYTES)
-            found = None
             if header_count:
                 # Each header takes at least two bytes; a bigger count is a lie we need not loop over.
                 if header_count < 0 or header_count > (record_end - pos) // 2:
                     raise _invalid(f"record {index} has header count {header_count}")
-                if scanned is None:
+                if headers is None:
                     pos = _skip_headers(data, pos, header_count, index)
                 else:
-                    pos, found = _scan_headers(data, pos, header_count, index, watch)
+                    pos = headers.scan(data, pos, header_count, record_end, index)
+                    if not headers.watching:
+                        headers = None
             if pos != record_end:
                 raise _invalid(f"record {index} declares {length} bytes but its fields take {length + pos - record_end}")
-            if scanned is not None:
-                scanned.append((record_start, record_end, ts_delta, found))
+            if spans is not None:
+                spans.append((record_start, record_end, ts_delta))
     except IndexError:
         raise _invalid(f"records end inside record {index} of {count}") from None
     except VarintError as e:
@@ -490,40 +515,6 @@ def _skip_headers(data: bytes, pos: int, count: int, index: int) -> int:
         elif value_len < -1:
             raise _invalid(f"record {index} has a header value of length {value_len}")
     return pos
-
-
-def _scan_headers(data: bytes, pos: int, count: int, index: int, watch: frozenset[bytes]) -> tuple[int, dict | None]:
-    """_skip_headers, noting where the values of watched keys are (one-byte lengths inline: the rule)."""
-    found = None
-    for _ in range(count):
-        b = data[pos]
-        if b < 0x80:
-            key_len = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            key_len, pos = decode_varint(data, pos, VARINT_MAX_BYTES)
-        if key_len < 0:
-            raise _invalid(f"record {index} has a header key of length {key_len}")
-        key_start = pos
-        pos += key_len
-        b = data[pos]
-        if b < 0x80:
-            value_len = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            value_len, pos = decode_varint(data, pos, VARINT_MAX_BYTES)
-        value_start = pos
-        if value_len > 0:
-            pos += value_len
-        elif value_len < -1:
-            raise _invalid(f"record {index} has a header value of length {value_len}")
-        key = data[key_start:key_start + key_len]
-        if key in watch:
-            if found is None:
-                found = {}
-            # a null value: (-1, -1); a key twice: None, and the caller says so
-            found[key] = None if key in found else (value_start, pos) if value_len >= 0 else (-1, -1)
-    return pos, found
 
 
 def _check_control_key(data: BytesLike, start: int, header: BatchHeader) -> None:

@@ -1,14 +1,20 @@
 """Application-chosen sequence ids, as records carry them: the headers `kop.producer.name` (UTF-8, 1-256 bytes) and
 `kop.sequence.id` (a decimal ASCII int64 >= 0), both or neither on each record.
 
-Validation finds them: `validate_batch(..., watch=SEQUENCE_HEADER_KEYS)` notes where each record keeps their values,
-in the walk it makes over the records anyway, and only for a batch whose bytes contain one of the keys (a byte
-search): a batch without them pays nothing more. `sequenced_records` then reads each record's pair. A record with
-one header but not the other, a name that is empty, too long or not UTF-8, or an id that is not a decimal int64 >= 0
-makes the whole batch INVALID_RECORD, with a message that names the header.
+Validation finds them: `validate_batch(..., watch=SequenceHeaderScan)` hands a `SequenceHeaderScan` the headers of
+each record that has some, in the walk it makes over the records anyway: records without headers cost nothing more.
+A producer's records mostly share one shape, `[name, id]` with the same name, so the scan reads a record of that
+shape as its bytes up to the id's value (one comparison) and the id, any `[name, id]` record with three, and any
+other header by header (only keys of our keys' length and first byte are compared: foreign headers cost little).
+`sequenced_records` then checks and converts the values of the whole batch at once. A record with one header but
+not the other, a name that is empty, too long or not UTF-8, or an id that is not a decimal int64 >= 0 makes the
+whole batch INVALID_RECORD, with a message that names the header and the first record at fault.
 """
+from dataclasses import dataclass
+
 from protocol.compression import BytesLike, RecordBatchError
 from protocol.errors import ErrorCode
+from protocol.varint import VARINT_MAX_BYTES, decode_varint
 
 PRODUCER_NAME_HEADER = "kop.producer.name"
 SEQUENCE_ID_HEADER = "kop.sequence.id"
@@ -17,43 +23,193 @@ MAX_SEQUENCE_ID = 2**63 - 1
 
 _NAME_KEY = PRODUCER_NAME_HEADER.encode()
 _SEQUENCE_KEY = SEQUENCE_ID_HEADER.encode()
-SEQUENCE_HEADER_KEYS = frozenset({_NAME_KEY, _SEQUENCE_KEY})
+_NAME_LENGTH, _SEQUENCE_LENGTH = len(_NAME_KEY), len(_SEQUENCE_KEY)
+_KEYS_FIRST_BYTE = ord("k")  # a cheap test before comparing a key
+# Each header as the wire frames it when its key's length takes one byte (zigzag: 2 * length), as both do.
+_NAME_FIELD = bytes([_NAME_LENGTH << 1]) + _NAME_KEY
+_SEQUENCE_FIELD = bytes([_SEQUENCE_LENGTH << 1]) + _SEQUENCE_KEY
+_NAME_FIELD_SIZE, _SEQUENCE_FIELD_SIZE = len(_NAME_FIELD), len(_SEQUENCE_FIELD)
 _SHOWN = 40  # bytes of a bad header value quoted in the error message
-_ABSENT = (None, None)
+_SURE_DIGITS = 18  # an id of at most this many digits is within int64
+_ONE_BYTE_LENGTH = 64  # value lengths below this take one varint byte (zigzag: 2 * length)
 
 
-def sequenced_records(data: BytesLike,
-                      scanned: list[tuple[int, int, int, dict | None]]) -> list[tuple[str | None, int | None]]:
-    """(producer name, sequence id) of each record validation scanned for SEQUENCE_HEADER_KEYS, in order; (None,
-    None) for a record without them. Runs for every record of such a batch: the common shapes go first."""
-    out = []
-    append = out.append
-    names: dict[bytes, str] = {}  # a batch's records mostly share a name or a few: decode and check each once
-    for index, (_start, _end, _delta, found) in enumerate(scanned):
-        if found is None:
-            append(_ABSENT)
-            continue
-        name_span, id_span = found.get(_NAME_KEY, _ABSENT), found.get(_SEQUENCE_KEY, _ABSENT)
-        if name_span is None or id_span is None or name_span is _ABSENT or id_span is _ABSENT:
-            raise _missing_or_twice(index, name_span, id_span)
-        raw_name = data[name_span[0]:name_span[1]]
-        name = names.get(raw_name)
-        if name is None:
-            name = names[raw_name] = _producer_name(index, bytes(raw_name))
-        raw_id = data[id_span[0]:id_span[1]]
-        if raw_id.isdigit() and len(raw_id) < 19:  # ASCII digits only (bytes), and within int64 for sure
-            append((name, int(raw_id)))
-        else:
-            append((name, _sequence_id(index, bytes(raw_id))))
-    return out
+class _Missing:
+    """A header value that is not there (`ABSENT`) or is there twice (`TWICE`): the batch is refused."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __repr__(self) -> str:
+        return self.what
 
 
-def _missing_or_twice(index: int, name_span, id_span) -> RecordBatchError:
-    if name_span is None or id_span is None:
-        return _bad(index, PRODUCER_NAME_HEADER if name_span is None else SEQUENCE_ID_HEADER, "appears twice")
-    if name_span is _ABSENT:
+ABSENT = _Missing("absent")
+TWICE = _Missing("twice")
+
+
+class SequenceHeaderScan:
+    """A HeaderWatch (protocol/records.py) for the two headers: for each record that carries either, its index and
+    the raw values (bytes; a null value as b""; ABSENT or TWICE), in order."""
+
+    __slots__ = ("indexes", "names", "ids", "malformed", "watching", "_searched", "_shape", "_shape_name")
+
+    def __init__(self) -> None:
+        self.watching = True  # False: no later record holds either key (the walk then skips their headers)
+        self.indexes: list[int] = []
+        self.names: list[bytes | _Missing] = []
+        self.ids: list[bytes | _Missing] = []
+        self.malformed = False  # some record has a header missing or twice
+        self._searched = False  # the bytes after a record with other headers were searched for the keys
+        # The bytes of the last `[name, id]` record's headers up to the id's value (name key, name, id key) and
+        # its name: a record whose headers start with them holds the same name, and its id runs to its end.
+        self._shape: bytes | None = None
+        self._shape_name = b""
+
+    @property
+    def found(self) -> bool:
+        return bool(self.indexes)
+
+    def scan(self, data: bytes, pos: int, count: int, record_end: int, index: int) -> int:
+        if count == 2:
+            shape = self._shape
+            if shape is not None and data.startswith(shape, pos):  # [name, id], the name of the record before
+                id_start = pos + len(shape) + 1
+                length = record_end - id_start
+                if 0 <= length < _ONE_BYTE_LENGTH and data[id_start - 1] == length << 1:
+                    self.indexes.append(index)
+                    self.names.append(self._shape_name)
+                    self.ids.append(data[id_start:record_end])
+                    return record_end
+            # [name, id] with any name, its length in one byte?
+            if data[pos + 1] == _KEYS_FIRST_BYTE and data.startswith(_NAME_FIELD, pos):
+                b = data[pos + _NAME_FIELD_SIZE]
+                name_end = pos + _NAME_FIELD_SIZE + 1 + (b >> 1)
+                if b < 0x80 and not b & 1 and data.startswith(_SEQUENCE_FIELD, name_end):
+                    id_start = name_end + _SEQUENCE_FIELD_SIZE + 1
+                    length = record_end - id_start
+                    if 0 <= length < _ONE_BYTE_LENGTH and data[id_start - 1] == length << 1:
+                        name = data[pos + _NAME_FIELD_SIZE + 1:name_end]
+                        self.indexes.append(index)
+                        self.names.append(name)
+                        self.ids.append(data[id_start:record_end])
+                        if shape is None:
+                            self._shape, self._shape_name = data[pos:id_start - 1], name
+                        return record_end
+        # One by one, framing checked as the walk in records.py checks it (one-byte lengths inline: the rule). A key is
+        # compared only when its length and first byte are those of one of ours: foreign headers cost little.
+        name: bytes | _Missing = ABSENT
+        sequence_id: bytes | _Missing = ABSENT
+        found = False
+        for _ in range(count):
+            b = data[pos]
+            if b < 0x80:
+                key_len = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                key_len, pos = decode_varint(data, pos, VARINT_MAX_BYTES)
+            if key_len < 0:
+                raise _invalid(f"record {index} has a header key of length {key_len}")
+            ours = 0  # 1: the name, 2: the id
+            if key_len == _NAME_LENGTH:
+                if data[pos] == _KEYS_FIRST_BYTE and data.startswith(_NAME_KEY, pos):
+                    ours = 1
+            elif key_len == _SEQUENCE_LENGTH and data[pos] == _KEYS_FIRST_BYTE and data.startswith(_SEQUENCE_KEY, pos):
+                ours = 2
+            pos += key_len
+            b = data[pos]
+            if b < 0x80:
+                value_len = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                value_len, pos = decode_varint(data, pos, VARINT_MAX_BYTES)
+            if value_len > 0:
+                pos += value_len
+            elif value_len < -1:
+                raise _invalid(f"record {index} has a header value of length {value_len}")
+            if ours:
+                found = True
+                value = data[pos - value_len:pos] if value_len > 0 else b""  # a null value as empty
+                if ours == 1:
+                    name = value if name is ABSENT else TWICE
+                else:
+                    sequence_id = value if sequence_id is ABSENT else TWICE
+        if found:
+            self.indexes.append(index)
+            self.names.append(name)
+            self.ids.append(sequence_id)
+            if isinstance(name, _Missing) or isinstance(sequence_id, _Missing):
+                self.malformed = True
+        elif not self._searched:
+            # The first record with other headers (of a batch that may hold only such): if neither key is in the
+            # bytes after it (one search per batch), no later record holds them and the walk need not call us again.
+            self._searched = True
+            self.watching = data.find(_NAME_KEY, pos) >= 0 or data.find(_SEQUENCE_KEY, pos) >= 0
+        return pos
+
+
+@dataclass(frozen=True, slots=True)
+class SequencedRecords:
+    """The records of a batch that carry the headers: their indexes in the batch, names and ids, in order; `name`
+    when they all carry one name (the rule for a producer's batch), else None."""
+
+    indexes: list[int]
+    names: list[str]
+    ids: list[int]
+    name: str | None
+
+
+def sequenced_records(scan: SequenceHeaderScan) -> SequencedRecords:
+    """Check and convert what the scan found, the whole batch at once; raise RecordBatchError (INVALID_RECORD) for
+    the first record at fault."""
+    raw_names, raw_ids = scan.names, scan.ids
+    names: dict[bytes, str] = {}
+    if not scan.malformed:
+        for raw in set(raw_names):
+            decoded = _valid_name(raw)
+            if decoded is None:
+                break
+            names[raw] = decoded
+    if (scan.malformed or len(names) < len(set(raw_names)) or not all(map(bytes.isdigit, raw_ids))
+            or max(map(len, raw_ids)) > _SURE_DIGITS):
+        return _checked_one_by_one(scan)
+    ids = list(map(int, raw_ids))  # ASCII digits only, within int64
+    if len(names) == 1:
+        [name] = names.values()
+        return SequencedRecords(scan.indexes, [name] * len(ids), ids, name)
+    return SequencedRecords(scan.indexes, [names[raw] for raw in raw_names], ids, None)
+
+
+def _checked_one_by_one(scan: SequenceHeaderScan) -> SequencedRecords:
+    """Record by record, so that the error names the first record at fault."""
+    names: list[str] = []
+    ids: list[int] = []
+    for index, raw_name, raw_id in zip(scan.indexes, scan.names, scan.ids):
+        if isinstance(raw_name, _Missing) or isinstance(raw_id, _Missing):
+            raise _missing_or_twice(index, raw_name, raw_id)
+        names.append(_producer_name(index, raw_name))
+        ids.append(_sequence_id(index, raw_id))
+    distinct = set(names)
+    return SequencedRecords(scan.indexes, names, ids, names[0] if len(distinct) == 1 else None)
+
+
+def _missing_or_twice(index: int, name: bytes | _Missing, sequence_id: bytes | _Missing) -> RecordBatchError:
+    if name is TWICE or sequence_id is TWICE:
+        return _bad(index, PRODUCER_NAME_HEADER if name is TWICE else SEQUENCE_ID_HEADER, "appears twice")
+    if name is ABSENT:
         return _bad(index, SEQUENCE_ID_HEADER, f"comes without {PRODUCER_NAME_HEADER}")
     return _bad(index, PRODUCER_NAME_HEADER, f"comes without {SEQUENCE_ID_HEADER}")
+
+
+def _valid_name(raw: bytes) -> str | None:
+    if not raw or len(raw) > MAX_PRODUCER_NAME_BYTES:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _producer_name(index: int, raw: bytes) -> str:
@@ -76,5 +232,9 @@ def _sequence_id(index: int, raw: bytes) -> int:
     return value
 
 
+def _invalid(reason: str) -> RecordBatchError:
+    return RecordBatchError(ErrorCode.INVALID_RECORD, reason)
+
+
 def _bad(index: int, header: str, problem: str) -> RecordBatchError:
-    return RecordBatchError(ErrorCode.INVALID_RECORD, f"record {index}: header {header} {problem}")
+    return _invalid(f"record {index}: header {header} {problem}")

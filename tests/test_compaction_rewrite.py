@@ -1,13 +1,14 @@
 """The cleaner's rewrite of real ledger files: the latest record per key stays at its offset, every batch keeps its
-producer fields and lastOffsetDelta (an emptied one stays, empty), compressed batches stay compressed, transactional
-batches stay whole, tombstones go only past the horizon, and an installed rewrite survives a reopen while an
-unfinished one is removed."""
+producer fields and lastOffsetDelta (an emptied one stays, empty), compressed batches stay compressed, a committed
+transaction's records are compacted and an aborted one's removed while an undecided one stays whole, markers stay,
+tombstones go only past the horizon, and an installed rewrite survives a reopen while an unfinished one is
+removed."""
 import os
 
 from kop.compaction.rewrite import CompactionJob, compact
 from kop.ledger import LedgerConfig, FileManagedLedger
 from protocol.compression import GZIP, NONE
-from protocol.records import Record, build_batch, iter_records, split_batches
+from protocol.records import Record, build_batch, build_control_batch, iter_records, split_batches
 
 CONFIG = LedgerConfig(max_ledger_bytes=1 << 20)
 T0 = 1_700_000_000_000
@@ -44,7 +45,8 @@ async def test_a_rewrite_keeps_offsets_producer_fields_and_the_latest_record_per
     ml._start_new_ledger()  # close it: only closed ledgers are cleaned
     before = ml.read_from_index(0, 1 << 30)
     result = compact(job(ml, horizon_ms=0))  # tombstones stay: their ledger is younger than the horizon
-    assert (result.keys, result.records_read, result.records_removed) == (3, 7, 3)  # transactional: not read
+    # the transactional batch's marker is not in the range: it is read but supersedes nothing, and stays whole
+    assert (result.keys, result.records_read, result.records_removed) == (3, 8, 3)
     assert all(ml.install_compacted(r) for r in result.rewritten)
     assert stored(ml) == [(2, b"a", b"a1"), (4, None, b"nokey"), (5, b"b", b"b2"), (6, b"b", None), (7, b"c", b"c3")]
     after = ml.read_from_index(0, 1 << 30)
@@ -81,3 +83,39 @@ async def test_tombstones_go_past_the_horizon_and_an_unfinished_rewrite_is_remov
     assert all(ml.install_compacted(r) for r in result.rewritten)
     assert stored(ml) == [(2, b"b", b"b0")]
     await ml.close()
+
+
+def marker(offset: int, producer_id: int, commit: bool) -> bytes:
+    return build_control_batch(base_offset=offset, producer_id=producer_id, producer_epoch=0, commit=commit,
+                               coordinator_epoch=0, timestamp_ms=T0 + offset)
+
+
+async def test_transactions_are_compacted_once_decided_and_aborted_ones_removed(tmp_path):
+    """Before, every transactional batch stayed whole: a transactionally written compacted topic (Kafka Streams'
+    changelogs with exactly-once) never shrank."""
+    ml = FileManagedLedger.open("t", str(tmp_path), CONFIG, None)
+    await write(ml, batch(0, [(b"a", b"a0"), (b"b", b"b0")], producer_id=1, sequence=0, transactional=True))
+    await write(ml, batch(2, [(b"x", b"aborted")], producer_id=2, sequence=0, transactional=True))
+    await write(ml, marker(3, 1, commit=True))
+    await write(ml, batch(4, [(b"a", b"a1")], producer_id=1, sequence=2, transactional=True))
+    await write(ml, marker(5, 2, commit=False))
+    await write(ml, marker(6, 1, commit=True))
+    await write(ml, batch(7, [(b"b", b"open")], producer_id=3, sequence=0, transactional=True))  # no marker yet
+    await write(ml, batch(8, [(b"x", b"x1")]))
+    ml._start_new_ledger()
+    result = compact(job(ml, horizon_ms=0))
+    assert (result.keys, result.records_removed, result.aborted_removed) == (3, 2, 1)
+    assert all(ml.install_compacted(r) for r in result.rewritten)
+    # a0 superseded by the committed a1; the aborted x goes; b0 stays: the open transaction's b may still abort
+    data = [(r.offset, r.key, r.value) for e in ml.read_from_index(0, 1 << 30)
+            if not split_batches(e.data)[0][0].is_control for r in iter_records(e.data)]
+    assert data == [(1, b"b", b"b0"), (4, b"a", b"a1"), (7, b"b", b"open"), (8, b"x", b"x1")]
+    headers = [split_batches(e.data)[0][0] for e in ml.read_from_index(0, 1 << 30)]
+    assert [(h.base_offset, h.is_transactional, h.is_control, h.records_count) for h in headers] == [
+        (0, True, False, 1), (2, True, False, 0), (3, True, True, 1), (4, True, False, 1), (5, True, True, 1),
+        (6, True, True, 1), (7, True, False, 1), (8, False, False, 1)]
+    # a second pass once the open transaction aborts removes its record too
+    await write(ml, marker(9, 3, commit=False))
+    ml._start_new_ledger()
+    again = compact(job(ml, horizon_ms=0))
+    assert again.aborted_removed == 1

@@ -3,7 +3,7 @@ with Kafka's and Pulsar's keys (listeners, log.dirs, unit variants, precedence, 
 import pytest
 
 from kop.cli import build_config, build_parser
-from kop.config import FIELDS, BrokerConfig, listener_specs, parse_setting
+from kop.config import FIELDS, BrokerConfig, inter_broker_listener, listener_specs, parse_setting
 from kop.config_checks import Range
 from kop.config_file import read_properties, unknown_key_warnings
 
@@ -31,6 +31,11 @@ def test_the_defaults_are_valid_and_every_numeric_setting_declares_its_range():
     ("advertised_host", ["", "localhost", "10.0.0.1"], ["0.0.0.0", "::", "a b"]),
     ("namespace", ["public/default", "t1/ns-2"], ["public", "a/b/c", "/x"]),
     ("cluster_id", ["kop-standalone", "MkU3OEVBNTcwNTJENDM2Qk"], ["", "has space"]),
+    ("group_consumer_assignors", ["uniform,range", "range", " range , uniform ",
+                                  "org.apache.kafka.coordinator.group.assignor.RangeAssignor"],
+     ["", "sticky", "range,range", "uniform,org.apache.kafka.coordinator.group.assignor.UniformAssignor"]),
+    ("group_consumer_migration_policy", ["disabled", "upgrade", "downgrade", "bidirectional", "Bidirectional"],
+     ["", "both", "up"]),
 ])
 def test_each_setting_accepts_its_range_and_refuses_the_rest(name, accepted, refused):
     for raw in accepted:
@@ -38,6 +43,14 @@ def test_each_setting_accepts_its_range_and_refuses_the_rest(name, accepted, ref
     for raw in refused:
         with pytest.raises(ValueError):
             parse_setting(name, raw)
+
+
+def test_the_server_side_assignors_are_named_in_order_the_first_the_default():
+    assert BrokerConfig().consumer_assignors == ("uniform", "range")  # Kafka 4's default list
+    config = BrokerConfig(group_consumer_assignors="org.apache.kafka.coordinator.group.assignor.RangeAssignor")
+    assert config.consumer_assignors == ("range",)
+    with pytest.raises(ValueError, match=r"^group.consumer.assignors: 'sticky' is not one of uniform, range"):
+        BrokerConfig(group_consumer_assignors="uniform,sticky")
 
 
 def test_a_refused_value_says_what_is_accepted():
@@ -100,6 +113,14 @@ def test_several_listeners_each_with_its_security_protocol_and_advertised_addres
         ("SASL_SSL", "0.0.0.0", 19093, "kafka.example.com", 443),
         ("SASL_PLAINTEXT", "127.0.0.1", 19094, "127.0.0.1", 0)]
     assert specs["SECURE"].tls and specs["SECURE"].sasl and not specs["CLIENT"].tls
+    assert inter_broker_listener(config, list(specs.values())).name == "CLIENT"  # by default, the first one
+
+
+def test_the_brokers_of_a_cluster_reach_each_other_on_the_listener_named_for_it():
+    config = BrokerConfig(listeners="SASL_PLAINTEXT://127.0.0.1:19092,INTERNAL://10.0.0.1:19093", port=19092,
+                          listener_security_protocol_map="INTERNAL:PLAINTEXT", inter_broker_listener_name="INTERNAL")
+    chosen = inter_broker_listener(config, listener_specs(config))
+    assert (chosen.name, chosen.protocol, chosen.port) == ("INTERNAL", "PLAINTEXT", 19093)
 
 
 @pytest.mark.parametrize("settings, message", [
@@ -112,6 +133,7 @@ def test_several_listeners_each_with_its_security_protocol_and_advertised_addres
      "listener SSL listens on every interface"),
     ({"listener_security_protocol_map": "A:TLS"}, "unknown security protocol 'TLS'"),
     ({"advertised_listeners": "SSL://example.com:9093"}, "advertised listener SSL is not in listeners"),
+    ({"inter_broker_listener_name": "INTERNAL"}, "inter.broker.listener.name INTERNAL names no listener"),
 ])
 def test_listener_lists_kop_cannot_serve_as_written_are_refused(settings, message):
     with pytest.raises(ValueError, match=message):
@@ -170,7 +192,7 @@ def test_field_names_with_dots_or_underscores_and_declared_aliases_are_keys(tmp_
 
 # The keys of Kafka's stock KRaft server.properties and a Pulsar standalone.conf that kop does not implement:
 # ignored with a warning, and not mistaken for typos of kop's keys.
-FOREIGN_KEYS = """process.roles controller.quorum.voters inter.broker.listener.name controller.listener.names
+FOREIGN_KEYS = """process.roles controller.quorum.voters controller.listener.names
 num.network.threads num.io.threads socket.send.buffer.bytes socket.receive.buffer.bytes
 num.recovery.threads.per.data.dir offsets.topic.replication.factor transaction.state.log.replication.factor
 transaction.state.log.min.isr log.flush.interval.messages log.flush.interval.ms zookeeper.connect

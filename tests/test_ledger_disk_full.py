@@ -8,7 +8,7 @@ import os
 import pytest
 
 from kop.ledger import LedgerConfig, FileManagedLedger, LedgerWriteError, Position
-from kop.ledger import file_ledger, framed_file
+from kop.ledger import file_ledger, framed_file, ledger_file
 
 CONFIG = LedgerConfig(max_ledger_bytes=1 << 20)
 REAL_PWRITE = os.pwrite
@@ -18,8 +18,8 @@ def enospc(*_args, **_kwargs):
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
-def half_then_enospc():
-    """An os.pwrite for a disk with room for half of the next write: it writes that half, then fails."""
+def half_then_enospc(patch) -> None:
+    """os.pwrite and os.pwritev for a disk with room for half of the next write: it writes that half, then fails."""
     room = []
 
     def pwrite(fd: int, data, pos: int) -> int:
@@ -27,7 +27,11 @@ def half_then_enospc():
             raise OSError(errno.ENOSPC, "No space left on device")
         room.append(len(data) // 2)
         return REAL_PWRITE(fd, memoryview(data)[: room[0]], pos)
-    return pwrite
+
+    def pwritev(fd: int, parts, pos: int) -> int:
+        return pwrite(fd, b"".join(parts), pos)
+    patch.setattr(framed_file.os, "pwrite", pwrite)
+    patch.setattr(framed_file.os, "pwritev", pwritev)
 
 
 async def append(ml: FileManagedLedger, payload: bytes = b"x" * 100) -> asyncio.Future:
@@ -40,7 +44,7 @@ async def test_an_entry_the_disk_took_half_of_leaves_nothing_behind(tmp_path, mo
     ledger_id = ml.last_confirmed.ledger_id
     good = os.path.getsize(tmp_path / f"{ledger_id}.log")
     with monkeypatch.context() as patch:
-        patch.setattr(framed_file.os, "pwrite", half_then_enospc())
+        half_then_enospc(patch)
         patch.setattr(file_ledger, "replace_atomically", enospc)  # and the roll cannot list a new ledger
         failed = await append(ml, b"y" * 4000)
         with pytest.raises(LedgerWriteError):
@@ -56,7 +60,7 @@ async def test_writes_are_refused_until_the_roll_after_a_failed_write_succeeds(t
     ml = FileManagedLedger.open("t", str(tmp_path), CONFIG, None)
     assert await (await append(ml)) == Position(0, 0)
     with monkeypatch.context() as patch:
-        patch.setattr(framed_file.os, "pwrite", half_then_enospc())
+        half_then_enospc(patch)
         patch.setattr(file_ledger, "replace_atomically", enospc)
         with pytest.raises(LedgerWriteError):
             await (await append(ml))
@@ -80,7 +84,7 @@ async def test_a_cursor_record_the_disk_took_half_of_does_not_read_as_damage_aft
     cursor = ml.open_cursor("group")
     await cursor.mark_delete(Position(0, 0), {"offset": 1})
     with monkeypatch.context() as patch:
-        patch.setattr(framed_file.os, "pwrite", half_then_enospc())
+        half_then_enospc(patch)
         with pytest.raises(OSError):
             await cursor.mark_delete(Position(0, 0), {f"p{i}": i for i in range(200)})  # a big record
     await ml.close()
@@ -106,6 +110,7 @@ async def test_an_entry_whose_index_record_the_disk_refuses_is_answered_and_inde
                                                                                           caplog):
     """The entry is durable (only its index record failed, written after the fsync and repaired at open): its write
     completes. Before, the error escaped the group commit and the write was never answered."""
+    monkeypatch.setattr(ledger_file, "INDEX_EVERY", 1)  # index records after every flush, not every 64 entries
     ml = FileManagedLedger.open("t", str(tmp_path), CONFIG, None)
     assert await (await append(ml)) == Position(0, 0)
     idx = tmp_path / f"{ml.last_confirmed.ledger_id}.idx"

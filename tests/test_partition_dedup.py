@@ -100,11 +100,11 @@ async def test_a_failed_dedup_recovery_answers_retriable_errors_until_a_retry_re
 
     original, failures = FileManagedLedger.read_after, [1]
 
-    def read_after(self, position, max_entries):
+    def read_after(self, position, max_entries, *limits):
         if failures[0]:
             failures[0] -= 1
             return unreadable(self, position, max_entries)
-        return original(self, position, max_entries)
+        return original(self, position, max_entries, *limits)
 
     monkeypatch.setattr(FileManagedLedger, "read_after", read_after)
     partition = await open_partition(tmp_path / "p", recovery_retry_seconds=0)

@@ -15,13 +15,14 @@ from kop.dedup_storage import LedgerDedupStorage
 from kop.groups.offsets import OFFSET_KEY, REPLICATED_KEY
 from kop.ledger import FileManagedLedger, LedgerConfig, Position
 from kop.partition import PartitionLog, replicator_name, source_position_key
+from kop.producer_ids import TAG_SHIFT, cluster_tag
 from kop.replication.snapshots import SnapshotController, SnapshotSettings
 from proto.kop_pb2 import (MarkerType, MessageMetadata, NamedSequence, ReplicatedSubscriptionsSnapshot,
                            ReplicatedSubscriptionsUpdate)
 from protocol.errors import ErrorCode
 from protocol.records import (Record, build_batch, build_marker_batch, iter_records, marker_payload, split_batches,
                               validate_batch)
-from protocol.sequence_headers import SEQUENCE_HEADER_KEYS
+from protocol.sequence_headers import SequenceHeaderScan
 
 TOPIC_ID = uuid.UUID(int=7)  # the source topic's id: one incarnation of it
 SETTINGS = SnapshotSettings(frequency_s=0.1, timeout_s=30, max_cached=3)
@@ -141,12 +142,14 @@ async def test_two_rounds_with_two_remotes_then_an_update(tmp_path):
     assert list(metadata.replicate_to) == ["a"]  # never replicated
     snapshot = ReplicatedSubscriptionsSnapshot.FromString(payload)
     assert {(c.cluster, c.message_id.ledger_id) for c in snapshot.clusters} == {("b", 11), ("c", 22)}  # round 1
+    assert list(snapshot.covered_clusters) == ["a", "b", "c"]  # both answered with RESPONSE markers
     assert not [m for m in markers(partition) if m[0] == MarkerType.REPLICATED_SUBSCRIPTION_UPDATE]  # offset 0
     await _with_group(partition, 2)
     await controller.tick(now=2)
     [(_, _, payload)] = [m for m in markers(partition) if m[0] == MarkerType.REPLICATED_SUBSCRIPTION_UPDATE]
     update = ReplicatedSubscriptionsUpdate.FromString(payload)
     assert update.subscription_name == "app" and len(update.clusters) == 2
+    assert list(update.covered_clusters) == ["a", "b", "c"]
     await controller.tick(now=3)  # the same snapshot is not sent twice
     assert len([m for m in markers(partition) if m[0] == MarkerType.REPLICATED_SUBSCRIPTION_UPDATE]) == 1
     await partition.close()
@@ -170,8 +173,11 @@ async def test_snapshots_time_out_are_taken_again_and_then_wait_for_data(tmp_pat
     assert again != snapshot_id
     controller.received_response(snapshot_id, "b", Position(1, 1), partition.ledger.last_confirmed)  # late: ignored
     assert controller.completed_count == 0
-    controller.received_response(again, "b", Position(2, 2), partition.ledger.last_confirmed)
+    controller.received_response(again, "b", Position(2, 2), partition.ledger.last_confirmed, in_band=True)
     await until(lambda: controller.completed_count == 1)
+    [stored] = [ReplicatedSubscriptionsSnapshot.FromString(p) for kind, _, p in markers(partition)
+                if kind == MarkerType.REPLICATED_SUBSCRIPTION_SNAPSHOT]
+    assert list(stored.covered_clusters) == ["a"]  # b answered in its response (one way): its records are not
     updates = lambda: [ReplicatedSubscriptionsUpdate.FromString(p).subscription_name  # noqa: E731
                        for kind, _, p in markers(partition) if kind == MarkerType.REPLICATED_SUBSCRIPTION_UPDATE]
     await until(lambda: updates() == ["app"])  # the group's position went out (written just after the completion)
@@ -236,7 +242,7 @@ async def test_replicated_records_already_written_here_under_their_sequence_ids_
     the rest not again; an entry whose records are all here still counts as stored by its source position."""
     partition = await open_partition(tmp_path)
     header, view = sequenced_batch(range(3))
-    await partition.publish_normal(header, view, records=validate_batch(header, view, watch=SEQUENCE_HEADER_KEYS))
+    await partition.publish_normal(header, view, records=validate_batch(header, view, watch=SequenceHeaderScan))
     source = MessageMetadata(producer_name="p", named_sequences=[NamedSequence(name=core_name("loader"),
                                                                                sequence_id=3)])
     header, view = sequenced_batch(range(4))
@@ -297,3 +303,45 @@ async def test_replicated_entries_wait_while_the_deduplication_state_is_recovere
     assert (await replicate(partition, 0, b"a")).duplicate
     assert partition.high_watermark == 1
     await partition.close()
+
+
+def producer_batch(producer_id: int, base_sequence: int, *values: bytes):
+    records = [Record(offset=i, timestamp=1_000 + i, key=None, value=v) for i, v in enumerate(values)]
+    return split_batches(build_batch(records, producer_id=producer_id, producer_epoch=0,
+                                     base_sequence=base_sequence))[0]
+
+
+async def test_a_replicated_batch_of_a_shared_producer_id_is_that_producers_batch_here_across_a_reopen(tmp_path):
+    """Dedup V1 for Kafka producers: west stores east's replicated batch of producer P (an id east handed out) as
+    P's batch, so P's resend of it here, after it failed over keeping its id, is a duplicate, also once the state
+    is rebuilt from the log; P may go on here past a gap (what east has not sent yet)."""
+    def shared(partition: PartitionLog) -> PartitionLog:
+        partition.shared_producer_ids.update(["east", "west"])
+        return partition
+
+    pid = cluster_tag("east") << TAG_SHIFT | 5
+    partition = shared(await open_partition(tmp_path))
+    header, view = producer_batch(pid, 0, b"a", b"b")
+    source = MessageMetadata(producer_name=f"kafka-{pid}-0", producer_id=pid, producer_epoch=0)
+    assert not (await partition.publish_replicated("east", TOPIC_ID, 3, 0, source, header, view)).duplicate
+    resent = await partition.publish_normal(*producer_batch(pid, 0, b"a", b"b"))
+    assert resent.error == ErrorCode.NONE and resent.base_offset == 0 and partition.high_watermark == 2
+    await partition.close()
+    partition = shared(await open_partition(tmp_path))  # P's state rebuilt from the replicated entry
+    assert (await partition.publish_normal(*producer_batch(pid, 0, b"a", b"b"))).base_offset == 0
+    assert (await replicate(partition, 0, b"a", b"b")).duplicate  # the source position was rebuilt too
+    ahead = await partition.publish_normal(*producer_batch(pid, 7, b"h"))  # 2-6 are still on their way from east
+    assert ahead.error == ErrorCode.NONE and ahead.base_offset == 2
+    header, view = producer_batch(pid, 7, b"h")  # east's copy of it, after the producer's own: dropped
+    assert not (await partition.publish_replicated("east", TOPIC_ID, 3, 1, source, header, view)).duplicate
+    header, view = producer_batch(pid, 2, b"c")  # records P wrote in east before the gap: kept
+    assert not (await partition.publish_replicated("east", TOPIC_ID, 3, 2, source, header, view)).duplicate
+    stored = [bytes(r.value) for e in partition.read(0, 1 << 20) for r in iter_records(e.data)]
+    assert stored == [b"a", b"b", b"h", b"c"]
+    await partition.close()
+    # control: where the ids are not shared (two clusters of one tag, say), the same resend is stored again
+    plain = await open_partition(tmp_path / "plain")
+    header, view = producer_batch(pid, 0, b"a", b"b")
+    assert not (await plain.publish_replicated("east", TOPIC_ID, 3, 0, source, header, view)).duplicate
+    assert (await plain.publish_normal(*producer_batch(pid, 0, b"a", b"b"))).base_offset == 2
+    await plain.close()

@@ -1,10 +1,18 @@
 """The user store and the SASL exchanges, against scramp's client (another implementation of RFC 5802)."""
+import asyncio
+import base64
 import json
+import threading
 
 import pytest
 import scramp
 
+from kop.admin.auth import AdminAuth
+from kop.admin.http import Request
+from kop.security.acls import Authorizer
+from kop.security.listeners import ListenerSpec
 from kop.security.sasl import AuthenticationFailed, PlainExchange, ScramExchange
+from kop.security.session import Session
 from kop.security.users import CredentialError, ScramCredential, UserStore, salted_password
 
 
@@ -76,3 +84,42 @@ def test_the_store_survives_a_reload_and_holds_no_password(users, tmp_path):
 def test_credentials_kafka_would_refuse_are_refused(users, user, mechanism, iterations, message):
     with pytest.raises(CredentialError, match=message):
         users.put(user, [ScramCredential(mechanism, iterations, b"s", b"k", b"k")])
+
+
+class HeldStore(UserStore):
+    """Holds each password check until the event loop has run something else (a deadlock guard of 10 s: a check
+    on the loop itself would find nobody to release it, and fail)."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__(directory, durable=False)
+        self.checking, self.released = threading.Event(), threading.Event()
+
+    def check_password(self, user: str, password: str) -> bool:
+        self.checking.set()
+        assert self.released.wait(10), "the password check held the event loop"
+        return super().check_password(user, password)
+
+
+async def released_while_checking(store: HeldStore, attempt) -> object:
+    task = asyncio.ensure_future(attempt)
+    await asyncio.to_thread(store.checking.wait, 10)
+    store.released.set()  # run by the event loop while the check is under way
+    return await task
+
+
+async def test_a_plain_attempt_derives_its_key_off_the_event_loop(tmp_path):
+    store = HeldStore(str(tmp_path))
+    store.set_password("alice", "wonderland")
+    session = Session.start(ListenerSpec("SASL", "SASL_PLAINTEXT", "127.0.0.1", 0, "127.0.0.1", 0), None)
+    session.begin(PlainExchange(store), raw_tokens=False)
+    step = await released_while_checking(store, session.advance(b"\0alice\0wonderland", 0))
+    assert step.user == "alice" and session.principal == "User:alice"
+
+
+async def test_admin_basic_credentials_are_checked_off_the_event_loop(tmp_path):
+    store = HeldStore(str(tmp_path))
+    store.set_password("admin", "secret")
+    authorizer = Authorizer(str(tmp_path), "User:admin", allow_if_no_acl=False, enabled=False, durable=False)
+    request = Request("GET", "HTTP/1.1", "/admin/v2/users", {},
+                      {"authorization": "Basic " + base64.b64encode(b"admin:secret").decode()}, b"", "127.0.0.1")
+    await released_while_checking(store, AdminAuth(store, authorizer, "", True).check(request, frozenset()))

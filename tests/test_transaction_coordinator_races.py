@@ -22,7 +22,8 @@ class HeldPartition:
     async def expect_transactions(self) -> None:
         await self.release.wait()
 
-    def publish_control(self, producer_id: int, producer_epoch: int, commit: bool) -> asyncio.Future:
+    def publish_control(self, producer_id: int, producer_epoch: int, commit: bool,
+                        coordinator_epoch: int = 0) -> asyncio.Future:
         async def write() -> AppendResult:
             await self.release.wait()
             self.markers.append((producer_id, producer_epoch, commit))
@@ -100,7 +101,7 @@ async def test_an_add_partitions_overtaken_by_a_timeout_abort_does_not_undo_it(t
     finally:
         new.release.set()
         await txns.stop()
-    replayed = TxnStateLog(str(tmp_path), False)
+    replayed = TxnStateLog.on_files(str(tmp_path), False)
     try:
         assert replayed.load()["x"].state is TxnState.COMPLETE_ABORT  # the log says the same
     finally:

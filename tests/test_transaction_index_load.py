@@ -149,3 +149,37 @@ async def test_a_transactional_batch_that_waited_for_earlier_writes_is_refused_i
         assert (await overlapping).error == ErrorCode.INVALID_TXN_STATE
         assert partition.transactions.open == {}
         await partition.close()
+
+
+async def test_a_marker_of_an_earlier_coordinator_epoch_is_refused_also_after_a_restart(tmp_path):
+    """In a cluster a transaction's markers carry the epoch of its state log shard's coordinator: once a later
+    coordinator (epoch 3) has marked a producer's transaction here, a late marker of the one before (epoch 2), which
+    could end the producer's next transaction, is refused: TRANSACTION_COORDINATOR_FENCED. The epochs are rebuilt from
+    the stored markers, and from the snapshot after 1,000 entries."""
+    partition = open_partition(tmp_path)
+    await partition.apply_dedup_policy(True)
+    await partition.expect_transactions()
+    assert (await partition.publish_normal(*transactional_batch(0))).error == ErrorCode.NONE
+    assert (await partition.publish_control(7, 0, commit=True, coordinator_epoch=2)).error == ErrorCode.NONE
+    assert (await partition.publish_normal(*transactional_batch(1))).error == ErrorCode.NONE
+    assert (await partition.publish_control(7, 0, commit=True, coordinator_epoch=3)).error == ErrorCode.NONE
+    assert (await partition.publish_normal(*transactional_batch(2))).error == ErrorCode.NONE  # the next one, open
+    late = await partition.publish_control(7, 0, commit=False, coordinator_epoch=2)
+    assert late.error == ErrorCode.TRANSACTION_COORDINATOR_FENCED
+    assert 7 in partition.transactions.open  # still open: the late marker did not end it
+    await partition.close()
+
+    partition = open_partition(tmp_path)
+    await partition.load_transactions()
+    assert partition.transactions.coordinator_epochs == {7: 3}
+    assert (await partition.publish_control(7, 0, commit=False, coordinator_epoch=2)).error == \
+        ErrorCode.TRANSACTION_COORDINATOR_FENCED
+    assert (await partition.publish_control(7, 0, commit=True, coordinator_epoch=3)).error == ErrorCode.NONE
+    for i in range(3, 1003):  # past a snapshot, which must carry the epochs too
+        assert (await partition.publish_normal(*transactional_batch(i))).error == ErrorCode.NONE
+    await partition.close()
+
+    partition = open_partition(tmp_path)
+    assert await partition.load_transactions() < 1000  # from the snapshot
+    assert partition.transactions.coordinator_epochs == {7: 3}
+    await partition.close()

@@ -6,6 +6,7 @@ import random
 import sys
 import tempfile
 
+from integration.soak.faults import FAULTS
 from integration.soak.producers import PRODUCERS
 from integration.soak.run import run_soak
 
@@ -23,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="how long the faults run (default: $SOAK_SECONDS or 600)")
     parser.add_argument("--seed", type=int, default=None, help="replay the schedule of an earlier run")
     parser.add_argument("--clients", nargs="+", choices=sorted(PRODUCERS), default=sorted(PRODUCERS))
+    parser.add_argument("--faults", nargs="+", choices=sorted(FAULTS), default=None,
+                        help="the fault kinds the schedule draws from (default: every kind)")
     parser.add_argument("--work-dir", default=None, help="where the broker's data and log go (default: a temp dir)")
     parser.add_argument("--broker-config", nargs="*", default=[], metavar="KEY=VALUE", type=_setting,
                         help="broker settings, e.g. brokerDeduplicationEnabled=false for a run that must fail")
@@ -31,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     seed = args.seed if args.seed is not None else random.randrange(1 << 32)
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="kop-soak-")
-    result = run_soak(work_dir, args.seconds, seed, args.clients, broker_config=dict(args.broker_config))
+    result = run_soak(work_dir, args.seconds, seed, args.clients, broker_config=dict(args.broker_config),
+                      faults=args.faults)
     print(result.report())
     return 0 if result.ok else 1
 

@@ -5,12 +5,12 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from integration.broker_process import BrokerProcess
 from integration.fault_proxy import CutPolicy, FaultProxy
 from integration.small_disk import Filler
-from kop.admin.client import AdminClient, topic_resource
+from integration.soak.storage_faults import StorageFaultRecord, cursor_fail, dedup_flip, full_disk_restart
 
 
 @dataclass
@@ -21,6 +21,9 @@ class Target:
     proxy: FaultProxy
     topics: list[str]
     filler: Filler | None  # None: the data directory is not on a disk of its own, so no disk-full episodes
+    stream_topics: list[str] = field(default_factory=list)  # the idempotent producers' (deduplication flips there)
+    partitions: int = 1  # of every topic
+    record: StorageFaultRecord = field(default_factory=StorageFaultRecord)
 
 
 def cut(target: Target, duration: float) -> None:
@@ -54,15 +57,7 @@ def disk_full(target: Target, duration: float) -> None:
         target.filler.remove()
 
 
-def dedup_flip(target: Target, duration: float) -> None:
-    """Change a topic's dedup snapshot interval and back: the policy path runs under load."""
-    admin = AdminClient(target.broker.admin_url)
-    for topic in target.topics:
-        admin.post(topic_resource(topic, "deduplicationSnapshotInterval"), 1)
-    time.sleep(duration)
-    for topic in target.topics:
-        admin.delete(topic_resource(topic, "deduplicationSnapshotInterval"))
-
-
 FAULTS: dict[str, Callable[[Target, float], None]] = {
-    "cut": cut, "kill": kill, "pause": pause, "disk_full": disk_full, "dedup_flip": dedup_flip}
+    "cut": cut, "kill": kill, "pause": pause, "disk_full": disk_full, "dedup_flip": dedup_flip,
+    "cursor_fail": cursor_fail, "full_disk_restart": full_disk_restart}
+NEED_DISK = {"disk_full", "full_disk_restart"}  # kinds that need the data directory on a disk of its own

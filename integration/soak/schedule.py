@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 # (shortest, longest) seconds each kind lasts; pauses reach past the clients' session and request timeouts.
 DURATIONS = {"cut": (1.0, 6.0), "kill": (0.0, 2.0), "pause": (2.0, 12.0), "disk_full": (2.0, 8.0),
-             "dedup_flip": (0.5, 3.0)}
+             "dedup_flip": (0.5, 3.0), "cursor_fail": (1.0, 4.0), "full_disk_restart": (0.5, 3.0)}
 GAP = (1.0, 6.0)  # quiet seconds between faults, so clients make progress between them
 
 

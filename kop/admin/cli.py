@@ -36,6 +36,11 @@ def _interval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interval", "-i", type=int, required=True, help="seconds (0 = no time-based snapshots)")
 
 
+def _ttl_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ttl", "-t", type=int, required=True,
+                        help="seconds: a replicator does not send records older than this (0 = never expire)")
+
+
 def _clusters_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clusters", "-c", required=True, type=lambda v: [c for c in v.split(",") if c],
                         help="comma-separated cluster names, this one included (e.g. east,west)")
@@ -62,6 +67,7 @@ POLICIES = (
                    "--clusters east,west"),
     PolicyCommands("replicated-subscriptions", "replicatedSubscriptions", "replicatedSubscriptions",
                    _enable_arguments, lambda a: a.enable, "--enable"),
+    PolicyCommands("message-ttl", "messageTTL", "messageTTL", _ttl_arguments, lambda a: a.ttl, "--ttl 3600"),
 )
 
 Action = Callable[[AdminClient, argparse.Namespace], object]

@@ -2,22 +2,25 @@
 
 Each broker has its own CollectorRegistry, so several brokers in one process (tests) count apart. Two kinds:
 
-* Observed on the way (prometheus-client counters and histograms): requests, their errors and latency per API,
-  produce batch sizes, and the ledgers' fsyncs. Label children are looked up once per API and kept, so a request
-  pays for a dict lookup and the observations.
+* Observed on the way: requests, their errors and latency per API, produce batch sizes, and the ledgers' fsyncs.
+  These are plain counts (`Buckets`: a list of bucket counts and a sum, no lock; each API's series kept), turned into
+  Prometheus histograms and counters at scrape time: prometheus-client's own histogram, with a lock and a value
+  object per bucket, cost more than the rest of a small produce request's metrics together.
 * Read at scrape time (`BrokerCollector`): what the broker already counts or can read cheaply (bytes in and out and
   dedup decisions per partition, sequence-id drops, dedup snapshots and recovery, connections, partitions,
   rebalances, and each group's committed offset and lag), so the hot path keeps plain integer counts.
 """
 import time
-from collections.abc import Iterator
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.data_container import DataContainer
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics, generate_latest
+from prometheus_client.utils import floatToGoString
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from protocol.api import REQUEST_CLASSES
@@ -82,68 +85,88 @@ def _message_errors(message: DataContainer) -> Iterator[int]:
             yield from _message_errors(value)
 
 
+class Buckets:
+    """One histogram's counts: what an observation costs is a bisect and two additions (the event loop is the only
+    writer; a scrape reads a copy)."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(float(b) for b in bounds)
+        self.counts = [0] * (len(self.bounds) + 1)  # the last: above every bound (+Inf)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1  # Prometheus buckets count values <= their bound
+        self.sum += value
+
+    def samples(self) -> tuple[list[tuple[str, int]], float]:
+        """Cumulative (le, count) pairs, +Inf last, and the sum: HistogramMetricFamily's form."""
+        counts, total = list(self.counts), self.sum
+        cumulative, running = [], 0
+        for bound, count in zip((*self.bounds, float("inf")), counts):
+            running += count
+            cumulative.append((floatToGoString(bound), running))
+        return cumulative, total
+
+
+
+
 class RequestSeries:
-    """One API's request counter and latency histogram, with its error counters made on first use."""
+    """One API's request count, latency histogram and error counts."""
 
-    __slots__ = ("api", "_count", "_latency", "_errors", "_error_children")
+    __slots__ = ("api", "count", "latency", "errors")
 
-    def __init__(self, metrics: "BrokerMetrics", api_key: int) -> None:
+    def __init__(self, api_key: int) -> None:
         self.api = api_name(api_key)
-        self._count = metrics.requests.labels(self.api)
-        self._latency = metrics.request_latency.labels(self.api)
-        self._errors = metrics.request_errors
-        self._error_children: dict[int, Counter] = {}
+        self.count = 0
+        self.latency = Buckets(LATENCY_BUCKETS)
+        self.errors: dict[int, int] = {}  # error code -> occurrences
 
     def answered(self, started: float, response: object) -> None:
         """A request that began at `started` (perf_counter) is answered with `response` (None: no response)."""
-        self._latency.observe(time.perf_counter() - started)
-        self._count.inc()
+        self.latency.observe(time.perf_counter() - started)
+        self.count += 1
         for code in response_errors(response):
-            child = self._error_children.get(code)
-            if child is None:
-                child = self._error_children[code] = self._errors.labels(self.api, error_name(code))
-            child.inc()
+            self.errors[code] = self.errors.get(code, 0) + 1
 
 
 class BrokerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         registry = self.registry
-        self.requests = Counter("kop_requests", "Kafka requests answered, per API", ["api"], registry=registry)
-        self.request_errors = Counter("kop_request_errors", "Error codes other than NONE in Kafka responses, one "
-                                      "per occurrence (a partition's or the request's)", ["api", "error"],
-                                      registry=registry)
-        self.request_latency = Histogram("kop_request_latency_seconds", "From a request read to its response "
-                                         "ready, per API", ["api"], buckets=LATENCY_BUCKETS, registry=registry)
-        self.batch_bytes = Histogram("kop_produce_batch_size_bytes", "Size of each record batch produced (as "
-                                     "sent, before deduplication)", buckets=BYTES_BUCKETS, registry=registry)
-        self.batch_records = Histogram("kop_produce_batch_size_records", "Records in each record batch produced",
-                                       buckets=COUNT_BUCKETS, registry=registry)
-        self.fsync_latency = Histogram("kop_ledger_fsync_latency_seconds", "Duration of each group commit of a "
-                                       "partition's ledger (its fsync, or its PostgreSQL commit)", buckets=FSYNC_BUCKETS, registry=registry)
-        self.fsync_entries = Histogram("kop_ledger_fsync_entries", "Entries made durable by each group commit's "
-                                       "fsync (the group-commit size)", buckets=COUNT_BUCKETS, registry=registry)
+        self.batch_bytes = Buckets(BYTES_BUCKETS)  # produce batches as sent, before deduplication
+        self.batch_records = Buckets(COUNT_BUCKETS)
+        self.fsync_latency = Buckets(FSYNC_BUCKETS)  # each group commit of a partition's ledger
+        self.fsync_entries = Buckets(COUNT_BUCKETS)
+        self._series: dict[int, RequestSeries] = {}
+        registry.register(_ObservedCollector(self))
         self.compaction_runs = Counter("kop_compaction_runs", "Partitions compacted by the log cleaner (passes)",
                                        registry=registry)
         self.compaction_records_removed = Counter("kop_compaction_records_removed", "Records the log cleaner "
-                                                  "removed (older versions of a key, expired tombstones)",
-                                                  registry=registry)
+                                                  "removed (older versions of a key, expired tombstones, aborted "
+                                                  "transactions' records)", registry=registry)
         self.compaction_bytes_reclaimed = Counter("kop_compaction_bytes_reclaimed", "Bytes of ledgers the log "
                                                   "cleaner's rewrites freed", registry=registry)
         self.compaction_dirty_ratio = Gauge("kop_compaction_dirty_ratio", "A compacted partition's dirty bytes / "
                                             "cleanable bytes at the cleaner's last look", ["topic", "partition"],
                                             registry=registry)
-        self._series: dict[int, RequestSeries] = {}
+        self.compaction_lag = Gauge("kop_compaction_lag_seconds", "How long a compacted partition's oldest "
+                                    "uncleaned closed ledger has waited, at the cleaner's last look (0: none)",
+                                    ["topic", "partition"], registry=registry)
 
     def request_series(self, api_key: int) -> RequestSeries:
         series = self._series.get(api_key)
         if series is None:
-            series = self._series[api_key] = RequestSeries(self, api_key)
+            series = self._series[api_key] = RequestSeries(api_key)
         return series
 
     def observe_batch(self, size_bytes: int, records: int) -> None:
-        self.batch_bytes.observe(size_bytes)
-        self.batch_records.observe(records)
+        sizes, counts = self.batch_bytes, self.batch_records  # Buckets.observe inline: every batch observes both
+        sizes.counts[bisect_left(sizes.bounds, size_bytes)] += 1
+        sizes.sum += size_bytes
+        counts.counts[bisect_left(counts.bounds, records)] += 1
+        counts.sum += records
 
     def observe_flush(self, seconds: float, entries: int) -> None:
         """A ledger's group commit made `entries` durable with one fsync taking `seconds`."""
@@ -153,6 +176,44 @@ class BrokerMetrics:
     def exposition(self) -> bytes:
         """The Prometheus text format of every metric, as a scrape gets it."""
         return generate_latest(self.registry)
+
+    def series(self) -> list[RequestSeries]:
+        return list(self._series.values())
+
+
+class _ObservedCollector(Collector):
+    """The counts observed on the way, as Prometheus families."""
+
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        m = self._metrics
+        series = m.series()  # in the order of first use
+        requests = CounterMetricFamily("kop_requests", "Kafka requests answered, per API", labels=["api"])
+        errors = CounterMetricFamily("kop_request_errors", "Error codes other than NONE in Kafka responses, one per "
+                                     "occurrence (a partition's or the request's)", labels=["api", "error"])
+        latency = HistogramMetricFamily("kop_request_latency_seconds", "From a request read to its response ready, "
+                                        "per API", labels=["api"])
+        for s in series:
+            requests.add_metric([s.api], s.count)
+            for code, count in sorted(s.errors.items()):
+                errors.add_metric([s.api, error_name(code)], count)
+            latency.add_metric([s.api], *s.latency.samples())
+        yield requests
+        yield errors
+        yield latency
+        for name, documentation, buckets in (
+                ("kop_produce_batch_size_bytes", "Size of each record batch produced (as sent, before "
+                                                 "deduplication)", m.batch_bytes),
+                ("kop_produce_batch_size_records", "Records in each record batch produced", m.batch_records),
+                ("kop_ledger_fsync_latency_seconds", "Duration of each group commit of a partition's ledger (its "
+                                                     "fsync, or its PostgreSQL commit)", m.fsync_latency),
+                ("kop_ledger_fsync_entries", "Entries made durable by each group commit's fsync (the group-commit "
+                                             "size)", m.fsync_entries)):
+            family = HistogramMetricFamily(name, documentation)
+            family.add_metric([], *buckets.samples())
+            yield family
 
 
 class BrokerCollector(Collector):
@@ -173,6 +234,7 @@ class BrokerCollector(Collector):
                      files.capacity)
         yield CounterMetricFamily("kop_ledger_file_opens", "Ledger files opened, again after the pool closed them too",
                                   value=files.opens)
+        yield from _fetch_session_families(broker)
         yield from _transaction_index_families(broker, topics)
         yield from _topic_families(topics)
         yield from _dedup_partition_families(topics)
@@ -198,6 +260,22 @@ def _replication_families(broker: "Broker") -> Iterator[Metric]:
         replicated.add_metric(values, replicator.stats.entries_sent)
         failing.add_metric(values, 1 if replicator.stats.last_error else 0)
     yield from (backlog, backlog_bytes, replicated, failing)
+
+
+def _fetch_session_families(broker: "Broker") -> Iterator[Metric]:
+    sessions = broker.fetch_sessions
+    yield _gauge("kop_fetch_sessions", "Fetch sessions (KIP-227) cached", len(sessions))
+    yield _gauge("kop_fetch_session_partitions", "Partitions the cached fetch sessions hold", sessions.partitions)
+    yield CounterMetricFamily("kop_fetch_session_evictions", "Fetch sessions evicted to make room for new ones",
+                              value=sessions.stats.evicted)
+    fetches = CounterMetricFamily("kop_fetch_session_requests", "Fetch requests by how they named their partitions: "
+                                  "full (every one), incremental (a session's changes), session_error (refused: an "
+                                  "unknown session or a wrong epoch)", labels=["kind"])
+    stats = sessions.stats
+    for kind, count in (("full", stats.full_fetches), ("incremental", stats.incremental_fetches),
+                        ("session_error", stats.errors)):
+        fetches.add_metric([kind], count)
+    yield fetches
 
 
 def _transaction_index_families(broker: "Broker", topics: list) -> Iterator[Metric]:
@@ -272,9 +350,9 @@ def _group_families(broker: "Broker") -> Iterator[Metric]:
                                   labels=["group", "topic", "partition"])
     lag = GaugeMetricFamily("kop_consumer_group_lag", "Offsets between the group's committed offset and the "
                             "partition's end (high watermark)", labels=["group", "topic", "partition"])
-    # The groups this broker coordinates (all of them on one broker), as their coordinator knows their offsets; the lag
-    # where this broker also serves the partition.
-    for group_id in sorted(broker.groups.groups):
+    # The groups this broker coordinates (all of them on one broker), of both protocols, as their coordinator knows
+    # their offsets; the lag where this broker also serves the partition.
+    for group_id in sorted(set(broker.groups.group_ids())):
         for (topic, index), offset in broker.groups.offsets.fetch_all(group_id).items():
             labels = [group_id, topic, str(index)]
             committed.add_metric(labels, offset.offset)

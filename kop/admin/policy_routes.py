@@ -39,6 +39,10 @@ def _interval_body(request: Request) -> int:
     return int_value(json_body(request), "the snapshot interval (seconds)")
 
 
+def _ttl_body(request: Request) -> int:
+    return int_value(json_body(request), "the message TTL (seconds, 0: never)")
+
+
 def _clusters_body(request: Request) -> list[str]:
     """A JSON list of cluster names (Pulsar's body for `replication`)."""
     value = json_body(request)
@@ -53,6 +57,7 @@ FIELDS = (
                 "deduplicationSnapshotInterval", _interval_body, False),
     PolicyField("replication_clusters", "replication", "replication", _clusters_body, False),
     PolicyField("replicated_subscriptions", "replicatedSubscriptions", "replicatedSubscriptions", bool_body, False),
+    PolicyField("message_ttl_seconds", "messageTTL", "messageTTL", _ttl_body, False),
 )
 
 
@@ -80,12 +85,12 @@ class PolicyRoutes:
 
         async def post(request: Request, tenant: str, namespace: str) -> Response:
             ns = check_namespace(self.broker, tenant, namespace)
-            self._change("namespace", ns, spec, spec.parse(request))
+            await self._change("namespace", ns, spec, spec.parse(request))
             return await self._applied(spec, None)
 
         async def delete(request: Request, tenant: str, namespace: str) -> Response:
             ns = check_namespace(self.broker, tenant, namespace)
-            self._change("namespace", ns, spec, None)
+            await self._change("namespace", ns, spec, None)
             return await self._applied(spec, None)
 
         router.add("GET", path, get)
@@ -106,12 +111,12 @@ class PolicyRoutes:
 
         async def post(request: Request, tenant: str, namespace: str, topic: str) -> Response:
             ref = find_topic(self.broker, tenant, namespace, topic)
-            self._change("topic", policies.topic_key(ref.topic), spec, spec.parse(request))
+            await self._change("topic", policies.topic_key(ref.topic), spec, spec.parse(request))
             return await self._applied(spec, ref.topic)
 
         async def delete(request: Request, tenant: str, namespace: str, topic: str) -> Response:
             ref = find_topic(self.broker, tenant, namespace, topic)
-            self._change("topic", policies.topic_key(ref.topic), spec, None)
+            await self._change("topic", policies.topic_key(ref.topic), spec, None)
             return await self._applied(spec, ref.topic)
 
         router.add("GET", path, get)
@@ -120,11 +125,11 @@ class PolicyRoutes:
 
     # ---- helpers
 
-    def _change(self, level: str, key: str, spec: PolicyField, value: object) -> None:
+    async def _change(self, level: str, key: str, spec: PolicyField, value: object) -> None:
         """Set (None: remove) the policy at one level, and log what changed: an operator's change is an event."""
         policies = self.broker.policies
         old = _field_value(policies.get(level, key), spec.field)
-        policies.set(level, key, spec.field, value)
+        await policies.set(level, key, spec.field, value)
         log.info("admin: %s %s policy %s changed: %s -> %s", level, key, spec.field, json.dumps(old),
                  json.dumps(_jsonable(value)))
 
@@ -133,7 +138,8 @@ class PolicyRoutes:
         return {"deduplication_enabled": config.broker_deduplication_enabled,
                 "deduplication_snapshot_interval_seconds":
                     config.broker_deduplication_snapshot_interval_seconds,
-                "replication_clusters": [], "replicated_subscriptions": False}[spec.field]
+                "replication_clusters": [], "replicated_subscriptions": False,
+                "message_ttl_seconds": config.ttl_duration_default_in_seconds}[spec.field]
 
     async def _applied(self, spec: PolicyField, topic: str | None) -> Response:
         if spec.changes_status:

@@ -41,7 +41,7 @@ class AdminServer:
 
     async def _handle(self, request: Request) -> Response:
         """Until the topics are loaded only the probes answer: anything else would see half the broker."""
-        self._auth.check(request, exempt=PROBE_PATHS)
+        await self._auth.check(request, exempt=PROBE_PATHS)
         if not self._broker.loaded and request.path not in PROBE_PATHS:
             raise HttpError(503, "the broker is loading its topics; retry")
         return await self.router(request)

@@ -142,7 +142,7 @@ def topic_stats(namespace: str, topic: str, partitions: Sequence[PartitionLog],
 
 
 _SUMMED = ("replicationBacklog", "replicationBacklogBytes", "entriesReplicated", "duplicatesAtRemote",
-           "entriesSkipped", "bytesReplicated")
+           "entriesSkipped", "entriesExpired", "bytesReplicated")
 
 
 def _topic_replication(per_partition) -> dict:

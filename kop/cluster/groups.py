@@ -3,7 +3,7 @@
 Group ids are spread over the 50 partitions of `__consumer_offsets` by Kafka's own rule (the Java hash of the id,
 modulo 50), and shard k is owned like any partition, by rendezvous hashing of `__consumer_offsets-partition-k` over
 the live brokers: FindCoordinator and Metadata name the same broker. Taking a shard over raises the epoch of a small
-managed-ledger row of its own (fencing out the previous coordinator's offset writes), then reads the shard's groups'
+managed-ledger row of its own (fencing out the previous coordinator's offset and generation writes), then reads the shard's groups'
 generations and committed offsets from the database; members rejoin (the new coordinator knows the group and its
 generation, not its members). Losing a shard drops its groups; their members are answered NOT_COORDINATOR and look
 the coordinator up again.
@@ -13,7 +13,9 @@ from collections.abc import Callable
 
 from kop import internal_topics
 from kop.cluster.offsets import ClusterOffsetStore
+from kop.cluster.ownership import java_hash_shard
 from kop.groups import GroupCoordinator
+from kop.groups.generations import StoredGenerations
 from kop.groups.offsets import SYSTEM_CURSOR_PREFIX
 from kop.topic_storage import PgTopicStorage
 from kop.topics import TopicManager
@@ -26,12 +28,7 @@ SHARD_TOPIC = internal_topics.CONSUMER_OFFSETS
 
 
 def shard_of(group_id: str) -> int:
-    """Kafka's partitionFor: abs(groupId.hashCode()) % 50, with Java's String.hashCode over UTF-16 code units."""
-    h = 0
-    data = group_id.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
-    return (h & 0x7FFFFFFF) % SHARDS
+    return java_hash_shard(group_id, SHARDS)
 
 
 def shard_ledger(shard: int) -> str:
@@ -41,20 +38,24 @@ def shard_ledger(shard: int) -> str:
 
 class GroupShards:
     def __init__(self, storage: PgTopicStorage, topics: TopicManager, coordinator: GroupCoordinator,
-                 owns: Callable[[str, int], bool]) -> None:
-        """owns(topic, partition): whether this broker owns that partition now (the cluster's view)."""
+                 owns: Callable[[str, int], bool], fresh: Callable[[], bool] = lambda: True) -> None:
+        """owns(topic, partition): whether this broker owns that partition now (the cluster's view); fresh():
+        whether that view is recent enough to act on (a broker woken from a pause answers from an old one)."""
         self._store = storage.store
         self._coordinator = coordinator
         self._owns = owns
+        self._fresh = fresh
         self.epochs: dict[int, int] = {}  # shard -> this broker's coordinator epoch, for the shards it has loaded
         self.offsets = ClusterOffsetStore(storage.store, topics, storage, coordinator.config.offset_metadata_max_bytes,
                                           self.fence_of)
         coordinator.join_cluster(self.offsets, self.error_for)
+        if isinstance(coordinator.generations, StoredGenerations):
+            coordinator.generations.fence_of = self.fence_of  # a stale coordinator's generations are refused
 
     def error_for(self, group_id: str) -> ErrorCode | None:
         """Why this broker may not serve the group now (None: it may)."""
         shard = shard_of(group_id)
-        if not self._owns(SHARD_TOPIC, shard):
+        if not self._owns(SHARD_TOPIC, shard) or not self._fresh():
             return ErrorCode.NOT_COORDINATOR
         if shard not in self.epochs:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
@@ -72,7 +73,7 @@ class GroupShards:
 
     def _release(self, shard: int) -> None:
         del self.epochs[shard]
-        for group_id in [g for g in self._coordinator.groups if shard_of(g) == shard]:
+        for group_id in [g for g in self._coordinator.group_ids() if shard_of(g) == shard]:
             self._coordinator.drop(group_id)
             self.offsets.drop(group_id)
 
@@ -89,7 +90,8 @@ class GroupShards:
         # Read after the fencing: the previous coordinator's every write is in, and no later one can be.
         rows = await self._store.group_cursors(SYSTEM_CURSOR_PREFIX)
         generations = await self._coordinator.generations.load()
-        protocols = self.offsets.adopt(rows, lambda group_id: shard_of(group_id) in new)
+        flagged = await self.offsets.read_flags()
+        protocols = self.offsets.adopt(rows, lambda group_id: shard_of(group_id) in new, flagged)
         for group_id, record in generations.items():  # members rejoin the new coordinator: generations only
             if shard_of(group_id) in new:
                 self._coordinator.adopt(group_id, record.generation_id,

@@ -17,7 +17,7 @@ import asyncpg
 
 from kop import clock
 from kop.groups.offsets import (COMMIT_TS_KEY, LEADER_EPOCH_KEY, METADATA_KEY, OFFSET_KEY, PROTOCOL_TYPE_KEY,
-                                CommittedOffset, _done, java_length)
+                                REPLICATED_KEY, CommittedOffset, NotCoordinated, _done, java_length)
 from kop.ledger.position import BEFORE_FIRST, Position
 from kop.ledger.postgres.batcher import Batcher
 from kop.ledger.postgres.cursors import encode_cursor
@@ -30,6 +30,9 @@ from protocol.errors import ErrorCode
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+# A group flagged for PIP-33 by the admin API, a record of its own (also before its first commit). Its cursor rows
+# carry the flag too, as Pulsar stores it, and a group an UPDATE created has it there only.
+REPLICATED_RECORD = "replicated-group"
 
 
 @dataclass(slots=True)
@@ -41,16 +44,24 @@ class _Commit:
     future: asyncio.Future
 
 
-def decode_committed(info: bytes) -> tuple[str, CommittedOffset, str | None] | None:
-    """(group, its committed offset, protocol type) from a group cursor row; None for a cursor without an offset."""
+@dataclass(frozen=True, slots=True)
+class GroupRow:
+    group: str
+    committed: CommittedOffset
+    protocol_type: str | None
+    replicated: bool  # the row carries the PIP-33 flag
+
+
+def decode_committed(info: bytes) -> GroupRow | None:
+    """A group cursor row's committed offset; None for a cursor without one."""
     cursor = ManagedCursorInfo.FromString(info)
     longs = {p.name: p.value for p in cursor.position.properties}
     strings = {p.name: p.value for p in cursor.position.string_properties}
     if OFFSET_KEY not in longs:
         return None
-    return cursor.name, CommittedOffset(longs[OFFSET_KEY], longs.get(LEADER_EPOCH_KEY, -1),
-                                        strings.get(METADATA_KEY, ""), longs.get(COMMIT_TS_KEY, -1)), \
-        strings.get(PROTOCOL_TYPE_KEY)
+    return GroupRow(cursor.name, CommittedOffset(longs[OFFSET_KEY], longs.get(LEADER_EPOCH_KEY, -1),
+                                                 strings.get(METADATA_KEY, ""), longs.get(COMMIT_TS_KEY, -1)),
+                    strings.get(PROTOCOL_TYPE_KEY), bool(longs.get(REPLICATED_KEY)))
 
 
 def _resolve(future: asyncio.Future, code: ErrorCode) -> None:
@@ -72,24 +83,36 @@ class ClusterOffsetStore:
         # group -> partition -> (the topic's id then, the offset): a topic deleted and created again has none
         self._offsets: dict[str, dict[TopicPartition, tuple[bytes, CommittedOffset]]] = {}
         self._inflight: defaultdict[str, int] = defaultdict(int)
+        self._newest: dict[tuple[str, TopicPartition], _Commit] = {}  # the latest commit handed, until it lands
         self._ever: set[str] = set()
         self._batcher = Batcher(self._flush)
-        self.replicated: set[str] = set()  # never flagged in a cluster: geo-replicated groups need the file engine
+        self.replicated: set[str] = set()  # PIP-33: groups whose rows carry REPLICATED_KEY (each new one gets it)
+        self._protocols: dict[str, str] = {}  # group -> the protocol type its rows carry
 
     # ---- shards coming and going (kop/cluster/groups.py)
 
-    def adopt(self, rows: list[tuple[str, bytes]], wanted: Callable[[str], bool]) -> dict[str, str | None]:
-        """Take the offsets of the groups `wanted` from (ledger name, cursor info) rows; their protocol types."""
+    async def read_flags(self) -> set[str]:
+        """The groups flagged for PIP-33 by the admin API (read with the rows when shards are taken over)."""
+        return set(await self._store.records(REPLICATED_RECORD))
+
+    def adopt(self, rows: list[tuple[str, bytes]], wanted: Callable[[str], bool],
+              flagged: set[str] = frozenset()) -> dict[str, str | None]:
+        """Take the offsets of the groups `wanted` from (ledger name, cursor info) rows, and their PIP-33 flags
+        (a row's, or `flagged`); their protocol types."""
         found: dict[str, str | None] = {}
+        self.replicated |= {group for group in flagged if wanted(group)}
         for ledger, info in rows:
             tp = self._storage.partition_of(ledger)
-            decoded = decode_committed(info) if tp is not None else None
-            if decoded is None or not wanted(decoded[0]):
+            row = decode_committed(info) if tp is not None else None
+            if row is None or not wanted(row.group):
                 continue
-            group, committed, protocol_type = decoded
-            self._keep(group, tp, committed)
-            self._ever.add(group)
-            found[group] = found.get(group) or protocol_type
+            self._keep(row.group, tp, row.committed)
+            self._ever.add(row.group)
+            if row.replicated:
+                self.replicated.add(row.group)
+            found[row.group] = found.get(row.group) or row.protocol_type
+            if row.protocol_type:
+                self._protocols[row.group] = row.protocol_type
         return found
 
     def _keep(self, group: str, tp: TopicPartition, committed: CommittedOffset) -> None:
@@ -100,6 +123,8 @@ class ClusterOffsetStore:
     def drop(self, group: str) -> None:
         self._offsets.pop(group, None)
         self._ever.discard(group)
+        self.replicated.discard(group)
+        self._protocols.pop(group, None)
 
     # ---- reading
 
@@ -109,6 +134,20 @@ class ClusterOffsetStore:
     def fetch(self, group: str, topic: str, index: int) -> CommittedOffset | None:
         kept, known = self._offsets.get(group, {}).get((topic, index)), self._topics.get(topic)
         return kept[1] if kept is not None and known is not None and kept[0] == known.topic_id else None
+
+    def newest_offset(self, group: str, topic: str, index: int) -> int | None:
+        """The offset of the group's latest commit on the partition, durable or still being written."""
+        handed = self._newest.get((group, (topic, index)))
+        if handed is not None:
+            return handed.committed.offset
+        committed = self.fetch(group, topic, index)
+        return committed.offset if committed is not None else None
+
+    def replicated_on(self, topic: str, index: int, every: bool) -> dict[str, int]:
+        """The committed offsets on the partition of the replicated groups coordinated here (every group's when
+        `every`)."""
+        found = {group: self.fetch(group, topic, index) for group in self._offsets if every or group in self.replicated}
+        return {group: committed.offset for group, committed in found.items() if committed is not None}
 
     def fetch_all(self, group: str) -> dict[TopicPartition, CommittedOffset]:
         found = {tp: self.fetch(group, *tp) for tp in sorted(self._offsets.get(group, {}))}
@@ -141,11 +180,17 @@ class ClusterOffsetStore:
         current = self.fetch(group, topic, index)
         if keep_newer and current is not None and current.commit_timestamp > stamp:
             return _done(ErrorCode.NONE)
+        if protocol_type:
+            self._protocols[group] = protocol_type
+        return self._hand(group, (topic, index), CommittedOffset(offset, leader_epoch, metadata, stamp))
+
+    def _hand(self, group: str, tp: TopicPartition, committed: CommittedOffset) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()
         self._inflight[group] += 1
         self._ever.add(group)
-        self._batcher.add(_Commit(group, (topic, index), CommittedOffset(offset, leader_epoch, metadata, stamp),
-                                  protocol_type, future))
+        commit = _Commit(group, tp, committed, self._protocols.get(group), future)
+        self._newest[(group, tp)] = commit
+        self._batcher.add(commit)
         return future
 
     async def _flush(self, commits: list[_Commit]) -> None:
@@ -166,6 +211,8 @@ class ClusterOffsetStore:
                 _resolve(commit.future, ErrorCode.NONE)
             else:  # the partition's ledger is not in the database (topic deleted, or not opened by its owner yet)
                 _resolve(commit.future, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            if self._newest.get((commit.group, commit.tp)) is commit:
+                del self._newest[(commit.group, commit.tp)]
             self._inflight[commit.group] -= 1
             if not self._inflight[commit.group]:
                 del self._inflight[commit.group]
@@ -187,6 +234,8 @@ class ClusterOffsetStore:
             committed = commit.committed
             longs = {OFFSET_KEY: committed.offset, LEADER_EPOCH_KEY: committed.leader_epoch,
                      COMMIT_TS_KEY: committed.commit_timestamp}
+            if commit.group in self.replicated:
+                longs[REPLICATED_KEY] = 1
             strings = {METADATA_KEY: committed.metadata}
             if commit.protocol_type:
                 strings[PROTOCOL_TYPE_KEY] = commit.protocol_type
@@ -207,4 +256,19 @@ class ClusterOffsetStore:
             await self.delete(group, topic, index)
 
     async def set_replicated(self, group: str, enabled: bool) -> int:
-        raise NotImplementedError("geo-replicated consumer groups need the file storage engine")
+        """Turn PIP-33 replication of the group's position on or off, as its coordinator: the flag's record, then
+        every row of the group written again with or without it; returns how many rows were written."""
+        if self._fence_of(group) is None:
+            raise NotCoordinated(f"group {group!r} is coordinated by another broker of this cluster now: ask that "
+                                 f"broker (the one FindCoordinator names for it)")
+        if enabled:
+            await self._store.put_record(REPLICATED_RECORD, group, b"")
+            self.replicated.add(group)
+        else:
+            self.replicated.discard(group)
+            await self._store.delete_record(REPLICATED_RECORD, group)
+        written = [self._hand(group, tp, committed) for tp, committed in self.fetch_all(group).items()]
+        outcomes = await asyncio.gather(*written)
+        if failed := [code for code in outcomes if code != ErrorCode.NONE]:
+            raise OSError(f"group {group!r}: {len(failed)} of {len(written)} rows not written: {failed[0].name}")
+        return len(written)

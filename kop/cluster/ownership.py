@@ -14,3 +14,13 @@ def _score(node_id: int, key: str) -> int:
 def owner_of(key: str, node_ids: Iterable[int]) -> int | None:
     """The node that owns `key` (a managed ledger's name, a coordinator key); None with no live node."""
     return max(node_ids, key=lambda node: _score(node, key), default=None)
+
+
+def java_hash_shard(key: str, shards: int) -> int:
+    """Kafka's partitionFor of a coordinator key: abs(key.hashCode()) % shards, with Java's String.hashCode over
+    UTF-16 code units."""
+    h = 0
+    data = key.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
+    return (h & 0x7FFFFFFF) % shards

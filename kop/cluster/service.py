@@ -1,24 +1,36 @@
 """Who serves what: one broker alone (the file engine), or a cluster of brokers on one PostgreSQL database.
 
-ClusterService runs two loops every `broker.heartbeat.interval.ms`. One renews this broker's lease, and registers
-again under a new session when the lease had run out; it never waits for anything else, so a long CreateTopics or
-takeover cannot starve it. The other reads the live brokers and has the topic manager follow the stored topics and
-the ownership they now give (kop/cluster/ownership.py), after dropping every partition and group shard it held when
-the lease had run out (another broker may have taken them meanwhile). Handlers ask it
-who leads a partition (Metadata) and answer NOT_LEADER_OR_FOLLOWER for partitions another broker owns.
+ClusterService runs two loops every `broker.heartbeat.interval.ms`. One, from the moment the broker registers,
+renews its lease and then reads the live brokers, and registers again under a new session when the lease had run
+out; it never waits for anything else, so a long load, CreateTopics or takeover cannot starve it. The other has the topic manager follow the stored topics
+and the ownership the live brokers now give (kop/cluster/ownership.py), the policies another broker may have
+changed (kop/policies.py), and the group and transaction coordinators their shards, after dropping every partition and shard it held when the lease had run out (another broker may have
+taken them meanwhile). Handlers ask it who leads a partition (Metadata) and answer NOT_LEADER_OR_FOLLOWER for
+partitions another broker owns.
+
+Reads after a move. Writes are fenced in the database, reads are not: a broker that has not yet seen that a partition
+moved could serve a read the new owner's writes have made stale. So a broker serves reads only while its view of
+the live brokers is fresh (read, right after a renewal that succeeded, less than three heartbeats ago and less than
+the lease), and a broker that joins while others are live waits that long before it takes any partition over: by
+then every earlier owner has either seen it join or stopped serving reads. Partitions move between live brokers only
+when one joins (a broker that leaves or dies gives its partitions up), so no other move needs the wait.
 """
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Protocol
 
 from kop.cluster.groups import GroupShards
 from kop.cluster.membership import Member, Membership, NodeIdInUse
 from kop.cluster.ownership import owner_of
+from kop.cluster.peers import Peers
+from kop.cluster.transactions import TxnShards, shard_ledger_config
 from kop.groups import GroupCoordinator
 from kop.ledger.postgres import PgStore
 from kop.topic_storage import PgTopicStorage, ledger_name
 from kop.topics import TopicManager
+from kop.transactions.coordinator import TransactionCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +42,10 @@ class Cluster(Protocol):
     async def serve_groups(self, coordinator: GroupCoordinator) -> None:
         """Before the group coordinator starts: have it coordinate the groups this broker is given."""
 
+    async def serve_transactions(self, coordinator: TransactionCoordinator) -> None:
+        """Before the transaction coordinator starts: have it coordinate the transactional ids this broker is
+        given."""
+
     def start(self) -> None:
         """Once the broker serves."""
 
@@ -38,6 +54,9 @@ class Cluster(Protocol):
 
     def owns(self, topic: str, partition: int) -> bool:
         """Whether this broker serves the partition."""
+
+    def serves_reads(self, topic: str, partition: int) -> bool:
+        """Whether this broker owns the partition by a view recent enough to answer reads from it."""
 
     def leader(self, topic: str, partition: int) -> int:
         """The node id that owns the partition, -1 when no broker is live."""
@@ -58,6 +77,9 @@ class SingleBroker:
     async def serve_groups(self, coordinator: GroupCoordinator) -> None:
         pass  # it coordinates every group
 
+    async def serve_transactions(self, coordinator: TransactionCoordinator) -> None:
+        pass  # every transactional id, from its data directory
+
     def start(self) -> None:
         pass
 
@@ -65,6 +87,9 @@ class SingleBroker:
         pass
 
     def owns(self, topic: str, partition: int) -> bool:
+        return True
+
+    def serves_reads(self, topic: str, partition: int) -> bool:
         return True
 
     def leader(self, topic: str, partition: int) -> int:
@@ -76,41 +101,92 @@ class SingleBroker:
 
 class ClusterService:
     def __init__(self, store: PgStore, topics: TopicManager, me: Member, home: str, lease_ms: int,
-                 heartbeat_ms: int) -> None:
+                 heartbeat_ms: int, listener: str, plaintext: bool, fsync: bool) -> None:
+        """listener, plaintext: the listener other brokers are reached on (by name) and whether it is plain."""
+        self._store = store
         self._membership = Membership(store, me, home, lease_ms)
         self._topics = topics
         self._me = me
         self._heartbeat = heartbeat_ms / 1000
+        # How old a view may be to serve reads by: a few heartbeats, so a slow renewal does not stop reads, and less
+        # than the lease, so a broker whose lease may have run out stops first.
+        self._fresh_for = min(3 * self._heartbeat, lease_ms / 1000 - self._heartbeat)
+        self._fsync = fsync
         self._members: list[Member] = [me]
+        self._owners: dict[tuple[str, int], int] = {}  # (topic, partition) -> its owner by `_owners_of`
+        self._owners_of: list[Member] = self._members
+        self._viewed_at = float("-inf")  # monotonic time of the renewal that preceded the view of `_members`
+        self._takeovers_from = 0.0  # monotonic time before which this broker takes no partition over
         self._loops: list[asyncio.Task] = []
         self._groups: GroupShards | None = None
+        self._transactions: TxnShards | None = None
+        self.peers = Peers(me.node_id, listener, plaintext, self.members)
         self._lease_lost = False  # since the last follow: what this broker holds may have been taken
+        self._moved = asyncio.Event()  # the live brokers changed since the last follow
 
     async def join(self) -> None:
         """Register (NodeIdInUse, a StartupError, when another broker has this node id) and read the live brokers;
         before the topics load, so this broker opens only the partitions it owns."""
-        session = await self._membership.register()
-        self._members = await self._membership.live()
+        session = await self._register()
+        # Renewed from now on, however long loading takes (a lease shorter than the load must not run out).
+        self._loops.append(asyncio.get_running_loop().create_task(self._renew_loop()))
+        await self._takeover_grace()
         log.info("joined the cluster as node %d (session %d); live brokers: %s", self._me.node_id, session,
                  [m.node_id for m in self._members])
+
+    async def _register(self) -> int:
+        started = time.monotonic()
+        session = await self._membership.register()
+        self._members = await self._membership.live()
+        self._viewed_at = started
+        if any(m.node_id != self._me.node_id for m in self._members):
+            self._takeovers_from = started + self._fresh_for
+        return session
+
+    async def _takeover_grace(self) -> None:
+        """Wait until the brokers that were live when this one registered have seen it, or stopped serving reads."""
+        wait = self._takeovers_from - time.monotonic()
+        if wait > 0:
+            log.info("taking partitions over in %.1f s, once the other brokers have seen this one join", wait)
+            await asyncio.sleep(wait)
+
+    @property
+    def fresh(self) -> bool:
+        """Whether this broker's view of the live brokers is recent enough to serve reads and coordinate by."""
+        return time.monotonic() - self._viewed_at < self._fresh_for
 
     async def serve_groups(self, coordinator: GroupCoordinator) -> None:
         """Coordinate the groups of the `__consumer_offsets` shards this broker owns (kop/cluster/groups.py)."""
         storage = self._topics.storage
         assert isinstance(storage, PgTopicStorage)
-        self._groups = GroupShards(storage, self._topics, coordinator, self.owns)
+        self._groups = GroupShards(storage, self._topics, coordinator, self.owns, lambda: self.fresh)
         await self._groups.follow()
 
+    async def serve_transactions(self, coordinator: TransactionCoordinator) -> None:
+        """Coordinate the transactional ids of the transaction state log shards this broker owns
+        (kop/cluster/transactions.py)."""
+        self._transactions = TxnShards(self._store, shard_ledger_config(self._fsync), coordinator, self.owns,
+                                       lambda: self.fresh, self.leader, self.peers)
+        await self._transactions.follow()
+
     def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._loops = [loop.create_task(self._renew_loop()), loop.create_task(self._follow_loop())]
+        self._loops.append(asyncio.get_running_loop().create_task(self._follow_loop()))
 
     def owns(self, topic: str, partition: int) -> bool:
         return self.leader(topic, partition) == self._me.node_id
 
+    def serves_reads(self, topic: str, partition: int) -> bool:
+        return self.fresh and self.owns(topic, partition)
+
     def leader(self, topic: str, partition: int) -> int:
-        owner = owner_of(ledger_name(topic, partition), (m.node_id for m in self._members))
-        return -1 if owner is None else owner
+        members = self._members
+        if members is not self._owners_of:  # a new view: owners are computed again, once per partition asked
+            self._owners, self._owners_of = {}, members
+        owner = self._owners.get((topic, partition))
+        if owner is None:
+            found = owner_of(ledger_name(topic, partition), (m.node_id for m in members))
+            owner = self._owners[(topic, partition)] = -1 if found is None else found
+        return owner
 
     def members(self) -> list[Member]:
         return self._members
@@ -119,12 +195,20 @@ class ClusterService:
         while True:
             await asyncio.sleep(self._heartbeat)
             try:
-                if not await self._membership.renew():
+                started = time.monotonic()
+                if await self._membership.renew():
+                    members = await self._membership.live()
+                    if [m.node_id for m in members] != [m.node_id for m in self._members]:
+                        log.info("live brokers now %s", [m.node_id for m in members])
+                        self._moved.set()  # partitions moved: followed now, not at the next beat
+                    self._members, self._viewed_at = members, started
+                else:
                     log.error("node %d: the lease ran out (paused or cut off for longer than "
                               "broker.session.timeout.ms); dropping every partition and joining again",
                               self._me.node_id)
                     self._lease_lost = True
-                    await self._membership.register()
+                    self._moved.set()
+                    await self._register()
             except NodeIdInUse as exc:
                 log.error("%s", exc)
             except Exception:  # noqa: BLE001 - the database unreachable: the lease runs on until it expires
@@ -132,27 +216,34 @@ class ClusterService:
 
     async def _follow_loop(self) -> None:
         while True:
-            await asyncio.sleep(self._heartbeat)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._moved.wait(), self._heartbeat)
+            self._moved.clear()
             try:
                 await self.follow()
             except Exception:  # noqa: BLE001 - the database unreachable: try again at the next beat
                 log.exception("cannot follow the cluster's ownership; trying again")
 
     async def follow(self) -> None:
-        """Read the live brokers and the topics and follow ownership, first dropping everything held when the lease
-        had run out."""
+        """Read the topics and follow the ownership the live brokers give, first dropping everything held when the
+        lease had run out."""
         if self._lease_lost:
             self._lease_lost = False
             await self._topics.release_all()
             if self._groups is not None:
                 self._groups.release_all()
-        members = await self._membership.live()
-        if [m.node_id for m in members] != [m.node_id for m in self._members]:
-            log.info("live brokers now %s", [m.node_id for m in members])
-        self._members = members
+            if self._transactions is not None:
+                await self._transactions.release_all()
+        await self._takeover_grace()
+        if not self.fresh:
+            return  # the lease may be gone: ownership is followed again once it is renewed
         await self._topics.sync(await self._topics.storage.load_metadata())
+        if await self._topics.policies.reload():  # changed through another broker
+            await self._topics.apply_policies()
         if self._groups is not None:
             await self._groups.follow()
+        if self._transactions is not None:
+            await self._transactions.follow()
 
     async def stop(self) -> None:
         """Close this broker's partitions, then end the lease, so the others take them over at once."""
@@ -162,5 +253,6 @@ class ClusterService:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self._topics.release_all()
+        await self.peers.close()
         with contextlib.suppress(Exception):  # the database gone: the lease expires by itself
             await self._membership.leave()

@@ -88,7 +88,10 @@ class LogCleaner:
         dirty = [s for s in cleanable if s.ledger_id > ledger.cleaned_through]
         total = sum(s.size for s in cleanable)
         stats.dirty_ratio = sum(s.size for s in dirty) / total if total else 0.0
-        self._metrics.compaction_dirty_ratio.labels(partition.topic, str(partition.partition)).set(stats.dirty_ratio)
+        stats.lag_ms = now - dirty[0].closed_ms if dirty else 0
+        labels = (partition.topic, str(partition.partition))
+        self._metrics.compaction_dirty_ratio.labels(*labels).set(stats.dirty_ratio)
+        self._metrics.compaction_lag.labels(*labels).set(stats.lag_ms / 1000)
         overdue = bool(dirty) and now - dirty[0].closed_ms >= settings.max_lag_ms
         if not dirty or (stats.dirty_ratio < settings.min_dirty_ratio and not overdue):
             return False
@@ -127,14 +130,18 @@ class LogCleaner:
         stats.last_run_ms = now
         stats.records_removed += result.records_removed
         stats.tombstones_removed += result.tombstones_removed
+        stats.aborted_removed += result.aborted_removed
         stats.bytes_reclaimed += reclaimed
         stats.cleaned_through_ledger = through
         stats.dirty_ratio = 0.0
+        stats.lag_ms = 0
         metrics = self._metrics
         metrics.compaction_runs.inc()
         metrics.compaction_records_removed.inc(result.records_removed)
         metrics.compaction_bytes_reclaimed.inc(reclaimed)
         metrics.compaction_dirty_ratio.labels(partition.topic, str(partition.partition)).set(0.0)
-        log.info("%s: compacted through ledger %d: %d keys, %d of %d records removed (%d tombstones), %d ledgers "
-                 "rewritten, %d bytes reclaimed", partition.name, through, result.keys, result.records_removed,
-                 result.records_read, result.tombstones_removed, len(installed), reclaimed)
+        metrics.compaction_lag.labels(partition.topic, str(partition.partition)).set(0.0)
+        log.info("%s: compacted through ledger %d: %d keys, %d of %d records removed (%d tombstones, %d of aborted "
+                 "transactions), %d ledgers rewritten, %d bytes reclaimed", partition.name, through, result.keys,
+                 result.records_removed, result.records_read, result.tombstones_removed, result.aborted_removed,
+                 len(installed), reclaimed)

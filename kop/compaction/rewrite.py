@@ -12,7 +12,11 @@ What a rewrite keeps, as Kafka's log cleaner does:
 * the batch's max timestamp, so the ledger's time index stays true;
 * a record whose key has a later version in the range is removed; a tombstone (null value) that is its key's latest
   is removed once its ledger closed more than delete.retention.ms ago; a record without a key stays;
-* transactional and control batches stay whole (kop does not compact transactions' records yet).
+* a transaction's records count once its marker (COMMIT or ABORT, the producer's next control batch) is in the range:
+  a committed transaction's are compacted like any others, an aborted one's all go (its batches stay, empty, with
+  their transactional flag). A transaction whose marker is not in the range yet (still open, or decided in a ledger
+  not cleanable yet) stays whole and supersedes nothing: it may still abort. Markers stay (kop keeps them: the
+  transaction index and the last stable offset are rebuilt from them).
 """
 import os
 from dataclasses import dataclass, field
@@ -22,7 +26,7 @@ from kop.ledger.framed_file import read_record
 from kop.ledger.ledger_file import INDEX_RECORD, RawEntry, decode_entry, encode_entry
 from kop.ledger.rewrites import COMPACTING_SUFFIX, LedgerSnapshot, RewrittenLedger
 from protocol.compression import NONE
-from protocol.records import Record, build_batch, iter_records, split_batches
+from protocol.records import BatchHeader, Record, build_batch, control_marker, iter_records, split_batches
 
 
 
@@ -44,6 +48,7 @@ class CompactionResult:
     records_read: int = 0
     records_removed: int = 0
     tombstones_removed: int = 0
+    aborted_removed: int = 0  # records of aborted transactions
     bytes_before: int = 0  # of the ledgers rewritten
     bytes_after: int = 0
 
@@ -65,24 +70,55 @@ def _entries(ledger: LedgerSnapshot, max_entry_bytes: int, throttle: Throttle):
         os.close(fd)
 
 
-def _compactable(data: memoryview) -> bool:
-    (header, _view), = split_batches(data)
-    return not (header.is_transactional or header.is_control)
+@dataclass
+class RangeView:
+    """What the first pass learns of the range: each key's latest offset among the records that count (those outside
+    transactions, and those of transactions committed in the range), and the transactions decided in the range (the
+    base offset of each of their data batches: True committed, False aborted)."""
+    latest: dict[bytes, int] = field(default_factory=dict)
+    decided: dict[int, bool] = field(default_factory=dict)
+    read: int = 0
+
+    def count(self, records: list[tuple[bytes, int]]) -> None:
+        for key, offset in records:
+            if self.latest.get(key, -1) < offset:
+                self.latest[key] = offset
+
+    def status(self, header: BatchHeader) -> bool | None:
+        """True: its records are compacted; False: they all go (an aborted transaction's); None: it stays whole (a
+        marker, or a transaction not decided in the range)."""
+        if header.is_control:
+            return None
+        if header.is_transactional:
+            return self.decided.get(header.base_offset)
+        return True
 
 
-def latest_offsets(job: CompactionJob, throttle: Throttle) -> tuple[dict[bytes, int], int]:
-    """Each key's latest offset in the range, and how many records were read."""
-    latest: dict[bytes, int] = {}
-    read = 0
-    for ledger in job.ledgers:
+def read_range(job: CompactionJob, throttle: Throttle) -> RangeView:
+    view = RangeView()
+    pending: dict[int, tuple[list[int], list[tuple[bytes, int]]]] = {}  # producer id -> its open transaction's
+    for ledger in job.ledgers:                                          # batches and keyed records
         for entry in _entries(ledger, job.max_entry_bytes, throttle):
-            if not _compactable(entry.data):
+            (header, _), = split_batches(entry.data)
+            if header.is_control:
+                batches, records = pending.pop(header.producer_id, ([], []))
+                commit = control_marker(next(iter_records(entry.data))).commit
+                view.decided.update((base, commit) for base in batches)
+                if commit:
+                    view.count(records)
                 continue
+            keyed = []
             for record in iter_records(entry.data):
-                read += 1
+                view.read += 1
                 if record.key is not None:
-                    latest[record.key] = record.offset
-    return latest, read
+                    keyed.append((record.key, record.offset))
+            if header.is_transactional:
+                batches, records = pending.setdefault(header.producer_id, ([], []))
+                batches.append(header.base_offset)
+                records.extend(keyed)
+            else:
+                view.count(keyed)
+    return view  # what is still pending: transactions not decided in the range, which count for nothing
 
 
 def _removable(record: Record, latest: dict[bytes, int], drop_tombstones: bool) -> bool:
@@ -91,38 +127,49 @@ def _removable(record: Record, latest: dict[bytes, int], drop_tombstones: bool) 
     return latest[record.key] > record.offset or (record.value is None and drop_tombstones)
 
 
-def _needs_rewrite(ledger: LedgerSnapshot, job: CompactionJob, latest: dict[bytes, int],
-                   throttle: Throttle) -> bool:
+def _kept(entry: RawEntry, view: RangeView,
+          drop_tombstones: bool) -> tuple[BatchHeader, list[Record], list[Record]]:
+    """The batch's header, its records, and those it keeps."""
+    (header, _), = split_batches(entry.data)
+    status = view.status(header)
+    records = list(iter_records(entry.data)) if status is not None else []
+    if status is None:
+        return header, records, records
+    if status is False:
+        return header, records, []
+    return header, records, [r for r in records if not _removable(r, view.latest, drop_tombstones)]
+
+
+def _needs_rewrite(ledger: LedgerSnapshot, job: CompactionJob, view: RangeView, throttle: Throttle) -> bool:
     drop_tombstones = ledger.closed_ms < job.tombstone_horizon_ms
-    return any(_removable(record, latest, drop_tombstones)
-               for entry in _entries(ledger, job.max_entry_bytes, throttle) if _compactable(entry.data)
-               for record in iter_records(entry.data))
+    for entry in _entries(ledger, job.max_entry_bytes, throttle):
+        _, records, kept = _kept(entry, view, drop_tombstones)
+        if len(kept) < len(records):
+            return True
+    return False
 
 
-def _rewrite_entry(entry: RawEntry, latest: dict[bytes, int], drop_tombstones: bool,
+def _rewrite_entry(entry: RawEntry, view: RangeView, drop_tombstones: bool,
                    result: CompactionResult) -> bytes | memoryview:
     """The entry's batch without its removable records (the batch itself when it keeps them all)."""
-    if not _compactable(entry.data):
-        return entry.data
-    (header, _view), = split_batches(entry.data)
-    records = list(iter_records(entry.data))
-    kept = []
-    for record in records:
-        if not _removable(record, latest, drop_tombstones):
-            kept.append(record)
-        elif record.value is None:
-            result.tombstones_removed += 1
+    header, records, kept = _kept(entry, view, drop_tombstones)
     if len(kept) == len(records):
         return entry.data
     result.records_removed += len(records) - len(kept)
+    if header.is_transactional and not kept and view.decided.get(header.base_offset) is False:
+        result.aborted_removed += len(records)
+    else:
+        result.tombstones_removed += sum(1 for r in records if r.value is None) - \
+            sum(1 for r in kept if r.value is None)
     return build_batch(kept, base_offset=header.base_offset, producer_id=header.producer_id,
                        producer_epoch=header.producer_epoch, base_sequence=header.base_sequence,
+                       transactional=header.is_transactional,
                        compression=header.compression if kept else NONE, timestamp_type=header.timestamp_type,
                        max_timestamp=header.max_timestamp, last_offset_delta=header.last_offset_delta,
                        partition_leader_epoch=header.partition_leader_epoch)
 
 
-def _rewrite_ledger(ledger: LedgerSnapshot, job: CompactionJob, latest: dict[bytes, int],
+def _rewrite_ledger(ledger: LedgerSnapshot, job: CompactionJob, view: RangeView,
                     result: CompactionResult, throttle: Throttle) -> RewrittenLedger:
     """Write the ledger again beside itself, entry by entry (memory holds one entry and the index)."""
     drop_tombstones = ledger.closed_ms < job.tombstone_horizon_ms
@@ -134,7 +181,7 @@ def _rewrite_ledger(ledger: LedgerSnapshot, job: CompactionJob, latest: dict[byt
     try:
         for entry in _entries(ledger, job.max_entry_bytes, throttle):
             record = encode_entry(entry.first_index, entry.span, entry.metadata,
-                                  _rewrite_entry(entry, latest, drop_tombstones, result))
+                                  _rewrite_entry(entry, view, drop_tombstones, result))
             os.write(fd, record)
             throttle.spend(len(record))
             index.append(INDEX_RECORD.pack(entry.first_index, size))
@@ -156,12 +203,12 @@ def compact(job: CompactionJob) -> CompactionResult:
     """Run in the cleaner process. Raises LedgerChanged when a ledger went away while it was read."""
     result = CompactionResult()
     throttle = Throttle(job.io_bytes_per_second)
-    latest, result.records_read = latest_offsets(job, throttle)
-    result.keys = len(latest)
+    view = read_range(job, throttle)
+    result.records_read, result.keys = view.read, len(view.latest)
     for ledger in job.ledgers:
-        if not _needs_rewrite(ledger, job, latest, throttle):
+        if not _needs_rewrite(ledger, job, view, throttle):
             continue
-        rewritten = _rewrite_ledger(ledger, job, latest, result, throttle)
+        rewritten = _rewrite_ledger(ledger, job, view, result, throttle)
         result.rewritten.append(rewritten)
         result.bytes_before += rewritten.size_before
         result.bytes_after += rewritten.size

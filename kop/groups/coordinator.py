@@ -6,9 +6,11 @@ state Empty until members join. Until that scan is done the group APIs answer CO
 broker opens its listener only after the scan, so clients meet it only while the broker stops).
 Consumer-protocol groups (KIP-848, `kop.groups.consumer`) live beside the classic ones: a group id is one kind or
 the other. An empty classic group becomes a consumer-protocol group when a consumer-protocol member joins, and an
-empty consumer-protocol group a classic one when a classic member joins (Kafka's offline upgrade and downgrade); a
-group with members keeps its kind, and requests of the other protocol are refused as Kafka refuses them. Committed
-offsets are the same group cursors for both.
+empty consumer-protocol group a classic one when a classic member joins (Kafka's offline upgrade and downgrade).
+Groups with members change kind as `group.consumer.migration.policy` allows (kop.groups.consumer.migration), and
+classic members of a consumer group are served by it (kop.groups.consumer.classic). Every change of a consumer
+group is stored in the generation log before the member that caused it is answered, and restored at start.
+Committed offsets are the same group cursors for both.
 Offsets are never expired by time (Pulsar keeps a subscription until it is deleted). A group exists while it has
 members or offsets: one whose last offset goes (OffsetDelete, DeleteGroups, its topics deleted) is forgotten at
 once, as Kafka does, and the periodic sweep catches the rest (e.g. the last member left a group that never
@@ -17,21 +19,23 @@ committed).
 import asyncio
 import logging
 import os
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
-
 from kop.config import BrokerConfig
-from kop.groups.generations import generation_record, restore_group
+from kop.groups.consumer.classic import ClassicMembers
+from kop.groups.consumer.embedded import EmbeddedProtocolError, encode_assignment, encode_subscription, version_of
 from kop.groups.consumer.group import CONSUMER_GROUP_TYPE, CONSUMER_PROTOCOL_TYPE, ConsumerGroup, ConsumerGroupState
 from kop.groups.consumer.heartbeat import ConsumerGroups, Heartbeat, HeartbeatResult
-from kop.groups.consumer.member import JOIN_EPOCH, by_topic
+from kop.groups.consumer.member import JOIN_EPOCH, ConsumerMember
+from kop.groups.consumer.migration import MigrationPolicy, MigrationRefused, to_classic_group, to_consumer_group
+from kop.groups.consumer.records import consumer_group_record, restore_consumer_group
+from kop.groups.generations import generation_record, restore_group
 from kop.groups.group import Group, GroupState, JoinResult, SyncResult
 from kop.groups.membership import JoinRequest, Membership, resolved
 from kop.groups.offsets import SYSTEM_CURSOR_PREFIX, CommittedOffset, OffsetStore
+from kop.groups.writes import GroupWrites
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:  # kop.topics imports kop.groups (generations) for the storage engines
@@ -83,7 +87,11 @@ class GroupCoordinator:
                                      config.group_max_size, self._store_generation)
         self.consumer = ConsumerGroups(config.group_consumer_session_timeout_ms,
                                        config.group_consumer_heartbeat_interval_ms, config.group_max_size,
-                                       self._partition_counts, lambda: list(topics.topics))
+                                       self._partition_counts, lambda: list(topics.topics),
+                                       config.consumer_assignors, self._consumer_changed, self._maybe_downgrade)
+        self.classic_members = ClassicMembers(self.consumer)
+        self.migration = MigrationPolicy.parse(config.group_consumer_migration_policy)
+        self.writes = GroupWrites(self.generations.record)
         self.sweep_interval_ms = config.offsets_retention_check_interval_ms
         self.loaded = False
         self._sweeper: asyncio.Task | None = None
@@ -108,6 +116,11 @@ class GroupCoordinator:
         group = self.groups.pop(group_id, None)
         if group is not None:
             self.membership.forget(group)
+        self.consumer.forget(group_id)
+
+    def group_ids(self) -> list[str]:
+        """Every group this broker coordinates, of both kinds."""
+        return [*self.groups, *self.consumer.groups]
 
     # ---- lifecycle
 
@@ -118,12 +131,18 @@ class GroupCoordinator:
             for group_id, protocol_type in self.offsets.load().items():
                 self.groups.setdefault(group_id, Group(group_id, protocol_type=protocol_type))
             for group_id, record in (await self.generations.load()).items():
+                if record.HasField("consumer"):
+                    self.groups.pop(group_id, None)  # its offsets made it known as an empty classic group
+                    consumer_group = self.consumer.groups[group_id] = restore_consumer_group(record)
+                    self.consumer.arm_restored(consumer_group)
+                    continue
                 group = self.groups.setdefault(group_id, Group(group_id, protocol_type=record.protocol_type or None))
                 restore_group(group, record)
                 self.membership.restored(group)
         self.loaded = True
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop())
-        log.info("group coordinator loaded %d groups with committed offsets", len(self.groups))
+        log.info("group coordinator loaded %d classic and %d consumer groups", len(self.groups),
+                 len(self.consumer.groups))
 
     async def stop(self) -> None:
         if self._sweeper is not None:
@@ -136,9 +155,10 @@ class GroupCoordinator:
         self.loaded = False
 
     async def settle(self) -> None:
-        """Wait for the generation-log deletions of discarded groups."""
-        if self._forgetting:
-            await asyncio.gather(*self._forgetting, return_exceptions=True)
+        """Wait for the generation-log writes in flight and the deletions of discarded groups."""
+        pending = [*self.writes.pending(), *self._forgetting]
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
 
     async def _sweep_loop(self) -> None:
         while True:
@@ -153,6 +173,7 @@ class GroupCoordinator:
         for group_id, consumer_group in list(self.consumer.groups.items()):
             if not consumer_group.members and not self.offsets.has_offsets(group_id):
                 self.consumer.forget(group_id)
+                self._delete_generation(group_id)
 
     def _idle_without_offsets(self, group: Group) -> bool:
         return group.is_(GroupState.EMPTY) and not group.pending_members \
@@ -165,13 +186,27 @@ class GroupCoordinator:
         if self.groups.get(group.group_id) is group:
             del self.groups[group.group_id]
         self.offsets.forget(group.group_id)
-        if group.group_id in self.generations.generations:
-            task = asyncio.get_running_loop().create_task(self.generations.delete(group.group_id))
+        self._delete_generation(group.group_id)
+
+    def _delete_generation(self, group_id: str) -> None:
+        if group_id in self.generations.generations:
+            task = asyncio.get_running_loop().create_task(self.generations.delete(group_id))
             self._forgetting.add(task)
             task.add_done_callback(self._forgetting.discard)
 
     async def _store_generation(self, group: Group, assignments: dict[str, bytes]) -> None:
         await self.generations.record(generation_record(group, assignments))
+
+    # ---- consumer groups' writes (kop/groups/writes.py): each answer after a write that holds its change
+
+    def _consumer_changed(self, group: ConsumerGroup) -> None:
+        if not group.dead:
+            self.writes.write(group.group_id, lambda: None if group.dead else consumer_group_record(group))
+
+    async def stored(self, group_id: str) -> bool:
+        """Wait until what the group's latest change wrote is durable; False if that write failed."""
+        await self.membership.emptied_stored(group_id)
+        return await self.writes.stored(group_id)
 
     # ---- validation
 
@@ -187,36 +222,127 @@ class GroupCoordinator:
 
     def join(self, req: JoinRequest) -> asyncio.Future:
         error = self.check(req.group_id)
-        if error is None and req.group_id in self.consumer.groups:
-            if self.consumer.groups[req.group_id].members:
-                error = ErrorCode.INCONSISTENT_GROUP_PROTOCOL  # no mixed groups: see kop.groups.consumer
-            else:
-                self.consumer.forget(req.group_id)  # an empty consumer-protocol group becomes a classic one
         if error is not None:
             return resolved(JoinResult(error, req.member_id))
+        consumer_group = self.consumer.groups.get(req.group_id)
+        if consumer_group is not None:
+            if consumer_group.members:
+                return self._join_consumer_group(consumer_group, req)
+            self.consumer.forget(req.group_id)  # an empty consumer-protocol group becomes a classic one
         return self.membership.join(req)
 
-    def _classic_error(self, group_id: str) -> ErrorCode | None:
-        """A classic request other than JoinGroup: no member of a consumer-protocol group is a classic member."""
-        return self.check(group_id) or (ErrorCode.UNKNOWN_MEMBER_ID if group_id in self.consumer.groups else None)
+    def _join_consumer_group(self, group: ConsumerGroup, req: JoinRequest) -> asyncio.Future:
+        """A classic member joins a consumer group (kop.groups.consumer.classic). If it is a static member taking
+        the place of the group's last consumer-protocol member, the group becomes a classic group (Kafka's
+        downgrade on replacement) with it as a member."""
+        if not self.membership.valid_session_timeout(req.session_timeout_ms):
+            return resolved(JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, req.member_id))
+        replaced = group.static_members.get(req.group_instance_id) \
+            if req.group_instance_id is not None and not req.member_id else None
+        last_consumer_member = replaced is not None and group.all_classic_except(replaced)
+        result = self.classic_members.join(group, req)
+        if result.error == ErrorCode.NONE and last_consumer_member and self.migration.downgrades \
+                and len(group.members) <= self.config.group_max_size:
+            # Kafka hands each member its target at once; kop rebalances, so that no member starts on partitions
+            # another has not yet given up (the joiner's SyncGroup is told to rejoin).
+            self._downgrade(group, None)
+        failed = JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, req.member_id)
+        return self.writes.when_stored(req.group_id, result, failed)
 
     def sync(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
              protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes]) -> asyncio.Future:
-        error = self._classic_error(group_id)
+        error = self.check(group_id)
         if error is not None:
             return resolved(SyncResult(error))
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            result = self.classic_members.sync(consumer_group, generation_id, member_id, instance_id, protocol_type,
+                                               protocol_name)
+            return self.writes.when_stored(group_id, result, SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
         return self.membership.sync(group_id, generation_id, member_id, instance_id, protocol_type, protocol_name,
                                     assignments)
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> ErrorCode:
-        return self._classic_error(group_id) or self.membership.heartbeat(group_id, generation_id, member_id,
-                                                                          instance_id)
+        error = self.check(group_id)
+        if error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            # As Kafka's coordinators answer it: clients do not expect this error on a heartbeat (aiokafka's consumer
+            # dies of it); once loaded, the member's next heartbeat tells it what it must do.
+            return ErrorCode.NONE
+        if error is not None:
+            return error
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            return self.classic_members.heartbeat(consumer_group, generation_id, member_id, instance_id)
+        return self.membership.heartbeat(group_id, generation_id, member_id, instance_id)
 
     def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
-        error = self._classic_error(group_id)
+        """The caller answers after stored(group_id)."""
+        error = self.check(group_id)
         if error is not None:
             return error, []
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            return ErrorCode.NONE, self.classic_members.leave(consumer_group, leaving)
         return self.membership.leave(group_id, leaving)
+
+    # ---- online migration (kop.groups.consumer.migration)
+
+    def _upgrade(self, classic: Group, hb: Heartbeat) -> tuple[ErrorCode, str] | None:
+        """Turn a classic group with members into a consumer group for the member joining; None if done, else the
+        error and why (the group then stays as it was: nothing is changed unless the member can join)."""
+        group_id = classic.group_id
+        if not self.migration.upgrades:
+            return ErrorCode.GROUP_ID_NOT_FOUND, \
+                f"Cannot upgrade classic group {group_id} to consumer group because the online upgrade is disabled."
+        if classic.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
+        max_size = self.config.group_max_size
+        if len(classic.members) > max_size:
+            return ErrorCode.GROUP_ID_NOT_FOUND, \
+                f"Cannot upgrade classic group {group_id}: it has more members than a consumer group may have."
+        takes_a_place = hb.instance_id is not None and hb.instance_id in classic.static_members
+        if len(classic.members) == max_size and not takes_a_place:
+            return ErrorCode.GROUP_MAX_SIZE_REACHED, \
+                f"The consumer group has reached its maximum capacity of {max_size} members."
+        try:
+            group = to_consumer_group(classic)
+        except MigrationRefused as exc:
+            return ErrorCode.GROUP_ID_NOT_FOUND, \
+                f"Cannot upgrade the classic group {group_id} to consumer group: {exc}."
+        self.membership.hand_over(classic)
+        del self.groups[group_id]
+        self.consumer.groups[group_id] = group
+        self.consumer.arm_restored(group)
+        self._consumer_changed(group)
+        log.info("classic group %s with %d members became a consumer group at epoch %d (online upgrade)", group_id,
+                 len(group.members), group.epoch)
+        return None
+
+    def _maybe_downgrade(self, group: ConsumerGroup, member_id: str, why: str) -> bool:
+        """A member is fenced out: if it was the last consumer-protocol member and classic members remain, the
+        group becomes a classic group instead (Kafka's online downgrade)."""
+        if not group.all_classic_except(member_id) or len(group.members) <= 1 or not self.migration.downgrades \
+                or len(group.members) - 1 > self.config.group_max_size:
+            return False
+        log.info("consumer group %s: its last consumer-protocol member %s is out (%s)", group.group_id, member_id,
+                 why)
+        return self._downgrade(group, member_id)
+
+    def _downgrade(self, group: ConsumerGroup, leaving: str | None) -> bool:
+        try:
+            classic = to_classic_group(group, leaving)
+        except MigrationRefused as exc:
+            log.warning("consumer group %s stays a consumer group: %s", group.group_id, exc)
+            return False
+        self.consumer.forget(group.group_id)
+        self.groups[group.group_id] = classic
+        self.membership.restored(classic)
+        record = generation_record(classic, {m.member_id: m.assignment for m in classic.members.values()})
+        self.writes.write(group.group_id, lambda: record)
+        log.info("consumer group %s with %d classic members became a classic group at generation %d (online "
+                 "downgrade)", group.group_id, len(classic.members), classic.generation_id)
+        self.membership.rebalance(classic, "the group became a classic group")
+        return True
 
     # ---- the consumer group protocol (KIP-848)
 
@@ -225,27 +351,37 @@ class GroupCoordinator:
         for name in names:
             topic = self.topics.get(name)
             if topic is not None:
-                out[name] = len(topic.partitions)
+                out[name] = topic.count  # every partition, wherever it is served
         return out
 
-    def consumer_heartbeat(self, hb: Heartbeat, describable: Callable[[str], bool]) -> HeartbeatResult:
+    async def consumer_heartbeat(self, hb: Heartbeat, describable: Callable[[str], bool]) -> HeartbeatResult:
+        """Answered once what it changed is stored."""
         if not hb.group_id:
             return HeartbeatResult(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.", hb.member_id or None,
                                    hb.member_epoch)
-        error = self.check(hb.group_id)
-        classic = self.groups.get(hb.group_id)
-        if error is None and classic is not None:
-            if not self._idle(classic):
-                return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {hb.group_id} is not a consumer group.",
-                                       hb.member_id or None, hb.member_epoch)
-            if hb.member_epoch != JOIN_EPOCH:
-                error = ErrorCode.UNKNOWN_MEMBER_ID
-            else:  # an empty classic group becomes a consumer-protocol group; its offsets stay
-                self.membership.forget(classic)
-                del self.groups[hb.group_id]
+        refused = self.consumer.refusal(hb)
+        if refused is not None:
+            return refused
+        error, message = self.check(hb.group_id), None
+        classic = self.groups.get(hb.group_id) if error is None else None
+        if classic is not None:
+            if self._idle(classic):
+                if hb.member_epoch != JOIN_EPOCH:
+                    error = ErrorCode.UNKNOWN_MEMBER_ID
+                else:  # an empty classic group becomes a consumer-protocol group; its offsets stay
+                    self.membership.forget(classic)
+                    del self.groups[hb.group_id]
+            elif hb.member_epoch != JOIN_EPOCH:
+                error, message = ErrorCode.GROUP_ID_NOT_FOUND, f"Group {hb.group_id} is not a consumer group."
+            else:
+                error, message = self._upgrade(classic, hb) or (None, None)
         if error is not None:
-            return HeartbeatResult(error, None, hb.member_id or None, hb.member_epoch)
-        return self.consumer.heartbeat(hb, describable)
+            return HeartbeatResult(error, message, hb.member_id or None, hb.member_epoch)
+        result = self.consumer.heartbeat(hb, describable)
+        if not await self.stored(hb.group_id):
+            return HeartbeatResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group's state could not be stored",
+                                   hb.member_id or None, hb.member_epoch)
+        return result
 
     def consumer_group(self, group_id: str) -> ConsumerGroup | None:
         return self.consumer.groups.get(group_id)
@@ -257,13 +393,17 @@ class GroupCoordinator:
     # ---- offsets
 
     def validate_commit(self, group_id: str, generation_id: int, member_id: str,
-                        instance_id: str | None) -> ErrorCode:
-        """May this request commit? Generation -1 with no members is a simple (assign-only) commit."""
+                        instance_id: str | None, commit_version: int | None = None) -> ErrorCode:
+        """May this request commit? Generation -1 with no members is a simple (assign-only) commit.
+        commit_version: OffsetCommit's version (None: TxnOffsetCommit)."""
         error = self.check(group_id, allow_empty=True)
         if error is not None:
             return error
         consumer_group = self.consumer.groups.get(group_id)
         if consumer_group is not None:
+            member = consumer_group.members.get(member_id)
+            if member is not None and member.classic is None and commit_version is not None and commit_version < 9:
+                return ErrorCode.UNSUPPORTED_VERSION  # Kafka: a consumer-protocol member commits with v9+
             return self._validate_member_epoch(consumer_group, member_id, generation_id)
         group = self.groups.get(group_id)
         if group is None:
@@ -300,7 +440,10 @@ class GroupCoordinator:
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        return ErrorCode.NONE if epoch == member.epoch else ErrorCode.STALE_MEMBER_EPOCH
+        if epoch == member.epoch:
+            return ErrorCode.NONE
+        # a classic member names its epoch as its generation
+        return ErrorCode.ILLEGAL_GENERATION if member.classic is not None else ErrorCode.STALE_MEMBER_EPOCH
 
     def commit(self, group_id: str, topic: str, partition: int, offset: int, leader_epoch: int = -1,
                metadata: str | None = "", commit_timestamp: int = -1, keep_newer: bool = False) -> asyncio.Future:
@@ -324,9 +467,19 @@ class GroupCoordinator:
     def fetch_offset(self, group_id: str, topic: str, partition: int) -> CommittedOffset | None:
         return None if self._being_deleted(group_id) else self.offsets.fetch(group_id, topic, partition)
 
+    def newest_offset(self, group_id: str, topic: str, partition: int) -> int | None:
+        """The offset of the group's latest commit on the partition, durable or still being written."""
+        return None if self._being_deleted(group_id) else self.offsets.newest_offset(group_id, topic, partition)
+
+    def replicated_on(self, topic: str, partition: int, every: bool) -> dict[str, int]:
+        """The committed offsets on the partition of the replicated groups this broker coordinates (of every group
+        when `every`), for the PIP-33 snapshot controller."""
+        found = self.offsets.replicated_on(topic, partition, every)
+        return {group: offset for group, offset in found.items() if not self._being_deleted(group)}
+
     def committed_on(self, topic: str, partition: int) -> dict[str, CommittedOffset]:
         """The committed offset of every group this broker coordinates that has one on the partition."""
-        found = {group_id: self.fetch_offset(group_id, topic, partition) for group_id in sorted(self.groups)}
+        found = {group_id: self.fetch_offset(group_id, topic, partition) for group_id in sorted(set(self.group_ids()))}
         return {group_id: committed for group_id, committed in found.items() if committed is not None}
 
     def fetch_all_offsets(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
@@ -432,9 +585,11 @@ class GroupCoordinator:
         if group.members:
             return ErrorCode.NON_EMPTY_GROUP
         self.consumer.forget(group_id)
+        await self.stored(group_id)  # its last change first: a write landing after the deletion would bring it back
         try:
+            await self.generations.delete(group_id)
             await self.offsets.delete_group(group_id)
-        except OSError as exc:
+        except (OSError, RuntimeError) as exc:  # RuntimeError: the generation log closed (shutting down)
             log.error("could not delete the offsets of group %s: %s", group_id, exc)
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         log.info("deleted consumer group %s and its offsets", group_id)
@@ -462,19 +617,25 @@ class GroupCoordinator:
         return None
 
 
+def _described_member(m: ConsumerMember) -> MemberDescription:
+    """A classic member shows the subscription it joined with; a consumer-protocol member one made from its
+    subscribed topics; both their partitions in the classic consumer protocol's encoding."""
+    if m.classic is not None:
+        metadata = m.classic.protocols[0][1]
+        try:
+            version = version_of(metadata)
+        except EmbeddedProtocolError:
+            version = 0
+    else:
+        metadata, version = encode_subscription(m.subscribed_topics), 0
+    return MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host, metadata,
+                             encode_assignment(m.assigned, version))
+
+
 def _describe_consumer_group(group: ConsumerGroup) -> GroupDescription:
     """A consumer-protocol group as DescribeGroups shows it (as Kafka does): protocol type "consumer", the assignor
     as the protocol, and each member's subscription and partitions in the classic consumer protocol's encoding."""
-    version = struct.pack(">h", 0)
-    members = tuple(
-        MemberDescription(
-            m.member_id, m.instance_id, m.client_id, m.client_host,
-            version + ConsumerProtocolSubscription(version=0, topics=sorted(m.subscribed_topics),
-                                                   user_data=None).encode(),
-            version + ConsumerProtocolAssignment(version=0, assigned_partitions=[
-                ConsumerProtocolAssignment.TopicPartition(topic=t, partitions=p)
-                for t, p in by_topic(m.assigned).items()], user_data=None).encode())
-        for m in group.members.values())
     state = group.state
     return GroupDescription(ErrorCode.NONE, group.group_id, state.value, CONSUMER_PROTOCOL_TYPE,
-                            group.assignor if state is not ConsumerGroupState.EMPTY else "", members)
+                            group.assignor if state is not ConsumerGroupState.EMPTY else "",
+                            tuple(_described_member(m) for m in group.members.values()))

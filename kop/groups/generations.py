@@ -12,13 +12,18 @@ GenerationLog: an append-only file of framed `GroupGeneration` records, the last
 written when a generation becomes stable (the leader's SyncGroup, as Kafka stores the group there) and fsynced before
 any member learns its assignment, and when the group becomes empty. It is rewritten without dead records once they
 outnumber the live ones.
-StoredGenerations: the same records as rows of a record store (the PostgreSQL engine's), one per group.
+StoredGenerations: the same records as rows of a record store (the PostgreSQL engine's), one per group; in a cluster
+each write checks, in its transaction, the fencing epoch of the group's shard (kop/cluster/groups.py): a coordinator
+that lost the shard can no longer store a generation, so it cannot overwrite its successor's.
 """
 import asyncio
+import contextlib
 import os
+from collections.abc import Callable
 from typing import Protocol
 
 from kop.groups.group import Group, GroupState, Member
+from kop.ledger.postgres.store import LedgerFencedOut
 from kop.ledger.framed_file import HEADER_SIZE, frame, replace_atomically, scan_records, write_all
 from proto.kop_pb2 import GroupGeneration, GroupMemberRecord, GroupProtocolRecord
 
@@ -125,12 +130,27 @@ class GenerationLog:
 GENERATION_RECORD = "group-generation"
 
 
+Fence = tuple[str, int]  # (managed ledger name, epoch) that must still be current for a write to happen
+
+
 class RecordStore(Protocol):
     async def records(self, kind: str) -> dict[str, bytes]: ...
 
-    async def put_record(self, kind: str, key: str, value: bytes) -> None: ...
+    async def put_record(self, kind: str, key: str, value: bytes, fence: Fence | None = None) -> None: ...
 
-    async def delete_record(self, kind: str, key: str) -> None: ...
+    async def delete_record(self, kind: str, key: str, fence: Fence | None = None) -> None: ...
+
+
+class CoordinatorMoved(Exception):
+    """This broker does not coordinate the group now: it may not write its records."""
+
+
+@contextlib.asynccontextmanager
+async def _moved_when_fenced():
+    try:
+        yield
+    except LedgerFencedOut as exc:  # the store refused the fence: another broker took the shard over
+        raise CoordinatorMoved(str(exc)) from None
 
 
 class StoredGenerations:
@@ -140,6 +160,16 @@ class StoredGenerations:
         self._store = store
         self._lock = asyncio.Lock()  # one write at a time: a later generation is never overwritten by an earlier one
         self.generations: dict[str, GroupGeneration] = {}
+        # In a cluster: group id -> the fence of its shard while this broker coordinates it (None: it does not)
+        self.fence_of: Callable[[str], Fence | None] | None = None
+
+    def _fence(self, group_id: str) -> Fence | None:
+        if self.fence_of is None:
+            return None
+        fence = self.fence_of(group_id)
+        if fence is None:
+            raise CoordinatorMoved(f"group {group_id}: coordinated by another broker now")
+        return fence
 
     async def load(self) -> dict[str, GroupGeneration]:
         for group_id, value in (await self._store.records(GENERATION_RECORD)).items():
@@ -147,14 +177,15 @@ class StoredGenerations:
         return dict(self.generations)
 
     async def record(self, record: GroupGeneration) -> None:
-        async with self._lock:
-            await self._store.put_record(GENERATION_RECORD, record.group_id, record.SerializeToString())
+        async with self._lock, _moved_when_fenced():
+            await self._store.put_record(GENERATION_RECORD, record.group_id, record.SerializeToString(),
+                                         self._fence(record.group_id))
             self.generations[record.group_id] = record
 
     async def delete(self, group_id: str) -> None:
-        async with self._lock:
+        async with self._lock, _moved_when_fenced():
             if group_id in self.generations:
-                await self._store.delete_record(GENERATION_RECORD, group_id)
+                await self._store.delete_record(GENERATION_RECORD, group_id, self._fence(group_id))
                 self.generations.pop(group_id, None)
 
     def close(self) -> None:

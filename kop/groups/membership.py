@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from kop.groups.generations import CoordinatorMoved
 from kop.groups.group import Group, GroupState, JoinResult, Member, SyncResult
 from kop.groups.timers import Timers
 from protocol.errors import ErrorCode
@@ -70,9 +71,12 @@ class Membership:
 
     # ---- JoinGroup
 
+    def valid_session_timeout(self, session_timeout_ms: int) -> bool:
+        return self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms
+
     def join(self, req: JoinRequest) -> asyncio.Future:
         """Resolves to a JoinResult once this member's place in the next generation is known."""
-        if not self.min_session_timeout_ms <= req.session_timeout_ms <= self.max_session_timeout_ms:
+        if not self.valid_session_timeout(req.session_timeout_ms):
             return resolved(JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, req.member_id))
         group = self.groups.get(req.group_id)
         if req.member_id == "":
@@ -212,6 +216,10 @@ class Membership:
 
     # ---- completing a rebalance
 
+    def rebalance(self, group: Group, reason: str) -> None:
+        """Start a rebalance of a Stable group (one that just became a classic group again)."""
+        self._maybe_prepare_rebalance(group, reason)
+
     def _maybe_prepare_rebalance(self, group: Group, reason: str) -> None:
         if group.can_rebalance:
             self._prepare_rebalance(group, reason)
@@ -337,6 +345,9 @@ class Membership:
         error = None
         try:
             await self.store_generation(group, assignments)
+        except CoordinatorMoved as exc:  # a coordinator that lost the group's shard: its members look it up again
+            log.warning("group %s: generation %d not stored: %s", group.group_id, generation, exc)
+            error = ErrorCode.NOT_COORDINATOR
         except Exception:
             log.exception("group %s: could not store generation %d", group.group_id, generation)
             error = ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -493,6 +504,18 @@ class Membership:
     async def settle(self) -> None:
         if self._storing:
             await asyncio.gather(*self._storing.values(), return_exceptions=True)
+
+    def hand_over(self, group: Group) -> None:
+        """The group became a consumer group (an online upgrade): its JoinGroup and SyncGroup requests still waiting
+        are told to rejoin (the consumer group serves them then), its timers stop, and what its old self still had
+        in flight (a generation being stored) finds it Dead and does nothing."""
+        group.transition(GroupState.DEAD)
+        for member in group.members.values():
+            _answer(member.join_waiter, JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member.member_id))
+            _answer(member.sync_waiter, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
+            member.join_waiter = member.sync_waiter = None
+        gid = group.group_id
+        self.timers.cancel_where(lambda key: key[1] == gid)
 
     def forget(self, group: Group) -> None:
         """The group is deleted: drop its timers and answer anything still waiting."""

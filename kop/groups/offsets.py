@@ -78,6 +78,18 @@ def committed_offsets(ledger: ManagedLedger) -> dict[str, CommittedOffset]:
     return out
 
 
+def replicated_offsets(ledger: ManagedLedger, every: bool) -> dict[str, int]:
+    """The committed offset of each group whose cursor on this partition carries the replicated flag (of every
+    group when `every`: a topic or namespace policy replicates them all)."""
+    cursors = ledger.cursors
+    return {group: committed.offset for group, committed in committed_offsets(ledger).items()
+            if every or cursors[group].properties.get(REPLICATED_KEY)}
+
+
+class NotCoordinated(Exception):
+    """This broker does not coordinate the group now (a cluster of brokers): the broker that does must be asked."""
+
+
 def _done(value) -> asyncio.Future:
     future = asyncio.get_running_loop().create_future()
     future.set_result(value)
@@ -96,6 +108,8 @@ class OffsetStore:
         self._submitted: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         # ... and the latest commit timestamp handed to it (a transaction's offsets yield to later commits)
         self._submitted_stamp: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        # ... and the latest offset handed to it (a PIP-33 update never moves a group back past one in flight)
+        self._submitted_offset: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         # group -> partition -> cursor writes not yet durable
         self._inflight: dict[str, dict[TopicPartition, set[asyncio.Future]]] = {}
         self.replicated: set[str] = set()  # groups whose cursors carry REPLICATED_KEY (each new one gets it too)
@@ -150,6 +164,20 @@ class OffsetStore:
     def fetch(self, group: str, topic: str, index: int) -> CommittedOffset | None:
         cursor = self._live_cursor(group, topic, index)
         return _committed(cursor) if cursor is not None else None
+
+    def newest_offset(self, group: str, topic: str, index: int) -> int | None:
+        """The offset of the group's latest commit on the partition, durable or still being written."""
+        partition = self._topics.partition(topic, index)
+        cursor = partition.ledger.cursors.get(group) if partition is not None else None
+        if cursor is None:
+            return None
+        committed = _committed(cursor)
+        return self._submitted_offset.get(cursor, committed.offset if committed is not None else None)
+
+    def replicated_on(self, topic: str, index: int, every: bool) -> dict[str, int]:
+        """The committed offsets of the partition's replicated groups (every group's when `every`)."""
+        partition = self._topics.partition(topic, index)
+        return {} if partition is None else replicated_offsets(partition.ledger, every)
 
     def fetch_all(self, group: str) -> dict[TopicPartition, CommittedOffset]:
         out = {}
@@ -212,6 +240,7 @@ class OffsetStore:
         previous = self._submitted.get(cursor, cursor.mark_delete_position)
         move = cursor.mark_delete if position >= previous else cursor.reset
         self._submitted[cursor] = position
+        self._submitted_offset[cursor] = offset
         self._index.setdefault(group, set()).add((topic, index))
         longs = {OFFSET_KEY: offset, LEADER_EPOCH_KEY: leader_epoch, COMMIT_TS_KEY: stamp}
         if group in self.replicated:

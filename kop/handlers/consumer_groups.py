@@ -3,7 +3,7 @@
 - ConsumerGroupHeartbeat (68) v0-1: v1 adds SubscribedTopicRegex. The Java client 3.9 sends v0, librdkafka 2.x
   only v1. Needs READ on the group and DESCRIBE on every topic subscribed to by name (TOPIC_AUTHORIZATION_FAILED
   otherwise, as Kafka 4 answers); a regex matches only the topics the principal may describe.
-- ConsumerGroupDescribe (69) v0-1: v1 adds each member's type (1: consumer protocol, the only kind here). Needs
+- ConsumerGroupDescribe (69) v0-1: v1 adds each member's type (0: classic protocol, 1: consumer protocol). Needs
   DESCRIBE on the group and on the topics its members subscribe to or hold.
 """
 import uuid
@@ -12,15 +12,14 @@ from kop.groups.consumer.group import ConsumerGroup
 from kop.groups.consumer.heartbeat import Heartbeat
 from kop.groups.consumer.member import Partitions, by_topic
 from kop.handlers.context import RequestContext
-from kop.handlers.groups import GROUP_OPERATIONS, client_host, may_read_group
-from kop.security.acls import Operation, ResourceType
+from kop.handlers.groups import client_host, may_read_group
+from kop.security.acls import NOT_REQUESTED, Operation, ResourceType, operations_bits
+from protocol.api import id_bytes
 from protocol.consumer_groups import (ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
                                       ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse)
 from protocol.errors import ErrorCode
 
-CONSUMER_MEMBER_TYPE = 1
-AUTHORIZED_GROUP_OPERATIONS = sum(1 << op for op in GROUP_OPERATIONS)
-OPERATIONS_NOT_REQUESTED = -(1 << 31)  # Integer.MIN_VALUE, the field's default
+CLASSIC_MEMBER_TYPE, CONSUMER_MEMBER_TYPE = 0, 1
 
 
 def _may_describe_topic(ctx: RequestContext, topic: str) -> bool:
@@ -34,7 +33,7 @@ def _owned(ctx: RequestContext, request: ConsumerGroupHeartbeatRequest) -> Parti
         return None
     owned = set()
     for tp in request.topic_partitions:
-        name = ctx.topics.name_of(tp.topic_id.bytes)
+        name = ctx.topics.name_of(id_bytes(tp.topic_id))
         if name is not None:  # a topic deleted since: nothing to revoke
             owned.update((name, p) for p in tp.partitions)
     return frozenset(owned)
@@ -62,7 +61,7 @@ async def consumer_group_heartbeat(ctx: RequestContext,
         subscribed_regex=request.subscribed_topic_regex if ctx.version >= 1 else None,
         server_assignor=request.server_assignor, owned=_owned(ctx, request),
         client_id=ctx.client_id, client_host=client_host(ctx))
-    result = ctx.groups.consumer_heartbeat(hb, lambda topic: _may_describe_topic(ctx, topic))
+    result = await ctx.groups.consumer_heartbeat(hb, lambda topic: _may_describe_topic(ctx, topic))
     assignment = None
     if result.assignment is not None:
         assignment = cls.Assignment(topic_partitions=[
@@ -90,7 +89,7 @@ def _described(ctx: RequestContext, cls: type, group: ConsumerGroup, operations:
                       subscribed_topic_names=sorted(m.subscribed_names), subscribed_topic_regex=m.subscribed_regex,
                       assignment=_assignment(ctx, cls, m.assigned),
                       target_assignment=_assignment(ctx, cls, group.target.get(m.member_id, frozenset())),
-                      member_type=CONSUMER_MEMBER_TYPE)
+                      member_type=CLASSIC_MEMBER_TYPE if m.classic is not None else CONSUMER_MEMBER_TYPE)
                for m in group.members.values()]
     return cls.DescribedGroup(error_code=ErrorCode.NONE, group_id=group.group_id, group_state=group.state.value,
                               group_epoch=group.epoch, assignment_epoch=group.assignment_epoch,
@@ -107,17 +106,17 @@ def _group_topics(group: ConsumerGroup) -> set[str]:
 async def consumer_group_describe(ctx: RequestContext,
                                   request: ConsumerGroupDescribeRequest) -> ConsumerGroupDescribeResponse:
     cls = ConsumerGroupDescribeResponse[ctx.version]
-    operations = AUTHORIZED_GROUP_OPERATIONS if request.include_authorized_operations \
-        else OPERATIONS_NOT_REQUESTED
     out = []
     for group_id in request.group_ids:
         def failed(code: ErrorCode, message: str | None = None):
             return cls.DescribedGroup(error_code=code, error_message=message, group_id=group_id, group_state="",
                                       group_epoch=0, assignment_epoch=0, assignor_name="", members=[],
-                                      authorized_operations=operations)
+                                      authorized_operations=NOT_REQUESTED)
         if not ctx.authorized(Operation.DESCRIBE, ResourceType.GROUP, group_id):
             out.append(failed(ErrorCode.GROUP_AUTHORIZATION_FAILED))
             continue
+        operations = operations_bits(ctx.authorized_operations(ResourceType.GROUP, group_id)) \
+            if request.include_authorized_operations else NOT_REQUESTED
         error = ctx.groups.check(group_id)
         group = ctx.groups.consumer_group(group_id) if error is None else None
         if error is not None:

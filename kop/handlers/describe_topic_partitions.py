@@ -3,7 +3,7 @@ An empty topic list means every topic. Topics are answered in name order; at mos
 (capped at Kafka's 2000) per response, and NextCursor names the topic and partition to ask for next. A cursor whose
 topic is not among those asked for is INVALID_REQUEST for every topic, as in Kafka. A principal sees only the topics
 it may describe: the others are left out of a listing of every topic and answered TOPIC_AUTHORIZATION_FAILED when
-named."""
+named; each topic listed says what the principal may do on it (KIP-430)."""
 import uuid
 from typing import Any
 
@@ -11,11 +11,10 @@ from kafka.protocol.admin import DescribeTopicPartitionsRequest, DescribeTopicPa
 
 from kop import internal_topics
 from kop.handlers.context import RequestContext
-from kop.security.acls import Operation, ResourceType
+from kop.security.acls import NOT_REQUESTED, Operation, ResourceType, operations_bits
 from protocol.errors import ErrorCode
 
 MAX_PARTITIONS_PER_RESPONSE = 2000  # Kafka's max.request.partition.size.limit default
-NO_OPERATIONS = -2147483648  # authorized operations not computed (kop reports them through Metadata only)
 
 
 def _shape(ctx: RequestContext, name: str) -> tuple[int, uuid.UUID] | None:
@@ -30,7 +29,7 @@ def _topic(cls: type[DescribeTopicPartitionsResponse], name: str, error: ErrorCo
            topic_id: uuid.UUID = uuid.UUID(int=0)) -> Any:
     return cls.DescribeTopicPartitionsResponseTopic(
         error_code=error, name=name, topic_id=topic_id, is_internal=internal_topics.is_internal(name), partitions=[],
-        topic_authorized_operations=NO_OPERATIONS)
+        topic_authorized_operations=NOT_REQUESTED)
 
 
 async def handle(ctx: RequestContext, request: DescribeTopicPartitionsRequest) -> DescribeTopicPartitionsResponse:
@@ -61,6 +60,7 @@ async def handle(ctx: RequestContext, request: DescribeTopicPartitionsRequest) -
             continue
         count, topic_id = shape
         entry = _topic(cls, name, ErrorCode.NONE, topic_id)
+        entry.topic_authorized_operations = operations_bits(ctx.authorized_operations(ResourceType.TOPIC, name))
         first = cursor.partition_index if cursor is not None and i == 0 and name == cursor.topic_name else 0
         first = max(0, min(first, count))  # a cursor past the end lists none of this topic
         end = min(count, first + room)

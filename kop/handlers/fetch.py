@@ -1,127 +1,185 @@
 """Fetch (key 1). Version notes: served v4-v18. v4+ isolation level, last stable offset and aborted transactions; v5+
-log start offset; v7+ fetch sessions, which we decline by answering session id 0 (clients then keep sending full
-fetches); v11+ rack id (ignored); v13+ topics by id (an unknown id is UNKNOWN_TOPIC_ID); v15+ replica state, v16+
-node endpoints, v17+ replica directory id, v18+ the follower's high watermark (KIP-1166): all for followers, which
-a single broker never has. At least one batch
-is returned even if it exceeds the byte limits (KIP-74), so a consumer always makes progress.
+log start offset; v7+ fetch sessions (KIP-227: kop/fetch_sessions.py keeps them; incremental fetches name and
+answer only what changed); v11+ rack id (ignored); v13+ topics by id (an unknown id is UNKNOWN_TOPIC_ID); v15+
+replica state, v16+ node endpoints, v17+ replica directory id, v18+ the follower's high watermark (KIP-1166): all
+for followers, which a single broker never has. At least one batch is returned even if it exceeds the byte limits
+(KIP-74), so a consumer always makes progress.
 
 Long poll: answer at once when min_bytes are available, max_wait_ms is 0, or any partition has an error
 (UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE, ...: as Kafka does, so the client learns of it without waiting);
-otherwise wait until new entries become durable on any requested partition or max_wait_ms passes."""
+otherwise wait until new entries become durable on any partition read or max_wait_ms passes."""
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Sequence
+import uuid
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from kop import internal_topics
+from kop.fetch_sessions import (INVALID_SESSION_ID, FetchPlan, Groups, PartitionKey, TopicKey, Wanted, outdated,
+                                plan_fetch)
 from kop.handlers.context import RequestContext
-from kop.security.acls import Operation, ResourceType
-from kop.security.quotas import FETCH_RATE
 from kop.ledger import Entry, ManagedLedgerError
 from kop.partition import PartitionLog
+from kop.security.acls import Operation, ResourceType
+from kop.security.quotas import FETCH_RATE
+from protocol.api import id_bytes
 from protocol.errors import ErrorCode
 
 MIN_WAIT_SLICE = 0.001
 READ_COMMITTED = 1
-
-
-def _topic_name(ctx: RequestContext, ftopic: Any) -> str | None:
-    if ctx.version < 13:
-        return ftopic.topic
-    return ctx.topics.name_of(ftopic.topic_id.bytes) or internal_topics.name_of(ftopic.topic_id.bytes)
-
-
-# What a response serves: each partition read and the bytes of batches it gives, counted once the response goes.
-Served = list[tuple[PartitionLog, int]]
+FIRST_SESSION_VERSION = 7
+FIRST_TOPIC_ID_VERSION = 13
 
 log = logging.getLogger(__name__)
 
 
-async def _collect(ctx: RequestContext, request: FetchRequest) -> tuple[list[Any], int, Served]:
-    """Read what is available now; returns (per-topic partition results, total bytes, what each partition serves).
-    read_committed reads stop at the last stable offset and list the aborted transactions among the batches
-    returned (the consumer drops their batches; the indexes of closed ledgers may be read for it, the one
-    await); control batches go to every consumer, which skips them, as from Kafka."""
-    cls = FetchResponse[ctx.version]
-    AbortedTransaction = cls.FetchableTopicResponse.PartitionData.AbortedTransaction
-    topics = ctx.topics
-    budget = request.max_bytes if ctx.version >= 3 else 0x7FFFFFFF
-    total = 0
-    out = []
-    served: Served = []
-    for ftopic in request.topics:
-        parts = []
-        name = _topic_name(ctx, ftopic)
-        readable = name is None or ctx.authorized(Operation.READ, ResourceType.TOPIC, name)
-        for fpart in ftopic.partitions:
-            partition = topics.partition(name, fpart.partition) if name is not None else None
-            data = cls.FetchableTopicResponse.PartitionData(
-                partition_index=fpart.partition, error_code=ErrorCode.NONE, high_watermark=-1, last_stable_offset=-1,
-                log_start_offset=-1, aborted_transactions=None, records=b"")
-            if not readable:
-                data.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                parts.append(data)
-                continue
+# A session's partition with nothing to read and nothing new to tell (an incremental answer leaves it out): one
+# shared object in place of its answer, so an idle partition costs none.
+UNCHANGED: Any = object()
+
+
+@dataclass(slots=True)
+class Collected:
+    """One pass over the partitions wanted: the answer of each (kafka-python's PartitionData, in order, or
+    UNCHANGED), the bytes of batches read, the partitions found (which a long poll watches) and what each serves,
+    counted once the answer goes."""
+
+    answers: list[Any] = field(default_factory=list)
+    total: int = 0
+    errors: int = 0  # partitions answered an error
+    partitions: list[PartitionLog] = field(default_factory=list)
+    served: list[tuple[PartitionLog, int]] = field(default_factory=list)
+    # read_committed answers with batches from a partition with aborted transactions indexed, to list them in:
+    # (answer, partition, first entry returned, fetch offset, end of the batches returned)
+    aborted_wanted: list[tuple[Any, PartitionLog, Entry, int, int]] = field(default_factory=list)
+
+    def ready(self, min_bytes: int) -> bool:
+        return self.total >= min_bytes or self.errors > 0
+
+
+def _plan(ctx: RequestContext, request: FetchRequest) -> FetchPlan:
+    by_id = ctx.version >= FIRST_TOPIC_ID_VERSION
+    named: Groups = [(_topic_key(t, by_id), t.partitions) for t in request.topics]
+    if ctx.version < FIRST_SESSION_VERSION:
+        return FetchPlan("sessionless", named)
+    forgotten: list[PartitionKey] = [(_topic_key(t, by_id), p) for t in request.forgotten_topics_data or ()
+                                     for p in t.partitions]
+    return plan_fetch(ctx.services.fetch_sessions, request.session_id, request.session_epoch, by_id, named, forgotten)
+
+
+def _topic_key(topic: Any, by_id: bool) -> TopicKey:
+    return id_bytes(topic.topic_id) if by_id else topic.topic
+
+
+def _topic_name(ctx: RequestContext, key: TopicKey) -> str | None:
+    if isinstance(key, str):
+        return key
+    return ctx.topics.name_of(key) or internal_topics.name_of(key)
+
+
+def _collect(ctx: RequestContext, request: FetchRequest, plan: FetchPlan) -> Collected:
+    """Read what is available now. read_committed reads stop at the last stable offset and list the aborted
+    transactions among the batches returned (the consumer drops their batches; _list_aborted fills them in);
+    control batches go to every consumer, which skips them, as from Kafka. An incremental fetch's partitions are the session's, which remember
+    what they were told: one at its end whose watermarks have not moved is UNCHANGED, and is neither read nor
+    answered."""
+    PartitionData = FetchResponse[ctx.version].FetchableTopicResponse.PartitionData
+    read_committed = request.isolation_level == READ_COMMITTED
+    incremental = plan.kind == "incremental"
+    budget = request.max_bytes
+    out = Collected()
+    answers = out.answers
+    for key, partitions in plan.groups:
+        name = _topic_name(ctx, key)
+        if name is not None and not ctx.authorized(Operation.READ, ResourceType.TOPIC, name):
+            answers.extend(_failed(PartitionData, w.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                           for w in partitions)
+            out.errors += len(partitions)
+            continue
+        topic = ctx.topics.topics.get(name) if name is not None else None
+        for w in partitions:
+            partition = topic.partition(w.partition) if topic is not None else None
+            if partition is not None and not ctx.cluster.serves_reads(name, w.partition):
+                partition = None  # moved, or this broker's view is too old to tell: NOT_LEADER_OR_FOLLOWER
             if partition is None:
-                data.error_code = topics.missing_partition_error(name, fpart.partition) if name is not None \
-                    else ErrorCode.UNKNOWN_TOPIC_ID
-                parts.append(data)
+                answers.append(_failed(PartitionData, w.partition,
+                                       ctx.topics.missing_partition_error(name, w.partition) if name is not None
+                                       else ErrorCode.UNKNOWN_TOPIC_ID))
+                out.errors += 1
                 continue
+            out.partitions.append(partition)
             hw = partition.high_watermark
-            lso = partition.last_stable_offset
-            read_committed = request.isolation_level == READ_COMMITTED
-            data.high_watermark = hw
-            data.last_stable_offset = lso
-            data.log_start_offset = partition.log_start_offset
-            offset = fpart.fetch_offset
-            if offset < partition.log_start_offset or offset > hw:
-                data.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
-                parts.append(data)
+            log_start = partition.log_start_offset
+            offset = w.fetch_offset
+            if incremental and offset == hw == w.high_watermark and log_start == w.log_start_offset:
+                answers.append(UNCHANGED)
                 continue
-            end = lso if read_committed else hw
-            limit = min(fpart.partition_max_bytes, budget - total)
-            if offset < end and (limit > 0 or total == 0):
-                try:
-                    entries = partition.read(offset, max(limit, 1))
-                except OSError as exc:  # a read error, or out of descriptors: this partition fails, not the request
-                    log.warning("fetch from %s at %d failed: %s", partition.name, offset, exc, extra=ctx.log_fields)
-                    data.error_code = ErrorCode.KAFKA_STORAGE_ERROR
-                    parts.append(data)
-                    continue
-                if total > 0:
-                    # Only the response's first batch may exceed the limits (KIP-74), so a consumer stuck on a
-                    # large batch progresses; later partitions get whole batches that fit, or nothing.
-                    entries = _fitting(entries, limit)
-                # Markers (PIP-33) cover no offset and are never served: span 0.
-                entries = [e for e in entries if e.span and (not read_committed or e.first_index < end)]
-                if read_committed and entries and partition.transactions.indexes.holds_any:
-                    try:
-                        aborted = await partition.aborted_transactions(
-                            entries[0], offset, entries[-1].first_index + entries[-1].span)
-                    except (ManagedLedgerError, OSError) as exc:  # a damaged or unreadable index: as a read error
-                        log.warning("fetch from %s at %d: aborted-transaction index not read: %s", partition.name,
-                                    offset, exc, extra=ctx.log_fields)
-                        data.error_code = ErrorCode.KAFKA_STORAGE_ERROR
-                        parts.append(data)
-                        continue
-                    data.aborted_transactions = [AbortedTransaction(producer_id=producer_id, first_offset=first)
-                                                 for producer_id, first in aborted]
-                if entries:
-                    records = b"".join(e.data for e in entries)
-                    data.records = records
-                    total += len(records)
-                    served.append((partition, len(records)))
-            if read_committed and data.aborted_transactions is None:
+            lso = partition.last_stable_offset
+            data = PartitionData(partition_index=w.partition, error_code=ErrorCode.NONE, high_watermark=hw,
+                                 last_stable_offset=lso, log_start_offset=log_start, aborted_transactions=None,
+                                 records=b"")
+            answers.append(data)
+            if offset < log_start or offset > hw:
+                data.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+                out.errors += 1
+                continue
+            if read_committed:
                 data.aborted_transactions = []
-            parts.append(data)
-        if ctx.version >= 13:
-            out.append(cls.FetchableTopicResponse(topic_id=ftopic.topic_id, partitions=parts))
-        else:
-            out.append(cls.FetchableTopicResponse(topic=ftopic.topic, partitions=parts))
-    return out, total, served
+            end = lso if read_committed else hw
+            limit = min(w.partition_max_bytes, budget - out.total)
+            if offset >= end or (limit <= 0 and out.total > 0):
+                continue
+            try:
+                entries = partition.read(offset, max(limit, 1))
+            except OSError as exc:  # a read error, or out of descriptors: this partition fails, not the request
+                log.warning("fetch from %s at %d failed: %s", partition.name, offset, exc, extra=ctx.log_fields)
+                data.error_code, data.aborted_transactions = ErrorCode.KAFKA_STORAGE_ERROR, None
+                out.errors += 1
+                continue
+            if out.total > 0:
+                # Only the answer's first batch may exceed the limits (KIP-74), so a consumer stuck on a large
+                # batch progresses; later partitions get whole batches that fit, or nothing.
+                entries = _fitting(entries, limit)
+            entries = _servable(entries, end if read_committed else None)
+            if entries:
+                records = data.records = b"".join(e.data for e in entries)
+                out.total += len(records)
+                out.served.append((partition, len(records)))
+                if read_committed and partition.transactions.indexes.holds_any:
+                    out.aborted_wanted.append((data, partition, entries[0], offset,
+                                               entries[-1].first_index + entries[-1].span))
+    return out
+
+
+async def _list_aborted(ctx: RequestContext, collected: Collected) -> None:
+    """List the aborted transactions in the read_committed answers that want them: the one await of a fetch, as
+    the stored indexes of closed ledgers may be read for it. A partition whose index cannot be read is answered
+    KAFKA_STORAGE_ERROR, without its batches."""
+    AbortedTransaction = FetchResponse[ctx.version].FetchableTopicResponse.PartitionData.AbortedTransaction
+    for data, partition, first, offset, upper in collected.aborted_wanted:
+        try:
+            aborted = await partition.aborted_transactions(first, offset, upper)
+        except (ManagedLedgerError, OSError) as exc:
+            log.warning("fetch from %s at %d: aborted-transaction index unreadable: %s", partition.name, offset, exc,
+                        extra=ctx.log_fields)
+            collected.served.remove((partition, len(data.records)))
+            collected.total -= len(data.records)
+            collected.errors += 1
+            data.error_code, data.aborted_transactions, data.records = ErrorCode.KAFKA_STORAGE_ERROR, None, b""
+            continue
+        data.aborted_transactions = [AbortedTransaction(producer_id=producer_id, first_offset=first_offset)
+                                     for producer_id, first_offset in aborted]
+    collected.aborted_wanted = []
+
+
+def _failed(PartitionData: Any, index: int, error: int) -> Any:  # noqa: N803 - the response's class
+    return PartitionData(partition_index=index, error_code=error, high_watermark=-1, last_stable_offset=-1,
+                         log_start_offset=-1, aborted_transactions=None, records=b"")
 
 
 def _fitting(entries: list[Entry], limit: int) -> list[Entry]:
@@ -133,36 +191,80 @@ def _fitting(entries: list[Entry], limit: int) -> list[Entry]:
     return entries
 
 
-def _ready(request: FetchRequest, topics: Sequence[Any], total: int) -> bool:
-    return total >= request.min_bytes or any(p.error_code for t in topics for p in t.partitions)
+def _servable(entries: list[Entry], stable_end: int | None) -> list[Entry]:
+    """The entries a consumer gets: markers (PIP-33: span 0, covering no offset) are never served, nor, for
+    read_committed (`stable_end` set), batches from the last stable offset on. One pass that builds a new list:
+    checking first whether any entry must go costs as much in CPython (BENCHMARKS.md, the fetch path)."""
+    if stable_end is None:
+        return [e for e in entries if e.span]
+    return [e for e in entries if e.span and e.first_index < stable_end]
 
 
-def _response(ctx: RequestContext, topics: list[Any], served: Served) -> FetchResponse:
-    for partition, size in served:
-        partition.bytes_out += size
+def _answer(ctx: RequestContext, plan: FetchPlan, collected: Collected) -> FetchResponse:
+    """The response: every partition read, or for an incremental fetch those with something new; a full fetch's
+    session is made here, remembering what each partition was told, and an incremental one's record of it updated."""
     cls = FetchResponse[ctx.version]
-    throttle_ms = ctx.throttle(FETCH_RATE, sum(size for _partition, size in served))
-    return cls(throttle_time_ms=throttle_ms, error_code=ErrorCode.NONE, session_id=0, responses=topics)
+    cache = ctx.services.fetch_sessions
+    if plan.kind == "error" or outdated(plan):
+        error = plan.error if plan.kind == "error" else ErrorCode.INVALID_FETCH_SESSION_EPOCH
+        session_id = plan.session.id if plan.session is not None else INVALID_SESSION_ID
+        return cls(throttle_time_ms=0, error_code=error, session_id=session_id, responses=[])
+    by_id = ctx.version >= FIRST_TOPIC_ID_VERSION
+    session = plan.session
+    # A full fetch's partitions become a session when the cache admits it (decided before they are built).
+    remembered: dict[PartitionKey, Wanted] | None = {} if plan.kind == "full" and cache.admits(plan.size) else None
+    answers = iter(collected.answers)
+    topics: list[Any] = []
+    for key, partitions in plan.groups:
+        if session is None and remembered is None:
+            parts = list(islice(answers, len(partitions)))
+        else:
+            parts = []
+            for w, data in zip(partitions, answers):
+                if session is not None:  # incremental: w is the session's Wanted
+                    if data is UNCHANGED or not w.must_answer(bool(data.records), data.error_code,
+                                                              data.high_watermark, data.log_start_offset):
+                        continue
+                    if data.records:
+                        session.served_records(w)
+                else:
+                    wanted = remembered[(key, w.partition)] = Wanted(key, w.partition, w.fetch_offset,
+                                                                     w.partition_max_bytes)
+                    wanted.must_answer(False, data.error_code, data.high_watermark, data.log_start_offset)
+                parts.append(data)
+        if parts:
+            topics.append(cls.FetchableTopicResponse(topic_id=uuid.UUID(bytes=key), partitions=parts) if by_id
+                          else cls.FetchableTopicResponse(topic=key, partitions=parts))
+    if session is not None:
+        session_id = session.id
+    elif remembered is not None:
+        session_id = cache.add(plan.uses_topic_ids, remembered)
+    else:
+        session_id = INVALID_SESSION_ID
+    for partition, size in collected.served:
+        partition.bytes_out += size
+    throttle_ms = ctx.throttle(FETCH_RATE, sum(size for _partition, size in collected.served))
+    return cls(throttle_time_ms=throttle_ms, error_code=ErrorCode.NONE, session_id=session_id, responses=topics)
 
 
 async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaitable[FetchResponse]:
-    if ctx.version >= 7 and request.session_id != 0:
-        cls = FetchResponse[ctx.version]
-        return cls(throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
-    topics, total, served = await _collect(ctx, request)
-    if request.max_wait_ms <= 0 or _ready(request, topics, total):
-        return _response(ctx, topics, served)
-    return _long_poll(ctx, request, topics, total, served)
+    plan = _plan(ctx, request)
+    if plan.kind == "error":
+        return _answer(ctx, plan, Collected())
+    collected = _collect(ctx, request, plan)
+    if request.max_wait_ms <= 0 or collected.ready(request.min_bytes):
+        if collected.aborted_wanted:
+            await _list_aborted(ctx, collected)
+        return _answer(ctx, plan, collected)
+    return _long_poll(ctx, request, plan, collected)
 
 
-async def _long_poll(ctx: RequestContext, request: FetchRequest, topics: list[Any], total: int,
-                     served: Served) -> FetchResponse:
+async def _long_poll(ctx: RequestContext, request: FetchRequest, plan: FetchPlan,
+                     collected: Collected) -> FetchResponse:
     deadline = time.monotonic() + request.max_wait_ms / 1000
-    partitions = [p for t in request.topics if (name := _topic_name(ctx, t)) is not None
-                  and ctx.authorized(Operation.READ, ResourceType.TOPIC, name) for fp in t.partitions
-                  if (p := ctx.topics.partition(name, fp.partition)) is not None]
+    partitions = collected.partitions
     loop = asyncio.get_running_loop()
-    while not _ready(request, topics, total):
+    while not collected.ready(request.min_bytes):
         remaining = deadline - time.monotonic()
         if remaining <= MIN_WAIT_SLICE:
             break
@@ -176,8 +278,10 @@ async def _long_poll(ctx: RequestContext, request: FetchRequest, topics: list[An
         finally:
             for p in partitions:
                 p.unwatch(woken)
-        topics, total, served = await _collect(ctx, request)
-    return _response(ctx, topics, served)
+        collected = _collect(ctx, request, plan)
+    if collected.aborted_wanted:
+        await _list_aborted(ctx, collected)
+    return _answer(ctx, plan, collected)
 
 
 ROUTES = [(FetchRequest.API_KEY, 4, 18, handle)]

@@ -4,11 +4,12 @@ which we refuse with INVALID_REQUEST.
 
 A group is coordinated by the owner of its `__consumer_offsets` shard (kop/cluster/groups.py): this broker alone on
 the file engine, the shard's owner in a cluster; COORDINATOR_NOT_AVAILABLE until the group coordinator has loaded or
-while no broker is live. Transaction keys get this broker: its transaction coordinator serves every transactional id
-that asks it.
+while no broker is live. A transactional id likewise by the owner of its transaction state log shard
+(kop/cluster/transactions.py).
 """
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
+from kop.cluster import transactions
 from kop.cluster.groups import shard_of
 from kop.handlers.context import RequestContext
 from kop.handlers.metadata import endpoints
@@ -35,8 +36,10 @@ def _answer(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, st
         return refusal, f"{ctx.principal} may not describe {key}", NOWHERE
     if not ctx.groups.loaded:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is loading", NOWHERE
-    me = ctx.endpoint
-    node = me.node_id if key_type == TRANSACTION_KEY else ctx.cluster.leader(CONSUMER_OFFSETS, shard_of(key))
+    if key_type == TRANSACTION_KEY:
+        node = ctx.cluster.leader(transactions.SHARD_TOPIC, transactions.shard_of(key))
+    else:
+        node = ctx.cluster.leader(CONSUMER_OFFSETS, shard_of(key))
     address = endpoints(ctx).get(node)
     if address is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, "no live broker coordinates it", NOWHERE

@@ -14,8 +14,8 @@
 - DeleteGroups (42) v0-2.
 Version ranges: aiokafka 0.14 sends JoinGroup v5, SyncGroup v3, Heartbeat/LeaveGroup v1; librdkafka 2.x JoinGroup v5,
 SyncGroup/Heartbeat v3, LeaveGroup v1, DescribeGroups v4, ListGroups v5; kafka-python 3 JoinGroup v7; the Java
-client 3.9 the maxima listed. A group of KIP-848's protocol refuses these: JoinGroup answers
-INCONSISTENT_GROUP_PROTOCOL while it has members, the others UNKNOWN_MEMBER_ID.
+client 3.9 the maxima listed. A group of KIP-848's protocol with members serves them to classic members as Kafka 4
+does (kop.groups.consumer.classic).
 """
 import asyncio
 from collections.abc import Awaitable
@@ -30,8 +30,7 @@ from kop.handlers.context import RequestContext
 from kop.security.acls import Operation, ResourceType
 from protocol.errors import ErrorCode
 
-GROUP_OPERATIONS = {3, 6, 8}  # READ, DELETE, DESCRIBE: bits of Kafka's AclOperation codes
-NOT_REQUESTED = None  # encoded as Integer.MIN_VALUE
+NOT_REQUESTED = None  # authorized operations not asked for: the bit field encodes it as Integer.MIN_VALUE
 
 
 def client_host(ctx: RequestContext) -> str:
@@ -131,7 +130,7 @@ async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveG
     else:
         leaving = [(request.member_id or "", None)]
     error, results = ctx.groups.leave(request.group_id, leaving)
-    await ctx.groups.membership.emptied_stored(request.group_id)
+    await ctx.groups.stored(request.group_id)
     if v < 3:
         if error == ErrorCode.NONE and results:
             error = results[0]
@@ -161,13 +160,14 @@ async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGr
 async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
     v = ctx.version
     cls = DescribeGroupsResponse[v]
-    operations = GROUP_OPERATIONS if v >= 3 and request.include_authorized_operations else NOT_REQUESTED
+    asked = v >= 3 and request.include_authorized_operations
     described = []
     for group_id in request.groups:
         if not ctx.authorized(Operation.DESCRIBE, ResourceType.GROUP, group_id):
             described.append(cls.DescribedGroup(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=group_id,
-                                                authorized_operations=operations))
+                                                authorized_operations=NOT_REQUESTED))
             continue
+        operations = ctx.authorized_operations(ResourceType.GROUP, group_id) if asked else NOT_REQUESTED
         d = ctx.groups.describe(group_id)
         error, message = d.error, None
         if error == ErrorCode.GROUP_ID_NOT_FOUND:

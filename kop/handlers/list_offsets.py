@@ -48,6 +48,8 @@ async def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffset
             result = cls.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
                 partition_index=p.partition_index, error_code=ErrorCode.NONE, timestamp=-1, offset=-1, leader_epoch=0)
             partition = ctx.topics.partition(topic.name, p.partition_index)
+            if partition is not None and not ctx.cluster.serves_reads(topic.name, p.partition_index):
+                partition = None  # moved, or this broker's view is too old to tell
             if not ctx.authorized(Operation.DESCRIBE, ResourceType.TOPIC, topic.name):
                 result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif partition is None:

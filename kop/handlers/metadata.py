@@ -1,6 +1,7 @@
 """Metadata (key 3). Version notes: v0 with an empty list means all topics, v1+ uses null for that; v4+ carries
-AllowAutoTopicCreation; v10+ topic ids; v8-10 cluster authorized operations; v13+ a top-level error code (always
-NONE: kop has no authorizer to refuse a describe). Brokers are the live members of the cluster (this one alone on the
+AllowAutoTopicCreation; v8+ the operations the principal may do on each topic, v8-10 on the cluster, when asked
+(KIP-430); v10+ topic ids; v13+ a top-level error code (always NONE: a topic the principal may not describe is
+refused on its own entry). Brokers are the live members of the cluster (this one alone on the
 file engine), each at its address on the listener the request came by; a partition's leader is its owner
 (kop/cluster), LEADER_NOT_AVAILABLE while no broker is live. `__consumer_offsets` is listed as internal
 (kop/internal_topics.py), each partition led by the coordinator of the groups it shards."""
@@ -11,8 +12,9 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from kop import internal_topics
 from kop.handlers.context import RequestContext
-from kop.security.acls import Operation, ResourceType
+from kop.security.acls import CLUSTER_NAME, Operation, ResourceType
 from kop.topics import Topic, TopicError, validate_topic_name
+from protocol.api import id_bytes
 from protocol.errors import ErrorCode
 
 
@@ -68,7 +70,14 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
         for item in wanted:
             name = item.name
             if name is None:  # lookup by topic id (v10+)
-                found = topics_mgr.name_of(item.topic_id.bytes) or internal_topics.name_of(item.topic_id.bytes)
+                topic_id = id_bytes(item.topic_id)
+                found = topics_mgr.name_of(topic_id) or internal_topics.name_of(topic_id)
+                if found and not ctx.authorized(Operation.DESCRIBE, ResourceType.TOPIC, found):
+                    # as Kafka: the id is the client's own, the name and partitions are not told
+                    entries.append(cls.MetadataResponseTopic(
+                        error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=None, topic_id=item.topic_id,
+                        is_internal=False, partitions=[]))
+                    continue
                 entries.append(topic_entry(ctx, cls, found, topics_mgr.get(found) if found else None,
                                            ErrorCode.NONE if found else ErrorCode.UNKNOWN_TOPIC_ID))
                 continue
@@ -85,8 +94,15 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
                 continue
             error = ErrorCode.NONE if topic else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             entries.append(topic_entry(ctx, cls, name, topic, error))
+    if ctx.version >= 8 and request.include_topic_authorized_operations:
+        for entry in entries:
+            if entry.error_code == ErrorCode.NONE and entry.name:
+                entry.authorized_operations = ctx.authorized_operations(ResourceType.TOPIC, entry.name)
+    cluster_operations = ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME) \
+        if 8 <= ctx.version <= 10 and request.include_cluster_authorized_operations else None
     return cls(throttle_time_ms=0, brokers=broker_list(ctx, cls), cluster_id=ctx.config.cluster_id,
-               controller_id=ctx.endpoint.node_id, topics=entries, error_code=ErrorCode.NONE)
+               controller_id=ctx.endpoint.node_id, topics=entries, error_code=ErrorCode.NONE,
+               authorized_operations=cluster_operations)
 
 
 ROUTES = [(MetadataRequest.API_KEY, 0, 13, handle)]

@@ -47,7 +47,7 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Aw
     member_id = request.member_id if v >= 1 else ""
     error = ErrorCode.GROUP_AUTHORIZATION_FAILED if not may_read_group(ctx, request.group_id) else \
         groups.validate_commit(request.group_id, generation, member_id or "",
-                               request.group_instance_id if v >= 7 else None)
+                               request.group_instance_id if v >= 7 else None, commit_version=v)
     pending: PendingCommits = []
     for topic in request.topics:
         per_partition: list[PartitionCommit] = []

@@ -4,31 +4,33 @@ v11 allows KIP-890's TRANSACTION_ABORTABLE (kop never needs to answer it); v12 l
 version 2 add partitions implicitly, which it does only when the broker advertises that feature (kop does not, so
 producers add partitions with AddPartitionsToTxn); v13 names topics by id (an unknown id is UNKNOWN_TOPIC_ID).
 
-The ordered phase (this coroutine, before it returns) validates each partition's batch and hands it to its
-PartitionLog, which assigns offsets in arrival order; the returned awaitable waits for durability and builds the
-response. acks=0 gets no response, but the writes still happen. The response is encoded by hand
-(`protocol.produce_response`): it is the one response every produce request pays for. Each topic is looked up once
-per request, and its configs come parsed (`Topic.settings`), so a batch pays for neither."""
+The ordered phase (this function: it never waits, so the connection runs it inline, with no task) validates each
+partition's batch and hands it to its PartitionLog, which assigns offsets in arrival order; the returned future
+completes, by callbacks rather than a coroutine, once every partition's write is durable (or refused). acks=0 gets no
+response, but the writes still happen. The request is decoded and the response encoded by hand
+(`protocol.produce_request`, `protocol.produce_response`): every produce request pays for both. Each topic is looked
+up once per request, and its configs come parsed (`Topic.settings`), so a batch pays for neither."""
 import asyncio
+import functools
 import logging
-from collections.abc import Awaitable
-
-from kafka.protocol.producer import ProduceRequest
+from collections.abc import Callable
 
 from kop import internal_topics
 from kop.handlers.context import RequestContext
+from kop.handlers.registry import Deferred
 from kop.internal_topics import REFUSAL, REFUSED
+from kop.ledger import ManagedLedgerError
 from kop.security.acls import Operation, ResourceType
 from kop.security.quotas import PRODUCE_RATE
 from kop.partition import AppendResult, PartitionLog
 from kop.topics import TopicSettings
 from protocol.errors import ErrorCode
+from protocol.produce_request import ProduceRequest
 from protocol.produce_response import MAX_VERSION, MIN_VERSION, PartitionResponse, ProduceResponse
-from protocol.sequence_headers import SEQUENCE_HEADER_KEYS
+from protocol.sequence_headers import SequenceHeaderScan
 from protocol.records import (BatchHeader, FalseMaxTimestamp, RecordBatchError, iter_records, set_max_timestamp,
                               split_batches, validate_batch)
 
-NOTHING: frozenset[bytes] = frozenset()
 log = logging.getLogger(__name__)
 
 
@@ -52,7 +54,7 @@ def _with_max_timestamp(view: memoryview, timestamp_ms: int) -> tuple[BatchHeade
 
 
 def _publish_one(ctx: RequestContext, partition: PartitionLog, settings: TopicSettings,
-                 records: bytes | memoryview | None, timeout_ms: int) -> asyncio.Future:
+                 records: bytes | memoryview | None, timeout_ms: int, transactional_id: str | None) -> asyncio.Future:
     if not records:
         return _rejected(ErrorCode.INVALID_RECORD, "no record batch")
     limit = settings.max_message_bytes
@@ -67,20 +69,25 @@ def _publish_one(ctx: RequestContext, partition: PartitionLog, settings: TopicSe
                                    f"batch of {header.size} bytes exceeds max.message.bytes {limit}")
         if header.is_control:
             raise RecordBatchError(ErrorCode.INVALID_RECORD, "clients may not produce control batches")
-        if header.is_transactional:
+        verify = False
+        if header.is_transactional and ctx.transactions.judges(transactional_id):
             refused = ctx.transactions.check_produce(header.producer_id, header.producer_epoch, partition.topic,
                                                      partition.partition)
             if refused is not None:
                 log.warning("refused transactional batch for %s: producer %d epoch %d (%s)", partition.name,
                             header.producer_id, header.producer_epoch, refused.name, extra=ctx.log_fields)
                 return _rejected(refused, "the partition is not in an open transaction of this producer and epoch")
-        elif header.producer_id >= 0 and ctx.transactions.in_open_transaction(header.producer_id):
+        elif header.is_transactional:  # another broker coordinates it: asked unless its transaction is open here
+            verify = header.producer_id in partition.verifying \
+                or header.producer_id not in partition.transactions.open
+        elif header.producer_id >= 0 and (ctx.transactions.in_open_transaction(header.producer_id)
+                                          or header.producer_id in partition.transactions.open):
             return _rejected(ErrorCode.INVALID_TXN_STATE,
                              f"producer {header.producer_id} has a transaction open: its batches must be transactional")
         # A transaction's records are not judged by application sequence ids: an aborted one must not count as
         # stored (its retry must be stored), and a committed one is already exactly once.
         judged = partition.judges_sequence_headers() and not header.is_transactional
-        watch = SEQUENCE_HEADER_KEYS if judged else NOTHING
+        watch = SequenceHeaderScan if judged else None
         try:
             records = validate_batch(header, view, watch=watch)
         except FalseMaxTimestamp as exc:
@@ -96,7 +103,53 @@ def _publish_one(ctx: RequestContext, partition: PartitionLog, settings: TopicSe
         log.warning("rejected batch for %s: %s", partition.name, exc, extra=ctx.log_fields)
         return _rejected(exc.error_code, str(exc))
     ctx.metrics.observe_batch(header.size, header.records_count)
+    if verify:
+        return _publish_verified(ctx, partition, transactional_id, header,
+                                 lambda: partition.publish_normal(header, view, timeout_ms, records, ctx.log_fields))
     return partition.publish_normal(header, view, timeout_ms, records, ctx.log_fields)
+
+
+def _publish_verified(ctx: RequestContext, partition: PartitionLog, transactional_id: str | None, header: BatchHeader,
+                      publish: Callable[[], asyncio.Future]) -> asyncio.Future:
+    """A transactional batch whose transaction another broker coordinates, from a producer with no transaction open
+    here: that coordinator is asked first whether the transaction is open and holds this partition (KIP-890's
+    verification), so a batch that comes after its transaction ended cannot open one no one will end. The
+    producer's later batches to this partition wait behind it, so their order holds."""
+    producer_id = header.producer_id
+    before = partition.verifying.get(producer_id)
+    handed = asyncio.get_running_loop().create_future()
+    partition.verifying[producer_id] = handed
+
+    async def verified() -> asyncio.Future:
+        if before is not None:
+            await before
+        if producer_id in partition.transactions.open:  # a batch before it, verified, opened the transaction
+            return publish()
+        markers = partition.markers_handed(producer_id)
+        error = await ctx.transactions.verify_elsewhere(transactional_id, producer_id, header.producer_epoch,
+                                                        (partition.topic, partition.partition))
+        if error == ErrorCode.NONE and partition.markers_handed(producer_id) != markers:
+            error = ErrorCode.INVALID_TXN_STATE  # its transaction ended while the coordinator was asked
+        if error == ErrorCode.NONE:
+            try:
+                await partition.expect_transactions()
+            except (ManagedLedgerError, OSError) as exc:
+                return _rejected(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot record that it holds transactions: {exc}")
+            return publish()
+        log.warning("refused transactional batch for %s: producer %d epoch %d (%s from its coordinator)",
+                    partition.name, producer_id, header.producer_epoch, error.name, extra=ctx.log_fields)
+        return _rejected(error, "the transaction's coordinator did not find it open with this partition")
+
+    async def run() -> AppendResult:
+        try:
+            written = await verified()
+        finally:
+            handed.set_result(None)
+            if partition.verifying.get(producer_id) is handed:
+                del partition.verifying[producer_id]
+        return await written
+
+    return asyncio.ensure_future(run())
 
 
 # Per topic (its name, or its id's bytes from v13), each partition's index, PartitionLog (None if there is no such
@@ -116,16 +169,17 @@ def _missing(ctx: RequestContext, name: str | None, index: int) -> asyncio.Futur
     return _rejected(error, f"unknown topic or partition {name}-{index}")
 
 
-async def handle(ctx: RequestContext, request: ProduceRequest) -> Awaitable[ProduceResponse] | None:
+def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | Deferred | None:
     acks = request.acks
     results: Outcomes = []
     transactional_id = request.transactional_id
     transaction_refused = transactional_id is not None and not ctx.authorized(
         Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
     by_id = ctx.version >= TOPIC_IDS_FROM
+    produced = 0  # bytes, for the produce quota
     for topic_data in request.topic_data:
         if by_id:
-            key = topic_data.topic_id.bytes
+            key = topic_data.topic_id.bytes  # type: ignore[union-attr]  (the zero id too: an unknown topic)
             name = ctx.topics.name_of(key) or internal_topics.name_of(key)
         else:
             key = name = topic_data.name
@@ -146,28 +200,52 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> Awaitable[Prod
             elif topic is None or partition is None:
                 future = _missing(ctx, name, index)
             else:
-                future = _publish_one(ctx, partition, topic.settings, pdata.records, request.timeout_ms)
+                future = _publish_one(ctx, partition, topic.settings, pdata.records, request.timeout_ms,
+                                      transactional_id)
             per_partition.append((index, partition, future))
+            if pdata.records is not None:
+                produced += len(pdata.records)
         results.append((key, per_partition))
-    throttle_ms = ctx.throttle(PRODUCE_RATE, sum(len(p.records or b"") for t in request.topic_data
-                                                  for p in t.partition_data))
+    throttle_ms = ctx.throttle(PRODUCE_RATE, produced)
     if acks == 0:
         return None
     return _respond(ctx, results, throttle_ms)
 
 
-async def _respond(ctx: RequestContext, results: Outcomes, throttle_ms: int) -> ProduceResponse:
+def _respond(ctx: RequestContext, results: Outcomes, throttle_ms: int) -> ProduceResponse | Deferred:
+    """The response, or the response once every partition's outcome is known."""
+    build = functools.partial(_response, ctx.version, results, throttle_ms)
+    waiting = [future for _, per_partition in results for _, _, future in per_partition if not future.done()]
+    if not waiting:
+        return build()
+    if len(waiting) == 1:  # the usual request: one batch
+        return Deferred(waiting[0], build)
+    all_done = asyncio.get_running_loop().create_future()
+    left = len(waiting)
+
+    def one_done(_future: asyncio.Future) -> None:
+        nonlocal left
+        left -= 1
+        if not left and not all_done.done():
+            all_done.set_result(None)
+
+    for future in waiting:
+        future.add_done_callback(one_done)
+    return Deferred(all_done, build)
+
+
+def _response(version: int, results: Outcomes, throttle_ms: int) -> ProduceResponse:
     topics = []
     for topic, per_partition in results:
         partitions = []
         for index, partition, future in per_partition:
-            outcome: AppendResult = await future
+            outcome: AppendResult = future.result()
             partitions.append(PartitionResponse(
                 index, outcome.error, outcome.base_offset, outcome.log_append_time,
                 partition.log_start_offset if partition else -1, outcome.record_errors,
                 outcome.message if outcome.error else None))
         topics.append((topic, partitions))
-    return ProduceResponse(ctx.version, topics, throttle_ms)
+    return ProduceResponse(version, topics, throttle_ms)
 
 
 ROUTES = [(ProduceRequest.API_KEY, MIN_VERSION, MAX_VERSION, handle)]

@@ -55,7 +55,7 @@ async def authenticate(ctx: RequestContext, request: SaslAuthenticateRequest) ->
         return cls(error_code=ErrorCode.ILLEGAL_SASL_STATE, error_message="SaslAuthenticate without a SaslHandshake "
                    "v1 first", auth_bytes=b"", session_lifetime_ms=0)
     try:
-        step = session.step(bytes(request.auth_bytes), ctx.config.connections_max_reauth_ms)
+        step = await session.advance(bytes(request.auth_bytes), ctx.config.connections_max_reauth_ms)
     except AuthenticationFailed as exc:
         log.warning("SASL authentication failed: %s", exc, extra=ctx.log_fields)
         return cls(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=f"Authentication failed: {exc}",

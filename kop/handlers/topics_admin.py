@@ -15,6 +15,7 @@ from kop.handlers.context import RequestContext
 from kop.internal_topics import missing_partition_error
 from kop.security.acls import Operation, ResourceType
 from kop.topics import TOPIC_CONFIG_DEFAULTS, TopicError, unknown_topic
+from protocol.api import id_bytes
 from protocol.errors import ErrorCode
 
 
@@ -84,19 +85,22 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
         for t in request.topics:
             name = t.name
             if name is None:
-                match = next((x for x in topics.topics.values() if x.topic_id == t.topic_id.bytes), None)
+                match = next((x for x in topics.topics.values() if x.topic_id == id_bytes(t.topic_id)), None)
                 name = match.name if match else None
-            wanted.append((name, t.topic_id))
+            wanted.append((name, t.topic_id, t.name is None))
     else:
-        wanted = [(name, None) for name in request.topic_names]
+        wanted = [(name, None, False) for name in request.topic_names]
     results = []
-    for name, topic_id in wanted:
+    for name, topic_id, by_id in wanted:
         result = cls.DeletableTopicResult(name=name, error_code=ErrorCode.NONE)
         if topic_id is not None:
             result.topic_id = topic_id
         try:
             if name is None:
                 raise TopicError(ErrorCode.UNKNOWN_TOPIC_ID, "unknown topic id")
+            if by_id and not ctx.authorized(Operation.DESCRIBE, ResourceType.TOPIC, name):
+                result.name = None  # named by its id: a principal that may not describe it is not told its name
+                raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{ctx.principal} may not delete that topic")
             _require(ctx, Operation.DELETE, name)
             await topics.delete(name)
         except TopicError as exc:

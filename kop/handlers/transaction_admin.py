@@ -2,9 +2,10 @@
 listTransactions / describeTransactions / describeProducers). Version notes:
 
 - ListTransactions (66) v0-1: filters by state and producer id; v1 adds the duration filter (transactions running
-  longer than it). v2's transactional-id pattern is not served.
+  longer than it). v2's transactional-id pattern is not served. In a cluster each broker lists the ids it
+  coordinates (admin clients ask every broker, as with Kafka).
 - DescribeTransactions (65) v0: each id's state, timeout, start, producer and partitions; an unknown id answers
-  TRANSACTIONAL_ID_NOT_FOUND.
+  TRANSACTIONAL_ID_NOT_FOUND, one another broker coordinates NOT_COORDINATOR.
 - DescribeProducers (61) v0 (KIP-664): per partition, every producer with durable state, idempotent or
   transactional: its epoch, last sequence and timestamp, and the first offset of its open transaction.
 """
@@ -54,8 +55,9 @@ async def describe_transactions(ctx: RequestContext,
         meta = ctx.transactions.states.get(transactional_id)
         authorized = ctx.authorized(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id)
         if meta is None or not authorized:
-            out.append(State(error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND if authorized
-                             else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, transactional_id=transactional_id,
+            error = (ctx.transactions.serves(transactional_id) or ErrorCode.TRANSACTIONAL_ID_NOT_FOUND) if authorized \
+                else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED  # another broker's id: NOT_COORDINATOR
+            out.append(State(error_code=error, transactional_id=transactional_id,
                              transaction_state="", transaction_timeout_ms=0, transaction_start_time_ms=-1,
                              producer_id=-1, producer_epoch=-1, topics=[]))
             continue

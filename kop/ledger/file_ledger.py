@@ -27,6 +27,7 @@ from kop import clock
 from kop.ledger.cursor_log import CursorLog
 from kop.ledger.errors import LedgerClosedError, LedgerWriteError
 from kop.ledger.file_pool import FilePool
+from kop.ledger.flusher import Flusher
 from kop.ledger.framed_file import makedirs_durable, replace_atomically
 from kop.ledger.group_commit import GroupCommit
 from kop.ledger.interface import Entry, TrimResult
@@ -58,12 +59,13 @@ class _PendingAdd:
     ledger: LedgerFile
     entry_id: int
     end_index: int
+    then: Callable[[asyncio.Future], None] | None = None
     pinned: bool = False  # written: its ledger's descriptor stays open until the fsync covering it is done
 
 
 class FileManagedLedger(LedgerBase):
     def __init__(self, name: str, directory: str, config: LedgerConfig, executor: Executor | None,
-                 files: FilePool | None = None) -> None:
+                 files: FilePool | None = None, flusher: Flusher | None = None) -> None:
         super().__init__(name, config)
         self.directory = directory
         self._executor = executor
@@ -71,7 +73,7 @@ class FileManagedLedger(LedgerBase):
         self._closed_times: dict[int, int] = {}
         self.cleaned_through = -1  # the last ledger compacted (ledgers.info property)
         self._group = GroupCommit(executor, config.fsync, self._on_durable, self._on_write_failed,
-                                  config.flush_observer)
+                                  config.flush_observer, flusher)
         self._cursors = CursorLog(os.path.join(directory, "cursors.log"), executor, config.fsync,
                                   lambda: self._lac, self._files)
         self._closed = False
@@ -81,11 +83,13 @@ class FileManagedLedger(LedgerBase):
 
     @classmethod
     def open(cls, name: str, directory: str, config: LedgerConfig, executor: Executor | None,
-             initial_index: int = 0, files: FilePool | None = None) -> "FileManagedLedger":
+             initial_index: int = 0, files: FilePool | None = None,
+             flusher: Flusher | None = None) -> "FileManagedLedger":
         """Open (or create) the managed ledger in directory, recovering after a crash, and start a new ledger.
-        Ledger files are opened through `files`, the broker's shared pool (a pool of its own when none is given)."""
+        Ledger files are opened through `files`, the broker's shared pool (a pool of its own when none is given);
+        fsyncs run in `flusher`, the broker's fsync thread (in `executor` when none is given)."""
         makedirs_durable(directory, durable=config.fsync)
-        ml = cls(name, directory, config, executor, files)
+        ml = cls(name, directory, config, executor, files, flusher)
         try:
             ml._recover(initial_index)
             ml._cursors.open()
@@ -204,6 +208,8 @@ class FileManagedLedger(LedgerBase):
             previous.closed = True
             if previous.entries == 0:
                 previous.delete_files()
+            else:
+                _write_index(previous)
         self._ledgers, self._closed_times, self._current = ledgers, closed_times, ledger
         self._first_append_ms = self._last_append_ms = 0
         self._roll_pending = self._roll_requested = False
@@ -234,7 +240,8 @@ class FileManagedLedger(LedgerBase):
 
     # ---- writing
 
-    def add_entry(self, first_index: int, span: int, metadata: bytes, data: bytes | memoryview) -> asyncio.Future:
+    def add_entry(self, first_index: int, span: int, metadata: bytes, data: bytes | memoryview,
+                  then: Callable[[asyncio.Future], None] | None = None) -> asyncio.Future:
         if self._closed:
             raise LedgerClosedError(self.name)
         if first_index != self._written_end:
@@ -251,7 +258,7 @@ class FileManagedLedger(LedgerBase):
         ledger = self._current
         self._written_end = first_index + span
         future = asyncio.get_running_loop().create_future()
-        add = _PendingAdd(future, ledger, ledger.entries, self._written_end)
+        add = _PendingAdd(future, ledger, ledger.entries, self._written_end, then)
         if failing:
             self._group.fail(OSError(errno.EIO, "an earlier write failed"), add)
             return future
@@ -273,20 +280,23 @@ class FileManagedLedger(LedgerBase):
         """The entries are on disk: index them, then answer them. Nothing here may raise: a write left unanswered
         would hold its producer (or a transactional id) for ever."""
         _unpin(adds)
-        unindexed = None
+        positions = []
         for add in adds:
+            add.ledger.durable = add.entry_id + 1
+            positions.append(Position(add.ledger.ledger_id, add.entry_id))
+        for ledger in {add.ledger: None for add in adds}:  # a rolled ledger gets its last index records now
             try:
-                add.ledger.write_index(add.entry_id + 1)
-            except OSError as exc:  # a full disk, no descriptor: the next write, or the repair at open, indexes it
-                unindexed = exc
-            self._lac = Position(add.ledger.ledger_id, add.entry_id)
-            self._confirmed_end = add.end_index
-        if unindexed is not None:
-            log.warning("%s: index not written (%s); the entries are durable, the index catches up with a later "
-                        "write or is repaired from the log at open", self.name, unindexed)
-        for add in adds:
+                ledger.write_index(ledger.durable, at_once=ledger.closed)
+            except OSError as exc:  # a full disk, no descriptor: a later write, or the repair at open, indexes it
+                log.warning("%s: index not written (%s); the entries are durable, the index catches up with a later "
+                            "write or is repaired from the log at open", self.name, exc)
+        self._lac = positions[-1]
+        self._confirmed_end = adds[-1].end_index
+        for add, position in zip(adds, positions):
             if not add.future.done():
-                add.future.set_result(Position(add.ledger.ledger_id, add.entry_id))
+                add.future.set_result(position)
+            if add.then is not None:
+                _call_then(add)
         for listener in self._listeners:
             listener()
 
@@ -309,6 +319,9 @@ class FileManagedLedger(LedgerBase):
             except OSError as roll_error:  # the next write tries again; until a roll succeeds, writes are refused
                 log.error("%s: cannot start a new ledger after the failed write: %s", self.name, roll_error)
         self._fail_writes(LedgerWriteError(f"{self.name}: {exc}"), [add.future for add in adds])
+        for add in adds:
+            if add.then is not None:
+                _call_then(add)
 
     def inject_write_failures(self, count: int) -> None:
         """Failpoint (admin API, tests): the next `count` flushes fail as a disk error would."""
@@ -505,6 +518,8 @@ class FileManagedLedger(LedgerBase):
             return
         self._closed = True
         await self._group.wait_idle()
+        if self._current is not None and self._current.entries:
+            _write_index(self._current)
         await self._cursors.close()
         self._release_files()
 
@@ -522,6 +537,24 @@ def _remove(*paths: str) -> None:
     for path in paths:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
+
+
+def _call_then(add: _PendingAdd) -> None:
+    """The owner's callback of a write now done; an error in it must not keep the other writes from being answered."""
+    try:
+        add.then(add.future)
+    except Exception:
+        log.exception("a completed write's callback failed")
+
+
+def _write_index(ledger: LedgerFile) -> None:
+    """The index records of a ledger's durable entries not yet written (it rolls or closes). A failure only costs a
+    scan of the log's tail when the ledger is opened again."""
+    try:
+        ledger.write_index(ledger.durable)
+    except OSError as exc:
+        log.warning("cannot write the index of ledger %s (%s); it is rebuilt from the log when opened", ledger.log_path,
+                    exc)
 
 
 def _unpin(adds: list[_PendingAdd]) -> None:

@@ -46,8 +46,11 @@ class PooledFile:
 
     def unpin(self) -> None:
         self._pins -= 1
-        if self._pins == 0 and self._discarded:
-            self._pool.forget(self)
+        if self._pins == 0:
+            if self._discarded:
+                self._pool.forget(self)
+            else:
+                self._pool.shrink()  # pins may have held it over its capacity
 
     def close(self) -> None:
         """Close for good (the file is being deleted or its ledger closed); a pinned one closes on its last unpin."""
@@ -103,6 +106,11 @@ class FilePool:
         if pooled._fd >= 0:
             _close_quietly(pooled._fd)
         pooled._fd = -1
+
+    def shrink(self) -> None:
+        """Close the least recently used unpinned files while more than the capacity are open."""
+        if len(self._open) > self.capacity:
+            self._evict(len(self._open) - self.capacity)
 
     def shed(self) -> int:
         """Close every file not pinned (the process ran out of descriptors elsewhere); returns how many."""

@@ -18,6 +18,13 @@ def frame(payload: bytes) -> bytes:
     return RECORD_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload
 
 
+def frame_parts(head: bytes, body: bytes | bytearray | memoryview) -> tuple[bytes, bytes | bytearray | memoryview]:
+    """The record of payload head + body, as two parts to write one after the other (pwritev, append_at): the body,
+    however large, is neither copied nor concatenated, and the CRC runs over it once."""
+    crc = crc32c.crc32c(body, crc32c.crc32c(head))
+    return RECORD_HEADER.pack(len(head) + len(body), crc) + head, body
+
+
 def unframe(record: bytes) -> memoryview | None:
     """The payload of one whole framed record held in memory, or None if its length or CRC does not match."""
     if len(record) < HEADER_SIZE:
@@ -68,11 +75,21 @@ def write_all_at(fd: int, data: bytes | memoryview, pos: int) -> None:
         view, pos = view[written:], pos + written
 
 
-def append_at(fd: int, data: bytes | memoryview, pos: int) -> None:
-    """Write all of data at pos, the end of the file's valid records; when that fails (a full disk can take part
-    of it), cut the file back to pos, so no half-written record is left behind the valid ones."""
+def _write_parts_at(fd: int, parts: tuple, pos: int) -> None:
+    written = os.pwritev(fd, parts, pos)
+    if written < len(parts[0]) + len(parts[1]):  # a short write (a nearly full disk): the rest, as one buffer
+        write_all_at(fd, b"".join(parts)[written:], pos + written)
+
+
+def append_at(fd: int, data: bytes | memoryview | tuple, pos: int) -> None:
+    """Write all of data (bytes, or frame_parts' two parts, written one after the other) at pos, the end of the file's
+    valid records; when that fails (a full disk can take part of it), cut the file back to pos, so no half-written
+    record is left behind the valid ones."""
     try:
-        write_all_at(fd, data, pos)
+        if isinstance(data, tuple):
+            _write_parts_at(fd, data, pos)
+        else:
+            write_all_at(fd, data, pos)
     except OSError:
         with contextlib.suppress(OSError):
             os.ftruncate(fd, pos)

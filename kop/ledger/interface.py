@@ -83,9 +83,12 @@ class ManagedLedger(ABC):
         """A read-only copy of the ledger list, LAC and cursor states (admin stats, DescribeLogDirs sizes)."""
 
     @abstractmethod
-    def add_entry(self, first_index: int, span: int, metadata: bytes, data: bytes | memoryview) -> asyncio.Future:
+    def add_entry(self, first_index: int, span: int, metadata: bytes, data: bytes | memoryview,
+                  then: Callable[[asyncio.Future], None] | None = None) -> asyncio.Future:
         """Append one entry covering offsets [first_index, first_index + span); the future resolves to its Position
-        once durable, or fails with LedgerWriteError (after which the ledger has rolled)."""
+        once durable, or fails with LedgerWriteError (after which the ledger has rolled). `then(future)` is called
+        once it is done, in log order: by the file engine at once, with no loop iteration between (the produce
+        path's bookkeeping), by others as a done callback."""
 
     @abstractmethod
     def read_from_index(self, index: int, max_bytes: int, max_entries: int = 1 << 30) -> list[Entry]:
@@ -93,8 +96,9 @@ class ManagedLedger(ABC):
         whatever its size, each later one only if it still fits (KIP-74)."""
 
     @abstractmethod
-    def read_after(self, position: Position, max_entries: int) -> list[Entry]:
-        """Durable entries strictly after position, in order."""
+    def read_after(self, position: Position, max_entries: int, max_bytes: int = 1 << 62) -> list[Entry]:
+        """Durable entries strictly after position, in order, up to max_entries and max_bytes (the first entry
+        whatever its size)."""
 
     @abstractmethod
     def position_of_index(self, index: int) -> Position | None:

@@ -195,15 +195,15 @@ class LedgerBase(ManagedLedger):
         read error would."""
         self._replay_read_failures += count
 
-    def read_after(self, position: Position, max_entries: int) -> list[Entry]:
+    def read_after(self, position: Position, max_entries: int, max_bytes: int = 1 << 62) -> list[Entry]:
         if self._replay_read_failures:
             self._replay_read_failures -= 1
             raise OSError(errno.EIO, "injected read error")
         for pos, ledger in enumerate(self._ledgers):
             if ledger.ledger_id > position.ledger_id:
-                return self._read(pos, 0, 1 << 62, max_entries)
+                return self._read(pos, 0, max_bytes, max_entries)
             if ledger.ledger_id == position.ledger_id:
-                return self._read(pos, position.entry_id + 1, 1 << 62, max_entries)
+                return self._read(pos, position.entry_id + 1, max_bytes, max_entries)
         return []
 
     def position_of_index(self, index: int) -> Position | None:

@@ -17,11 +17,15 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from kop.ledger.file_pool import FilePool, PooledFile
-from kop.ledger.framed_file import HEADER_SIZE, RECORD_HEADER, append_at, frame, read_record, scan_records
+from kop.ledger.framed_file import (HEADER_SIZE, RECORD_HEADER, append_at, frame, frame_parts, read_record,
+                                    scan_records)
 from kop.ledger.time_index import TIMESTAMP_END, TimeIndex, batch_max_timestamp
 
 ENTRY_HEADER = struct.Struct(">qiH")
 INDEX_RECORD = struct.Struct(">qq")
+# Index records are written once this many durable entries lack them (and when the ledger rolls or closes), not one
+# write per flush: an index shorter than its log is repaired by scanning the log's tail on open.
+INDEX_EVERY = 64
 
 
 @dataclass(slots=True)
@@ -35,6 +39,12 @@ class RawEntry:
 
 def encode_entry(first_index: int, span: int, metadata: bytes, data: bytes | memoryview) -> bytes:
     return frame(ENTRY_HEADER.pack(first_index, span, len(metadata)) + metadata + bytes(data))
+
+
+def entry_parts(first_index: int, span: int, metadata: bytes,
+                data: bytes | bytearray | memoryview) -> tuple[bytes, bytes | bytearray | memoryview]:
+    """encode_entry's bytes as two parts, the batch not copied (what an append writes)."""
+    return frame_parts(ENTRY_HEADER.pack(first_index, span, len(metadata)) + metadata, data)
 
 
 def decode_entry(entry_id: int, payload: bytes | memoryview) -> RawEntry:
@@ -55,6 +65,7 @@ class LedgerFile:
         self.file_positions = array("q")
         self.size = 0  # bytes written to the log (durable or not)
         self.indexed = 0  # entries whose index record has been written
+        self.durable = 0  # entries known to be durable (all of a ledger written before this process)
         self.closed = False
         # Batch timestamps: kept from the first append for a new ledger, built on first use for a recovered one,
         # whose greatest timestamp ledgers.info may record (so a search can skip it without reading it).
@@ -129,7 +140,8 @@ class LedgerFile:
         # Keep the index records that were right; drop stale ones and add those the scan found.
         os.ftruncate(idx_fd, count * INDEX_RECORD.size)
         self.indexed = count
-        self.write_index(len(self.first_indexes))
+        self.durable = len(self.first_indexes)
+        self.write_index(self.durable)
 
     @classmethod
     def rewritten(cls, pool: FilePool, old: "LedgerFile", positions: tuple[int, ...], size: int) -> "LedgerFile":
@@ -139,7 +151,7 @@ class LedgerFile:
         ledger.first_indexes = array("q", old.first_indexes)
         ledger.file_positions = array("q", positions)
         ledger.size = size
-        ledger.indexed = len(positions)
+        ledger.indexed = ledger.durable = len(positions)
         ledger.closed = True
         ledger.times, ledger.recorded_max_timestamp = old.times, old.recorded_max_timestamp
         return ledger
@@ -151,19 +163,20 @@ class LedgerFile:
     def append(self, first_index: int, span: int, metadata: bytes, data: bytes | memoryview) -> int:
         """Write one entry to the page cache; returns its entry id. Durability is the caller's fsync, through a
         descriptor it pins right after (`log.pin()`), before anything else can use the pool."""
-        record = encode_entry(first_index, span, metadata, data)
+        parts = entry_parts(first_index, span, metadata, data)
         pos = self.size
-        append_at(self.log.fd(), record, pos)
-        self.size += len(record)
+        append_at(self.log.fd(), parts, pos)
+        self.size += len(parts[0]) + len(parts[1])
         self.first_indexes.append(first_index)
         self.file_positions.append(pos)
         if self.times is not None:
             self.times.append(batch_max_timestamp(data))
         return len(self.first_indexes) - 1
 
-    def write_index(self, upto: int) -> None:
-        """Write index records for entries [indexed, upto): they are durable now."""
-        if upto <= self.indexed:
+    def write_index(self, upto: int, at_once: bool = True) -> None:
+        """Write index records for entries [indexed, upto): they are durable now. at_once=False leaves them for
+        later unless INDEX_EVERY are waiting."""
+        if upto <= self.indexed or (not at_once and upto - self.indexed < INDEX_EVERY):
             return
         chunk = b"".join(
             INDEX_RECORD.pack(self.first_indexes[i], self.file_positions[i]) for i in range(self.indexed, upto)
@@ -180,6 +193,7 @@ class LedgerFile:
         self.size = self.file_positions[entries]
         del self.first_indexes[entries:]
         del self.file_positions[entries:]
+        self.durable = min(self.durable, entries)
         if self.times is not None:
             self.times.truncate(entries)
         indexed, self.indexed = self.indexed, min(self.indexed, entries)

@@ -32,9 +32,13 @@ class LinkError(Exception):
 
 
 class RemoteLink:
-    def __init__(self, cluster: Cluster, local_cluster: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, cluster: Cluster, local_cluster: str, timeout_s: float = 30.0, *, client_id: str = "",
+                 purpose: str = "replication link") -> None:
+        """client_id, purpose: who this broker says it is (a replicator of `local_cluster` by default), and what the
+        link is called in the log."""
         self.cluster = cluster
-        self.client_id = f"kop-replicator-{local_cluster}"
+        self.client_id = client_id or f"kop-replicator-{local_cluster}"
+        self.purpose = purpose
         self.timeout_s = timeout_s
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task | None = None
@@ -130,7 +134,7 @@ class RemoteLink:
             self._broken(error)
             raise error
         self._writer = writer
-        log.info("replication link to %s at %s connected", self.cluster.name, self.cluster.broker_url)
+        log.info("%s to %s at %s connected", self.purpose, self.cluster.name, self.cluster.broker_url)
 
     def _call(self, request: ApiMessage, response_class: type[ApiMessage]) -> asyncio.Future:
         if self._writer is None:

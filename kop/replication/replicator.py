@@ -5,7 +5,8 @@ It reads after the cursor, up to the last stable offset (so only decided transac
 with its metadata (ReplicateEntries). It skips what must not go: entries that came from another cluster
 (`replicated_from` set: no loops, whatever the topology), entries whose `replicate_to` leaves the remote out (so
 PIP-33 RESPONSE markers reach their requester alone, and SNAPSHOT markers stay), transaction markers and aborted
-transactions' batches. A remote that answers a snapshot REQUEST in its response (it does not replicate back) has
+transactions' batches, and records older than the topic's message TTL (Pulsar's replicator drops expired entries
+too; they stay here). A remote that answers a snapshot REQUEST in its response (it does not replicate back) has
 the answer handed to the partition's snapshot controller. The cursor moves past a run of entries only once
 the remote has answered that all of them are durable there; anything unanswered is sent again, and the remote
 finds it stored already by its source position. One request is in flight per replicator, so a partition's entries
@@ -29,7 +30,7 @@ from proto.kop_pb2 import MessageMetadata
 log = logging.getLogger(__name__)
 
 MAX_ENTRIES = 500  # per request
-MAX_BYTES = 1 << 20  # per request, after its first entry
+MAX_BYTES = 1 << 20  # per request and per read (the first entry whatever its size): a step holds no more in memory
 IDLE_CHECK_S = 1.0  # re-read at least this often without new data (a transaction decided, a policy change)
 BACKOFF_S = (0.1, 5.0)  # first and longest pause after a failure
 
@@ -49,6 +50,7 @@ class ReplicatorStats:
     entries_sent: int = 0  # entries the remote stored or already had
     duplicates: int = 0  # of those, entries it already had (resends)
     entries_skipped: int = 0
+    entries_expired: int = 0  # of those skipped, entries older than the message TTL
     bytes_sent: int = 0
     last_error: str | None = None
     last_error_time_ms: int = 0
@@ -57,10 +59,15 @@ class ReplicatorStats:
 class Replicator:
     def __init__(self, partition: PartitionLog, topic_id: bytes, partition_count: Callable[[], int], local: str,
                  remote: str, link: Callable[[], RemoteLink | None],
-                 on_snapshot_answer: Callable[[str, str, Position, Position], None]) -> None:
+                 on_snapshot_answer: Callable[[str, str, Position, Position], None],
+                 message_ttl_s: Callable[[], int] = lambda: 0,
+                 now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         """topic_id: the id of the partition's topic, new each time it is created (its positions start again, so
         the remote judges them per topic id); on_snapshot_answer(snapshot id, remote, where the remote stored the
-        REQUEST, where it is here)."""
+        REQUEST, where it is here); message_ttl_s(): the topic's message TTL (0: none); now_ms(): the wall clock
+        the entries' publish times are read against."""
+        self._message_ttl_s = message_ttl_s
+        self._now_ms = now_ms
         self.partition = partition
         self.topic_id = uuid.UUID(bytes=topic_id)
         self._on_snapshot_answer = on_snapshot_answer
@@ -122,25 +129,31 @@ class Replicator:
         stable = self.partition.last_stable_offset
         to_send: list[tuple[Entry, MessageMetadata]] = []
         last: Position | None = None
-        size = skipped = 0
-        for entry in self.partition.ledger.read_after(self.cursor.mark_delete_position, MAX_ENTRIES):
+        size = skipped = expired = 0
+        ttl_s = self._message_ttl_s()
+        expired_before = self._now_ms() - ttl_s * 1000 if ttl_s > 0 else None
+        for entry in self.partition.ledger.read_after(self.cursor.mark_delete_position, MAX_ENTRIES, MAX_BYTES):
             if entry.first_index + entry.span > stable:
                 break  # an open transaction: wait until it is decided
             metadata = MessageMetadata.FromString(entry.metadata)
             if to_send and size + len(entry.data) > MAX_BYTES:
                 break
             last = entry.position
-            if await self._forwards(entry, metadata):
+            if not await self._forwards(entry, metadata):
+                skipped += 1
+            elif expired_before is not None and metadata.publish_time < expired_before:
+                skipped += 1
+                expired += 1
+            else:
                 to_send.append((entry, metadata))
                 size += len(entry.data)
-            else:
-                skipped += 1
         if last is None:
             return False
         if to_send:
             await self._send(to_send)
             self.stats.bytes_sent += size
         self.stats.entries_skipped += skipped
+        self.stats.entries_expired += expired
         await self.cursor.mark_delete(last)
         return True
 
@@ -191,5 +204,6 @@ class Replicator:
         return {"cursor": str(self.cursor.mark_delete_position), "replicationBacklog": entries,
                 "replicationBacklogBytes": size, "connected": self.connected,
                 "entriesReplicated": self.stats.entries_sent, "duplicatesAtRemote": self.stats.duplicates,
-                "entriesSkipped": self.stats.entries_skipped, "bytesReplicated": self.stats.bytes_sent,
+                "entriesSkipped": self.stats.entries_skipped, "entriesExpired": self.stats.entries_expired,
+                "bytesReplicated": self.stats.bytes_sent,
                 "lastError": self.stats.last_error, "lastErrorTimestamp": self.stats.last_error_time_ms or None}

@@ -7,7 +7,7 @@ removes a replicator's; one whose topic was deleted goes with it.
 It also runs a PIP-33 snapshot controller for each partition that replicates (kop/replication/snapshots.py), and
 acts on the markers replicators of other clusters store here: a REQUEST is answered with a RESPONSE marker toward
 its source (when this cluster replicates the topic back), a RESPONSE goes to the partition's controller, and an
-UPDATE moves the named group's committed offset to the position it gives for this cluster."""
+UPDATE goes to the update applier (kop/replication/updates.py), which moves the named group's committed offset."""
 import asyncio
 import contextlib
 import logging
@@ -20,8 +20,8 @@ from kop.policies import PolicyBook
 from kop.replication.clusters import ClusterRegistry
 from kop.replication.link import RemoteLink
 from kop.replication.replicator import Replicator, cursor_name
-from kop.replication.snapshots import (SnapshotController, SnapshotSettings, StoredRequests, message_id,
-                                       offset_after)
+from kop.replication.snapshots import SnapshotController, SnapshotSettings, StoredRequests, message_id
+from kop.replication.updates import UpdateApplier
 from kop.topics import INTERNAL_PREFIX, TopicManager
 from proto.kop_pb2 import (ClusterMessageId, MarkerType, MessageMetadata, ReplicatedSubscriptionsSnapshotRequest,
                            ReplicatedSubscriptionsSnapshotResponse, ReplicatedSubscriptionsUpdate)
@@ -49,23 +49,42 @@ class ReplicationService:
         self.controllers: dict[tuple[str, int], SnapshotController] = {}
         self.stored_requests = StoredRequests()  # REQUESTs answered in ReplicateEntries responses
         self._snapshot_task: asyncio.Task | None = None
+        self._ticks: set[asyncio.Task] = set()  # snapshot ticks running
+        self.updates = UpdateApplier(self.local, groups)  # UPDATE markers stored here
         self._links: dict[str, RemoteLink] = {}
         self._task: asyncio.Task | None = None
         self._lock = asyncio.Lock()
+        # Set on every partition as it is opened: a marker stored before the first check of the replicators (a
+        # topic created by replication, a partition moved here) is acted on too; an UPDATE dropped is lost.
+        topics.marker_listener = self._on_marker
 
     def start(self) -> None:
+        self._share_producer_ids()
         self._task = asyncio.create_task(self._loop())
         if self.snapshots_enabled:
             self._snapshot_task = asyncio.create_task(self._snapshot_loop())
 
     async def _snapshot_loop(self) -> None:
+        """Every period, a tick of every partition's controller, all at once: each waits for its own markers'
+        fsync, and one after the other the period would grow with the number of partitions. A controller whose
+        last tick is still running skips this one."""
+        loop = asyncio.get_running_loop()
+        due = loop.time()
         while True:
-            await asyncio.sleep(self.settings.frequency_s)
+            due += self.settings.frequency_s
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            due = max(due, loop.time() - self.settings.frequency_s)  # after a stall: no burst of ticks to catch up
             for controller in list(self.controllers.values()):
-                try:
-                    await controller.tick()
-                except Exception:
-                    log.exception("%s: snapshot tick failed", controller.partition.name)
+                task = asyncio.ensure_future(self._tick(controller))
+                self._ticks.add(task)
+                task.add_done_callback(self._ticks.discard)
+
+    @staticmethod
+    async def _tick(controller: SnapshotController) -> None:
+        try:
+            await controller.tick()
+        except Exception:
+            log.exception("%s: snapshot tick failed", controller.partition.name)
 
     async def _loop(self) -> None:
         while True:
@@ -88,6 +107,7 @@ class ReplicationService:
 
     async def reconcile(self) -> None:
         async with self._lock:
+            self._share_producer_ids()
             self._refresh_links()
             wanted: dict[Key, PartitionLog] = {}
             controlled: dict[tuple[str, int], PartitionLog] = {}
@@ -96,7 +116,8 @@ class ReplicationService:
                 remotes = self.remotes(topic.name)
                 topic_ids[topic.name] = topic.topic_id
                 for partition in topic.partitions:
-                    partition.marker_listener = self._on_marker
+                    if self.snapshots_enabled:
+                        self.updates.recover(partition)
                     if remotes:
                         controlled[(topic.name, partition.partition)] = partition
                     for remote in remotes:
@@ -120,7 +141,8 @@ class ReplicationService:
 
         replicator = Replicator(partition, topic_id, partition_count, self.local, remote,
                                 lambda: self._links.get(remote),
-                                lambda *answer: self._snapshot_answer(partition, *answer))
+                                lambda *answer: self._snapshot_answer(partition, *answer, in_band=True),
+                                lambda: self.policies.resolve(name).message_ttl_seconds)
         self.replicators[key] = replicator
         replicator.start()
         log.info("replicator %s -> %s started at %s", partition.name, remote, replicator.cursor.mark_delete_position)
@@ -155,7 +177,8 @@ class ReplicationService:
                 self.controllers[key] = SnapshotController(
                     partition, self.local, lambda topic=key[0]: self.remotes(topic),
                     lambda remote, p=partition: self._replicating(p, remote), self.settings,
-                    lambda topic=key[0]: self.policies.resolve(topic).replicated_subscriptions)
+                    lambda topic=key[0], index=key[1]: self.groups.replicated_on(
+                        topic, index, self.policies.resolve(topic).replicated_subscriptions))
 
     def _replicating(self, partition: PartitionLog, remote: str) -> bool:
         """Not failing: an idle replicator has no connection yet, and its first request (the snapshot's) opens it."""
@@ -167,10 +190,10 @@ class ReplicationService:
         return controller if controller is not None and controller.partition is partition else None
 
     def _snapshot_answer(self, partition: PartitionLog, snapshot_id: str, remote: str, at_remote: Position,
-                         here: Position) -> None:
+                         here: Position, in_band: bool = False) -> None:
         controller = self.controller_of(partition)
         if controller is not None:
-            controller.received_response(snapshot_id, remote, at_remote, here)
+            controller.received_response(snapshot_id, remote, at_remote, here, in_band)
 
     # ---- markers other clusters' replicators stored here
 
@@ -206,19 +229,11 @@ class ReplicationService:
 
     def _on_update(self, partition: PartitionLog, metadata: MessageMetadata, payload: bytes,
                    position: Position) -> None:
-        update = ReplicatedSubscriptionsUpdate.FromString(payload)
-        mine = next((c.message_id for c in update.clusters if c.cluster == self.local), None)
-        if mine is None:
-            return
-        offset = offset_after(partition, Position(mine.ledger_id, mine.entry_id))
-        group = update.subscription_name
-        current = self.groups.fetch_offset(group, partition.topic, partition.partition)
-        if offset is None or (current is not None and current.offset >= offset):
-            return  # never backwards
-        self.groups.offsets.replicated.add(group)  # created here as a replicated group, as Pulsar does
-        self.groups.commit(group, partition.topic, partition.partition, offset)
-        log.info("%s: group %s moved to offset %d by an update from %s", partition.name, group, offset,
-                 metadata.replicated_from)
+        self.updates.stored(partition, metadata.replicated_from, payload, position)
+
+    def _share_producer_ids(self) -> None:
+        """Producer ids are the same producer's in every cluster of the registry while their tags all differ."""
+        self.topics.shared_producer_ids.update([self.local, *self.clusters.clusters])
 
     def _refresh_links(self) -> None:
         """One link per registered remote cluster; a cluster whose address changed gets a new one."""
@@ -231,7 +246,8 @@ class ReplicationService:
                 self._links[name] = RemoteLink(cluster, self.local)
 
     async def stop(self) -> None:
-        for task in (self._task, self._snapshot_task):
+        await self.updates.stop()
+        for task in (self._task, self._snapshot_task, *self._ticks):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)

@@ -36,7 +36,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kop.groups.offsets import REPLICATED_KEY, committed_offsets
+from kop.groups.offsets import replicated_offsets
 from kop.ledger import Position
 from kop.ledger.position import BEFORE_FIRST
 from kop.partition import PartitionLog
@@ -46,7 +46,8 @@ from proto.kop_pb2 import (ClusterMessageId, MarkersMessageIdData, MarkerType, M
 from protocol.records import marker_payload
 
 log = logging.getLogger(__name__)
-REBUILD_BATCH = 1000  # entries read at a time when the cache is rebuilt
+REBUILD_BATCH = 1000  # entries read at a time when the cache is rebuilt ...
+REBUILD_BYTES = 1 << 20  # ... and bytes (the first entry whatever its size), the event loop served in between
 
 
 def offset_after(partition: PartitionLog, position: Position) -> int | None:
@@ -63,6 +64,26 @@ def scan_start(partition: PartitionLog, offset: int) -> Position:
     index = min(offset, partition.high_watermark) - 1
     found = partition.ledger.position_of_index(index) if index >= partition.log_start_offset else None
     return BEFORE_FIRST if found is None else Position(found.ledger_id, found.entry_id - 1)
+
+
+async def first_uncovered(partition: PartitionLog, start: int, end: Position, covered: frozenset[str],
+                          local: str) -> int | None:
+    """The offset of the first data entry from `start` (an offset) up to, not including, the entry at `end` whose
+    records came from a cluster not in `covered` (this cluster's own records count as `local`'s); None if there is
+    none. Read in bounded steps, the event loop served in between."""
+    position = scan_start(partition, start + 1)  # from the entry holding `start` on
+    while entries := partition.ledger.read_after(position, REBUILD_BATCH, REBUILD_BYTES):
+        for entry in entries:
+            if entry.position >= end:
+                return None
+            if not entry.span or entry.first_index + entry.span <= start:
+                continue  # a marker, or before the group's position
+            metadata = MessageMetadata.FromString(entry.metadata)
+            if not metadata.is_control and (metadata.replicated_from or local) not in covered:
+                return max(entry.first_index, start)
+        position = entries[-1].position
+        await asyncio.sleep(0)
+    return None
 
 
 def message_id(position: Position) -> MarkersMessageIdData:
@@ -99,6 +120,7 @@ class PendingSnapshot:
     missing: set[str] = field(default_factory=set)
     clusters: dict[str, Position] = field(default_factory=dict)  # first-round answers win
     local: Position | None = None  # local position of the latest answer
+    covered: set[str] = field(default_factory=set)  # clusters whose records the positions cover
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +128,11 @@ class Snapshot:
     snapshot_id: str
     local_offset: int  # a group whose committed offset reaches it has consumed everything the snapshot covers
     clusters: tuple[tuple[str, Position], ...]
+    # The clusters whose records the remote positions cover: this one, and those that answered with a RESPONSE
+    # marker (their records travelled here ahead of it). A remote that answered in its ReplicateEntries response (a
+    # one-way standby) or was not asked (down) is not: its own records there were never here. None: all (a
+    # snapshot stored before kop kept this).
+    covered: frozenset[str] | None = None
 
 
 def add_thinned(cache: list[Snapshot], snapshot: Snapshot, limit: int) -> None:
@@ -128,11 +155,12 @@ class SnapshotSettings:
 class SnapshotController:
     def __init__(self, partition: PartitionLog, local: str, remotes: Callable[[], list[str]],
                  connected: Callable[[str], bool], settings: SnapshotSettings,
-                 all_groups: Callable[[], bool] = lambda: False) -> None:
-        """connected(remote): whether the replicator toward that remote is working; all_groups(): whether the
-        topic's policy replicates every group, flagged or not."""
-        self._all_groups = all_groups
+                 replicated: Callable[[], dict[str, int]] | None = None) -> None:
+        """connected(remote): whether the replicator toward that remote is working; replicated(): the committed
+        offsets of the partition's replicated groups, as their coordinator knows them (by default, read from the
+        flagged group cursors of the partition's ledger)."""
         self.partition = partition
+        self.replicated_groups = replicated or (lambda: replicated_offsets(partition.ledger, every=False))
         self.local = local
         self._remotes = remotes
         self._connected = connected
@@ -145,11 +173,6 @@ class SnapshotController:
         self._rebuilt = False  # the cache holds the snapshots stored before this controller started
         self._busy = False
         self._writes: set[asyncio.Task] = set()  # markers written from an answer, held until done
-
-    def replicated_groups(self) -> dict[str, int]:
-        cursors, every = self.partition.ledger.cursors, self._all_groups()
-        return {group: committed.offset for group, committed in committed_offsets(self.partition.ledger).items()
-                if every or cursors[group].properties.get(REPLICATED_KEY)}
 
     async def tick(self, now: float | None = None) -> None:
         if self._busy:
@@ -186,6 +209,7 @@ class SnapshotController:
             return  # none ever completed: retry at the timeout's pace, not every tick (Pulsar #23839)
         pending = PendingSnapshot(uuid.uuid4().hex, frozenset(reachable), 2 if len(reachable) > 1 else 1, now, end)
         pending.missing = set(pending.remotes)
+        pending.covered = {self.local}
         self.pending[pending.snapshot_id] = pending
         self._end_at_last_request = end
         await self._request(pending)
@@ -193,7 +217,7 @@ class SnapshotController:
     async def _rebuild(self, oldest_group_offset: int) -> None:
         """Cache the snapshots whose SNAPSHOT markers are stored here from the oldest group's position on."""
         position, found = scan_start(self.partition, oldest_group_offset), 0
-        while entries := self.partition.ledger.read_after(position, REBUILD_BATCH):
+        while entries := self.partition.ledger.read_after(position, REBUILD_BATCH, REBUILD_BYTES):
             for entry in entries:
                 if entry.span:
                     continue  # records: only markers cover no offset
@@ -215,7 +239,8 @@ class SnapshotController:
             return False  # its local entry is gone (retention)
         clusters = tuple((c.cluster, Position(c.message_id.ledger_id, c.message_id.entry_id))
                          for c in stored.clusters)
-        add_thinned(self.recent, Snapshot(stored.snapshot_id, local_offset, clusters), self.settings.max_cached)
+        snapshot = Snapshot(stored.snapshot_id, local_offset, clusters, frozenset(stored.covered_clusters) or None)
+        add_thinned(self.recent, snapshot, self.settings.max_cached)
         return True
 
     async def _request(self, pending: PendingSnapshot) -> None:
@@ -225,12 +250,16 @@ class SnapshotController:
         if result.error:
             log.warning("%s: snapshot request not written: %s", self.partition.name, result.message)
 
-    def received_response(self, snapshot_id: str, cluster: str, remote: Position, local: Position) -> None:
-        """An answer to a REQUEST: `remote` is where `cluster` stored it, `local` the local position it pairs with."""
+    def received_response(self, snapshot_id: str, cluster: str, remote: Position, local: Position,
+                          in_band: bool = False) -> None:
+        """An answer to a REQUEST: `remote` is where `cluster` stored it, `local` the local position it pairs with;
+        `in_band`: given in a ReplicateEntries response (a cluster that does not replicate back), not a marker."""
         pending = self.pending.get(snapshot_id)
         if pending is None or cluster not in pending.missing:
             return  # late (timed out) or repeated
         pending.missing.discard(cluster)
+        if pending.round == 1 and not in_band:
+            pending.covered.add(cluster)
         pending.clusters.setdefault(cluster, remote)
         pending.local = max(pending.local or local, local)
         if pending.missing:
@@ -256,14 +285,15 @@ class SnapshotController:
         clusters = sorted(pending.clusters.items())
         payload = ReplicatedSubscriptionsSnapshot(
             snapshot_id=pending.snapshot_id, local_message_id=message_id(pending.local),
-            clusters=[ClusterMessageId(cluster=name, message_id=message_id(p)) for name, p in clusters])
+            clusters=[ClusterMessageId(cluster=name, message_id=message_id(p)) for name, p in clusters],
+            covered_clusters=sorted(pending.covered))
         result = await self.partition.publish_marker(MarkerType.REPLICATED_SUBSCRIPTION_SNAPSHOT,
                                                      payload.SerializeToString(), replicate_to=(self.local,))
         local_offset = offset_after(self.partition, pending.local)
         if result.error or local_offset is None:
             return  # complete only once its marker is durable (Pulsar #26119); retried after the timeout
         self.pending.pop(pending.snapshot_id, None)
-        snapshot = Snapshot(pending.snapshot_id, local_offset, tuple(clusters))
+        snapshot = Snapshot(pending.snapshot_id, local_offset, tuple(clusters), frozenset(pending.covered))
         add_thinned(self.recent, snapshot, self.settings.max_cached)
         for cache in self.cached.values():
             add_thinned(cache, snapshot, self.settings.max_cached)
@@ -271,8 +301,10 @@ class SnapshotController:
         await self._send_updates(self.replicated_groups())
 
     async def _send_updates(self, groups: dict[str, int]) -> None:
+        """An UPDATE for every group that passed a cached snapshot, written together (one fsync for them all)."""
         for gone in self.cached.keys() - groups.keys():
             del self.cached[gone]
+        sent: list[tuple[list[Snapshot], Snapshot, asyncio.Future]] = []
         for group, committed in groups.items():
             cache = self.cached.setdefault(group, list(self.recent))
             passed = bisect.bisect_right(cache, committed, key=lambda s: s.local_offset)
@@ -280,10 +312,12 @@ class SnapshotController:
                 continue
             snapshot = cache[passed - 1]
             payload = ReplicatedSubscriptionsUpdate(subscription_name=group, clusters=[
-                ClusterMessageId(cluster=name, message_id=message_id(p)) for name, p in snapshot.clusters])
-            result = await self.partition.publish_marker(MarkerType.REPLICATED_SUBSCRIPTION_UPDATE,
-                                                         payload.SerializeToString())
-            if not result.error:  # otherwise tried again at the next tick
+                ClusterMessageId(cluster=name, message_id=message_id(p)) for name, p in snapshot.clusters],
+                covered_clusters=sorted(snapshot.covered or ()))
+            sent.append((cache, snapshot, self.partition.publish_marker(MarkerType.REPLICATED_SUBSCRIPTION_UPDATE,
+                                                                        payload.SerializeToString())))
+        for cache, snapshot, written in sent:
+            if not (await written).error:  # otherwise tried again at the next tick
                 # By value: a snapshot may have completed meanwhile.
                 cache[:] = [s for s in cache if s.local_offset > snapshot.local_offset]
                 self.updates_written += 1

@@ -50,8 +50,24 @@ class Permission(IntEnum):
     ALLOW = 3
 
 
+NOT_REQUESTED = -(1 << 31)  # authorized operations the client did not ask for: Integer.MIN_VALUE
+
+
+def operations_bits(operations: set[int]) -> int:
+    """Authorized operations as an int32 field holds them (bit n: the operation of code n)."""
+    return sum(1 << op for op in operations)
+
+
 CLUSTER_NAME = "kafka-cluster"  # the one cluster resource's name, as Kafka names it
 WILDCARD = "*"
+# What each resource type's operations are, as Kafka lists them when it tells a client what it may do (KIP-430)
+OPERATIONS_OF = {
+    ResourceType.TOPIC: (Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DELETE, Operation.ALTER,
+                         Operation.DESCRIBE, Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS),
+    ResourceType.GROUP: (Operation.READ, Operation.DELETE, Operation.DESCRIBE),
+    ResourceType.CLUSTER: (Operation.CREATE, Operation.ALTER, Operation.DESCRIBE, Operation.CLUSTER_ACTION,
+                           Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS, Operation.IDEMPOTENT_WRITE),
+}
 IMPLIED_BY = {Operation.DESCRIBE: {Operation.READ, Operation.WRITE, Operation.DELETE, Operation.ALTER},
               Operation.DESCRIBE_CONFIGS: {Operation.ALTER_CONFIGS}}
 

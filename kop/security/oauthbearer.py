@@ -142,6 +142,7 @@ class OAuthBearerExchange:
     pairs (SASL extensions, KIP-342) are accepted and ignored, as Kafka's unsecured validator does."""
 
     mechanism = MECHANISM
+    derives_keys = False
 
     def __init__(self, validator: UnsecuredValidator, clock: Callable[[], float] = time.time) -> None:
         self._validator = validator

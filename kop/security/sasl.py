@@ -26,12 +26,14 @@ class Step:
 
 class SaslExchange(Protocol):
     mechanism: str
+    derives_keys: bool  # a step derives a key from a password (PBKDF2, milliseconds): run it off the event loop
 
     def step(self, token: bytes) -> Step: ...
 
 
 class PlainExchange:
     mechanism = "PLAIN"
+    derives_keys = True  # the password is checked against the stored SCRAM keys: PBKDF2 on every try
 
     def __init__(self, users: UserStore) -> None:
         self._users = users
@@ -49,6 +51,8 @@ class PlainExchange:
 
 
 class ScramExchange:
+    derives_keys = False  # the client derives the key; the server checks its proof with two HMACs
+
     def __init__(self, users: UserStore, mechanism: str) -> None:
         self.mechanism = mechanism
         self._users = users

@@ -6,6 +6,7 @@ Once authenticated, the session lasts connections.max.reauth.ms (0: for ever), o
 OAUTHBEARER token) if that comes first; the client re-authenticates on the same connection before then (KIP-368), and a request other than those three after it has ended closes the
 connection. On other listeners the principal is fixed at connect: the client certificate's subject, or ANONYMOUS.
 """
+import asyncio
 import time
 from dataclasses import dataclass, field
 
@@ -64,6 +65,15 @@ class Session:
     def begin(self, exchange: SaslExchange, raw_tokens: bool) -> None:
         self.exchange = exchange
         self.raw_tokens = raw_tokens
+
+    async def advance(self, token: bytes, max_lifetime_ms: int) -> Step:
+        """`step`, in a worker thread when the exchange derives a key from a password: every connection shares the
+        event loop, and a client that has not authenticated must not stall it for the milliseconds PBKDF2 takes.
+        The connection reads its next request only once this one's ordered phase is done, so nothing else touches
+        the session meanwhile."""
+        if self.exchange is not None and self.exchange.derives_keys:
+            return await asyncio.to_thread(self.step, token, max_lifetime_ms)
+        return self.step(token, max_lifetime_ms)
 
     def step(self, token: bytes, max_lifetime_ms: int) -> Step:
         """One client token of the exchange under way; raises AuthenticationFailed (and the connection closes). The

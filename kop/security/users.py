@@ -122,11 +122,13 @@ class UserStore:
         return True
 
     def check_password(self, user: str, password: str) -> bool:
-        """SASL PLAIN: the password matches one of the user's SCRAM credentials (the strongest first)."""
+        """SASL PLAIN: the password matches one of the user's SCRAM credentials (the strongest first). Runs in a
+        worker thread (PBKDF2) while the event loop may change the store: it reads each mapping once."""
         credentials = self._users.get(user, {})
         for mechanism in ("SCRAM-SHA-512", "SCRAM-SHA-256"):
-            if mechanism in credentials:
-                return credentials[mechanism].verifies(password)
+            credential = credentials.get(mechanism)
+            if credential is not None:
+                return credential.verifies(password)
         return False
 
 

@@ -1,5 +1,12 @@
-"""The transaction coordinator: every transactional id this broker serves (all of them: one broker), their producer
-ids and epochs, their transactions' partitions, groups and offsets, and the markers that end them.
+"""The transaction coordinator: every transactional id this broker serves, their producer ids and epochs, their
+transactions' partitions, groups and offsets, and the markers that end them.
+
+One broker serves every id, from one state log. In a cluster (kop/cluster/transactions.py) ids are spread over the
+shards of the transaction state log by Kafka's hash, each shard coordinated by the broker that owns it: its log is in
+PostgreSQL, and a broker taking a shard over replays it (finishing the transactions it finds in Prepare*), while the
+others answer NOT_COORDINATOR for its ids. Markers for partitions other brokers own go to their owner
+(WriteTxnMarkers, as Kafka's coordinator sends them), and a committed transaction's offsets to its group's
+coordinator (kop/cluster/transactions.py).
 
 Each transition is written to the state log (kop/transactions/state_log.py) before it is answered and installed, so
 a crash loses nothing that was acknowledged; while it is being written the id answers CONCURRENT_TRANSACTIONS. Once
@@ -17,7 +24,8 @@ its timeout is aborted with a bumped epoch, which fences its producer the same w
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from kop import clock
 from kop.config import BrokerConfig
@@ -35,6 +43,25 @@ log = logging.getLogger(__name__)
 MARKER_RETRY_S = 0.1  # between attempts to store a marker or an offset of a completing transaction
 COMPLETION_WAIT_S = 2.0  # how long EndTxn waits for the markers after the decision before it answers anyway
 Identity = tuple[ErrorCode, int, int]  # (error, producer id, epoch) answered to InitProducerId
+EVERY_ID = -1  # the one shard of a broker that serves every transactional id
+
+
+class OtherBrokers(Protocol):
+    """In a cluster: what the coordinator asks of the brokers that own what it does not (kop/cluster)."""
+
+    async def write_marker(self, tp: TopicPartition, producer_id: int, producer_epoch: int, commit: bool,
+                           coordinator_epoch: int) -> ErrorCode: ...
+
+    async def commit_offset(self, group_id: str, tp: TopicPartition, pending: PendingOffset,
+                            producer_id: int) -> ErrorCode: ...
+
+    async def offsets_aborted(self, group_id: str, producer_id: int) -> ErrorCode: ...
+
+    async def txn_offset_commit(self, transactional_id: str, group_id: str, producer_id: int, producer_epoch: int,
+                                offsets: dict[TopicPartition, PendingOffset]) -> dict[TopicPartition, ErrorCode]: ...
+
+    async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                     tp: TopicPartition) -> ErrorCode: ...
 
 
 def _now_ms() -> int:
@@ -57,33 +84,72 @@ class TransactionCoordinator:
         self.producer_ids = producer_ids
         self.states: dict[str, TxnMetadata] = {}
         self._by_producer: dict[int, str] = {}  # producer id -> transactional id
-        self._log: TxnStateLog | None = None
+        self._logs: dict[int, TxnStateLog] = {}  # shard -> its state log, for the shards this broker serves
         self._tasks: set[asyncio.Task] = set()
+        self._completing: dict[str, asyncio.Task] = {}  # transactional id -> the completion writing its markers
         self._new_ids_writing = 0  # InitProducerId of ids not in `states` yet, their first record in flight
         self._closing = False
+        self._clustered = False
+        self._shard_of: Callable[[str], int] = lambda transactional_id: EVERY_ID
+        self._serves: Callable[[str], ErrorCode | None] = lambda transactional_id: None
+        self._others: OtherBrokers | None = None
+        # As a group's coordinator: the offsets of transactions other brokers coordinate, handed on to them and not
+        # ended yet, (group, topic, partition) -> producer ids (OffsetFetch require_stable waits for them)
+        self._handed_on: dict[tuple[str, str, int], set[int]] = {}
 
     # ---- lifecycle
 
+    def join_cluster(self, shard_of: Callable[[str], int], serves: Callable[[str], ErrorCode | None],
+                     others: OtherBrokers) -> None:
+        """Serve only the ids of the shards kop/cluster/transactions.py adopts; serves(id): why this broker may not
+        serve the id now (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS), None when it may."""
+        self._clustered = True
+        self._shard_of, self._serves, self._others = shard_of, serves, others
+
     def start(self) -> None:
-        """Load the state log (topics must be loaded) and finish the transactions a crash left in Prepare*."""
-        self._log = TxnStateLog(self.config.data_dir, self.config.fsync)
-        self.states = self._log.load()
-        self._by_producer = {meta.producer_id: txn_id for txn_id, meta in self.states.items()}
-        for meta in self.states.values():
+        """Load the state log (topics must be loaded) and finish the transactions a crash left in Prepare*; in a
+        cluster the shards come and go with their ownership instead."""
+        if not self._clustered:
+            state_log = TxnStateLog.on_files(self.config.data_dir, self.config.fsync)
+            self.adopt_shard(EVERY_ID, state_log, state_log.load())
+        self._spawn(self._expiry_loop())
+
+    def adopt_shard(self, shard: int, state_log: TxnStateLog, states: dict[str, TxnMetadata]) -> None:
+        """Serve the ids of a shard from its replayed log, resuming the transactions it left in Prepare*."""
+        self._logs[shard] = state_log
+        for transactional_id, meta in states.items():
+            self.states[transactional_id] = meta
+            self._by_producer[meta.producer_id] = transactional_id
+        for meta in states.values():
             if meta.state.preparing:
                 log.info("transaction %s (producer %d epoch %d) resumes in %s", meta.transactional_id,
                          meta.producer_id, meta.producer_epoch, meta.state.name)
-                self._spawn(self._complete(meta))
-        self._spawn(self._expiry_loop())
-        log.info("transaction coordinator loaded %d transactional ids", len(self.states))
+                self._resume(meta)
+        log.info("transaction coordinator loaded %d transactional ids%s", len(states),
+                 "" if shard == EVERY_ID else f" of shard {shard}")
+
+    async def drop_shard(self, shard: int) -> None:
+        """Another broker coordinates the shard now: forget its ids and stop completing their transactions (the new
+        coordinator replays the log and completes them)."""
+        state_log = self._logs.pop(shard, None)
+        for transactional_id in [t for t in self.states if self._shard_of(t) == shard]:
+            task = self._completing.pop(transactional_id, None)
+            if task is not None:
+                task.cancel()
+            meta = self.states.pop(transactional_id)
+            if self._by_producer.get(meta.producer_id) == transactional_id:
+                del self._by_producer[meta.producer_id]
+        if state_log is not None:
+            await state_log.close()
 
     async def stop(self) -> None:
         self._closing = True
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._log is not None:
-            await self._log.close()
+        for state_log in list(self._logs.values()):
+            await state_log.close()
+        self._logs.clear()
 
     def _spawn(self, coroutine) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -91,17 +157,35 @@ class TransactionCoordinator:
         task.add_done_callback(self._tasks.discard)
         return task
 
+    def _resume(self, meta: TxnMetadata) -> asyncio.Task:
+        task = self._spawn(self._complete(meta))
+        transactional_id = meta.transactional_id
+        self._completing[transactional_id] = task
+        task.add_done_callback(lambda done: self._completing.pop(transactional_id, None)
+                               if self._completing.get(transactional_id) is done else None)
+        return task
+
+    def serves(self, transactional_id: str) -> ErrorCode | None:
+        """Why this broker may not coordinate the id now (None: it may)."""
+        return self._serves(transactional_id)
+
+    def _log_of(self, transactional_id: str) -> TxnStateLog | None:
+        return self._logs.get(self._shard_of(transactional_id))
+
     # ---- storing transitions
 
     async def _transition(self, current: TxnMetadata | None, new: TxnMetadata) -> ErrorCode:
         """Write `new` to the state log, then install it; `current` answers CONCURRENT_TRANSACTIONS meanwhile."""
+        state_log = self._log_of(new.transactional_id)
+        if state_log is None:  # its shard moved away meanwhile
+            return ErrorCode.NOT_COORDINATOR
         if current is not None:
             current.pending = True
         else:
             self._new_ids_writing += 1  # not in `states` yet: compaction must wait for it as for a pending one
         new.update_ms = _now_ms()
         try:
-            await self._log.append(new.to_record())
+            await state_log.append(new.to_record())
         except (ManagedLedgerError, OSError) as exc:
             log.error("transaction %s: state log write failed: %s", new.transactional_id, exc)
             return ErrorCode.NOT_COORDINATOR  # the client looks the coordinator up again and retries
@@ -110,6 +194,8 @@ class TransactionCoordinator:
                 current.pending = False
             else:
                 self._new_ids_writing -= 1
+        if self._log_of(new.transactional_id) is not state_log:  # stored, but the shard moved: its owner has it
+            return ErrorCode.NOT_COORDINATOR
         if current is not None and current.producer_id != new.producer_id:
             self._by_producer.pop(current.producer_id, None)
         self.states[new.transactional_id] = new
@@ -128,6 +214,9 @@ class TransactionCoordinator:
 
     async def init_producer_id(self, transactional_id: str, timeout_ms: int, producer_id: int,
                                producer_epoch: int) -> Identity:
+        not_here = self._serves(transactional_id)
+        if not_here is not None:
+            return not_here, -1, -1
         if not 0 < timeout_ms <= self.config.transaction_max_timeout_ms:
             return ErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1
         meta = self.states.get(transactional_id)
@@ -165,7 +254,8 @@ class TransactionCoordinator:
     # ---- adding partitions and groups
 
     def _check_producer(self, meta: TxnMetadata | None, producer_id: int, producer_epoch: int) -> ErrorCode | None:
-        """Kafka's order: the id must map to this producer, its epoch be current, no transition be in flight."""
+        """Kafka's order: this broker must coordinate the id, the id map to this producer, its epoch be current, no
+        transition be in flight."""
         if meta is None or meta.producer_id != producer_id:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
         if meta.producer_epoch != producer_epoch:
@@ -178,9 +268,9 @@ class TransactionCoordinator:
                              partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
         wanted = set(partitions)
         meta = self.states.get(transactional_id)
-        error = self._check_producer(meta, producer_id, producer_epoch)
+        error = self._serves(transactional_id) or self._check_producer(meta, producer_id, producer_epoch)
         if error is None:
-            unknown = {tp for tp in wanted if self.topics.partition(*tp) is None}
+            unknown = {tp for tp in wanted if not self._exists(*tp)}
             if unknown:
                 return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
                         else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in wanted}
@@ -188,8 +278,9 @@ class TransactionCoordinator:
                 error = ErrorCode.NONE
             else:
                 try:
-                    for tp in wanted:  # a no-op for a partition marked before
-                        await self.topics.partition(*tp).expect_transactions()
+                    for tp in wanted:  # a no-op for a partition marked before; another broker's marks its own
+                        if (partition := self.topics.partition(*tp)) is not None:
+                            await partition.expect_transactions()
                 except (ManagedLedgerError, OSError) as exc:
                     log.warning("transactional id %s: partitions not added: %s", transactional_id, exc)
                     return {tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in wanted}  # retriable
@@ -200,10 +291,17 @@ class TransactionCoordinator:
                 error = await self._transition(meta, self._ongoing(meta, partitions=meta.partitions | wanted))
         return {tp: error for tp in wanted}
 
+    def _exists(self, topic: str, index: int) -> bool:
+        """The partition exists (here, or on the broker that owns it)."""
+        if self.topics.partition(topic, index) is not None:
+            return True
+        known = self.topics.get(topic) if self._clustered else None
+        return known is not None and 0 <= index < known.count
+
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           group_id: str) -> ErrorCode:
         meta = self.states.get(transactional_id)
-        error = self._check_producer(meta, producer_id, producer_epoch)
+        error = self._serves(transactional_id) or self._check_producer(meta, producer_id, producer_epoch)
         if error is not None:
             return error
         if meta.state is TxnState.ONGOING and group_id in meta.groups:
@@ -220,8 +318,10 @@ class TransactionCoordinator:
                                 offsets: dict[TopicPartition, PendingOffset]) -> dict[TopicPartition, ErrorCode]:
         """Offsets a transaction commits for a group it added: the group's committed offsets once it commits."""
         meta = self.states.get(transactional_id)
-        error = None
-        if meta is None or meta.producer_id != producer_id:
+        error = self._serves(transactional_id)
+        if error is not None:
+            pass
+        elif meta is None or meta.producer_id != producer_id:
             error = ErrorCode.INVALID_PRODUCER_ID_MAPPING
         elif meta.producer_epoch != producer_epoch:
             error = ErrorCode.INVALID_PRODUCER_EPOCH
@@ -229,12 +329,20 @@ class TransactionCoordinator:
             error = ErrorCode.CONCURRENT_TRANSACTIONS
         elif meta.state is not TxnState.ONGOING or group_id not in meta.groups:
             error = ErrorCode.INVALID_TXN_STATE
+        if error == ErrorCode.NOT_COORDINATOR and self._others is not None and self.groups.check(group_id) is None:
+            # The group's coordinator, not the transaction's: the offsets go to the transaction's coordinator.
+            handed = await self._others.txn_offset_commit(transactional_id, group_id, producer_id, producer_epoch,
+                                                          offsets)
+            for (topic, partition), code in handed.items():
+                if code == ErrorCode.NONE:
+                    self._handed_on.setdefault((group_id, topic, partition), set()).add(producer_id)
+            return handed
         if error is not None:
             return {tp: error for tp in offsets}
         results: dict[TopicPartition, ErrorCode] = {}
         stored = dict(meta.pending_offsets)
         for tp, pending in offsets.items():
-            if self.topics.partition(*tp) is None:
+            if not self._exists(*tp):
                 results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif java_length(pending.metadata) > self.config.offset_metadata_max_bytes:
                 results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
@@ -250,12 +358,26 @@ class TransactionCoordinator:
     def has_pending_offset(self, group_id: str, topic: str, partition: int) -> bool:
         """An open transaction holds an offset for this group partition (OffsetFetch require_stable waits)."""
         key = (group_id, topic, partition)
-        return any(key in meta.pending_offsets for meta in self.states.values())
+        return key in self._handed_on or any(key in meta.pending_offsets for meta in self.states.values())
+
+    def transaction_ended(self, group_id: str, producer_id: int,
+                          partitions: Iterable[TopicPartition] | None = None) -> None:
+        """A transaction another broker coordinates, whose offsets for this group were handed on, has ended: its
+        offsets of these partitions are committed (None: it aborted, none will come)."""
+        wanted = None if partitions is None else {(group_id, *tp) for tp in partitions}
+        for key in [k for k, producers in self._handed_on.items() if k[0] == group_id and producer_id in producers
+                    and (wanted is None or k in wanted)]:
+            self._handed_on[key].discard(producer_id)
+            if not self._handed_on[key]:
+                del self._handed_on[key]
 
     # ---- ending
 
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                       commit: bool) -> ErrorCode:
+        not_here = self._serves(transactional_id)
+        if not_here is not None:
+            return not_here
         meta = self.states.get(transactional_id)
         if meta is None or meta.producer_id != producer_id:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
@@ -277,7 +399,7 @@ class TransactionCoordinator:
             prepared.pending_offsets = {}
         error = await self._transition(meta, prepared)
         if error == ErrorCode.NONE:
-            await asyncio.wait([self._spawn(self._complete(prepared))], timeout=COMPLETION_WAIT_S)
+            await asyncio.wait([self._resume(prepared)], timeout=COMPLETION_WAIT_S)
         return error
 
     async def _abort_fenced(self, meta: TxnMetadata) -> ErrorCode:
@@ -289,31 +411,57 @@ class TransactionCoordinator:
                                    last_producer_id=meta.producer_id, last_producer_epoch=meta.producer_epoch)
 
     async def _complete(self, meta: TxnMetadata) -> None:
-        """Write the markers and (on commit) the offsets of a prepared transaction, then record it complete."""
+        """Write the markers and (on commit) the offsets of a prepared transaction, then record it complete. Ends
+        when the shard moves (drop_shard cancels it; its new coordinator completes the transaction)."""
         commit = meta.state is TxnState.PREPARE_COMMIT
-        await asyncio.gather(*(self._write_marker(meta, tp, commit) for tp in sorted(meta.partitions)))
+        state_log = self._log_of(meta.transactional_id)
+        if state_log is None:
+            return
+        await asyncio.gather(*(self._write_marker(meta, tp, commit, state_log.coordinator_epoch)
+                               for tp in sorted(meta.partitions)))
         for (group_id, topic, partition), pending in sorted(meta.pending_offsets.items()):
             await self._commit_offset(meta, group_id, topic, partition, pending)
+        if not commit:
+            for group_id in sorted(meta.groups):
+                await self._end_offsets(meta, group_id)
         done = _copy(meta, state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT, partitions=set(),
                      groups=set(), pending_offsets={}, start_ms=-1)
         while await self._transition(meta, done) != ErrorCode.NONE:
+            if self._log_of(meta.transactional_id) is not state_log:
+                return
             await asyncio.sleep(MARKER_RETRY_S)
         log.debug("transaction %s of producer %d epoch %d %s (%d partitions)", meta.transactional_id,
                  meta.producer_id, meta.producer_epoch, "committed" if commit else "aborted", len(meta.partitions))
-        # Compaction must not drop a record in flight: it rewrites `states` and deletes every record before.
+        # Compaction must not drop a record in flight: it rewrites the shard's states and deletes every record
+        # before them.
         if not self._new_ids_writing and not any(m.pending for m in self.states.values()):
-            await self._log.compact_if_due(self.states)
+            shard = self._shard_of(meta.transactional_id)
+            await state_log.compact_if_due({t: m for t, m in self.states.items() if self._shard_of(t) == shard})
 
-    async def _write_marker(self, meta: TxnMetadata, tp: TopicPartition, commit: bool) -> None:
+    async def _write_marker(self, meta: TxnMetadata, tp: TopicPartition, commit: bool,
+                            coordinator_epoch: int) -> None:
         while not self._closing:
             partition = self.topics.partition(*tp)
-            if partition is None:
+            if partition is not None:
+                result = await partition.publish_control(meta.producer_id, meta.producer_epoch, commit,
+                                                         coordinator_epoch)
+                error, message = result.error, result.message
+            elif not self._exists(*tp):
                 return  # the topic was deleted: nothing left to mark
-            result = await partition.publish_control(meta.producer_id, meta.producer_epoch, commit)
-            if result.error == ErrorCode.NONE:
+            elif self._others is None:
+                error, message = ErrorCode.NOT_LEADER_OR_FOLLOWER, "not open here yet"
+            else:  # another broker's partition: its owner writes the marker
+                error = await self._others.write_marker(tp, meta.producer_id, meta.producer_epoch, commit,
+                                                        coordinator_epoch)
+                message = None
+            if error in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+                return
+            if error == ErrorCode.TRANSACTION_COORDINATOR_FENCED:  # a later coordinator of the shard marked it
+                log.warning("transaction %s: a later coordinator has written markers on %s-%d: this one stops",
+                            meta.transactional_id, *tp)
                 return
             log.warning("transaction %s: %s marker on %s-%d failed (%s), retrying", meta.transactional_id,
-                        "COMMIT" if commit else "ABORT", *tp, result.message or result.error.name)
+                        "COMMIT" if commit else "ABORT", *tp, message or error.name)
             await asyncio.sleep(MARKER_RETRY_S)
 
     async def _commit_offset(self, meta: TxnMetadata, group_id: str, topic: str, partition: int,
@@ -322,12 +470,27 @@ class TransactionCoordinator:
         TxnOffsetCommit (as Kafka orders them, by when each was written): a completion replayed after a crash, or
         one that ran while a plain commit or another transaction's landed, never moves an offset back."""
         while not self._closing:
-            error = await self.groups.commit(group_id, topic, partition, pending.offset, pending.leader_epoch,
-                                             pending.metadata, pending.commit_ms, keep_newer=pending.commit_ms >= 0)
+            if self._others is not None and self.groups.check(group_id) == ErrorCode.NOT_COORDINATOR:
+                error = await self._others.commit_offset(group_id, (topic, partition), pending, meta.producer_id)
+            else:
+                error = await self.groups.commit(group_id, topic, partition, pending.offset, pending.leader_epoch,
+                                                 pending.metadata, pending.commit_ms,
+                                                 keep_newer=pending.commit_ms >= 0)
             if error in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
                 return
             log.warning("transaction %s: offset of %s on %s-%d failed (%s), retrying", meta.transactional_id,
                         group_id, topic, partition, error.name)
+            await asyncio.sleep(MARKER_RETRY_S)
+
+    async def _end_offsets(self, meta: TxnMetadata, group_id: str) -> None:
+        """An aborted transaction's group coordinated elsewhere learns that its offsets will never come."""
+        while not self._closing and self._others is not None \
+                and self.groups.check(group_id) == ErrorCode.NOT_COORDINATOR:
+            error = await self._others.offsets_aborted(group_id, meta.producer_id)
+            if error == ErrorCode.NONE:
+                return
+            log.warning("transaction %s: the coordinator of group %s not told of the abort (%s), retrying",
+                        meta.transactional_id, group_id, error.name)
             await asyncio.sleep(MARKER_RETRY_S)
 
     # ---- the produce path
@@ -345,6 +508,27 @@ class TransactionCoordinator:
                 or (topic, partition) not in meta.partitions:
             return ErrorCode.INVALID_TXN_STATE
         return None
+
+    def judges(self, transactional_id: str | None) -> bool:
+        """Whether this broker judges a transactional batch itself (it coordinates the transactional id, or it is
+        the only broker, or the request names no id: then only a producer this broker coordinates may write it);
+        else its coordinator is asked (`verify_elsewhere`)."""
+        return not self._clustered or transactional_id is None or self._serves(transactional_id) is None
+
+    def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
+               partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        """A partition owner asks whether a transactional batch may be stored (KIP-890's verification)."""
+        error = self._serves(transactional_id)
+        if error is None and self._by_producer.get(producer_id) != transactional_id:
+            error = ErrorCode.INVALID_TXN_STATE
+        return {tp: error or self.check_produce(producer_id, producer_epoch, *tp) or ErrorCode.NONE
+                for tp in partitions}
+
+    async def verify_elsewhere(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                               tp: TopicPartition) -> ErrorCode:
+        if transactional_id is None or self._others is None:
+            return ErrorCode.INVALID_TXN_STATE
+        return await self._others.verify(transactional_id, producer_id, producer_epoch, tp)
 
     def in_open_transaction(self, producer_id: int) -> bool:
         """Whether this producer id has a transaction open: its batches must then be transactional (Kafka refuses a
@@ -385,9 +569,12 @@ class TransactionCoordinator:
         dead = _copy(meta, state=TxnState.DEAD)
         record = dead.to_record()
         record.deleted = True
+        state_log = self._log_of(meta.transactional_id)
+        if state_log is None:
+            return
         meta.pending = True
         try:
-            await self._log.append(record)
+            await state_log.append(record)
         except (ManagedLedgerError, OSError) as exc:
             log.error("transaction %s: could not expire: %s", meta.transactional_id, exc)
             return

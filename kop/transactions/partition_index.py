@@ -42,6 +42,16 @@ class PartitionTransactions:
         self.indexes = LedgerIndexes(ledger, cache if cache is not None else IndexCache(), log_name or ledger.name,
                                      self.rebuild_indexes)
         self.max_aborted_per_ledger = max_aborted_per_ledger
+        # producer id -> the highest coordinator epoch of its markers here: a marker from an earlier coordinator
+        # (one that lost its shard, its request late) is refused, as Kafka refuses it
+        self.coordinator_epochs: dict[int, int] = {}
+
+    def stale_coordinator(self, producer_id: int, coordinator_epoch: int) -> bool:
+        return coordinator_epoch < self.coordinator_epochs.get(producer_id, coordinator_epoch)
+
+    def on_coordinator(self, producer_id: int, coordinator_epoch: int) -> None:
+        if coordinator_epoch > self.coordinator_epochs.get(producer_id, -1):
+            self.coordinator_epochs[producer_id] = coordinator_epoch
 
     def on_data(self, producer_id: int, base_offset: int) -> None:
         """A transactional batch was appended at base_offset."""
@@ -88,8 +98,9 @@ class PartitionTransactions:
         ledger since are left out. Open transactions as "pid:first" joined by ","; each index not stored yet under
         its ledger's key (LedgerAborts.to_text)."""
         opened = ",".join(f"{pid}:{first}" for pid, first in self.open.items() if first < end_offset)
+        coordinators = ",".join(f"{pid}:{epoch}" for pid, epoch in self.coordinator_epochs.items())
         properties = {"txn.version": SNAPSHOT_VERSION, "txn.end": str(end_offset), "txn.open": opened,
-                      STORED_KEY: ",".join(map(str, self.indexes.stored_ids()))}
+                      "txn.coordinators": coordinators, STORED_KEY: ",".join(map(str, self.indexes.stored_ids()))}
         for ledger_id, aborts in self.indexes.in_memory().items():
             properties[f"{ABORTED_KEY}{ledger_id}"] = aborts.to_text()
         return properties
@@ -109,9 +120,11 @@ class PartitionTransactions:
             opened = {int(pid): int(first) for pid, first in
                       (item.split(":") for item in snapshot["txn.open"].split(",") if item)}
             end = int(snapshot["txn.end"])
+            coordinators = {int(pid): int(epoch) for pid, epoch in  # absent from snapshots of older kops
+                            (item.split(":") for item in snapshot.get("txn.coordinators", "").split(",") if item)}
         except (KeyError, ValueError, TypeError):
             return None  # damaged: the caller reads the whole log instead
-        self.open = opened
+        self.open, self.coordinator_epochs = opened, coordinators
         for ledger_id in sorted(aborted):
             self.indexes.adopt(ledger_id, aborted[ledger_id])
         return end
@@ -131,7 +144,7 @@ class PartitionTransactions:
         record), and store the indexes of the ledgers read (all closed now); returns how many entries were read.
         Call before the partition takes writes."""
         ledger = self._ledger
-        self.open = {}
+        self.open, self.coordinator_epochs = {}, {}
         self.indexes.reset(ledger.txn_indexed_ledgers())
         start = self.restore(snapshot) if snapshot else None
         if start is not None and start < ledger.start_index:
@@ -165,6 +178,7 @@ class PartitionTransactions:
                         marker = control_marker(next(iter_records(view)))
                         self.on_marker(header.producer_id, entry.position, header.base_offset, marker.commit,
                                        header.base_offset + 1)
+                        self.on_coordinator(header.producer_id, marker.coordinator_epoch)
                     else:
                         self.on_data(header.producer_id, header.base_offset)
                 read += 1

@@ -1,5 +1,7 @@
-"""The transaction state log: an internal managed ledger (`__transaction_state`, beside the topics' ledgers, never a
-topic clients see) whose entries are TransactionLogRecords, each a transactional id's whole state after a transition.
+"""The transaction state log: an internal managed ledger whose entries are TransactionLogRecords, each a
+transactional id's whole state after a transition. One broker on files keeps one (`__transaction_state`, beside the
+topics' ledgers, never a topic clients see); a cluster keeps one per shard in PostgreSQL (kop/cluster/transactions.py),
+opened by the shard's owner, whose opening fences out the previous owner's writes.
 Loading replays it and keeps the last record per id; a record is durable before the transition it records is
 answered. When the log holds many more records than ids, the live states are appended again and everything before
 them is deleted, so the log (and the replay at start-up) stays proportional to the ids, not to their history."""
@@ -8,7 +10,7 @@ import logging
 import os
 from concurrent.futures import Executor
 
-from kop.ledger import LedgerConfig, FileManagedLedger
+from kop.ledger import FileManagedLedger, LedgerConfig, ManagedLedger
 from kop.transactions.state import TxnMetadata
 from proto.kop_pb2 import TransactionLogRecord
 
@@ -20,11 +22,21 @@ COMPACT_MIN_RECORDS = 10_000  # compact once the log holds this many records and
 COMPACT_FACTOR = 4
 
 
+LEDGER_CONFIG = dict(max_ledger_bytes=64 << 20, max_entry_bytes=16 << 20)
+
+
 class TxnStateLog:
-    def __init__(self, data_dir: str, fsync: bool, executor: Executor | None = None) -> None:
-        config = LedgerConfig(max_ledger_bytes=64 << 20, max_entry_bytes=16 << 20, fsync=fsync)
-        self._ledger = FileManagedLedger.open(LEDGER_NAME, os.path.join(data_dir, "transactions"), config, executor)
+    def __init__(self, ledger: ManagedLedger, coordinator_epoch: int = 0) -> None:
+        """coordinator_epoch: the fencing epoch this broker opened the log with (0 on files), which its transaction
+        markers carry."""
+        self._ledger = ledger
+        self.coordinator_epoch = coordinator_epoch
         self._compacting = False
+
+    @classmethod
+    def on_files(cls, data_dir: str, fsync: bool, executor: Executor | None = None) -> "TxnStateLog":
+        config = LedgerConfig(**LEDGER_CONFIG, fsync=fsync)
+        return cls(FileManagedLedger.open(LEDGER_NAME, os.path.join(data_dir, "transactions"), config, executor))
 
     def load(self) -> dict[str, TxnMetadata]:
         ledger = self._ledger

@@ -56,10 +56,15 @@ def uniform_assignor(subscriptions: Mapping[str, frozenset[str]], partitions: Ma
         for member in members:
             quota[member] += partitions[topic] / len(members)
     free: list[tuple[str, int]] = []
+    # who holds each partition in the current target (a target gives a partition to one member at most)
+    owners = {(topic, index): member for member, per_topic in current.items() if member in load
+              for topic, indexes in per_topic.items() for index in indexes}
     for topic in sorted(subscribers):
+        subscribed = set(subscribers[topic])
         for index in range(partitions[topic]):
-            owner = next((m for m in subscribers[topic]
-                          if index in current.get(m, {}).get(topic, ()) and load[m] < -(-quota[m] // 1)), None)
+            owner = owners.get((topic, index))
+            if owner not in subscribed or load[owner] >= -(-quota[owner] // 1):
+                owner = None
             if owner is None:
                 free.append((topic, index))
             else:

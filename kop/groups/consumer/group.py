@@ -52,16 +52,16 @@ class ConsumerGroup:
     def held_by_other(self, member_id: str, tp: TopicPartition) -> bool:
         return any(m.holds(tp) for other, m in self.members.items() if other != member_id)
 
-    def _choose_assignor(self) -> str:
-        """The assignor most members ask for (the default when none asks)."""
+    def _choose_assignor(self, default: str) -> str:
+        """The assignor most members ask for (the broker's default when none asks)."""
         asked = [m.server_assignor for m in self.members.values() if m.server_assignor]
-        return max(sorted(set(asked)), key=asked.count) if asked else DEFAULT_ASSIGNOR
+        return max(sorted(set(asked)), key=asked.count) if asked else default
 
-    def bump(self, partition_counts: Mapping[str, int]) -> None:
+    def bump(self, partition_counts: Mapping[str, int], default_assignor: str = DEFAULT_ASSIGNOR) -> None:
         """Move to the next epoch and compute its target assignment."""
         self.epoch += 1
         self.partition_counts = dict(partition_counts)
-        self.assignor = self._choose_assignor()
+        self.assignor = self._choose_assignor(default_assignor)
         subscriptions = {mid: m.subscribed_topics for mid, m in self.members.items()}
         current: dict[str, dict[str, set[int]]] = {}
         for member_id, partitions in self.target.items():
@@ -75,6 +75,30 @@ class ConsumerGroup:
     def reconcile(self, member: ConsumerMember) -> None:
         member.reconcile(self.target.get(member.member_id, frozenset()), self.assignment_epoch,
                          lambda tp: self.held_by_other(member.member_id, tp))
+
+    # ---- members of the classic protocol (Kafka's online migration)
+
+    def classic_members(self) -> list[ConsumerMember]:
+        return [m for m in self.members.values() if m.classic is not None]
+
+    def supports_classic_protocols(self, protocol_type: str, names: frozenset[str]) -> bool:
+        """A classic member may join with protocol type "consumer" and a protocol every classic member supports."""
+        if protocol_type != CONSUMER_PROTOCOL_TYPE or not names:
+            return False
+        return any(all(name in m.classic.names() for m in self.classic_members()) for name in names)
+
+    def all_classic_except(self, member_id: str) -> bool:
+        """Whether every member but this one (a consumer-protocol member) uses the classic protocol."""
+        member = self.members.get(member_id)
+        return member is not None and member.classic is None \
+            and all(m.classic is not None for mid, m in self.members.items() if mid != member_id)
+
+    def waiting_on_unreleased(self, member: ConsumerMember) -> bool:
+        """Whether a member still waits for target partitions that another member holds."""
+        if member.state is not MemberState.UNRELEASED_PARTITIONS:
+            return False
+        return any(self.held_by_other(member.member_id, tp)
+                   for tp in self.target.get(member.member_id, frozenset()) - member.assigned)
 
     def remove(self, member_id: str) -> ConsumerMember | None:
         member = self.members.pop(member_id, None)

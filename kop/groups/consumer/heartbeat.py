@@ -5,10 +5,14 @@ ids are consumer-protocol groups (a group id is one kind or the other).
 Errors as Kafka answers them:
 - a heartbeat with an epoch newer than the member's, or older and not its previous epoch with partitions it still
   owns (a lost response), is FENCED_MEMBER_EPOCH: the client gives up its partitions and rejoins with epoch 0;
-- an unknown member id with any epoch but 0 is UNKNOWN_MEMBER_ID (so is every member after a broker restart: kop
-  keeps membership in memory, clients rejoin and their committed offsets are where they were);
+- an unknown member id with any epoch but 0 is UNKNOWN_MEMBER_ID;
 - a static member joining with an instance id another live member holds is UNRELEASED_INSTANCE_ID; a heartbeat
   whose instance id names another member is FENCED_INSTANCE_ID.
+
+Every change to a group is reported to on_change (the coordinator stores the group before the member hears of it,
+so a restarted broker restores the members where they were), and a member fenced out (left, timed out) goes through
+on_fenced first, which may turn the group back into a classic group (the online downgrade of
+kop.groups.consumer.migration).
 """
 import logging
 import re
@@ -57,7 +61,7 @@ class HeartbeatError(Exception):
         self.error = error
 
 
-def _validate(hb: Heartbeat) -> None:
+def _validate(hb: Heartbeat, assignors: tuple[str, ...]) -> None:
     """INVALID_REQUEST for what no client sends (Kafka checks the same)."""
     def invalid(message: str) -> HeartbeatError:
         return HeartbeatError(ErrorCode.INVALID_REQUEST, message)
@@ -74,9 +78,10 @@ def _validate(hb: Heartbeat) -> None:
             raise invalid("TopicPartitions must be empty when (re-)joining.")
         if hb.subscribed_names is None and hb.subscribed_regex is None:
             raise invalid("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
-    if hb.server_assignor is not None and hb.server_assignor not in ASSIGNORS:
+    if hb.server_assignor is not None and hb.server_assignor not in assignors:
         raise HeartbeatError(ErrorCode.UNSUPPORTED_ASSIGNOR,
-                             f"assignor {hb.server_assignor!r} is not one of {', '.join(sorted(ASSIGNORS))}")
+                             f"ServerAssignor {hb.server_assignor} is not supported. Supported assignors: "
+                             f"{', '.join(assignors)}.")
     if hb.subscribed_regex:
         try:
             re.compile(hb.subscribed_regex)
@@ -85,20 +90,43 @@ def _validate(hb: Heartbeat) -> None:
                                  f"SubscribedTopicRegex {hb.subscribed_regex!r} is not valid: {exc}") from None
 
 
+def _fingerprint(group: ConsumerGroup, member: ConsumerMember) -> tuple:
+    """What a heartbeat may change that is stored: the group's epochs and members, and this member."""
+    return (group.epoch, group.assignment_epoch, group.assignor, tuple(group.members), member.epoch,
+            member.previous_epoch, member.state, member.assigned, member.revoking, member.owned,
+            member.subscribed_names, member.subscribed_regex, member.server_assignor, member.rack_id,
+            member.rebalance_timeout_ms, member.instance_id)
+
+
+def _nothing(*args) -> None:
+    return None
+
+
 class ConsumerGroups:
     """partition_counts(topics) -> {topic: partitions} for those of `topics` that exist; topic_names() -> every topic
-    a regex may match."""
+    a regex may match; assignors: the server-side assignors members may ask for, the first the default;
+    on_change(group): the group changed; on_fenced(group, member id, why) -> True if it took the group over instead of
+    the member being removed."""
 
     def __init__(self, session_timeout_ms: int, heartbeat_interval_ms: int, max_size: int,
                  partition_counts: Callable[[frozenset[str]], dict[str, int]],
-                 topic_names: Callable[[], list[str]]) -> None:
+                 topic_names: Callable[[], list[str]], assignors: tuple[str, ...] = tuple(ASSIGNORS),
+                 on_change: Callable[[ConsumerGroup], None] = _nothing,
+                 on_fenced: Callable[[ConsumerGroup, str, str], bool] = _nothing) -> None:
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.max_size = max_size
+        self.assignors = assignors
         self._partition_counts = partition_counts
         self._topic_names = topic_names
+        self.on_change = on_change
+        self.on_fenced = on_fenced
         self.groups: dict[str, ConsumerGroup] = {}
         self.timers = Timers()
+
+    @property
+    def default_assignor(self) -> str:
+        return self.assignors[0]
 
     def close(self) -> None:
         self.timers.cancel_all()
@@ -108,7 +136,7 @@ class ConsumerGroups:
     def heartbeat(self, hb: Heartbeat, describable: Callable[[str], bool]) -> HeartbeatResult:
         """describable(topic): may this member's principal see the topic (a regex matches only those)."""
         try:
-            _validate(hb)
+            _validate(hb, self.assignors)
             if hb.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
                 return self._leave(hb)
             group = self.groups.get(hb.group_id)
@@ -116,23 +144,40 @@ class ConsumerGroups:
                 if hb.member_epoch != JOIN_EPOCH:
                     raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"member {hb.member_id} is not in the group")
                 group = self.groups[hb.group_id] = ConsumerGroup(hb.group_id)
+            before = (group.epoch, group.assignment_epoch, group.assignor, tuple(group.members))
             member, changed = self._member(group, hb) if hb.member_epoch == JOIN_EPOCH \
                 else (self._known_member(group, hb), False)
         except HeartbeatError as exc:
             return HeartbeatResult(exc.error, str(exc), hb.member_id or None, hb.member_epoch)
+        before += _fingerprint(group, member)[4:]
         changed |= self._update(member, hb, describable)
-        counts = self._partition_counts(group.subscribed_topics())
-        if changed or counts != group.partition_counts:
-            group.bump(counts)
-            log.info("consumer group %s moves to epoch %d (%d members, assignor %s)", group.group_id, group.epoch,
-                     len(group.members), group.assignor)
+        self.rebalance_if(group, changed)
         group.reconcile(member)
         self._arm_timers(group, member)
+        if _fingerprint(group, member) != before:
+            self.on_change(group)
         sent = (member.epoch, member.assigned)
         full = hb.member_epoch == JOIN_EPOCH or hb.member_epoch != member.epoch
         assignment = member.assigned if full or member.last_sent != sent else None
         member.last_sent = sent
         return HeartbeatResult(ErrorCode.NONE, None, member.member_id, member.epoch, assignment)
+
+    def refusal(self, hb: Heartbeat) -> HeartbeatResult | None:
+        """The answer to a heartbeat no group could accept (checked before anything changes), or None."""
+        try:
+            _validate(hb, self.assignors)
+        except HeartbeatError as exc:
+            return HeartbeatResult(exc.error, str(exc), hb.member_id or None, hb.member_epoch)
+        return None
+
+    def rebalance_if(self, group: ConsumerGroup, changed: bool) -> None:
+        """Move the group to its next epoch if what its assignment depends on changed: a member's subscription
+        (changed), or the partitions of the topics it subscribes to."""
+        counts = self._partition_counts(group.subscribed_topics())
+        if changed or counts != group.partition_counts:
+            group.bump(counts, self.default_assignor)
+            log.info("consumer group %s moves to epoch %d (%d members, assignor %s)", group.group_id, group.epoch,
+                     len(group.members), group.assignor)
 
     def _member(self, group: ConsumerGroup, hb: Heartbeat) -> tuple[ConsumerMember, bool]:
         """The member joining (epoch 0): new, a static member coming back, or a member rejoining after a fence.
@@ -141,7 +186,7 @@ class ConsumerGroups:
             held_by = group.static_members.get(hb.instance_id)
             if held_by is not None and held_by != hb.member_id:
                 previous = group.members[held_by]
-                if previous.epoch != STATIC_LEAVE_EPOCH:
+                if previous.epoch != STATIC_LEAVE_EPOCH and previous.classic is None:
                     raise HeartbeatError(ErrorCode.UNRELEASED_INSTANCE_ID,
                                          f"instance {hb.instance_id} is held by member {held_by}")
                 return self._replace_static(group, previous, hb), False
@@ -158,21 +203,30 @@ class ConsumerGroups:
         return member, True
 
     def _replace_static(self, group: ConsumerGroup, previous: ConsumerMember, hb: Heartbeat) -> ConsumerMember:
-        """A static member back after leaving with epoch -2 takes over its partitions and target under its new
-        member id, without a rebalance."""
+        """A static member back after leaving with epoch -2 (or replacing a classic member with its instance id)
+        takes over its partitions and target under its new member id, without a rebalance."""
+        member = self.replace_static(group, previous, hb.member_id or str(uuid.uuid4()), hb.client_id,
+                                     hb.client_host)
+        log.info("consumer group %s: static member %s is back as %s", group.group_id, hb.instance_id,
+                 member.member_id)
+        return member
+
+    def replace_static(self, group: ConsumerGroup, previous: ConsumerMember, member_id: str, client_id: str,
+                       client_host: str) -> ConsumerMember:
+        """The member that now holds previous's instance id: its subscription, partitions and target, epoch 0."""
         target = group.target.get(previous.member_id, frozenset())
         group.remove(previous.member_id)
         self.timers.cancel_where(lambda key: key[1:] == (group.group_id, previous.member_id))
-        member = ConsumerMember(hb.member_id or str(uuid.uuid4()), hb.instance_id, hb.client_id, hb.client_host,
+        member = ConsumerMember(member_id, previous.instance_id, client_id, client_host,
+                                rack_id=previous.rack_id, rebalance_timeout_ms=previous.rebalance_timeout_ms,
                                 subscribed_names=previous.subscribed_names,
                                 subscribed_regex=previous.subscribed_regex,
                                 server_assignor=previous.server_assignor, assigned=previous.assigned,
-                                previous_epoch=previous.previous_epoch, epoch=JOIN_EPOCH)
+                                owned=previous.assigned, regex_topics=previous.regex_topics,
+                                previous_epoch=JOIN_EPOCH, epoch=JOIN_EPOCH, classic=previous.classic)
         group.members[member.member_id] = member
-        group.static_members[hb.instance_id] = member.member_id
+        group.static_members[member.instance_id] = member.member_id
         group.target[member.member_id] = target
-        log.info("consumer group %s: static member %s is back as %s", group.group_id, hb.instance_id,
-                 member.member_id)
         return member
 
     def _known_member(self, group: ConsumerGroup, hb: Heartbeat) -> ConsumerMember:
@@ -195,6 +249,8 @@ class ConsumerGroups:
     def _update(self, member: ConsumerMember, hb: Heartbeat, describable: Callable[[str], bool]) -> bool:
         """Take what the heartbeat changed; True if the assignment depends on it."""
         before = (member.subscribed_topics, member.server_assignor)
+        member.classic = None  # a member that heartbeats speaks the consumer protocol (a static one may replace a
+        # classic member of its instance id)
         if hb.subscribed_names is not None:
             member.subscribed_names = frozenset(hb.subscribed_names)
         if hb.subscribed_regex is not None:
@@ -225,32 +281,52 @@ class ConsumerGroups:
         if hb.member_epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
             # Its partitions wait for it (nobody else gets them) until its session times out.
             member.epoch = STATIC_LEAVE_EPOCH
+            member.revoking = frozenset()
             self.timers.cancel(("revoke", group.group_id, member.member_id))
             log.info("consumer group %s: static member %s left for now", group.group_id, member.instance_id)
+            self.on_change(group)
         else:
-            self.remove_member(group, member.member_id, "left")
+            self.fence(group, member.member_id, "it left")
         return HeartbeatResult(ErrorCode.NONE, None, hb.member_id, hb.member_epoch)
 
     def _arm_timers(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         key = (group.group_id, member.member_id)
-        self.timers.arm(("session",) + key, self.session_timeout_ms, self._expire, "session", *key)
+        self.timers.arm(("session",) + key, self.session_timeout_ms, self.expire, "session", *key)
         if member.state is MemberState.UNREVOKED_PARTITIONS:
             if not self.timers.armed(("revoke",) + key):
-                self.timers.arm(("revoke",) + key, member.rebalance_timeout_ms, self._expire, "revoke", *key)
+                self.timers.arm(("revoke",) + key, member.rebalance_timeout_ms, self.expire, "revoke", *key)
         else:
             self.timers.cancel(("revoke",) + key)
 
-    def _expire(self, why: str, group_id: str, member_id: str) -> None:
+    def arm_restored(self, group: ConsumerGroup) -> None:
+        """A group loaded from storage: each member has a session from now, as after a heartbeat."""
+        for member in group.members.values():
+            if member.classic is not None:
+                key = ("session", group.group_id, member.member_id)
+                self.timers.arm(key, member.classic.session_timeout_ms, self.expire, *key)
+            else:
+                self._arm_timers(group, member)
+
+    EXPIRED = {"session": "its session timed out",
+               "revoke": "it did not revoke partitions within its rebalance timeout",
+               "join": "it did not rejoin within its rebalance timeout",
+               "sync": "it did not send SyncGroup within its rebalance timeout"}
+
+    def expire(self, why: str, group_id: str, member_id: str) -> None:
         group = self.groups.get(group_id)
         if group is not None and member_id in group.members:
-            self.remove_member(group, member_id, "its session timed out" if why == "session"
-                               else "it did not revoke partitions within its rebalance timeout")
+            self.fence(group, member_id, self.EXPIRED[why])
 
-    def remove_member(self, group: ConsumerGroup, member_id: str, why: str) -> None:
-        group.remove(member_id)
+    def fence(self, group: ConsumerGroup, member_id: str, why: str) -> None:
+        """The member is out of the group (Kafka's fencing): unless on_fenced turns the group into a classic one,
+        it is removed and the group moves to its next epoch without it."""
         self.timers.cancel_where(lambda key: key[1:] == (group.group_id, member_id))
-        group.bump(self._partition_counts(group.subscribed_topics()))
+        if self.on_fenced(group, member_id, why):
+            return
+        group.remove(member_id)
+        self.rebalance_if(group, True)
         log.info("consumer group %s: member %s removed (%s); epoch %d", group.group_id, member_id, why, group.epoch)
+        self.on_change(group)
 
     def forget(self, group_id: str) -> None:
         group = self.groups.pop(group_id, None)

@@ -5,6 +5,10 @@ from it. First it is told its kept partitions and keeps its epoch (UNREVOKED_PAR
 that it no longer owns the revoked ones. Then it takes the target epoch with every target partition that no other
 member still holds (assigned, or being revoked); the rest it gets on a later heartbeat, once their previous owner
 has let them go (UNRELEASED_PARTITIONS). So a partition never has two owners.
+
+A member of the classic protocol (a classic consumer in a consumer group, Kafka's online migration) reconciles only
+when it joins: its JoinGroup tells what it still owns (an eager consumer gave up everything before it rejoined, a
+cooperative one lists what it kept), so it is asked to revoke only partitions it really still holds.
 """
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +20,22 @@ Partitions = frozenset[TopicPartition]
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2  # a static member that will come back: its partitions wait for it
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicProtocols:
+    """What a member of the classic protocol joined with: its session timeout and its (name, subscription)
+    protocols in its order of preference."""
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+    @property
+    def protocol_name(self) -> str:
+        """The protocol it is answered with (Kafka's: its first)."""
+        return self.protocols[0][0]
+
+    def names(self) -> frozenset[str]:
+        return frozenset(name for name, _ in self.protocols)
 
 
 class MemberState(Enum):
@@ -43,6 +63,11 @@ class ConsumerMember:
     owned: Partitions = frozenset()  # what the member last reported it owns
     regex_topics: frozenset[str] = frozenset()  # what its regex matched at its last heartbeat
     last_sent: tuple[int, Partitions] | None = None  # the epoch and assignment last answered
+    classic: ClassicProtocols | None = None  # set for a member of the classic protocol
+
+    @property
+    def uses_classic(self) -> bool:
+        return self.classic is not None
 
     @property
     def subscribed_topics(self) -> frozenset[str]:
@@ -67,7 +92,7 @@ class ConsumerMember:
             return
         kept = self.assigned & target
         revoked = self.assigned - target
-        if revoked:
+        if revoked and (self.classic is None or self.owned & revoked):
             self.assigned, self.revoking = kept, revoked
             self.state = MemberState.UNREVOKED_PARTITIONS
             return

@@ -17,6 +17,7 @@ import errno
 import logging
 import time
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kop import clock
@@ -157,7 +158,8 @@ class PgManagedLedger(LedgerBase):
 
     # ---- writing
 
-    def add_entry(self, first_index: int, span: int, metadata: bytes, data: bytes | memoryview) -> asyncio.Future:
+    def add_entry(self, first_index: int, span: int, metadata: bytes, data: bytes | memoryview,
+                  then: Callable[[asyncio.Future], None] | None = None) -> asyncio.Future:
         if self._closed:
             raise LedgerClosedError(self.name)
         if self._fenced is not None:
@@ -180,6 +182,8 @@ class PgManagedLedger(LedgerBase):
         self._last_append_ms = now_ms
         future = asyncio.get_running_loop().create_future()
         self._appends.add(_PendingAdd(future, ledger, raw, payload))
+        if then is not None:
+            future.add_done_callback(then)
         return future
 
     async def _commit(self, adds: list[_PendingAdd]) -> None:

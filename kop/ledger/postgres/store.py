@@ -261,11 +261,17 @@ class PgStore:
         async with self.pool.acquire() as conn:
             return {r[0]: r[1] for r in await conn.fetch("SELECT key, value FROM kop_record WHERE kind = $1", kind)}
 
-    async def put_record(self, kind: str, key: str, value: bytes) -> None:
-        async with self.pool.acquire() as conn:
+    async def put_record(self, kind: str, key: str, value: bytes, fence: tuple[str, int] | None = None) -> None:
+        """fence: (managed ledger name, epoch) checked in the same transaction, as a write of that ledger would be
+        (LedgerFencedOut): a coordinator's records are written only while it holds its shard."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            if fence is not None:
+                await self._check_owner(conn, *fence)
             await conn.execute("INSERT INTO kop_record VALUES ($1, $2, $3) ON CONFLICT (kind, key) "
                                "DO UPDATE SET value = excluded.value", kind, key, value)
 
-    async def delete_record(self, kind: str, key: str) -> None:
-        async with self.pool.acquire() as conn:
+    async def delete_record(self, kind: str, key: str, fence: tuple[str, int] | None = None) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            if fence is not None:
+                await self._check_owner(conn, *fence)
             await conn.execute("DELETE FROM kop_record WHERE kind = $1 AND key = $2", kind, key)
