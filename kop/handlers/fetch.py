@@ -85,9 +85,9 @@ def _topic_name(ctx: RequestContext, key: TopicKey) -> str | None:
 def _collect(ctx: RequestContext, request: FetchRequest, plan: FetchPlan) -> Collected:
     """Read what is available now. read_committed reads stop at the last stable offset and list the aborted
     transactions among the batches returned (the consumer drops their batches; _list_aborted fills them in);
-    control batches go to every consumer, which skips them, as from Kafka. An incremental fetch's partitions are the session's, which remember
-    what they were told: one at its end whose watermarks have not moved is UNCHANGED, and is neither read nor
-    answered."""
+    control batches go to every consumer, which skips them, as from Kafka. An incremental fetch's partitions are the
+    session's, which remember what they were told: one at its end whose watermarks have not moved is UNCHANGED, and
+    is neither read nor answered."""
     PartitionData = FetchResponse[ctx.version].FetchableTopicResponse.PartitionData
     read_committed = request.isolation_level == READ_COMMITTED
     incremental = plan.kind == "incremental"
