@@ -355,3 +355,17 @@ async def test_a_damaged_stored_index_is_rebuilt_from_the_log_when_a_fetch_reads
         [t for t in identities(aborted) if partition.ledger.position_of_index(t[2]).ledger_id == stored[2]]
     assert partition.ledger.txn_indexed_ledgers() == stored and partition.transactions.indexes.in_memory() == {}
     await partition.close()
+
+
+async def test_a_stored_index_removed_while_the_partition_runs_is_rebuilt_when_a_fetch_reads_it(tmp_path):
+    aborted, answers, stored = await write_and_close(tmp_path)
+    partition = open_partition(tmp_path, IndexCache(max_bytes=0))  # every lookup reads the stored indexes
+    assert await partition.load_transactions() == 0
+    removed = tmp_path / f"{stored[3]}.txnindex"
+    removed.unlink()
+    assert stored[3] in partition.ledger.txn_indexed_ledgers()  # control: the engine still holds it
+    assert await lookups(partition) == answers
+    await partition.transactions.indexes.wait_writes()
+    assert removed.exists() and partition.transactions.indexes.in_memory() == {}  # rebuilt and stored again
+    assert identities(await partition.transactions.indexes.listed()) == identities(aborted)
+    await partition.close()

@@ -5,8 +5,8 @@ memory. A lookup reads the stored indexes it needs through the broker's index ca
 shows they hold nothing for it; retention deletes an index with its ledger.
 
 A stored index whose write fails stays in memory and in the snapshots, and is written again later (at most every
-RETRY_SECONDS). One found damaged when read (its CRC fails) is rebuilt from the log, then kept in memory and written
-again the same way."""
+RETRY_SECONDS). One found damaged or missing when read is rebuilt from the log, then kept in memory and written again
+the same way."""
 import asyncio
 import logging
 import time
@@ -173,9 +173,11 @@ class LedgerIndexes:
 
     async def _read_stored(self, ledger_id: int) -> LedgerAborts:
         data = await self._ledger.read_txn_index(ledger_id)
-        if data is None:  # deleted with its ledger since the lookup began
-            return LedgerAborts()
+        if data is None and ledger_id not in self._ledger.txn_indexed_ledgers():
+            return LedgerAborts()  # deleted with its ledger since the lookup began
         try:
+            if data is None:  # the engine holds it, but it is not there (a file removed by hand)
+                raise DamagedIndex("missing")
             aborts = LedgerAborts.decode(data)
         except DamagedIndex as exc:
             log.warning("%s: aborted-transaction index of ledger %d is damaged (%s); rebuilding it from the log",
