@@ -37,3 +37,10 @@ class Table:
         out = [f"| {' | '.join(self.columns)} |", f"|{align}|"]
         out += [f"| {' | '.join(r)} |" for r in self.rows]
         return "\n".join(out)
+
+
+def print_tables(tables: list[Table], markdown: bool) -> None:
+    """A benchmark's tables on stdout, as text or as Markdown for BENCHMARKS.md, a blank line after each."""
+    for t in tables:
+        print(t.markdown() if markdown else t.text())
+        print()

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from bench import machine
 from bench.produce import ProduceSpec, run_interleaved, table
-from bench.report import Table, fmt
+from bench.report import Table, fmt, print_tables
 from bench.stats import median, paired_ratios
 
 HEADERS = ("none", "plain", "sequence")
@@ -66,9 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     tables = (run_against(args.records, args.rounds, sizes, args.against) if args.against
               else run(args.records, args.rounds, sizes))
-    for t in tables:
-        print(t.markdown() if args.markdown else t.text())
-        print()
+    print_tables(tables, args.markdown)
     return 0
 
 

@@ -219,3 +219,13 @@ def test_the_quick_comparison_runs_the_older_commit_from_its_own_tree():
             assert glob.glob(os.path.join(tree, "protocol", "_accel*.so"))
         result = quick.measure(tree, ProduceSpec(200, 100, 4, idempotence=True))
         assert result.delivered == 200 and result.failed == 0
+
+
+def test_txn_index_benchmark_measures_both_probes_on_what_it_wrote():
+    from bench import txn_index
+    state = asyncio.run(txn_index.probe(300))  # every lookup lists something; all 300 aborts found again
+    assert state["count"] == 300 and state["state_bytes"] > 0 and state["snapshot_end_bytes"] > 0
+    consumed = txn_index.consume_probe(200, rounds=1)  # read_committed gets the 200 committed records of 400
+    assert [(r["isolation"], r["records"]) for r in consumed["reads"]] == [("read_uncommitted", 400),
+                                                                           ("read_committed", 200)]
+    assert "now" in txn_index.consume_table([consumed], {consumed["tree"]: "now"}).text()

@@ -16,7 +16,7 @@ from bench import machine
 from bench.brokers import RDKAFKA_LOG, create_topic, running_broker
 from bench.procstat import cpu_seconds
 from bench.produce import payloads, PAYLOAD_POOL
-from bench.report import Table, fmt
+from bench.report import Table, fmt, print_tables
 from bench.stats import interleaved_order, median, paired_ratios, percentile
 
 TOPIC = "bench-txn"
@@ -208,9 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.transaction_sizes.split(",")]
     tables = [produce_table(run_produce(args.records, args.size, sizes, args.rounds), args.size),
               consume_table(run_consume(args.records, args.size, args.rounds), args.size)]
-    for t in tables:
-        print(t.markdown() if args.markdown else t.text())
-        print()
+    print_tables(tables, args.markdown)
     return 0
 
 

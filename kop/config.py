@@ -312,6 +312,15 @@ class BrokerConfig:
         10_000, Range(1, INT32_MAX), doc="How often transactions open past their timeout are aborted.")
     transactional_id_expiration_ms: int = setting(7 * 24 * 3600 * 1000, Range(1, INT32_MAX),
                                                   doc="Forget a transactional id not used for this long.")
+    # the aborted-transaction index kept with each ledger (kop's own)
+    transaction_index_max_aborted_per_ledger: int = setting(
+        10_000, SIZE, doc="A ledger rolls once it holds this many transactions' ABORT markers: a ledger's "
+                          "aborted-transaction index stays in memory, and in each transaction snapshot, until it "
+                          "closes.")
+    transaction_index_cache_bytes: int = setting(
+        16 << 20, Range(0), doc="Memory for the aborted-transaction indexes of closed ledgers read back for "
+                                "read_committed fetches, shared by all partitions (least recently used first out; 32 "
+                                "bytes a transaction).")
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -23,7 +23,10 @@ from kop.dedup_storage import LedgerDedupStorage
 from kop.sequence_filter import Answer, SequenceFilter, Store
 from kop.producer_ids import SharedProducerIds
 from kop.ledger import Entry, LedgerClosedError, LedgerWriteError, ManagedLedger, ManagedLedgerError, Position
-from kop.transactions.partition_index import IndexSnapshots, PartitionTransactions
+from kop.transactions.aborted_index import Listed
+from kop.transactions.index_cache import IndexCache
+from kop.transactions.index_snapshots import IndexSnapshots
+from kop.transactions.partition_index import DEFAULT_MAX_ABORTED_PER_LEDGER, PartitionTransactions
 from protocol.errors import ErrorCode
 from protocol.records import (BatchHeader, RecordBatchError, WalkedRecords, assign_offsets, build_control_batch,
                               build_marker_batch, clear_transactional, keep_records, set_log_append_time,
@@ -98,7 +101,9 @@ REPLICATOR_CURSOR_PREFIX = "pulsar.repl."  # a replicator's cursor: pulsar.repl.
 
 class PartitionLog:
     def __init__(self, topic: str, partition: int, ledger: ManagedLedger, dedup_config: DedupConfig,
-                 system_topic: bool = False) -> None:
+                 system_topic: bool = False, index_cache: IndexCache | None = None,
+                 max_aborted_per_ledger: int = DEFAULT_MAX_ABORTED_PER_LEDGER) -> None:
+        """index_cache: the broker's cache of stored aborted-transaction indexes (one of its own by default)."""
         self.topic = topic
         self.partition = partition
         self.name = f"{topic}-{partition}"
@@ -113,8 +118,9 @@ class PartitionLog:
         self.bytes_in = 0  # bytes of batches stored (durable)
         self.bytes_out = 0  # bytes of batches served to fetches
         self.dedup_decisions = DedupDecisions()
-        self.transactions = PartitionTransactions()
+        self.transactions = PartitionTransactions(ledger, index_cache, max_aborted_per_ledger, self.name)
         self.transaction_snapshots = IndexSnapshots(self.transactions, self.name)
+        self._writes_in_flight = 0  # handed to the ledger, not yet stored or failed
         # Markers handed to the ledger per producer id: a transactional batch that waited for earlier writes is
         # stored only if none came meanwhile.
         self._markers_handed: dict[int, int] = {}
@@ -158,20 +164,30 @@ class PartitionLog:
     async def expect_transactions(self) -> None:
         """Record, durably and before a transaction's first batch can be written here, that this partition may hold
         transactional batches: only such partitions read their stored batches at load to rebuild their open
-        transactions and aborted index (a cursor of its own, which holds nothing back)."""
+        transactions and aborted indexes. A cursor of its own, holding the (empty) state's snapshot at the last
+        entry: a load reads from there on."""
         if not self.may_hold_transactions:
             cursor = self.ledger.open_cursor(TRANSACTIONS_CURSOR)
-            await cursor.mark_delete(cursor.mark_delete_position)
+            await cursor.mark_delete(cursor.mark_delete_position,
+                                     string_properties=self.transactions.snapshot(self.high_watermark))
             self.transaction_snapshots.enable(cursor)
 
-    def load_transactions(self) -> int:
-        """Rebuild the open transactions and the aborted index (before any write), for a partition a transaction
-        ever added: from the last snapshot and the stored batches after it; returns how many entries were read."""
+    async def load_transactions(self) -> int:
+        """Rebuild the open transactions and the aborted indexes (before any write), for a partition a transaction
+        ever added: from the last snapshot and the stored batches after it, storing the indexes of the ledgers they
+        are in; returns how many entries were read."""
         if not self.may_hold_transactions:
             return 0
         cursor = self.ledger.cursors[TRANSACTIONS_CURSOR]
-        self.transaction_snapshots.enable(cursor)
-        return self.transactions.rebuild(self.ledger, cursor.string_properties)
+        read = await self.transactions.load(cursor.string_properties)
+        self.transaction_snapshots.enable(cursor, (self.ledger.last_confirmed, self.high_watermark), read)
+        return read
+
+    async def aborted_transactions(self, first: Entry, fetch_offset: int, upper: int) -> list[Listed]:
+        """The aborted transactions, as (producer id, first offset), a read_committed fetch at fetch_offset lists
+        when it returns the entries from `first` (the one holding fetch_offset) up to offset `upper` (the consumer
+        drops their batches). Raises ManagedLedgerError or OSError when a stored index cannot be read."""
+        return await self.transactions.aborted_between(first.position.ledger_id, fetch_offset, upper)
 
     # ---- writing
 
@@ -234,8 +250,8 @@ class PartitionLog:
                                    marker_type=MarkerType.TXN_COMMIT if commit else MarkerType.TXN_ABORT)
         # Closed once the marker is durable: a marker whose write fails leaves the transaction open until the
         # coordinator writes it again (or replays it after a crash).
-        result = self._append(header, view, metadata, None, on_stored=lambda offset: self.transactions.on_marker(
-            producer_id, offset, commit, self.high_watermark))
+        result = self._append(header, view, metadata, None, on_stored=lambda offset, position:
+                              self.transactions.on_marker(producer_id, position, offset, commit, self.high_watermark))
         self._markers_handed[producer_id] = self._markers_handed.get(producer_id, 0) + 1
         self.transactions.on_coordinator(producer_id, coordinator_epoch)
         return result
@@ -378,7 +394,7 @@ class PartitionLog:
         for name, sequence_id in step.decision.highest.items():
             metadata.named_sequences.add(name=name, sequence_id=sequence_id)
         run = step.run
-        on_stored = None if run is None else lambda base: self.sequences.runs.stored(run, base)
+        on_stored = None if run is None else lambda base, _position: self.sequences.runs.stored(run, base)
         return self._append(step.header, step.view, metadata, accept, step.decision, on_stored)
 
     async def _await_original(self, decision: WaitFor, timeout_ms: int) -> AppendResult:
@@ -408,10 +424,10 @@ class PartitionLog:
         return duplicate.log_append_time if self.log_append_time else -1
 
     def _append(self, header: BatchHeader, view: memoryview, metadata: MessageMetadata, accept: Accept | None,
-                named: RecordsDecision | None = None, on_stored: Callable[[int], None] | None = None,
+                named: RecordsDecision | None = None, on_stored: Callable[[int, Position], None] | None = None,
                 replicated: tuple[str, int] | None = None, span: int | None = None) -> asyncio.Future:
         """Assign offsets to one batch and hand it to the ledger; `named`: the application-chosen sequence ids it
-        stores; `on_stored(base offset)` runs once it is durable, in log order, before the result is set;
+        stores; `on_stored(base offset, position)` runs once it is durable, in log order, before the result is set;
         `replicated`: the replicator name and source position key it is judged by; `span`: the offsets it covers
         (0 for a marker; by default its records')."""
         base = self.ledger.written_end_index
@@ -438,6 +454,7 @@ class PartitionLog:
         except ManagedLedgerError as exc:
             return _resolved(AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc)))
         # After add_entry, so a write refused above leaves no dedup state behind; nothing runs in between.
+        self._writes_in_flight += 1
         if header.is_transactional and not header.is_control:  # opens early: the LSO may only err low
             self.transactions.on_data(header.producer_id, base)
         pending = self.producers.on_pushed(accept, base, last, now) if accept is not None else None
@@ -448,13 +465,15 @@ class PartitionLog:
 
     def _on_written(self, written: asyncio.Future, base: int, end: int, size: int, append_time: int,
                     pending: PendingBatch | None, named: RecordsDecision | None,
-                    on_stored: Callable[[int], None] | None, replicated: tuple[str, int] | None,
+                    on_stored: Callable[[int, Position], None] | None, replicated: tuple[str, int] | None,
                     result: asyncio.Future) -> None:
+        self._writes_in_flight -= 1
         exc = written.exception()
         if exc is None:
             self.bytes_in += size
             if on_stored is not None:
-                on_stored(base)
+                on_stored(base, written.result())
+            self.transactions.on_stored(written.result())
             self.transaction_snapshots.on_stored(written.result(), end)
             if named is not None:  # first: the entry's count (on_persisted) may snapshot, with them
                 self.dedup.record_persisted_names(named.highest.items())
@@ -519,9 +538,13 @@ class PartitionLog:
         floor = self.retention_floor(holding)
         result = await self.ledger.trim(now_ms, retention_ms, retention_bytes, floor)
         self.transactions.forget_before(self.log_start_offset)
+        self._store_idle_indexes()
         # A snapshot frees nothing while a replicator holds back as much (a remote down for days).
-        if result.held_back and floor not in holding and self.dedup.snapshot_now():
-            log.info("%s: dedup snapshot taken so retention can delete the ledgers behind it", self.name)
+        if result.held_back and floor not in holding:
+            if self.dedup.snapshot_now():
+                log.info("%s: dedup snapshot taken so retention can delete the ledgers behind it", self.name)
+            if self.transaction_snapshots.snapshot_now():
+                log.info("%s: transaction snapshot taken so retention can delete the ledgers behind it", self.name)
         for cursor, (position, entries) in evicted.items():
             if lost := entries - self.backlog_after(position)[0]:
                 log.warning("%s: retention deleted %d entries %s had not replicated yet (its backlog is over "
@@ -529,14 +552,23 @@ class PartitionLog:
                             cursor.removeprefix(REPLICATOR_CURSOR_PREFIX))
         return result.deleted
 
+    def _store_idle_indexes(self) -> None:
+        """Once nothing is in flight, every ledger before the current one is complete: store the aborted indexes
+        still in memory of those a roll closed while the partition was idle (trim rolls idle ledgers)."""
+        if self._writes_in_flight == 0 and self.transactions.indexes.in_memory():
+            self.transactions.indexes.store_closed(self.ledger.internal_stats().current_ledger_id)
+
     def retention_floor(self, replicators: Sequence[Position] = ()) -> Position | None:
         """Retention never deletes entries the dedup cursor would have to replay, from its older kept snapshot on
-        (the one recovery falls back to if the newest record is damaged), nor the batches of an open transaction
-        (a restart reads them to know the transaction is open, and read_committed consumers have yet to get them),
-        nor entries after `replicators` (the replicators' cursors: what they have not sent yet)."""
+        (the one recovery falls back to if the newest record is damaged), nor those the transaction snapshot's
+        would (they rebuild the open transactions and the aborted indexes not stored yet), nor the batches of an
+        open transaction (a restart reads them to know the transaction is open, and read_committed consumers have
+        yet to get them), nor entries after `replicators` (the replicators' cursors: what they have not sent yet)."""
         wanted = self.dedup.is_enabled or self.dedup.awaiting_recovery  # a failed recovery's retry replays too
         cursor = self.ledger.cursors.get(DEDUP_CURSOR_NAME) if wanted else None
         floors = [Position(*cursor.recovery_floor)] if cursor is not None else []
+        if self.may_hold_transactions:
+            floors.append(Position(*self.ledger.cursors[TRANSACTIONS_CURSOR].recovery_floor))
         floors += replicators
         oldest_open = self.transactions.oldest_open_offset()
         if oldest_open is not None and (position := self.ledger.position_of_index(oldest_open)) is not None:
@@ -577,5 +609,6 @@ class PartitionLog:
         gc.unfreeze()
         self._wake_waiters()
         await self.transaction_snapshots.close()
+        await self.transactions.close()
         await self.dedup.close()
         await self.ledger.close()

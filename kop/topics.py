@@ -27,6 +27,7 @@ from kop.producer_ids import SharedProducerIds
 from kop.startup import reading
 from kop.topic_storage import (FileTopicStorage, PgTopicStorage, TopicStorage, is_postgres_url,
                                ledger_name)
+from kop.transactions.index_cache import IndexCache
 from protocol.errors import ErrorCode
 from proto.kop_pb2 import KeyValue, TopicMetadata
 
@@ -172,6 +173,7 @@ class TopicManager:
                                          max_entry_bytes=max(config.socket_request_max_bytes, 1 << 20),
                                          fsync=config.fsync, flush_observer=flush_observer)
         self._files = FilePool(capacity_for_open_files_limit())  # every partition's ledger files share it
+        self.index_cache = IndexCache(config.transaction_index_cache_bytes)  # closed ledgers' aborted indexes
         # cursor logs' fsyncs and held flushes (a failpoint) run here; enough threads that one slow partition does not
         # hold up the others
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fsync")
@@ -226,13 +228,14 @@ class TopicManager:
         name = ledger_name(topic, partition)
         ledger = await self._storage.open_ledger(topic, partition, new)
         log_ = PartitionLog(topic, partition, ledger, self._dedup_config,
-                            system_topic=topic.startswith(INTERNAL_PREFIX))
+                            system_topic=topic.startswith(INTERNAL_PREFIX), index_cache=self.index_cache,
+                            max_aborted_per_ledger=self.config.transaction_index_max_aborted_per_ledger)
         log_.marker_listener = self.marker_listener
         log_.shared_producer_ids = self.shared_producer_ids
         try:
             if not new:
                 started = time.monotonic()
-                read = log_.load_transactions()
+                read = await log_.load_transactions()
                 if read >= 10_000:
                     log.info("%s: transactions rebuilt from %d entries in %.2f s", name, read,
                              time.monotonic() - started)

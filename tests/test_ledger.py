@@ -377,3 +377,41 @@ async def test_new_directories_and_ledger_files_are_fsynced_into_their_parents(t
     rolled = ml.internal_stats().current_ledger_id
     assert any(path == str(directory) and f"{rolled}.log" in names for path, names in synced)
     await ml.close()
+
+
+async def test_a_closed_ledgers_transaction_index_is_stored_beside_it_read_back_and_deleted_with_it(tmp_path):
+    ml = open_ml(tmp_path)
+    positions = await append(ml, 100)
+    first, current = positions[0].ledger_id, positions[-1].ledger_id
+    assert first < current and ml.txn_indexed_ledgers() == []
+    with pytest.raises(ValueError):
+        await ml.write_txn_index(current, b"open")  # only a closed ledger gets one
+    ml.inject_txn_index_write_failures(1)
+    with pytest.raises(OSError):
+        await ml.write_txn_index(first, b"index")
+    assert await ml.read_txn_index(first) is None
+    await ml.write_txn_index(first, b"index")
+    assert (tmp_path / f"{first}.txnindex").read_bytes() == b"index"
+    assert await ml.read_txn_index(first) == b"index" and ml.txn_indexed_ledgers() == [first]
+    await ml.close()
+
+    (tmp_path / f"{current}.txnindex.tmp").write_bytes(b"cut short")  # a write a crash interrupted
+    (tmp_path / "999.txnindex").write_bytes(b"unlisted")
+    ml = open_ml(tmp_path)
+    assert ml.txn_indexed_ledgers() == [first] and await ml.read_txn_index(first) == b"index"
+    assert sorted(p.name for p in tmp_path.glob("*.txnindex*")) == [f"{first}.txnindex"]
+    assert (await ml.trim(int(time.time() * 1000), 0, -1, None)).deleted > 0  # retention takes the ledger
+    assert ml.txn_indexed_ledgers() == [] and await ml.read_txn_index(first) is None
+    assert not (tmp_path / f"{first}.txnindex").exists()
+    await ml.close()
+
+
+async def test_a_requested_roll_starts_a_new_ledger_at_the_next_append(tmp_path):
+    ml = open_ml(tmp_path, LedgerConfig())
+    ml.request_roll()  # the current ledger is empty: nothing to roll
+    first = (await append(ml, 2))[0].ledger_id
+    ml.request_roll()
+    second = (await append(ml, 2))[0].ledger_id
+    assert second == first + 1
+    assert (await append(ml, 1))[0].ledger_id == second  # once
+    await ml.close()

@@ -204,10 +204,11 @@ async def test_a_database_of_the_first_schema_is_migrated(postgres_url):
         await store.close()
     conn = await asyncpg.connect(postgres_url)
     try:
-        assert await conn.fetchval("SELECT version FROM kop_schema") == SCHEMA_VERSION == 5
+        assert await conn.fetchval("SELECT version FROM kop_schema") == SCHEMA_VERSION == 6
         assert await conn.fetchval("SELECT entry FROM kop_entry WHERE name = 't' AND entry_id = 0") == b"e"
         assert await conn.fetchval("SELECT count(*) FROM kop_broker") == 0  # the table version 4 added
         assert await conn.fetchval("SELECT count(*) FROM kop_record_version") == 0  # version 5's
+        assert await conn.fetchval("SELECT count(txn_index) FROM kop_ledger") == 0  # the column version 6 added
     finally:
         await conn.close()
 
@@ -219,3 +220,22 @@ async def test_producer_id_blocks_are_never_handed_out_twice(store, postgres_url
     finally:
         await other.close()
     assert sorted(starts) == list(range(0, 10_000, 1000))
+
+
+async def test_a_closed_ledgers_transaction_index_is_a_column_of_its_row_and_goes_with_it(store):
+    ml = await PgManagedLedger.open("t", store, CONFIG)
+    positions = await append(ml, 100)
+    first, current = positions[0].ledger_id, positions[-1].ledger_id
+    with pytest.raises(ValueError):
+        await ml.write_txn_index(current, b"open")  # only a closed ledger gets one
+    await ml.write_txn_index(first, b"index")
+    assert await ml.read_txn_index(first) == b"index" and ml.txn_indexed_ledgers() == [first]
+    await ml.close()
+
+    ml = await PgManagedLedger.open("t", store, CONFIG)
+    assert ml.txn_indexed_ledgers() == [first] and await ml.read_txn_index(first) == b"index"
+    assert (await ml.trim(0, -1, 1, None)).deleted > 0  # retention (by size) takes the ledger's row
+    assert ml.txn_indexed_ledgers() == [] and await ml.read_txn_index(first) is None
+    async with store.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(txn_index) FROM kop_ledger WHERE name = 't'") == 0
+    await ml.close()

@@ -23,10 +23,8 @@ def transactional_batch(first: int, count: int = 1):
 
 async def write_plain(partition: PartitionLog, count: int) -> None:
     for i in range(count):
-        first = partition.ledger.written_end_index
-        batch = build_batch([Record(offset=first, timestamp=1_700_000_000_000, key=None, value=b"v%d" % i)],
-                            base_offset=first)
-        await partition.ledger.add_entry(first, 1, b"", batch)
+        batch = build_batch([Record(offset=0, timestamp=1_700_000_000_000, key=None, value=b"v%d" % i)])
+        assert (await partition.publish_normal(*split_batches(batch)[0])).error == ErrorCode.NONE
 
 
 async def test_a_partition_no_transaction_added_is_not_read_at_load_and_one_added_is(tmp_path):
@@ -36,19 +34,20 @@ async def test_a_partition_no_transaction_added_is_not_read_at_load_and_one_adde
 
     partition = open_partition(tmp_path)
     assert not partition.may_hold_transactions
-    assert partition.load_transactions() == 0  # nothing read
+    assert await partition.load_transactions() == 0  # nothing read
     await partition.expect_transactions()
     await partition.ledger.close()
 
     partition = open_partition(tmp_path)
     assert partition.may_hold_transactions  # durable across the restart
-    assert partition.load_transactions() == 5  # every stored entry read
+    assert await partition.load_transactions() == 0  # the snapshot taken when transactions were enabled
     await partition.ledger.close()
 
 
 async def test_a_partition_loads_its_transactions_from_the_last_snapshot_and_the_entries_after_it(tmp_path):
-    """1,210 transactional entries (aborts among them, one transaction left open): the load reads only the entries
-    after the snapshot, and ends in the state a read of the whole log gives."""
+    """1,210 transactional entries (aborts among them, one transaction left open), then a crash (the ledger closed,
+    not the partition): the load reads only the entries after the snapshot, and ends in the state a read of the
+    whole log gives."""
     partition = open_partition(tmp_path)
     await partition.apply_dedup_policy(True)
     await partition.expect_transactions()
@@ -56,39 +55,74 @@ async def test_a_partition_loads_its_transactions_from_the_last_snapshot_and_the
         assert (await partition.publish_normal(*transactional_batch(i))).error == ErrorCode.NONE
         if i % 100 == 99 and i < 1200:  # every 3rd transaction aborted; the last 10 records' one stays open
             assert (await partition.publish_control(7, 0, commit=i % 300 != 99)).error == ErrorCode.NONE
-    expected = (dict(partition.transactions.open), list(partition.transactions.aborted))
+    expected = (dict(partition.transactions.open), await partition.transactions.indexes.listed())
     assert expected[0] and len(expected[1]) == 4  # control: an open transaction and aborted ones to restore
-    await partition.close()
+    await partition.transaction_snapshots.flush()  # the snapshot at the 1,000th entry is stored (and no later one)
+    await partition.ledger.close()
 
     partition = open_partition(tmp_path)
-    read = partition.load_transactions()
+    read = await partition.load_transactions()
     assert read == 1222 - 1000  # the entries after the snapshot (at the 1,000th) only
-    assert (partition.transactions.open, partition.transactions.aborted) == expected
-    whole = PartitionTransactions()
-    assert whole.rebuild(partition.ledger) == 1222  # the whole log, as without a snapshot
-    assert (whole.open, whole.aborted) == expected
+    assert (partition.transactions.open, await partition.transactions.indexes.listed()) == expected
+    whole = PartitionTransactions(partition.ledger)
+    assert await whole.load() == 1222  # the whole log, as without a snapshot
+    assert (whole.open, await whole.indexes.listed()) == expected
+    await partition.close()
+
+    partition = open_partition(tmp_path)  # closed cleanly: its last snapshot is at its last entry
+    assert await partition.load_transactions() == 0
+    assert (partition.transactions.open, await partition.transactions.indexes.listed()) == expected
     await partition.close()
 
 
-async def test_a_transaction_open_at_the_snapshot_and_ended_before_retention_deleted_it_stays_ended(tmp_path):
-    """Open when the 1,000th entry was snapshotted, committed after, then retention deletes every ledger with it and
-    its marker: after a restart it must not be open again (no marker is left to close it, the LSO would stay)."""
+async def open_at_snapshot_then_committed(tmp_path) -> PartitionLog:
+    """A partition whose snapshot (at the 1,000th entry) holds producer 7's transaction open, committed after it,
+    followed by 5 plain entries; ledgers of 20 kB."""
     partition = open_partition(tmp_path, max_ledger_bytes=20_000)
     await partition.apply_dedup_policy(False)
     await partition.expect_transactions()
     for i in range(1000):
         assert (await partition.publish_normal(*transactional_batch(i))).error == ErrorCode.NONE
-    await partition.transaction_snapshots.close()  # the snapshot, with the transaction open, is stored
+    await partition.transaction_snapshots.flush()  # the snapshot, with the transaction open, is stored
     assert partition.ledger.cursors["pulsar.transactions"].string_properties["txn.open"] == "7:0"
     assert (await partition.publish_control(7, 0, commit=True)).error == ErrorCode.NONE
     await write_plain(partition, 5)
-    assert await partition.enforce_retention(1 << 62, 1000, -1) > 0  # every closed ledger is past retention
+    return partition
+
+
+async def test_retention_keeps_the_entries_after_the_transaction_snapshot_until_its_own_snapshots_pass_them(
+        tmp_path):
+    """Every closed ledger is past retention, but a load replays the entries after the transaction snapshot (there
+    the commit closes the transaction open in it): retention keeps them, snapshots again, and deletes them once both
+    records the cursor keeps stand past them. After a restart the transaction stays ended."""
+    partition = await open_at_snapshot_then_committed(tmp_path)
     end = partition.high_watermark
+    await partition.enforce_retention(1 << 62, 1000, -1)
+    assert partition.log_start_offset < end  # control: held back by the snapshot's records
+    for _ in range(4):  # each pass snapshots again; the cursor keeps its last two records
+        await partition.transaction_snapshots.flush()
+        await partition.enforce_retention(1 << 62, 1000, -1)
     assert partition.log_start_offset == end and partition.last_stable_offset == end
     await partition.close()
 
     partition = open_partition(tmp_path, max_ledger_bytes=20_000)
-    partition.load_transactions()
+    await partition.load_transactions()
+    assert partition.transactions.open == {}
+    assert partition.last_stable_offset == partition.high_watermark == end
+    await partition.close()
+
+
+async def test_a_transaction_open_at_a_snapshot_that_delete_records_passed_does_not_come_back_open(tmp_path):
+    """DeleteRecords past the snapshot and the commit after it, then a crash: the load cannot read the commit (the
+    entries after the snapshot are gone for readers), so the transaction, whose first batch went too, must not come
+    back open: it would hold the LSO for ever."""
+    partition = await open_at_snapshot_then_committed(tmp_path)
+    end = partition.high_watermark
+    assert await partition.ledger.delete_before(end) == end
+    await partition.ledger.close()  # a crash: no snapshot at close
+
+    partition = open_partition(tmp_path, max_ledger_bytes=20_000)
+    assert await partition.load_transactions() == 0  # control: nothing after the snapshot is read
     assert partition.transactions.open == {}
     assert partition.last_stable_offset == partition.high_watermark == end
     await partition.close()
@@ -136,7 +170,7 @@ async def test_a_marker_of_an_earlier_coordinator_epoch_is_refused_also_after_a_
     await partition.close()
 
     partition = open_partition(tmp_path)
-    partition.load_transactions()
+    await partition.load_transactions()
     assert partition.transactions.coordinator_epochs == {7: 3}
     assert (await partition.publish_control(7, 0, commit=False, coordinator_epoch=2)).error == \
         ErrorCode.TRANSACTION_COORDINATOR_FENCED
@@ -146,6 +180,6 @@ async def test_a_marker_of_an_earlier_coordinator_epoch_is_refused_also_after_a_
     await partition.close()
 
     partition = open_partition(tmp_path)
-    assert partition.load_transactions() < 1000  # from the snapshot
+    assert await partition.load_transactions() < 1000  # from the snapshot
     assert partition.transactions.coordinator_epochs == {7: 3}
     await partition.close()

@@ -6,7 +6,8 @@ partition's ledger fail as a disk error would, so the fencing path runs inside a
 `{"hold_flushes": false}` (or a two-minute limit) releases them; `{"replay_read_failures": n}` makes the next n
 reads of the dedup replay fail as a disk read error would, so a dedup recovery fails and is retried;
 `{"cursor_write_failures": n}` makes the next n flushes of the partition's cursor log fail (group offsets, the dedup
-and transaction snapshots).
+and transaction snapshots); `{"txn_index_write_failures": n}` makes the next n writes of a closed ledger's
+aborted-transaction index fail (it stays in memory and in the transaction snapshots).
 """
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,8 @@ if TYPE_CHECKING:
 
 PATH = "/admin/v2/kop/failpoints/{topic}/{partition}"
 MAX_FAILURES = 1_000_000
-FAILPOINTS = frozenset({"write_failures", "replay_read_failures", "hold_flushes", "cursor_write_failures"})
+FAILPOINTS = frozenset({"write_failures", "replay_read_failures", "hold_flushes", "cursor_write_failures",
+                        "txn_index_write_failures"})
 
 
 class FailpointRoutes:
@@ -34,10 +36,13 @@ class FailpointRoutes:
         body = json_body(request)
         if not isinstance(body, dict) or not body or not set(body) <= FAILPOINTS:
             raise HttpError(400, 'expected {"write_failures": n}, {"replay_read_failures": n}, '
-                                 '{"cursor_write_failures": n} and/or {"hold_flushes": true|false}')
+                                 '{"cursor_write_failures": n}, {"txn_index_write_failures": n} and/or '
+                                 '{"hold_flushes": true|false}')
         count = int_value(body.get("write_failures", 0), "write_failures", 0, MAX_FAILURES)
         read_failures = int_value(body.get("replay_read_failures", 0), "replay_read_failures", 0, MAX_FAILURES)
         cursor_failures = int_value(body.get("cursor_write_failures", 0), "cursor_write_failures", 0, MAX_FAILURES)
+        index_failures = int_value(body.get("txn_index_write_failures", 0), "txn_index_write_failures", 0,
+                                   MAX_FAILURES)
         hold = body.get("hold_flushes")
         if hold is not None and not isinstance(hold, bool):
             raise HttpError(400, f"hold_flushes must be true or false, got {hold!r}")
@@ -48,6 +53,7 @@ class FailpointRoutes:
             raise HttpError(404, f"no partition {topic}-{partition}")
         target.ledger.inject_write_failures(count)
         target.ledger.inject_replay_read_failures(read_failures)
+        target.ledger.inject_txn_index_write_failures(index_failures)
         if cursor_failures:
             try:
                 target.ledger.inject_cursor_write_failures(cursor_failures)

@@ -235,6 +235,7 @@ class BrokerCollector(Collector):
         yield CounterMetricFamily("kop_ledger_file_opens", "Ledger files opened, again after the pool closed them too",
                                   value=files.opens)
         yield from _fetch_session_families(broker)
+        yield from _transaction_index_families(broker, topics)
         yield from _topic_families(topics)
         yield from _dedup_partition_families(topics)
         yield from _group_families(broker)
@@ -275,6 +276,20 @@ def _fetch_session_families(broker: "Broker") -> Iterator[Metric]:
                         ("session_error", stats.errors)):
         fetches.add_metric([kind], count)
     yield fetches
+
+
+def _transaction_index_families(broker: "Broker", topics: list) -> Iterator[Metric]:
+    cache = broker.topics.index_cache
+    yield _gauge("kop_txn_index_memory_aborted", "Aborted transactions held in memory by the aborted-transaction "
+                 "indexes not stored yet (open ledgers', and closed ones' being written), all partitions",
+                 sum(len(aborts) for t in topics for p in t.partitions
+                     for aborts in p.transactions.indexes.in_memory().values()))
+    yield _gauge("kop_txn_index_cache_bytes", "Bytes of stored aborted-transaction indexes cached for fetches",
+                 cache.bytes)
+    yield CounterMetricFamily("kop_txn_index_cache_hits", "Lookups of a stored aborted-transaction index served "
+                              "from the cache", value=cache.hits)
+    yield CounterMetricFamily("kop_txn_index_cache_misses", "Lookups of a stored aborted-transaction index that "
+                              "read it from the storage engine", value=cache.misses)
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

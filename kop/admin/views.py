@@ -181,6 +181,12 @@ def partition_internal_stats(partition: PartitionLog) -> dict:
                              "stringProperties": c.string_properties}
                     for c in stats.cursors},
         "deduplicationStatus": partition.dedup.status.value,
+        "transactionIndex": {  # kop's own: the aborted-transaction index of each ledger
+            "storedLedgers": partition.ledger.txn_indexed_ledgers(),
+            "abortedInMemory": {str(ledger_id): len(aborts)
+                                for ledger_id, aborts in partition.transactions.indexes.in_memory().items()},
+            "openTransactions": len(partition.transactions.open),
+        },
     }
 
 

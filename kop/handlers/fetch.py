@@ -23,7 +23,7 @@ from kop import internal_topics
 from kop.fetch_sessions import (INVALID_SESSION_ID, FetchPlan, Groups, PartitionKey, TopicKey, Wanted, outdated,
                                 plan_fetch)
 from kop.handlers.context import RequestContext
-from kop.ledger import Entry
+from kop.ledger import Entry, ManagedLedgerError
 from kop.partition import PartitionLog
 from kop.security.acls import Operation, ResourceType
 from kop.security.quotas import FETCH_RATE
@@ -54,6 +54,9 @@ class Collected:
     errors: int = 0  # partitions answered an error
     partitions: list[PartitionLog] = field(default_factory=list)
     served: list[tuple[PartitionLog, int]] = field(default_factory=list)
+    # read_committed answers with batches from a partition with aborted transactions indexed, to list them in:
+    # (answer, partition, first entry returned, fetch offset, end of the batches returned)
+    aborted_wanted: list[tuple[Any, PartitionLog, Entry, int, int]] = field(default_factory=list)
 
     def ready(self, min_bytes: int) -> bool:
         return self.total >= min_bytes or self.errors > 0
@@ -81,10 +84,10 @@ def _topic_name(ctx: RequestContext, key: TopicKey) -> str | None:
 
 def _collect(ctx: RequestContext, request: FetchRequest, plan: FetchPlan) -> Collected:
     """Read what is available now. read_committed reads stop at the last stable offset and list the aborted
-    transactions among the batches returned (the consumer drops their batches); control batches go to every
-    consumer, which skips them, as from Kafka. An incremental fetch's partitions are the session's, which remember
-    what they were told: one at its end whose watermarks have not moved is UNCHANGED, and is neither read nor
-    answered."""
+    transactions among the batches returned (the consumer drops their batches; _list_aborted fills them in);
+    control batches go to every consumer, which skips them, as from Kafka. An incremental fetch's partitions are the
+    session's, which remember what they were told: one at its end whose watermarks have not moved is UNCHANGED, and
+    is neither read nor answered."""
     read_committed = request.isolation_level == READ_COMMITTED
     incremental = plan.kind == "incremental"
     budget = request.max_bytes
@@ -144,12 +147,31 @@ def _collect(ctx: RequestContext, request: FetchRequest, plan: FetchPlan) -> Col
                 size = data.records_size = sum([len(e.data) for e in entries])
                 out.total += size
                 out.served.append((partition, size))
-                if read_committed:
-                    upper = entries[-1].first_index + entries[-1].span
-                    data.aborted_transactions = [
-                        AbortedTransaction(txn.producer_id, txn.first_offset)
-                        for txn in partition.transactions.aborted_between(offset, upper)]
+                if read_committed and partition.transactions.indexes.holds_any:
+                    out.aborted_wanted.append((data, partition, entries[0], offset,
+                                               entries[-1].first_index + entries[-1].span))
     return out
+
+
+async def _list_aborted(ctx: RequestContext, collected: Collected) -> None:
+    """List the aborted transactions in the read_committed answers that want them: the one await of a fetch, as
+    the stored indexes of closed ledgers may be read for it. A partition whose index cannot be read is answered
+    KAFKA_STORAGE_ERROR, without its batches."""
+    for data, partition, first, offset, upper in collected.aborted_wanted:
+        try:
+            aborted = await partition.aborted_transactions(first, offset, upper)
+        except (ManagedLedgerError, OSError) as exc:
+            log.warning("fetch from %s at %d: aborted-transaction index unreadable: %s", partition.name, offset, exc,
+                        extra=ctx.log_fields)
+            collected.served.remove((partition, data.records_size))
+            collected.total -= data.records_size
+            collected.errors += 1
+            data.error_code, data.aborted_transactions, data.records, data.records_size = (
+                ErrorCode.KAFKA_STORAGE_ERROR, None, (), 0)
+            continue
+        data.aborted_transactions = [AbortedTransaction(producer_id, first_offset)
+                                     for producer_id, first_offset in aborted]
+    collected.aborted_wanted = []
 
 
 def _fitting(entries: list[Entry], limit: int) -> list[Entry]:
@@ -221,6 +243,8 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | 
         return _answer(ctx, plan, Collected())
     collected = _collect(ctx, request, plan)
     if request.max_wait_ms <= 0 or collected.ready(request.min_bytes):
+        if collected.aborted_wanted:
+            await _list_aborted(ctx, collected)
         return _answer(ctx, plan, collected)
     return _long_poll(ctx, request, plan, collected)
 
@@ -245,6 +269,8 @@ async def _long_poll(ctx: RequestContext, request: FetchRequest, plan: FetchPlan
             for p in partitions:
                 p.unwatch(woken)
         collected = _collect(ctx, request, plan)
+    if collected.aborted_wanted:
+        await _list_aborted(ctx, collected)
     return _answer(ctx, plan, collected)
 
 

@@ -3,6 +3,8 @@
 Directory layout of one managed ledger:
     ledgers.info      ManagedLedgerInfo (protobuf), replaced atomically when the ledger list changes
     {id}.log/.idx     one ledger: entries and their offset index (see ledger_file)
+    {id}.txnindex     a closed ledger's aborted-transaction index (kop/transactions' bytes), written whole by
+                      rename once the ledger is closed, deleted with the ledger
     cursors.log       the cursor log (see cursor_log)
 A new ledger is started on every open (so a crashed ledger is never appended to again), when the current one exceeds
 `max_ledger_bytes` or is older than `max_ledger_age_ms` (Kafka's segment.bytes and segment.ms), and after a failed
@@ -46,8 +48,9 @@ END_FLOOR_KEY = "kop.end_floor"
 DELETED_BEFORE_KEY = "kop.deleted_before"
 # The last ledger the log cleaner compacted (kop/compaction): ledgers after it are its dirty section.
 CLEANED_THROUGH_KEY = "kop.cleaned_through"
-LEDGER_FILE = re.compile(r"^(\d+)\.(log|idx)$")
+LEDGER_FILE = re.compile(r"^(\d+)\.(log|idx|txnindex)$")
 COMPACTING_FILE = re.compile(r"^(\d+)\.(log|idx)\.compacting-\w+$")
+TXN_INDEX_TMP = re.compile(r"^(\d+)\.txnindex\.tmp$")  # a transaction index a crash cut short: never renamed
 
 
 @dataclass(slots=True)
@@ -159,14 +162,18 @@ class FileManagedLedger(LedgerBase):
 
     def _remove_unlisted(self, listed: set[int]) -> None:
         """Ledger files that ledgers.info does not list are garbage: a ledger created just before a crash (listed
-        only once the list is written) or one deleted whose unlink a power loss undid."""
+        only once the list is written) or one deleted whose unlink a power loss undid. Notes which ledgers kept
+        hold a transaction index."""
+        kept = {ledger.ledger_id for ledger in self._ledgers}
         for name in os.listdir(self.directory):
             match = LEDGER_FILE.match(name)
             if match and int(match[1]) not in listed:
                 log.warning("%s: removing unlisted ledger file %s", self.name, name)
                 os.unlink(os.path.join(self.directory, name))
-            elif COMPACTING_FILE.match(name):  # a compaction a crash cut short: never installed, never read
-                log.info("%s: removing the unfinished compaction file %s", self.name, name)
+            elif match and match[2] == "txnindex" and int(match[1]) in kept:
+                self._txn_indexed.add(int(match[1]))
+            elif COMPACTING_FILE.match(name) or TXN_INDEX_TMP.match(name):  # cut short by a crash: never read
+                log.info("%s: removing the unfinished file %s", self.name, name)
                 os.unlink(os.path.join(self.directory, name))
 
     def _end_of(self, ledger: LedgerFile) -> int:
@@ -205,7 +212,7 @@ class FileManagedLedger(LedgerBase):
                 _write_index(previous)
         self._ledgers, self._closed_times, self._current = ledgers, closed_times, ledger
         self._first_append_ms = self._last_append_ms = 0
-        self._roll_pending = False
+        self._roll_pending = self._roll_requested = False
 
     def _write_info(self, ledgers: list[LedgerFile] | None = None, closed_times: dict[int, int] | None = None,
                     current: LedgerFile | None = None) -> None:
@@ -431,6 +438,35 @@ class FileManagedLedger(LedgerBase):
         oldest = self._ledgers.pop(0)
         self._write_info()
         oldest.delete_files()
+        if oldest.ledger_id in self._txn_indexed:
+            self._txn_indexed.discard(oldest.ledger_id)
+            _remove(self._txn_index_path(oldest.ledger_id))
+
+    # ---- transaction indexes
+
+    def _txn_index_path(self, ledger_id: int) -> str:
+        return os.path.join(self.directory, f"{ledger_id}.txnindex")
+
+    async def write_txn_index(self, ledger_id: int, data: bytes) -> None:
+        if self._closed:
+            raise LedgerClosedError(self.name)
+        self._check_txn_index_write(ledger_id)
+        path = self._txn_index_path(ledger_id)
+        await asyncio.get_running_loop().run_in_executor(self._executor, replace_atomically, path, data,
+                                                         self.config.fsync)
+        if self._holds_ledger(ledger_id):
+            self._txn_indexed.add(ledger_id)
+        else:  # retention deleted the ledger while its index was being written
+            _remove(path)
+
+    async def read_txn_index(self, ledger_id: int) -> bytes | None:
+        if ledger_id not in self._txn_indexed:
+            return None
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, _read_file,
+                                                                    self._txn_index_path(ledger_id))
+        except FileNotFoundError:  # deleted with its ledger meanwhile
+            return None
 
     # ---- compaction (kop/compaction): the cleaner reads closed ledgers and installs their rewrites
 
@@ -490,6 +526,11 @@ class FileManagedLedger(LedgerBase):
     async def delete(self) -> None:
         await self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _read_file(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def _remove(*paths: str) -> None:

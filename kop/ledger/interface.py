@@ -119,6 +119,29 @@ class ManagedLedger(ABC):
         """Start a new ledger once the current one holds max_bytes or its first entry is max_age_ms old (a topic's
         segment.bytes and segment.ms); takes effect from the next append or trim."""
 
+    @abstractmethod
+    def request_roll(self) -> None:
+        """Start a new ledger at the next append or trim, if the current one holds entries by then (the transaction
+        index asks once the current ledger holds many aborted transactions: it keeps them in memory until it
+        closes)."""
+
+    # ---- the aborted-transaction index of each closed ledger (Kafka's .txnindex of a segment)
+
+    @abstractmethod
+    def txn_indexed_ledgers(self) -> list[int]:
+        """The ids of the ledgers that hold a transaction index, ascending."""
+
+    @abstractmethod
+    async def write_txn_index(self, ledger_id: int, data: bytes) -> None:
+        """Store data, durably, as the transaction index of the closed ledger ledger_id (bytes the engine does not
+        read); it is deleted with the ledger. Raises ValueError for a ledger that is not closed or not there,
+        ManagedLedgerError or OSError when the write fails."""
+
+    @abstractmethod
+    async def read_txn_index(self, ledger_id: int) -> bytes | None:
+        """The transaction index stored for the ledger, None if it has none. Raises ManagedLedgerError or OSError
+        when it cannot be read."""
+
     @property
     @abstractmethod
     def cursors(self) -> dict:

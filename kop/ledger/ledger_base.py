@@ -43,8 +43,11 @@ class LedgerBase(ManagedLedger):
         self._last_ledger_id = -1
         self._listeners: list[Callable[[], None]] = []
         self._failure_listeners: list[Callable[[Exception], None]] = []
-        self._replay_read_failures = 0  # test hook (admin failpoints)
+        self._replay_read_failures = 0  # test hooks (admin failpoints)
+        self._txn_index_write_failures = 0
         self._cursors: Any = None  # the engine's: .cursors, .open_cursor(name, initial), async .delete_cursor(name)
+        self._roll_requested = False  # request_roll: the next append or trim starts a new ledger
+        self._txn_indexed: set[int] = set()  # ledgers holding a transaction index
 
     # ---- state
 
@@ -83,10 +86,35 @@ class LedgerBase(ManagedLedger):
     def set_rollover(self, max_bytes: int, max_age_ms: int) -> None:
         self.config = replace(self.config, max_ledger_bytes=max_bytes, max_ledger_age_ms=max_age_ms)
 
+    def request_roll(self) -> None:
+        if self._current is not None and self._current.entries:
+            self._roll_requested = True
+
     def _roll_due(self, now_ms: int) -> bool:
         ledger = self._current
-        return bool(ledger.entries) and (ledger.size >= self.config.max_ledger_bytes
+        return bool(ledger.entries) and (self._roll_requested or ledger.size >= self.config.max_ledger_bytes
                                          or now_ms - self._first_append_ms >= self.config.max_ledger_age_ms)
+
+    # ---- transaction indexes: the engine stores them; which ledgers have one is kept here
+
+    def txn_indexed_ledgers(self) -> list[int]:
+        return sorted(self._txn_indexed)
+
+    def inject_txn_index_write_failures(self, count: int) -> None:
+        """Failpoint (admin API, tests): the next `count` writes of a transaction index fail as a disk error
+        would."""
+        self._txn_index_write_failures += count
+
+    def _check_txn_index_write(self, ledger_id: int) -> None:
+        """Raise ValueError unless ledger_id is a closed ledger of this managed ledger, or the injected failure."""
+        if ledger_id == self._current.ledger_id or not self._holds_ledger(ledger_id):
+            raise ValueError(f"{self.name}: ledger {ledger_id} is not a closed ledger")
+        if self._txn_index_write_failures:
+            self._txn_index_write_failures -= 1
+            raise OSError(errno.EIO, "injected transaction index write failure")
+
+    def _holds_ledger(self, ledger_id: int) -> bool:
+        return any(ledger.ledger_id == ledger_id for ledger in self._ledgers)
 
     def _fail_writes(self, error: Exception, futures: list) -> None:
         """Tell the failure listeners first (the owner resets what it derived from the failed writes before anything

@@ -139,7 +139,7 @@ class Replicator:
             if to_send and size + len(entry.data) > MAX_BYTES:
                 break
             last = entry.position
-            if not self._forwards(entry, metadata):
+            if not await self._forwards(entry, metadata):
                 skipped += 1
             elif expired_before is not None and metadata.publish_time < expired_before:
                 skipped += 1
@@ -157,14 +157,14 @@ class Replicator:
         await self.cursor.mark_delete(last)
         return True
 
-    def _forwards(self, entry: Entry, metadata: MessageMetadata) -> bool:
+    async def _forwards(self, entry: Entry, metadata: MessageMetadata) -> bool:
         if metadata.replicated_from or metadata.is_control:
             return False
         if metadata.replicate_to and self.remote not in metadata.replicate_to:
             return False
         if metadata.is_transactional:
-            aborted = self.partition.transactions.aborted_between(entry.first_index, entry.first_index + 1)
-            return not any(txn.producer_id == metadata.producer_id for txn in aborted)
+            aborted = await self.partition.aborted_transactions(entry, entry.first_index, entry.first_index + 1)
+            return not any(producer_id == metadata.producer_id for producer_id, _ in aborted)
         return True
 
     async def _send(self, entries: list[tuple[Entry, MessageMetadata]]) -> None:

@@ -132,6 +132,7 @@ class PgManagedLedger(LedgerBase):
             ml._start_index = ml._confirmed_end
         ml._start_index = max(ml._start_index, ml._deleted_before)
         ml._cursors.load(loaded.cursors)
+        ml._txn_indexed = {ledger_id for ledger_id in loaded.txn_indexed if ml._holds_ledger(ledger_id)}
         ml._start_new_ledger()
         return ml
 
@@ -148,6 +149,7 @@ class PgManagedLedger(LedgerBase):
         self._current = _Ledger(self._last_ledger_id)
         self._ledgers.append(self._current)
         self._first_append_ms = self._last_append_ms = 0
+        self._roll_requested = False
 
     @property
     def epoch(self) -> int:
@@ -322,7 +324,23 @@ class PgManagedLedger(LedgerBase):
 
     async def _delete_oldest(self) -> None:
         await self._store.delete_ledger(self.name, self._epoch, self._ledgers[0].ledger_id)
+        self._txn_indexed.discard(self._ledgers[0].ledger_id)  # its row held it
         del self._ledgers[0]
+
+    # ---- transaction indexes: a column of the ledger's row
+
+    async def write_txn_index(self, ledger_id: int, data: bytes) -> None:
+        if self._closed:
+            raise LedgerClosedError(self.name)
+        self._check_txn_index_write(ledger_id)
+        if await self._store.write_txn_index(self.name, self._epoch, ledger_id, data) and \
+                self._holds_ledger(ledger_id):
+            self._txn_indexed.add(ledger_id)
+
+    async def read_txn_index(self, ledger_id: int) -> bytes | None:
+        if ledger_id not in self._txn_indexed:
+            return None
+        return await self._store.read_txn_index(self.name, ledger_id)
 
     async def close(self) -> None:
         if self._closed:

@@ -86,6 +86,10 @@ MIGRATIONS: tuple[str, ...] = (
         version bigint NOT NULL
     );
     """,
+    # 6: a closed ledger's aborted-transaction index (kop/transactions' bytes), deleted with its ledger's row
+    """
+    ALTER TABLE kop_ledger ADD COLUMN txn_index bytea;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -54,6 +54,7 @@ class Loaded:
     closed_ms: dict[int, int]  # ledger id -> closed time (closed ledgers only)
     entries: list[StoredEntry]  # in offset order
     cursors: list[bytes]  # ManagedCursorInfo
+    txn_indexed: list[int]  # the ledgers holding a transaction index
 
 
 _APPEND = """
@@ -120,8 +121,10 @@ class PgStore:
             entries = await conn.fetch("SELECT ledger_id, entry_id, entry FROM kop_entry WHERE name = $1 "
                                        "ORDER BY ledger_id, entry_id", name)
             cursors = await conn.fetch("SELECT info FROM kop_cursor WHERE name = $1", name)
+            indexed = await conn.fetch("SELECT ledger_id FROM kop_ledger WHERE name = $1 AND txn_index IS NOT NULL",
+                                       name)
         return Loaded(LedgerRow(*row), {r[0]: r[1] for r in closed},
-                      [StoredEntry(*r) for r in entries], [r[0] for r in cursors])
+                      [StoredEntry(*r) for r in entries], [r[0] for r in cursors], [r[0] for r in indexed])
 
     async def append(self, name: str, epoch: int, closed_ms: int, end_index: int,
                      entries: list[tuple[int, int, int, bytes]]) -> None:
@@ -169,6 +172,19 @@ class PgStore:
             await self._check_owner(conn, name, epoch)
             await conn.execute("UPDATE kop_ledger SET closed_ms = $3 WHERE name = $1 AND ledger_id = $2",
                                name, ledger_id, closed_ms)
+
+    async def write_txn_index(self, name: str, epoch: int, ledger_id: int, data: bytes) -> bool:
+        """Store a closed ledger's transaction index; False when the ledger is gone (deleted by retention)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await self._check_owner(conn, name, epoch)
+            updated = await conn.execute("UPDATE kop_ledger SET txn_index = $3 WHERE name = $1 AND ledger_id = $2",
+                                         name, ledger_id, data)
+        return updated != "UPDATE 0"
+
+    async def read_txn_index(self, name: str, ledger_id: int) -> bytes | None:
+        async with self.pool.acquire() as conn:
+            return await conn.fetchval("SELECT txn_index FROM kop_ledger WHERE name = $1 AND ledger_id = $2",
+                                       name, ledger_id)
 
     async def delete_ledger(self, name: str, epoch: int, ledger_id: int) -> None:
         """Retention: one whole ledger and its entries."""
