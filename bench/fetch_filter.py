@@ -1,5 +1,5 @@
-"""The fetch path's entry filter (kop/handlers/fetch.py `_servable`): one list comprehension that drops markers
-(span 0), against checking first and building a list only when an entry must go. Entries without markers, as most
+"""The fetch path's entry filter (kop/partition.py `data_entries`, which a consumer's read calls): one list
+comprehension that drops markers (span 0), against checking first and building a list only when an entry must go. Entries without markers, as most
 reads are. Timed (ns per read, the best of `--repeat` timeit runs), or with `--instructions` counted by valgrind's
 callgrind (instructions per read: a process running a variant `--number` times less one running it none, so
 start-up and set-up cancel; noise-free, which timing on a shared machine is not).
@@ -15,7 +15,7 @@ import sys
 import timeit
 
 from bench.report import Table
-from kop.handlers.fetch import _servable
+from kop.partition import data_entries
 from kop.ledger import Entry
 from kop.ledger.interface import Position
 
@@ -31,7 +31,7 @@ COLUMNS = ["entries read", "list comprehension (kept)", "all(e.span for e in ...
 
 
 def _variants(entries: list[Entry]):
-    return (lambda: _servable(entries, None),
+    return (lambda: data_entries(entries),
             lambda: entries if all(e.span for e in entries) else [e for e in entries if e.span],
             lambda: entries if all(map(SPAN, entries)) else [e for e in entries if e.span])
 

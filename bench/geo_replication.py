@@ -2,14 +2,16 @@
 
 1. Catch-up throughput: east holds a backlog (replication off while it is written); replication is turned on and
    the time until west holds every record gives MB/s of record batches copied.
-2. Lag at a steady rate: a producer in east sends at a fixed rate, each value carrying its send time; a consumer in
-   west notes when each arrives: end-to-end p50/p99 (producer batching and consumer polling included).
+2. At a steady rate (one run per `--rate`): a producer in east sends at a fixed rate, each value carrying its send
+   time; a consumer in west notes when each arrives: end-to-end p50/p99 (producer batching and consumer polling
+   included), and MB/s replicated: how fast west's stored bytes grow over the measured window, beside east's.
 3. Failover, per snapshot period: a replicated group consumes in east (auto-commit every 100 ms) while a producer
    keeps writing; east is killed -9; the same group.id starts in west. Measured: kill to the first record consumed in
    west (consumer start and group join included), the records west delivered that east had delivered already
    (duplicates), and whether every record west holds was consumed in one cluster or the other (no loss).
 
     python -m bench.geo_replication --backlog-mb 50 --rate 2000 --seconds 10 --periods 100,1000,5000
+    python -m bench.geo_replication --parts steady --rate 2000,10000 --record-bytes 1000
 """
 import argparse
 import shutil
@@ -104,9 +106,22 @@ def catch_up(backlog_mb: int, record_bytes: int = 1000) -> CatchUp:
 WARM_UP_S = 1.0  # records sent in the first second are not counted (connections, the replicator's first request)
 
 
-def steady_lag(rate: int, seconds: float, record_bytes: int = 200) -> tuple[list[float], int, int]:
-    """Per record sent after the warm-up, produce-in-east to consume-in-west in ms; how many records were sent and
-    received in all."""
+@dataclass(frozen=True)
+class Steady:
+    lags_ms: list[float]  # per record sent after the warm-up, produce-in-east to consume-in-west
+    sent: int
+    received: int
+    east_mb_s: float  # growth of the topic's stored bytes over the measured window, per second
+    west_mb_s: float
+
+
+def stored_bytes(broker: BrokerProcess) -> int:
+    return AdminClient(broker.admin_url).get(topic_resource(TOPIC, "stats"))["storageSize"]
+
+
+def steady(rate: int, seconds: float, record_bytes: int = 200) -> Steady:
+    """A producer in east at `rate` for `seconds`, a consumer in west; the window measured for MB/s runs from the
+    warm-up's end to the producer's last send."""
     with two_clusters() as (east, west):
         replicate(east, ["east", "west"])
         consumer = Consumer({"bootstrap.servers": west.bootstrap, "group.id": "bench-lag", "logger": RDKAFKA_LOG,
@@ -115,17 +130,24 @@ def steady_lag(rate: int, seconds: float, record_bytes: int = 200) -> tuple[list
         lags: list[float] = []
         sent = [0]
         counted_from = time.time_ns() + int(WARM_UP_S * 1e9)
+        window: list[tuple[float, int, int]] = []  # (time, east's stored bytes, west's) at the window's two ends
+
+        def sample() -> None:
+            window.append((time.monotonic(), stored_bytes(east), stored_bytes(west)))
 
         def send() -> None:
             p, padding = producer(east), b"x" * (record_bytes - STAMP.size)
             started = time.monotonic()
             while (elapsed := time.monotonic() - started) < seconds:
+                if not window and elapsed >= WARM_UP_S:
+                    sample()
                 due = int(elapsed * rate)
                 while sent[0] < due:
                     p.produce(TOPIC, STAMP.pack(time.time_ns()) + padding, partition=sent[0] % PARTITIONS)
                     sent[0] += 1
                 p.poll(0)
                 time.sleep(0.001)
+            sample()  # east has what was sent by now, but for the producer's last linger
             p.flush(30)
 
         sender = threading.Thread(target=send)
@@ -140,7 +162,8 @@ def steady_lag(rate: int, seconds: float, record_bytes: int = 200) -> tuple[list
                         lags.append((time.time_ns() - stamp) / 1e6)
         sender.join()
         consumer.close()
-        return lags, sent[0], received
+        (t0, east0, west0), (t1, east1, west1) = window
+        return Steady(lags, sent[0], received, (east1 - east0) / 1e6 / (t1 - t0), (west1 - west0) / 1e6 / (t1 - t0))
 
 
 # ---- 3. failover
@@ -232,31 +255,42 @@ def all_values(broker: BrokerProcess) -> set[bytes]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backlog-mb", type=int, default=50)
-    parser.add_argument("--rate", type=int, default=2000, help="records/s for the lag run")
+    parser.add_argument("--parts", default="catch-up,steady,failover", help="which measurements, comma-separated")
+    parser.add_argument("--rate", default="2000", help="records/s of the steady runs, comma-separated: one run each")
+    parser.add_argument("--record-bytes", type=int, default=200, help="record size of the steady runs")
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--periods", default="100,1000,5000", help="snapshot periods (ms) for the failover runs")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
     print(machine.describe())
-    done = catch_up(args.backlog_mb)
-    throughput = Table("Catch-up replication, east -> west (one request in flight per partition)",
-                       ["records", "MB stored in east", "seconds", "MB/s", "records/s"])
-    throughput.add(fmt(done.records), fmt(done.megabytes, 1), fmt(done.seconds, 2),
-                   fmt(done.megabytes / done.seconds, 1), fmt(done.records / done.seconds))
-    lags, sent, received = steady_lag(args.rate, args.seconds)
-    lag = Table(f"End-to-end lag at {args.rate:,} records/s of 200 bytes for {args.seconds:.0f} s, produce in east to "
-                f"consume in west (the first {WARM_UP_S:.0f} s not counted)",
-                ["records sent", "received in west", "p50 ms", "p99 ms", "max ms"])
-    lag.add(fmt(sent), fmt(received), fmt(percentile(lags, 0.5), 1), fmt(percentile(lags, 0.99), 1),
-            fmt(max(lags), 1))
-    failovers = Table("Group failover after kill -9 of east, per snapshot period",
-                      ["snapshot period ms", "kill to first record in west s", "consumed in east",
-                       "duplicates in west", "lost"])
-    for period in (int(p) for p in args.periods.split(",")):
-        result = failover(period)
-        failovers.add(fmt(period), fmt(result.to_first_record_s, 2), fmt(result.consumed_in_east),
-                      fmt(result.duplicates), fmt(result.lost))
-    for table in (throughput, lag, failovers):
+    parts, tables = args.parts.split(","), []
+    if "catch-up" in parts:
+        done = catch_up(args.backlog_mb)
+        tables.append(throughput := Table("Catch-up replication, east -> west (one request in flight per partition)",
+                                          ["records", "MB stored in east", "seconds", "MB/s", "records/s"]))
+        throughput.add(fmt(done.records), fmt(done.megabytes, 1), fmt(done.seconds, 2),
+                       fmt(done.megabytes / done.seconds, 1), fmt(done.records / done.seconds))
+    if "steady" in parts:
+        tables.append(lag := Table(
+            f"At a steady rate, records of {args.record_bytes:,} bytes for {args.seconds:.0f} s: MB/s stored in east "
+            f"and replicated into west, and end-to-end lag, produce in east to consume in west (the first "
+            f"{WARM_UP_S:.0f} s not counted)",
+            ["records/s", "records sent", "received in west", "MB/s stored in east", "MB/s replicated into west",
+             "p50 ms", "p99 ms", "max ms"]))
+        for rate in (int(r) for r in args.rate.split(",")):
+            run = steady(rate, args.seconds, args.record_bytes)
+            lag.add(fmt(rate), fmt(run.sent), fmt(run.received), fmt(run.east_mb_s, 2), fmt(run.west_mb_s, 2),
+                    fmt(percentile(run.lags_ms, 0.5), 1), fmt(percentile(run.lags_ms, 0.99), 1),
+                    fmt(max(run.lags_ms), 1))
+    if "failover" in parts:
+        tables.append(failovers := Table("Group failover after kill -9 of east, per snapshot period",
+                                         ["snapshot period ms", "kill to first record in west s", "consumed in east",
+                                          "duplicates in west", "lost"]))
+        for period in (int(p) for p in args.periods.split(",")):
+            result = failover(period)
+            failovers.add(fmt(period), fmt(result.to_first_record_s, 2), fmt(result.consumed_in_east),
+                          fmt(result.duplicates), fmt(result.lost))
+    for table in tables:
         print(table.markdown() if args.markdown else table.text())
         print()
 

@@ -181,8 +181,9 @@ def test_geo_replication_catch_up_and_lag_count_every_record():
     from bench import geo_replication
     done = geo_replication.catch_up(backlog_mb=1)
     assert done.records == 1000 and done.megabytes > 1 and done.seconds > 0
-    lags, sent, received = geo_replication.steady_lag(rate=200, seconds=2)
-    assert sent == received > 0 and 0 < len(lags) < sent and min(lags) > 0
+    run = geo_replication.steady(rate=200, seconds=2)
+    assert run.sent == run.received > 0 and 0 < len(run.lags_ms) < run.sent and min(run.lags_ms) > 0
+    assert run.east_mb_s > 0 and run.west_mb_s > 0
 
 
 def test_fetch_profile_measures_full_incremental_and_single_fetches_and_profiles_the_many_partition_ones():

@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from confluent_kafka import Producer
 
 from integration.fault_proxy import CutPolicy, FaultProxy
 from integration.geo import end_offsets, replicate, start_clusters, topic_stats, wait_for, wait_for_records
@@ -148,6 +149,46 @@ def test_target_killed_while_data_flows(linked):
     wait_for_records(west, "orders", PARTITIONS, 2000)
     wait_for(lambda: replicator(east)["replicationBacklog"] == 0, 30, "the replicator to catch up")
     check_everything_once(west, "orders", PARTITIONS, {f"flow{run}": 100 for run in range(20)})
+
+
+@pytest.mark.slow  # a kill -9, a restart and 2,000 records: make test-slow
+def test_source_killed_while_data_flows(linked):
+    """kill -9 of east while its producer is writing and its replicator sending: one idempotent producer, which
+    retries across the restart, has every record acknowledged, and west ends with each of them once."""
+    east, west, proxy = linked
+    count = 2000
+    producer = Producer({"bootstrap.servers": east.bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    acknowledged: list[bytes] = []
+    failures: list = []
+
+    def delivered(err, msg) -> None:
+        failures.append(err) if err else acknowledged.append(msg.value())
+
+    def write() -> None:  # 20 runs of 100 records
+        for i in range(count):
+            producer.produce("orders", f"flow:{i}".encode(), partition=i % PARTITIONS, on_delivery=delivered)
+            producer.poll(0)
+            if i % 100 == 99:
+                time.sleep(0.1)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        wait_for(lambda: records_in(west) >= 300, 30, "replication under way")
+        east.kill()
+        producer.poll(0)
+        assert len(acknowledged) < count  # control: east was killed with records still to acknowledge ...
+        assert writer.is_alive() or records_in(west) < count  # ... still to take, or to replicate
+        east.start()
+    finally:
+        writer.join(60)
+    assert producer.flush(60) == 0
+    assert not failures, failures
+    assert sorted(acknowledged) == sorted(f"flow:{i}".encode() for i in range(count))
+    wait_for_records(west, "orders", PARTITIONS, count)
+    caught_up(east)
+    check_everything_once(east, "orders", PARTITIONS, {"flow": count})
+    check_everything_once(west, "orders", PARTITIONS, {"flow": count})
 
 
 def entries_in(broker) -> int:

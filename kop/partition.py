@@ -96,6 +96,7 @@ def _resolved(result: AppendResult) -> asyncio.Future:
     return future
 
 
+MARKER_READ_AHEAD = 64 << 10  # bytes a consumer's read past PIP-33 markers reads at least
 REPLICATOR_CURSOR_PREFIX = "pulsar.repl."  # a replicator's cursor: pulsar.repl.<remote cluster>
 
 
@@ -508,8 +509,37 @@ class PartitionLog:
     # ---- reading
 
     def read(self, offset: int, max_bytes: int) -> list[Entry]:
-        """Durable entries from the one holding `offset`, up to max_bytes (at least one entry if any)."""
+        """Durable entries, markers included, from the one holding `offset`, up to max_bytes (at least one entry if
+        any)."""
         return self.ledger.read_from_index(offset, max_bytes)
+
+    def read_records(self, offset: int, max_bytes: int, whole_first: bool = True) -> list[Entry]:
+        """What a consumer reads: durable record batches from the one holding `offset`, up to max_bytes of them, the
+        first whatever its size when whole_first (KIP-74: only a response's first batch may exceed the limits).
+        Markers (PIP-33: span 0) are left out and their bytes not counted, so a run of them never shrinks a fetch."""
+        entries = self.ledger.read_from_index(offset, max_bytes)
+        records = data_entries(entries)
+        if len(records) == len(entries):  # no marker (most reads): the ledger already kept to max_bytes
+            return records if whole_first else fitting(records, max_bytes)
+        return self._records_past_markers(entries, max_bytes, whole_first)
+
+    def _records_past_markers(self, entries: list[Entry], max_bytes: int, whole_first: bool) -> list[Entry]:
+        """A read that met markers, whose bytes the ledger counted: read on past them until max_bytes of batches or
+        the last durable entry, at least MARKER_READ_AHEAD bytes a read so that a run of markers takes few."""
+        out: list[Entry] = []
+        room = max_bytes
+        while entries:
+            for entry in entries:
+                if not entry.span:
+                    continue
+                if len(entry.data) > room and (out or not whole_first):
+                    return out
+                out.append(entry)
+                room -= len(entry.data)
+                if room <= 0:
+                    return out
+            entries = self.ledger.read_after(entries[-1].position, 1 << 30, max(room, MARKER_READ_AHEAD))
+        return out
 
     def watch(self, future: asyncio.Future) -> None:
         """Resolve future (if still pending) the next time new entries become durable."""
@@ -612,3 +642,20 @@ class PartitionLog:
         await self.transactions.close()
         await self.dedup.close()
         await self.ledger.close()
+
+
+def data_entries(entries: list[Entry]) -> list[Entry]:
+    """The entries that hold records: markers (PIP-33: span 0, covering no offset) are never served. One pass that
+    builds a new list: checking first whether any entry must go costs as much in CPython (BENCHMARKS.md, the fetch
+    path)."""
+    return [e for e in entries if e.span]
+
+
+def fitting(entries: list[Entry], limit: int) -> list[Entry]:
+    """The leading entries whose batches fit in limit bytes together."""
+    size = 0
+    for i, entry in enumerate(entries):
+        size += len(entry.data)
+        if size > limit:
+            return entries[:i]
+    return entries

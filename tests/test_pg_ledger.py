@@ -5,11 +5,14 @@ import asyncio
 import asyncpg
 import pytest
 
+from dedup import DedupConfig
 from kop.ledger import LedgerConfig, InvalidMarkDeleteError, LedgerWriteError, Position
 from kop.ledger.postgres import LedgerFencedOut, PgManagedLedger, PgStore
 from kop.ledger.postgres.schema import SCHEMA_VERSION
+from kop.partition import PartitionLog
 from kop.startup import StartupError
 from test_ledger import append  # the file engine's tests: the same appends
+from tests.test_replication_partition import check_markers_left_out_of_reads
 
 CONFIG = LedgerConfig(max_ledger_bytes=4096)
 
@@ -239,3 +242,10 @@ async def test_a_closed_ledgers_transaction_index_is_a_column_of_its_row_and_goe
     async with store.pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(txn_index) FROM kop_ledger WHERE name = 't'") == 0
     await ml.close()
+
+
+async def test_a_consumers_read_leaves_markers_out_across_ledgers(store):
+    partition = PartitionLog("t", 0, await PgManagedLedger.open("t", store, CONFIG), DedupConfig())
+    await check_markers_left_out_of_reads(partition)
+    assert len(partition.ledger.internal_stats().ledgers) > 1  # control: the ledger rolled among them
+    await partition.close()

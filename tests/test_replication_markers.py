@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from integration.idem_raw import RawKafka
 from kop.broker import Broker
 from kop.replication.clusters import check_cluster
 from kop.replication.link import RemoteLink
@@ -170,6 +171,35 @@ async def test_the_snapshot_ticks_of_every_partition_run_at_once(brokers):
         await until(lambda: len(started) == 20)
     finally:
         release.set()
+
+
+def batches_fetched(port: int, offset: int, max_bytes: int) -> list[int]:
+    """The base offsets of the batches one Fetch (the request's and the partition's limit max_bytes) returns."""
+    with RawKafka(port) as kafka:
+        error, _, records = kafka.fetch_once("orders", 0, offset, max_bytes)
+    assert error == ErrorCode.NONE
+    return [header.base_offset for header, _ in split_batches(records)] if records else []
+
+
+async def test_markers_take_nothing_of_a_fetchs_byte_limit(brokers):
+    """A consumer whose max.partition.fetch.bytes holds three batches gets three, however many markers lie among
+    them: their bytes are not the consumer's (a replicated topic with little traffic holds several markers per
+    batch, which used to cut what each fetch returned down to its first batch)."""
+    west = await brokers.start(cluster_name="west")
+    partition = (await west.topics.create("orders", 1, {})).partition(0)
+    sizes = []
+    for i in range(6):
+        header, view = batch(bytes([i]) * 1000)
+        sizes.append(len(view))
+        assert (await partition.publish_normal(header, view)).error == ErrorCode.NONE
+        for _ in range(2):  # each about as large as a batch
+            marker = await partition.publish_marker(MarkerType.REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST, b"m" * 900)
+            assert marker.error == ErrorCode.NONE
+    three = sum(sizes[:3])
+    assert [e.span for e in partition.read(0, 1 << 20)] == [1, 0, 0] * 6  # control: the markers are there
+    assert await asyncio.to_thread(batches_fetched, west.port, 0, three) == [0, 1, 2]
+    assert await asyncio.to_thread(batches_fetched, west.port, 3, three - 1) == [3, 4]  # the third does not fit
+    assert await asyncio.to_thread(batches_fetched, west.port, 3, 1 << 20) == [3, 4, 5]
 
 
 async def test_a_replicator_does_not_send_records_older_than_the_message_ttl(tmp_path):

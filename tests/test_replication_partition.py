@@ -102,6 +102,32 @@ async def test_markers_cover_no_offset(tmp_path):
     await partition.close()
 
 
+async def test_a_consumers_read_leaves_markers_out_of_its_entries_and_its_byte_limit(tmp_path):
+    partition = await open_partition(tmp_path)
+    await check_markers_left_out_of_reads(partition)
+    await partition.close()
+
+
+async def check_markers_left_out_of_reads(partition: PartitionLog) -> None:
+    """Four batches, three markers after each (together larger than a batch): read_records serves the batches
+    within its limit as if the markers were not there (the PostgreSQL engine's tests run it too)."""
+    sizes = []
+    for i in range(4):
+        header, view = batch(bytes([i]) * 500)
+        sizes.append(len(view))
+        await partition.publish_normal(header, view)
+        for _ in range(3):
+            await partition.publish_marker(MarkerType.REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST, b"m" * 400)
+    two = sizes[0] + sizes[1]
+    assert [e.first_index for e in partition.read_records(0, two)] == [0, 1]
+    assert [e.first_index for e in partition.read_records(0, two, whole_first=False)] == [0, 1]
+    assert [e.first_index for e in partition.read_records(1, two - 1, whole_first=False)] == [1]
+    assert [e.first_index for e in partition.read_records(0, sizes[0] - 1)] == [0]  # KIP-74: the first, whole
+    assert partition.read_records(0, sizes[0] - 1, whole_first=False) == []  # not in a response's later partition
+    assert [e.first_index for e in partition.read_records(2, 1 << 20)] == [2, 3]  # the markers at the end: no more
+    assert len(partition.read(0, 1 << 20)) == 16  # control: the markers are stored among the batches
+
+
 async def until(condition, seconds: float = 5.0) -> None:
     """Let background writes (a marker written from an answer) land; bounded."""
     for _ in range(int(seconds / 0.02)):

@@ -130,17 +130,16 @@ def _collect(ctx: RequestContext, request: FetchRequest, plan: FetchPlan) -> Col
             if offset >= end or (limit <= 0 and out.total > 0):
                 continue
             try:
-                entries = partition.read(offset, max(limit, 1))
+                # Only the answer's first batch may exceed the limits (KIP-74), so a consumer stuck on a large
+                # batch progresses; later partitions get whole batches that fit, or nothing.
+                entries = partition.read_records(offset, max(limit, 1), whole_first=out.total == 0)
             except OSError as exc:  # a read error, or out of descriptors: this partition fails, not the request
                 log.warning("fetch from %s at %d failed: %s", partition.name, offset, exc, extra=ctx.log_fields)
                 data.error_code, data.aborted_transactions = ErrorCode.KAFKA_STORAGE_ERROR, None
                 out.errors += 1
                 continue
-            if out.total > 0:
-                # Only the answer's first batch may exceed the limits (KIP-74), so a consumer stuck on a large
-                # batch progresses; later partitions get whole batches that fit, or nothing.
-                entries = _fitting(entries, limit)
-            entries = _servable(entries, end if read_committed else None)
+            if read_committed and entries and entries[-1].first_index >= end:
+                entries = [e for e in entries if e.first_index < end]  # from the last stable offset on: not yet
             if entries:
                 # the batches as read, never joined: the response writes them as they are
                 data.records = [e.data for e in entries]
@@ -172,24 +171,6 @@ async def _list_aborted(ctx: RequestContext, collected: Collected) -> None:
         data.aborted_transactions = [AbortedTransaction(producer_id, first_offset)
                                      for producer_id, first_offset in aborted]
     collected.aborted_wanted = []
-
-
-def _fitting(entries: list[Entry], limit: int) -> list[Entry]:
-    size = 0
-    for i, entry in enumerate(entries):
-        size += len(entry.data)
-        if size > limit:
-            return entries[:i]
-    return entries
-
-
-def _servable(entries: list[Entry], stable_end: int | None) -> list[Entry]:
-    """The entries a consumer gets: markers (PIP-33: span 0, covering no offset) are never served, nor, for
-    read_committed (`stable_end` set), batches from the last stable offset on. One pass that builds a new list:
-    checking first whether any entry must go costs as much in CPython (BENCHMARKS.md, the fetch path)."""
-    if stable_end is None:
-        return [e for e in entries if e.span]
-    return [e for e in entries if e.span and e.first_index < stable_end]
 
 
 def _answer(ctx: RequestContext, plan: FetchPlan, collected: Collected) -> FetchResponse:
