@@ -144,6 +144,24 @@ def test_a_wrong_password_gets_an_authentication_error_from_every_client(sasl, m
     assert {r.name.split(".")[0] for r in failures} == {"kafka", "aiokafka"}, [r.getMessage() for r in failures]
 
 
+@pytest.mark.slow  # about 10 s each (the JVM, and the producer's close): make test-slow runs them
+@pytest.mark.skipif(not java_available(), reason="no JDK or Java client harness")
+@pytest.mark.parametrize("mechanism, password, error, reason", [
+    ("SCRAM-SHA-512", "wrong", "SaslAuthenticationException", "Invalid username or password"),
+    ("PLAIN", "wrong", "SaslAuthenticationException", "Invalid username or password"),
+    # a mechanism the JDK's SASL provider has and kop does not: refused at the handshake, with the enabled list
+    ("CRAM-MD5", PASSWORD, "UnsupportedSaslMechanismException", "SCRAM-SHA-512"),
+])
+def test_the_java_client_is_refused_with_the_brokers_reason(sasl, mechanism, password, error, reason):
+    """Java's producer fails every send with the authentication error (fatal: it does not retry) well before its
+    deadline, instead of waiting for metadata that never comes."""
+    security = sasl.security("SASL_SSL", mechanism, password=password).java()
+    deliveries = java_produce(sasl.bootstrap("SASL_SSL"), "never", 2, idempotence=False, extra_props=security,
+                              timeout=60)
+    assert [d.error for d in deliveries] == [error] * 2, deliveries
+    assert all(reason in (d.error_message or "") for d in deliveries), deliveries
+
+
 # ---- the protocol as a raw client sees it
 
 def sasl_socket(sasl, protocol="SASL_PLAINTEXT") -> socket.socket:
