@@ -334,6 +334,62 @@ def test_an_expired_session_closes_the_connection_and_clients_reauthenticate(tmp
         broker.process.stop()
 
 
+def expiry_closures(broker: SaslBroker, client_id: str) -> int:
+    """How many of this client's connections the broker closed because their SASL session had expired."""
+    with open(broker.process.log_path, encoding="utf-8", errors="replace") as log:
+        return sum(1 for line in log
+                   if "expired (connections.max.reauth.ms)" in line and f"client_id={client_id} " in line)
+
+
+@pytest.mark.slow  # each client runs across two and a half session lifetimes of 2 s
+def test_an_expired_session_never_hangs_a_client(tmp_path, caplog):
+    """kafka-python and Java re-authenticate before their session ends (KIP-368) and never see it expire; aiokafka
+    does not re-authenticate, so the broker closes its connection at its first request past the lifetime and the
+    producer reconnects, signs in again and retries. Each sends across several lifetimes, every wait bounded."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+    from kafka import KafkaProducer
+    broker = SaslBroker(str(tmp_path), **{"connections.max.reauth.ms": "2000"}).start()
+    try:
+        broker.set_password(USER, PASSWORD)
+        security = broker.security("SASL_PLAINTEXT", "SCRAM-SHA-256")
+        bootstrap = broker.bootstrap("SASL_PLAINTEXT")
+        producer = KafkaProducer(bootstrap_servers=bootstrap, client_id="kp-reauth", **security.kafka_python())
+        try:
+            for i in range(8):
+                producer.send("reauth", f"kp{i}".encode()).get(timeout=15)
+                time.sleep(0.6)
+        finally:
+            producer.close(timeout=10)
+        assert expiry_closures(broker, "kp-reauth") == 0
+
+        async def aiokafka_sends() -> None:
+            aio = AIOKafkaProducer(bootstrap_servers=bootstrap, client_id="aio-reauth", request_timeout_ms=10000,
+                                   **security.aiokafka())
+            await aio.start()
+            try:
+                for i in range(8):
+                    await asyncio.wait_for(aio.send_and_wait("reauth", f"aio{i}".encode()), 15)
+                    await asyncio.sleep(0.6)
+            finally:
+                await aio.stop()
+        asyncio.run(aiokafka_sends())
+        assert expiry_closures(broker, "aio-reauth") >= 1  # the control: the lifetime is enforced
+        assert any("closed" in r.getMessage() for r in caplog.records if r.name.startswith("aiokafka"))
+
+        if java_available():  # consumes the 16 records, then polls on for 5 s (fetches, heartbeats) before leaving
+            group = java_group_consume(bootstrap, "reauth", "java-reauth", max_records=17, idle_ms=5000,
+                                       extra_props={"client.id": "java-reauth", **security.java()})
+            assert group.stop_reason == "idle"
+            assert sorted(r.value for r in group.records) == sorted(
+                [f"kp{i}" for i in range(8)] + [f"aio{i}" for i in range(8)])
+            assert group.committed == {0: 16}
+            assert expiry_closures(broker, "java-reauth") == 0
+    finally:
+        broker.process.stop()
+
+
 def test_kafka_python_and_aiokafka_consume_in_groups_over_sasl_ssl(sasl):
     import asyncio
 
