@@ -144,11 +144,11 @@ def test_a_wrong_password_gets_an_authentication_error_from_every_client(sasl, m
     assert {r.name.split(".")[0] for r in failures} == {"kafka", "aiokafka"}, [r.getMessage() for r in failures]
 
 
-@pytest.mark.slow  # about 10 s each (the JVM, and the producer's close): make test-slow runs them
 @pytest.mark.skipif(not java_available(), reason="no JDK or Java client harness")
-@pytest.mark.parametrize("mechanism, password, error, reason", [
+@pytest.mark.parametrize("mechanism, password, error, reason", [  # 2-3 s each (a JVM), up to 10 s under load
     ("SCRAM-SHA-512", "wrong", "SaslAuthenticationException", "Invalid username or password"),
-    ("PLAIN", "wrong", "SaslAuthenticationException", "Invalid username or password"),
+    pytest.param("PLAIN", "wrong", "SaslAuthenticationException", "Invalid username or password",
+                 marks=pytest.mark.slow),
     # a mechanism the JDK's SASL provider has and kop does not: refused at the handshake, with the enabled list
     ("CRAM-MD5", PASSWORD, "UnsupportedSaslMechanismException", "SCRAM-SHA-512"),
 ])
