@@ -343,10 +343,12 @@ def expiry_closures(broker: SaslBroker, client_id: str) -> int:
 
 @pytest.mark.slow  # each client runs across two and a half session lifetimes of 2 s
 def test_an_expired_session_never_hangs_a_client(tmp_path, caplog):
-    """kafka-python and Java re-authenticate before their session ends (KIP-368) and never see it expire; aiokafka
-    does not re-authenticate, so the broker closes its connection at its first request past the lifetime and the
-    producer reconnects, signs in again and retries. Each sends across several lifetimes, every wait bounded."""
+    """kafka-python and Java re-authenticate before their session ends (KIP-368); aiokafka does not, so the broker
+    closes its connection at its first request past the lifetime and the producer reconnects, signs in again and
+    retries. Each works across several lifetimes, every wait bounded. (Whether a re-authenticating client ever
+    lands past its lifetime depends on timing, so that is not asserted: it would reconnect as aiokafka does.)"""
     import asyncio
+    import logging
 
     from aiokafka import AIOKafkaProducer
     from kafka import KafkaProducer
@@ -355,6 +357,7 @@ def test_an_expired_session_never_hangs_a_client(tmp_path, caplog):
         broker.set_password(USER, PASSWORD)
         security = broker.security("SASL_PLAINTEXT", "SCRAM-SHA-256")
         bootstrap = broker.bootstrap("SASL_PLAINTEXT")
+        caplog.set_level(logging.DEBUG, logger="kafka.net.connection")
         producer = KafkaProducer(bootstrap_servers=bootstrap, client_id="kp-reauth", **security.kafka_python())
         try:
             for i in range(8):
@@ -362,7 +365,7 @@ def test_an_expired_session_never_hangs_a_client(tmp_path, caplog):
                 time.sleep(0.6)
         finally:
             producer.close(timeout=10)
-        assert expiry_closures(broker, "kp-reauth") == 0
+        assert any("Beginning SASL re-authentication" in r.getMessage() for r in caplog.records)
 
         async def aiokafka_sends() -> None:
             aio = AIOKafkaProducer(bootstrap_servers=bootstrap, client_id="aio-reauth", request_timeout_ms=10000,
@@ -385,7 +388,6 @@ def test_an_expired_session_never_hangs_a_client(tmp_path, caplog):
             assert sorted(r.value for r in group.records) == sorted(
                 [f"kp{i}" for i in range(8)] + [f"aio{i}" for i in range(8)])
             assert group.committed == {0: 16}
-            assert expiry_closures(broker, "java-reauth") == 0
     finally:
         broker.process.stop()
 
