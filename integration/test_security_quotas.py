@@ -37,16 +37,24 @@ def describe(broker, components, strict=False):
 
 def produce_throttles(broker, client_id: str) -> list[int]:
     """Throttle times (ms) librdkafka reports while producing 600 KB as `client_id`."""
+    return produce_measured(broker.bootstrap, 600, **{"client.id": client_id})[0]
+
+
+def produce_measured(bootstrap: str, records: int, **config) -> tuple[list[int], float]:
+    """Produces `records` records of 1000 bytes with librdkafka: the throttle times (ms) it reports, and the seconds
+    from the first produce until every record was acknowledged."""
     from confluent_kafka import Producer
     throttles = []
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "client.id": client_id, "linger.ms": 5,
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **config,
                          "throttle_cb": lambda event: throttles.append(event.throttle_time)})
-    for i in range(600):
+    started = time.monotonic()
+    for i in range(records):
         producer.produce("quota", b"x" * 1000)
         producer.poll(0)
     assert producer.flush(60) == 0
+    elapsed = time.monotonic() - started
     producer.poll(0.5)
-    return throttles
+    return throttles, elapsed
 
 
 def test_a_client_over_its_produce_rate_is_throttled_and_one_without_a_quota_is_not(broker):
@@ -87,3 +95,31 @@ def test_quotas_are_validated_removed_and_durable(broker):
     assert describe(broker, [("user", 0, "alice")], strict=True) == {}  # that entity has a client-id too
     alter(broker, [("user", "alice"), ("client-id", "app")], [("producer_byte_rate", None)])
     assert describe(broker, [("user", 0, "alice")]) == {}
+
+
+@pytest.mark.slow  # the rate is held for over ten seconds: a throttle starts once the first window's share is spent
+def test_a_named_sasl_users_produce_quota_holds_its_rate(tmp_path):
+    """The quota of one authenticated user (the principal's name, whatever the client id): its producer is told to
+    wait and moves its bytes no faster than about the quota; another user, with no quota, is never throttled."""
+    from integration.test_security_sasl import PASSWORD, USER, SaslBroker
+    sasl = SaslBroker(str(tmp_path)).start()
+    try:
+        sasl.set_password(USER, PASSWORD)
+        sasl.set_password("bob", "bob-secret")
+        rate = 20_000.0
+        assert alter(sasl.process, [("user", USER)], [("producer_byte_rate", rate)]).error_code == ErrorCode.NONE
+        bootstrap = sasl.bootstrap("SASL_PLAINTEXT")
+        # one small batch in flight at a time: what the broker reads past the quota is at most one request
+        config = {"batch.size": 10_000, "max.in.flight.requests.per.connection": 1}
+        bob = sasl.security("SASL_PLAINTEXT", "SCRAM-SHA-256", user="bob", password="bob-secret").confluent()
+        throttles, _ = produce_measured(bootstrap, 100, **config, **bob)
+        assert throttles == []  # the control: a user without a quota
+        alice = sasl.security("SASL_PLAINTEXT", "SCRAM-SHA-256").confluent()
+        records = 13 * int(rate) // 1000  # 13 s of the quota: ten are let through at once (the first window)
+        throttles, elapsed = produce_measured(bootstrap, records, **config, **alice)
+        assert throttles and max(throttles) > 0
+        # A rate ceiling, which a slow machine only lowers: the quota plus the first window's allowance and one
+        # request, spread over the time it took, never the megabytes a second of an unthrottled producer.
+        assert records * 1000 / elapsed < 1.5 * rate, (records, elapsed)
+    finally:
+        sasl.process.stop()

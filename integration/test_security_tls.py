@@ -85,6 +85,29 @@ def test_librdkafka_plaintext_on_the_tls_port_fails_instead_of_hanging(broker):
         admin.list_topics(timeout=5)
 
 
+def test_kafka_python_and_aiokafka_plaintext_on_the_tls_port_fail_instead_of_hanging(broker):
+    from aiokafka.errors import KafkaConnectionError
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaTimeoutError
+    tls = f"127.0.0.1:{broker.tls_port}"
+    with pytest.raises(KafkaTimeoutError):  # the broker closes each attempt; bootstrapping gives up
+        KafkaAdminClient(bootstrap_servers=tls, bootstrap_timeout_ms=2000)
+    with pytest.raises(KafkaConnectionError):
+        clients.aio_produce(tls, "never", [])
+    # the control: the same clients, plaintext on the plaintext port, get through
+    KafkaAdminClient(bootstrap_servers=broker.bootstrap, bootstrap_timeout_ms=10000).close()
+    clients.aio_produce(broker.bootstrap, "plain", clients.sample_records(1))
+
+
+@pytest.mark.skipif(not java_available(), reason="no JDK or Java client harness")
+def test_java_plaintext_on_the_tls_port_fails_instead_of_hanging(broker):
+    """The broker closes each plaintext attempt, so the Java producer never learns the topic's metadata: its send
+    fails once max.block.ms is up, reported as an error rather than waiting on."""
+    deliveries = java_produce(f"127.0.0.1:{broker.tls_port}", "never", 1, extra_props={"max.block.ms": 3000},
+                              timeout=60)
+    assert [d.error for d in deliveries] == ["TimeoutException"], deliveries
+
+
 def test_a_tls_handshake_that_never_starts_is_closed_after_the_handshake_timeout(tmp_path, certificates):
     broker = tls_broker(tmp_path, certificates, **{"ssl.handshake.timeout.ms": "1000"})
     try:
