@@ -323,6 +323,21 @@ async def test_error_codes_for_bad_requests(broker):
     groups.loaded = True
 
 
+async def test_a_heartbeat_while_the_coordinator_loads_is_answered_as_kafka_answers_it(broker):
+    """Kafka's coordinators answer NONE (a member's next heartbeat after the load tells it what to do); aiokafka's
+    consumer dies of COORDINATOR_LOAD_IN_PROGRESS on a heartbeat ("Unexpected exception in heartbeat task"), which
+    the cluster soak met when a coordinator shard moved."""
+    groups = broker.groups
+    a, ja = await join_new(groups)
+    await ja
+    await groups.sync("g", 1, a, None, None, None, {})
+    groups.loaded = False
+    assert (await groups.join(join_req())).error == E.COORDINATOR_LOAD_IN_PROGRESS  # the control: it is loading
+    assert groups.heartbeat("g", 1, a, None) == E.NONE
+    groups.loaded = True
+    assert groups.heartbeat("g", 1, a, None) == E.NONE
+
+
 async def test_list_and_describe_groups_with_filters(broker):
     groups = broker.groups
     a, ja = await join_new(groups, group="live")

@@ -264,6 +264,10 @@ class GroupCoordinator:
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> ErrorCode:
         error = self.check(group_id)
+        if error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            # As Kafka's coordinators answer it: clients do not expect this error on a heartbeat (aiokafka's consumer
+            # dies of it); once loaded, the member's next heartbeat tells it what it must do.
+            return ErrorCode.NONE
         if error is not None:
             return error
         consumer_group = self.consumer.groups.get(group_id)
