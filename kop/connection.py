@@ -5,7 +5,10 @@ The connection is an asyncio BufferedProtocol: the transport reads straight into
 whole frame in it is handled in the same callback, with no stream reader, task or queue per request. A request's
 ordered phase (its handler up to the point where it returns) runs before the next request is handled, so a
 connection's produce requests reach their partitions in arrival order. Handlers that are plain functions (Produce)
-run inline; coroutine handlers run as a task, and the connection handles nothing more until it returns. Whatever a
+run inline; coroutine handlers run as a task from their first step (eagerly, where Python has eager tasks: a step
+that never waits then completes in the same callback), and the connection handles nothing more until it returns.
+Never outside a task: what a handler calls may need one (asyncio.timeout, and wait_for since Python 3.12; asyncpg's
+connect when its pool opens a connection). Whatever a
 handler still waits for (durability, a long-poll fetch, a rebalance) completes later; up to `max_in_flight` such
 requests overlap, and the responses that are ready go out in request order, those of one loop iteration in one
 `writelines`.
@@ -23,6 +26,7 @@ import inspect
 import itertools
 import logging
 import struct
+import sys
 import time
 from collections import deque
 from typing import TYPE_CHECKING
@@ -70,38 +74,9 @@ class _Response:
         self.ready = False
 
 
-class _Started:
-    """Awaiting this goes on with a coroutine already started by hand, which yielded `waits_for` (what it awaits):
-    the task awaiting it drives the coroutine from there, as if it had run it from the start."""
-
-    __slots__ = ("coroutine", "waits_for")
-
-    def __init__(self, coroutine, waits_for) -> None:
-        self.coroutine = coroutine
-        self.waits_for = waits_for
-
-    def __await__(self):
-        coroutine, waits_for = self.coroutine, self.waits_for
-        while True:
-            try:
-                sent = yield waits_for
-            except GeneratorExit:
-                coroutine.close()
-                raise
-            except BaseException as exc:  # thrown in by the task (a cancellation, a future's exception)
-                try:
-                    waits_for = coroutine.throw(exc)
-                except StopIteration as returned:
-                    return returned.value
-            else:
-                try:
-                    waits_for = coroutine.send(sent)
-                except StopIteration as returned:
-                    return returned.value
-
-
-async def _resumed(coroutine, waits_for):
-    return await _Started(coroutine, waits_for)
+# Python 3.12's eager tasks run a coroutine's first step in the task at once: most ordered phases never wait, and
+# complete there (Fetch, Metadata, group heartbeats). Before 3.12 the task's first step runs at the next iteration.
+_EAGER = {"eager_start": True} if sys.version_info >= (3, 12) else {}
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -357,14 +332,11 @@ class Connection(asyncio.BufferedProtocol):
         route = router.routes[header.api_key]
         try:
             if route.is_async:
-                # The coroutine's first step runs here: most ordered phases never wait, and need no task
-                coroutine = route.handler(ctx, request)
-                try:
-                    waits_for = coroutine.send(None)
-                except StopIteration as returned:
-                    result = returned.value
-                else:  # it waits: the rest runs as a task, and the connection handles nothing more until it returns
-                    task = self._ordered = asyncio.ensure_future(_resumed(coroutine, waits_for))
+                task = asyncio.Task(route.handler(ctx, request), **_EAGER)
+                if task.done():  # eagerly, without waiting
+                    result = task.result()
+                else:  # the connection handles nothing more until it returns
+                    self._ordered = task
                     self._tasks.add(task)
                     self._hold = "ordered phase"
                     task.add_done_callback(functools.partial(self._ordered_phase_done, response))
