@@ -43,7 +43,7 @@ def judge(producer: StreamProducer, stored: list[StoredRecord], received: set[by
     unreceived = sum(1 for r in producer.reports if r.error is None and r.value in stored_values
                      and r.value not in received)
     stuck = sorted(p for p, end in ends.items() if committed.get(p, -1) < end)
-    return ClientVerdict(producer.client, stream, unreceived, stuck, backwards,
+    return ClientVerdict(producer.name_prefix, stream, unreceived, stuck, backwards,
                          None if producer.error is None else repr(producer.error))
 
 
