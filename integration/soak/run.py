@@ -143,8 +143,9 @@ def drive(dep: Deployment, load: Load, steps: list[Step], seconds: float, say: C
           off_windows: list | None = None, settle: Callable[[], None] | None = None) -> Outcome:
     """Run the load through the schedule, stop the writers, wait for the group to commit every partition's end,
     and judge. stored_for: what a producer's stream is judged against (default: its topic in `dep`, its values
-    only); off_windows: offsets written while deduplication was off (single broker); settle: called once the
-    writers stopped, before the ends are read (geo: until the replicators caught up)."""
+    only; where producers share a topic, the holes its report counts are the others' records); off_windows:
+    offsets written while deduplication was off (single broker); settle: called once the writers stopped, before
+    the ends are read (geo: until the replicators caught up)."""
     topics = sorted({p.topic for p in load.producers})
     for thread in load.threads:
         thread.start()
