@@ -77,7 +77,9 @@ fuzz-atheris: $(VENV)/.test-installed
 
 # The nemesis soak: idempotent producers, a consumer group of every client and a transactional producer through a
 # seeded schedule of random faults (cuts, kill -9, SIGSTOP, a full disk when a tmpfs can be mounted, policy flips).
-# SOAK_SECONDS=600 by default; a failure prints the seed, and SOAK_ARGS="--seed N" replays it.
+# SOAK_SECONDS=600 by default; a failure prints the seed, and SOAK_ARGS="--seed N" replays it. SOAK_ARGS="--topology
+# geo [--two-way]" runs it against two clusters that replicate, "--topology cluster" against three brokers on a
+# PostgreSQL it starts.
 SOAK_SECONDS ?= 600
 soak: $(VENV)/.test-installed
 	SOAK_SECONDS=$(SOAK_SECONDS) $(PY) -m integration.soak $(SOAK_ARGS)

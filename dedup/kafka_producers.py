@@ -468,6 +468,11 @@ class KafkaProducers:
         producer_id, epoch, _name, first, last = accept
         self._owe(producer_id, epoch, first, last, error_code)
 
+    def owe(self, producer_id: int, epoch: int, first: int, last: int, error_code: int) -> None:
+        """The producer was answered `error_code` for wire sequences first..last before this state could judge
+        them (another layer refused them: the partition was not open here yet): it owes their resend."""
+        self._owe(producer_id, epoch, first, last, error_code)
+
     def _owe(self, producer_id: int, epoch: int, first: int, last: int, error_code: int) -> None:
         """The producer was answered `error_code` for sequences first..last, which are not stored."""
         earlier = self._owed.pop(producer_id, None)

@@ -79,6 +79,7 @@ class ProxyStats:
     produce_errors: dict[int, int] = field(default_factory=dict)
     # the batches answered DUPLICATE_SEQUENCE_NUMBER (stored before; clients report them with no or a made-up offset)
     duplicate_sequence_batches: tuple[BatchIdentity, ...] = ()
+    severed: int = 0  # connections closed or refused while the link was severed
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +197,8 @@ class FaultProxy:
         self._error: BaseException | None = None
         self._delaying = False
         self._delayed: list[tuple[_RequestInfo, bytes]] = []  # Produce requests held back, in arrival order
+        self._severed = False
+        self._severed_count = 0
 
     @property
     def bootstrap(self) -> str:
@@ -209,32 +212,42 @@ class FaultProxy:
 
     def hold_responses(self, hold: bool) -> None:
         """Hold every response from now on (True), or let them through again (False)."""
-        if self._loop is None or self._released is None:
+        if self._released is None:
             raise RuntimeError("the proxy is not running")
-        done = threading.Event()
-
-        def switch() -> None:
-            (self._released.clear if hold else self._released.set)()
-            done.set()
-
-        self._loop.call_soon_threadsafe(switch)
-        if not done.wait(5):
-            raise RuntimeError("the proxy did not switch")
+        self._on_loop(self._released.clear if hold else self._released.set, "switch")
 
     def drop_held(self) -> None:
         """Close every connection that holds a response, both ways: the response is lost."""
+        self._on_loop(lambda: self._cancel(self._holding), "drop its held responses")
+
+    def sever(self, severed: bool) -> None:
+        """Close every connection and refuse new ones from now on (True), as a network link that went down; or
+        accept connections again (False)."""
+        with self._lock:
+            self._severed = severed
+        if severed:
+            self._on_loop(lambda: self._cancel(self._handlers, counted=True), "sever its connections")
+
+    def _cancel(self, handlers: set[asyncio.Task], counted: bool = False) -> None:
+        """Close those connections (their handlers close both sockets); counted: as severed."""
+        with self._lock:
+            self._severed_count += len(handlers) if counted else 0
+        for handler in list(handlers):
+            handler.cancel()
+
+    def _on_loop(self, action, what: str) -> None:
+        """Run `action` on the proxy's loop and wait until it has run."""
         if self._loop is None:
             raise RuntimeError("the proxy is not running")
         done = threading.Event()
 
-        def cut() -> None:
-            for handler in list(self._holding):
-                handler.cancel()
+        def run() -> None:
+            action()
             done.set()
 
-        self._loop.call_soon_threadsafe(cut)
+        self._loop.call_soon_threadsafe(run)
         if not done.wait(5):
-            raise RuntimeError("the proxy did not drop its held responses")
+            raise RuntimeError(f"the proxy did not {what}")
 
     def delay_produce(self, delay: bool) -> None:
         """Hold every Produce request from now on instead of forwarding it (True), or forward them again (False)."""
@@ -269,7 +282,7 @@ class FaultProxy:
         with self._lock:
             return ProxyStats(self._connections, self._requests, self._produce_requests, self._cuts,
                               self._order_violations, dict(self._cuts_by_api), dict(self._produce_errors),
-                              tuple(self._duplicate_sequence_batches))
+                              tuple(self._duplicate_sequence_batches), self._severed_count)
 
     # ---- lifecycle
 
@@ -324,9 +337,14 @@ class FaultProxy:
 
     async def _on_client(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
-        self._handlers.add(task)
         with self._lock:
+            severed = self._severed
+            self._severed_count += severed
             self._connections += 1
+        if severed:
+            client_writer.close()
+            return
+        self._handlers.add(task)
         upstream_writer = None
         pending: deque[_Pending] = deque()
         try:

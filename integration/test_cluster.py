@@ -8,6 +8,8 @@ import urllib.request
 
 import pytest
 from kafka.protocol.consumer.fetch import FetchResponse
+from kafka.protocol.consumer.group import (OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
+                                           OffsetFetchResponse)
 
 from integration.clients import kp_consume_all
 from integration.fetch_requests import FETCH_VERSION, fetch_request
@@ -20,7 +22,8 @@ from integration.pg_cluster import PgCluster, coordinator
 from integration.test_groups_offsets import fetch_committed
 from integration.waiting import wait_for
 from kop.admin.client import AdminClient, topic_resource
-from kop.cluster.groups import shard_of
+from kop.cluster.groups import SHARD_TOPIC, shard_of
+from kop.topic_storage import ledger_name
 from kop.admin.client import AdminClient, AdminError, group_resource
 from kop.cluster.ownership import owner_of
 from protocol.errors import ErrorCode
@@ -180,6 +183,70 @@ def test_a_partition_moved_to_a_joining_broker_is_not_read_from_its_previous_own
         answer = on_previous.receive(waiting, FetchResponse, FETCH_VERSION).responses[0].partitions[0]
     # Not "nothing after offset 1, the end is 1" from the state it had before the move.
     assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER, answer
+
+
+def commit_offset(port: int, group: str, topic: str, offset: int) -> int:
+    """A simple (generation -1) OffsetCommit v5 of partition 0; its error code."""
+    Topic = OffsetCommitRequest[5].OffsetCommitRequestTopic
+    request = OffsetCommitRequest[5](group_id=group, generation_id_or_member_epoch=-1, member_id="", topics=[
+        Topic(name=topic, partitions=[Topic.OffsetCommitRequestPartition(partition_index=0, committed_offset=offset,
+                                                                         committed_metadata="")])])
+    with RawKafka(port, timeout=10) as kafka:
+        return kafka.call(request, OffsetCommitResponse, 5).topics[0].partitions[0].error_code
+
+
+def committed_offset(port: int, group: str, topic: str) -> tuple[int, int]:
+    """OffsetFetch v5 of partition 0 from the broker on `port`: (error code, committed offset)."""
+    request = OffsetFetchRequest[5](group_id=group, topics=[
+        OffsetFetchRequest.OffsetFetchRequestTopic(name=topic, partition_indexes=[0])])
+    with RawKafka(port, timeout=10) as kafka:
+        answer = kafka.call(request, OffsetFetchResponse, 5)
+    if answer.error_code != ErrorCode.NONE:
+        return answer.error_code, -1
+    partition = answer.topics[0].partitions[0]
+    return partition.error_code, partition.committed_offset
+
+
+@pytest.mark.slow
+def test_a_coordinator_paused_while_another_coordinated_its_group_and_left_answers_the_newer_offset(cluster):
+    """A group's coordinator is paused (not past its lease) while a broker joins, takes the group's shard over, stores
+    a later commit and leaves again. Resumed, the paused broker's view of the live brokers is what it was before, so
+    it coordinates the group again: from the offsets the database holds now, not the ones it had cached (it answered
+    the group's own earlier commit, and a member that resumed from there committed the group backwards)."""
+    lease = {"broker.session.timeout.ms": "15000"}  # the pause does not end the lease: no new session
+    cluster.start(2, config=lease)
+    topic = "regained"
+    with RawKafka(cluster.port(1)) as kafka:
+        assert kafka.create_topic(topic, 1) == ErrorCode.NONE
+    wait_until_served_by_leaders(cluster, topic, 1)
+
+    def shard_owner(group: str, nodes: list[int]) -> int:
+        return owner_of(ledger_name(SHARD_TOPIC, shard_of(group)), nodes)
+
+    group = next(g for g in (f"regained-{i}" for i in range(1000)) if shard_owner(g, [1, 2, 3]) == 3)
+    paused = shard_owner(group, [1, 2])
+    wait_for(lambda: commit_offset(cluster.port(paused), group, topic, 5) == ErrorCode.NONE,
+             "the group's coordinator to store the first commit")
+    assert committed_offset(cluster.port(paused), group, topic) == (ErrorCode.NONE, 5)
+    cluster.pause(paused)
+    try:
+        cluster.add(3, config=lease)
+        wait_for(lambda: commit_offset(cluster.port(3), group, topic, 9) == ErrorCode.NONE,
+                 "the joining broker to take the group over and store a later commit")
+        # The control: the joining broker coordinated the group, and from the database it read the first commit.
+        assert committed_offset(cluster.port(3), group, topic) == (ErrorCode.NONE, 9)
+        cluster.brokers[3].stop()  # a clean stop ends its lease: the paused broker owns the shard again
+    finally:
+        cluster.resume(paused)
+    answers: list[tuple[int, int]] = []
+
+    def answered() -> bool:
+        answers.append(committed_offset(cluster.port(paused), group, topic))
+        return answers[-1][0] == ErrorCode.NONE
+    wait_for(answered, "the resumed broker to coordinate the group again")
+    assert answers[-1] == (ErrorCode.NONE, 9), answers
+    assert {code for code, _ in answers} <= {ErrorCode.NONE, ErrorCode.NOT_COORDINATOR,
+                                             ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}, answers
 
 
 GROUP_PROTOCOLS = {

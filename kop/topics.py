@@ -189,6 +189,9 @@ class TopicManager:
         self._owns: Callable[[str, int], bool] = lambda topic, partition: True  # one broker owns everything
         self.marker_listener: MarkerListener | None = None  # given to every partition opened (geo-replication)
         self.shared_producer_ids = SharedProducerIds()  # ... and this (kept current by the replication service)
+        # Idempotent batches answered NOT_LEADER_OR_FOLLOWER for a partition this broker owns but has not opened
+        # yet (taking it over): (topic, partition) -> producer id -> (epoch, first sequence, last sequence)
+        self._refused_before_open: dict[tuple[str, int], dict[int, tuple[int, int, int]]] = {}
 
     # ---- loading
 
@@ -342,6 +345,20 @@ class TopicManager:
         topic = self.topics.get(name)
         return None if topic is None else topic.partition(index)
 
+    def refused_before_open(self, name: str, index: int, producer_id: int, epoch: int, first: int, last: int
+                            ) -> None:
+        """An idempotent batch for a partition this broker owns but has not opened yet was answered
+        NOT_LEADER_OR_FOLLOWER. Once the partition is open, the producer's batches pipelined behind it get the same
+        answer until it resends it: OUT_OF_ORDER_SEQUENCE_NUMBER there would make librdkafka bump its epoch and
+        resend, under the new one, records whose earlier write was stored but not acknowledged (duplicates)."""
+        if not self._owns(name, index):
+            return
+        refused = self._refused_before_open.setdefault((name, index), {})
+        earlier = refused.get(producer_id)
+        if earlier is not None and earlier[0] == epoch:
+            first, last = min(first, earlier[1]), max(last, earlier[2])
+        refused[producer_id] = (epoch, first, last)
+
     def missing_partition_error(self, name: str, index: int) -> ErrorCode:
         """Why `partition(name, index)` is None: another broker owns it (clients refresh their metadata and follow
         it there), or kop has no such partition."""
@@ -463,12 +480,18 @@ class TopicManager:
 
     async def _follow_ownership(self, topic: Topic, index: int) -> None:
         partition, owned = topic.slots[index], self._owns(topic.name, index)
+        if not owned:
+            self._refused_before_open.pop((topic.name, index), None)
         if owned and partition is None:
             try:
-                topic.slots[index] = await self._open_partition(topic.name, index)
+                partition = await self._open_partition(topic.name, index)
             except Exception as exc:  # noqa: BLE001 - lease lost meanwhile, database unreachable: tried again later
                 log.warning("%s: cannot take partition %d over yet: %s", topic.name, index, exc)
                 return
+            refused = self._refused_before_open.pop((topic.name, index), {})
+            for producer_id, (epoch, first, last) in refused.items():
+                partition.producers.owe(producer_id, epoch, first, last, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            topic.slots[index] = partition
             log.info("%s: took partition %d over", topic.name, index)
         elif partition is not None and not owned:
             topic.slots[index] = None

@@ -142,6 +142,24 @@ async def test_second_member_triggers_a_rebalance_both_rejoin_and_the_follower_w
     assert groups.validate_commit("g", 1, a, None) == E.ILLEGAL_GENERATION
 
 
+async def test_a_commit_while_completing_a_rebalance_checks_the_member_and_generation_first(broker):
+    """As Kafka orders it: a member the group does not have (one whose coordinator moved, or whose session expired)
+    is told UNKNOWN_MEMBER_ID, one of an older generation ILLEGAL_GENERATION, and only a current member
+    REBALANCE_IN_PROGRESS. kafka-python treats REBALANCE_IN_PROGRESS as "rejoin" and keeps its positions for the
+    partitions it gets back, behind what the members of the generations it missed committed."""
+    groups = broker.groups
+    a, joining = await join_new(groups)
+    await joining
+    await groups.sync("g", 1, a, None, None, None, {a: b"all"})
+    b, b_joining = await join_new(groups)
+    await groups.join(join_req(member_id=a))
+    await b_joining
+    assert groups.groups["g"].state is GroupState.COMPLETING_REBALANCE  # the control: generation 2, not synced
+    assert groups.validate_commit("g", 2, "gone-member", None) == E.UNKNOWN_MEMBER_ID
+    assert groups.validate_commit("g", 1, a, None) == E.ILLEGAL_GENERATION
+    assert groups.validate_commit("g", 2, a, None) == E.REBALANCE_IN_PROGRESS
+
+
 async def test_a_rebalance_while_a_generation_is_being_stored_does_not_strand_the_next_generations_sync():
     """Generation 1's store is still in flight when a second member joins and generation 2 forms: the leader's
     SyncGroup for generation 2 starts its own store, so both members get their assignments without waiting for
@@ -311,7 +329,7 @@ async def test_error_codes_for_bad_requests(broker):
     assert groups.heartbeat("nosuch", 1, "x", None) == E.UNKNOWN_MEMBER_ID
     assert (await groups.sync("g", 1, a, None, "consumer", "roundrobin", {})).error == \
         E.INCONSISTENT_GROUP_PROTOCOL
-    assert groups.validate_commit("g", -1, "", None) == E.REBALANCE_IN_PROGRESS  # CompletingRebalance
+    assert groups.validate_commit("g", -1, "", None) == E.UNKNOWN_MEMBER_ID  # only members commit to a live group
     await groups.sync("g", 1, a, None, None, None, {})
     assert groups.validate_commit("nosuch", 3, "x", None) == E.ILLEGAL_GENERATION
     assert groups.validate_commit("g", -1, "", None) == E.UNKNOWN_MEMBER_ID  # simple commit, live group

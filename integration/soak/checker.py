@@ -7,7 +7,7 @@ too."""
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from integration.idem_raw import StoredRecord
 from integration.idem_stream import StreamCheck, check_stream
@@ -23,6 +23,9 @@ class ClientVerdict:
     stuck: list[int]  # partitions whose committed offset stayed behind the end
     backwards: list[tuple[int, int, int]]  # partition, from, to
     producer_error: str | None
+    # the first values stored more than once, each copy as (partition, offset, producer epoch, sequence), and the
+    # offset its delivery report acknowledged: to tell from the report alone which write stored it again
+    copies: list[tuple[bytes, list[tuple[int, int, int, int]], int | None]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -33,7 +36,8 @@ class ClientVerdict:
     def summary(self) -> str:
         return (f"{self.client:<13} {'ok  ' if self.ok else 'FAIL'} {self.stream.summary()} "
                 f"unreceived={self.unreceived} stuck={self.stuck} backwards={self.backwards}"
-                + (f" producer_error={self.producer_error}" if self.producer_error else ""))
+                + (f" producer_error={self.producer_error}" if self.producer_error else "")
+                + (f" copies={self.copies}" if self.copies else ""))
 
 
 def judge(producer: StreamProducer, stored: list[StoredRecord], received: set[bytes], committed: dict[int, int],
@@ -43,8 +47,20 @@ def judge(producer: StreamProducer, stored: list[StoredRecord], received: set[by
     unreceived = sum(1 for r in producer.reports if r.error is None and r.value in stored_values
                      and r.value not in received)
     stuck = sorted(p for p, end in ends.items() if committed.get(p, -1) < end)
-    return ClientVerdict(producer.client, stream, unreceived, stuck, backwards,
-                         None if producer.error is None else repr(producer.error))
+    return ClientVerdict(producer.name_prefix, stream, unreceived, stuck, backwards,
+                         None if producer.error is None else repr(producer.error), stored_twice(producer, stored))
+
+
+def stored_twice(producer: StreamProducer, stored: list[StoredRecord], limit: int = 5
+                 ) -> list[tuple[bytes, list[tuple[int, int, int, int]], int | None]]:
+    """The first `limit` values stored more than once: their copies and the offset their report acknowledged."""
+    copies: dict[bytes, list[StoredRecord]] = defaultdict(list)
+    for record in stored:
+        copies[record.value].append(record)
+    acked = {r.value: r.offset for r in producer.reports if r.error is None}
+    twice = [(value, [(r.partition, r.offset, r.producer_epoch, r.sequence) for r in records], acked.get(value))
+             for value, records in copies.items() if len(records) > 1]
+    return twice[:limit]
 
 
 @dataclass(frozen=True, slots=True)

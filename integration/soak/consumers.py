@@ -287,13 +287,15 @@ MEMBERS: dict[str, type[GroupMember]] = {m.client: m for m in _ALL}
 
 
 class CommitWatcher(threading.Thread):
-    """Reads the group's committed offsets every `interval` seconds and keeps each partition's history."""
+    """Reads the group's committed offsets every `interval` seconds: the latest per partition, those that went
+    backwards, and each read's offsets with when it was answered (`history`: monotonic seconds, offsets)."""
 
     def __init__(self, bootstrap: str, group: str, partitions: list[tuple[str, int]], interval: float = 1.0) -> None:
         super().__init__(name="commit-watcher", daemon=True)
         self.bootstrap, self.group, self.partitions, self.interval = bootstrap, group, partitions, interval
         self.latest: dict[tuple[str, int], int] = {}
         self.backwards: list[tuple[str, int, int, int]] = []  # topic, partition, from, to
+        self.history: list[tuple[float, dict[tuple[str, int], int]]] = []
         self._stop_asked = threading.Event()
 
     def stop(self) -> None:
@@ -313,6 +315,7 @@ class CommitWatcher(threading.Thread):
             if tp.offset < before:
                 self.backwards.append((tp.topic, tp.partition, before, tp.offset))
             self.latest[key] = max(before, tp.offset)
+        self.history.append((time.monotonic(), dict(self.latest)))
 
     def run(self) -> None:
         from confluent_kafka import Consumer

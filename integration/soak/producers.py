@@ -15,14 +15,17 @@ RATE_PER_S = 200
 
 
 class StreamProducer(threading.Thread, abc.ABC):
-    """Produces f"{client}-{i}" (key str(i)) to `topic` at about RATE_PER_S until stop() is called."""
+    """Produces f"{name}-{i}" (key str(i)) to `topic` at about `rate` a second until stop() is called; `name` is
+    the client's unless given (two producers of one client writing to one topic, in two clusters)."""
 
     client = ""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        super().__init__(name=f"producer-{self.client}", daemon=True)
+    def __init__(self, bootstrap: str, topic: str, name: str = "", rate: float = RATE_PER_S) -> None:
+        self.name_prefix = name or self.client
+        super().__init__(name=f"producer-{self.name_prefix}", daemon=True)
         self.bootstrap = bootstrap
         self.topic = topic
+        self.rate = rate
         self.sent: list[bytes] = []
         self.reports: list[Report] = []
         self.error: BaseException | None = None
@@ -41,16 +44,20 @@ class StreamProducer(threading.Thread, abc.ABC):
         """(i, value) of the next value to send, unpaced, until stop() is called; each is recorded as sent."""
         i = 0
         while not self._stop_asked.is_set():
-            value = f"{self.client}-{i}".encode()
+            value = f"{self.name_prefix}-{i}".encode()
             self.sent.append(value)
             yield i, value
             i += 1
 
     def values(self):
-        """numbered(), paced at RATE_PER_S."""
+        """numbered(), paced at self.rate."""
         for i, value in self.numbered():
             yield i, value
-            time.sleep(1 / RATE_PER_S)
+            time.sleep(1 / self.rate)
+
+    def owns(self, value: bytes | None) -> bool:
+        """Whether a stored value is one of this producer's (another may write to the same topic)."""
+        return value is not None and value.startswith(f"{self.name_prefix}-".encode())
 
     @abc.abstractmethod
     def produce(self) -> list[Report]:
@@ -122,7 +129,7 @@ class AiokafkaProducer(StreamProducer):
         try:
             for i, value in self.numbered():
                 futures.append(await _send_when_room(producer, self.topic, key=str(i).encode(), value=value))
-                await asyncio.sleep(1 / RATE_PER_S)  # paced without holding up the client's own tasks
+                await asyncio.sleep(1 / self.rate)  # paced without holding up the client's own tasks
             results = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True),
                                              DELIVERY_TIMEOUT_S + 10)
         finally:
@@ -154,17 +161,17 @@ class JavaProducer(StreamProducer):
         reports: list[Report] = []
         start = 0
         while not self._stop_asked.is_set():
-            values = [f"{self.client}-{i}".encode() for i in range(start, start + JAVA_CHUNK)]
+            values = [f"{self.name_prefix}-{i}".encode() for i in range(start, start + JAVA_CHUNK)]
             self.sent.extend(values)
             deliveries = java_produce(self.bootstrap, self.topic, JAVA_CHUNK, key_prefix="", start_index=start,
-                                      value_prefix=f"{self.client}-", timeout=DELIVERY_TIMEOUT_S + 30,
+                                      value_prefix=f"{self.name_prefix}-", timeout=DELIVERY_TIMEOUT_S + 30,
                                       extra_props={"retry.backoff.ms": 50, "reconnect.backoff.ms": 50,
                                                    "reconnect.backoff.max.ms": 500})
             by_value = {d.value.encode(): d for d in deliveries}
             reports += [Report(v, by_value[v].partition, by_value[v].offset if by_value[v].ok else None,
                                by_value[v].error) for v in values]
             start += JAVA_CHUNK
-            self._stop_asked.wait(JAVA_CHUNK / RATE_PER_S / 2)  # about the others' pace, counting the JVM's start
+            self._stop_asked.wait(JAVA_CHUNK / self.rate / 2)  # about the others' pace, counting the JVM's start
         return reports
 
 

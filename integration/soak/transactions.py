@@ -12,9 +12,9 @@ import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from integration.idem_raw import RawKafka
 from integration.txn_clients import (CK_THROUGH_FAULTS, READ_COMMITTED, READ_UNCOMMITTED, ck_abort, ck_commit,
                                      ck_read_to_end)
 from integration.waiting import wait_until
@@ -24,6 +24,11 @@ ABORT_SHARE = 0.2
 TXN_TIMEOUT_MS = 30_000
 GAP_S = 0.05  # between transactions: the transactional producer is one load among several
 STABLE_S = 60  # after the producer stops, for every partition's last stable offset to reach its end
+
+
+def transactional_id(topic: str) -> str:
+    """The transactional producer's id for `topic` (a deployment picks the broker coordinating it as a victim)."""
+    return f"{topic}-writer"
 
 
 @dataclass
@@ -53,7 +58,7 @@ class TransactionalProducer(threading.Thread):
 
     def produce(self) -> None:
         from confluent_kafka import KafkaException, Producer
-        producer = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": f"{self.topic}-writer",
+        producer = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": transactional_id(self.topic),
                              "linger.ms": 5, "transaction.timeout.ms": TXN_TIMEOUT_MS, **CK_THROUGH_FAULTS})
         producer.init_transactions(60)
         number = 0
@@ -93,28 +98,31 @@ class TxnVerdict:
     aborted_stored: int  # control: records of aborted transactions a read_uncommitted reader gets
     hanging: dict[int, tuple[int, int]]  # partition: (last stable offset, end) still apart
     producer_error: str | None
+    where: str = ""  # the cluster read, where there are several
+    replica: bool = False  # read in a cluster the transactions were replicated to: no aborted record stored there
 
     @property
     def ok(self) -> bool:
         return not (self.missing or self.duplicated or self.aborted_visible or self.foreign or self.hanging
-                    or self.producer_error)
+                    or self.producer_error or (self.replica and self.aborted_stored))
 
     def summary(self) -> str:
-        return (f"{'transactions':<19} {'ok  ' if self.ok else 'FAIL'} committed={self.committed} "
+        return (f"{'transactions' + self.where:<19} {'ok  ' if self.ok else 'FAIL'} committed={self.committed} "
                 f"aborted={self.aborted} (by faults {self.aborted_by_fault}) missing={self.missing} "
                 f"duplicated={self.duplicated} aborted_visible={self.aborted_visible} foreign={self.foreign} "
                 f"aborted_stored={self.aborted_stored} hanging={self.hanging}"
                 + (f" producer_error={self.producer_error}" if self.producer_error else ""))
 
 
-def judge_transactions(producer: TransactionalProducer, port: int, bootstrap: str) -> TxnVerdict:
-    """After the producer stopped: wait for the last stable offsets to reach the ends, then read both ways."""
+def judge_transactions(producer: TransactionalProducer, offsets: Callable[..., dict[int, int]],
+                       bootstrap: str, where: str = "", replica: bool = False) -> TxnVerdict:
+    """After the producer stopped: wait for the last stable offsets to reach the ends, then read both ways.
+    offsets(topic, partitions, committed=False): the ends (or last stable offsets) as the deployment reads them."""
     partitions = range(producer.partitions)
 
     def apart() -> dict[int, tuple[int, int]]:
-        with RawKafka(port) as kafka:
-            ends = kafka.end_offsets(producer.topic, partitions)
-            stable = kafka.end_offsets(producer.topic, partitions, committed=True)
+        ends = offsets(producer.topic, partitions)
+        stable = offsets(producer.topic, partitions, committed=True)
         return {p: (stable[p], ends[p]) for p in partitions if stable[p] < ends[p]}
 
     wait_until(lambda: not apart(), timeout=STABLE_S, interval=0.5)
@@ -131,4 +139,5 @@ def judge_transactions(producer: TransactionalProducer, port: int, bootstrap: st
         missing=len(wanted - committed.keys()), duplicated=sum(n - 1 for n in committed.values()),
         aborted_visible=len(aborted & committed.keys()), foreign=len(committed.keys() - wanted - aborted),
         aborted_stored=len(aborted & uncommitted), hanging=hanging,
-        producer_error=None if producer.error is None else repr(producer.error))
+        producer_error=None if producer.error is None else repr(producer.error), where=where,
+        replica=replica)

@@ -11,6 +11,13 @@ then, so members that find the new coordinator heartbeat on without a rebalance;
 open transactions hold offsets for (kop/groups/txn_offsets.py), so OffsetFetch with require_stable answers as the old
 one did. Losing a shard drops its groups; their members are answered NOT_COORDINATOR and look the coordinator up
 again.
+
+What a broker loaded holds only while no other broker can have coordinated the shard since. Another broker takes a
+shard over only under a view that does not give it to this one: once this one's lease ran out (its session over), or
+while this one saw a broker it does not own the shard under. So a shard is dropped in the very step that installs such
+a view or finds the lease run out, not at the next follow: a broker that regained a shard before it followed again
+answered OffsetFetch from its earlier tenure's cache, behind what the other coordinator had committed meanwhile, and a
+member that resumed from that offset committed the group backwards.
 """
 import logging
 from collections.abc import Callable
@@ -50,6 +57,7 @@ class GroupShards:
         self._owns = owns
         self._fresh = fresh
         self.epochs: dict[int, int] = {}  # shard -> this broker's coordinator epoch, for the shards it has loaded
+        self._releases = 0  # shards dropped so far: a load that saw one dropped meanwhile installs nothing
         self.offsets = ClusterOffsetStore(storage.store, topics, storage, coordinator.config.offset_metadata_max_bytes,
                                           self.fence_of)
         coordinator.join_cluster(self.offsets, self.error_for)
@@ -76,7 +84,16 @@ class GroupShards:
         for shard in sorted(self.epochs):
             self._release(shard)
 
+    def release_unowned(self) -> None:
+        """A new view of the live brokers: drop the shards it gives to another broker, at once (the broker that
+        takes one over may commit before this one follows again, and this one may regain it before then)."""
+        for shard in sorted(self.epochs):
+            if not self._owns(SHARD_TOPIC, shard):
+                self._release(shard)
+                log.info("group coordinator shard %d moved to another broker", shard)
+
     def _release(self, shard: int) -> None:
+        self._releases += 1
         del self.epochs[shard]
         for group_id in [g for g in self._coordinator.group_ids() if shard_of(g) == shard]:
             self._coordinator.drop(group_id)
@@ -85,19 +102,28 @@ class GroupShards:
 
     async def follow(self) -> None:
         """Load the shards this broker owns now and has not loaded; drop those it no longer owns."""
+        self.release_unowned()
         owned = {shard for shard in range(SHARDS) if self._owns(SHARD_TOPIC, shard)}
-        for shard in sorted(set(self.epochs) - owned):
-            self._release(shard)
-            log.info("group coordinator shard %d moved to another broker", shard)
         new = owned - set(self.epochs)
         if not new:
             return
+        session, releases = self._store.session, self._releases
         epochs = {shard: (await self._store.take_ownership(shard_ledger(shard), 0)).row.epoch for shard in new}
         # Read after the fencing: the previous coordinator's every write is in, and no later one can be.
         rows = await self._store.group_cursors(SYSTEM_CURSOR_PREFIX)
         generations = await self._coordinator.generations.load()
         flagged = await self.offsets.read_flags()
-        await self._coordinator.txn_offsets.load(lambda group_id: shard_of(group_id) in new)
+        loading = set(new)
+        await self._coordinator.txn_offsets.load(lambda group_id: shard_of(group_id) in loading)
+        if session != self._store.session or releases != self._releases:
+            # the lease ran out or the view moved meanwhile: what was read may be stale, follow again
+            self._coordinator.txn_offsets.drop(lambda group_id: shard_of(group_id) in loading)
+            return
+        new = {shard for shard in new if self._owns(SHARD_TOPIC, shard)}
+        self._coordinator.txn_offsets.drop(lambda group_id: shard_of(group_id) in loading - new)
+        if not new:
+            return
+        epochs = {shard: epochs[shard] for shard in new}
         protocols = self.offsets.adopt(rows, lambda group_id: shard_of(group_id) in new, flagged)
         for group_id, protocol_type in protocols.items():
             self._coordinator.adopt(group_id, protocol_type)

@@ -3,7 +3,8 @@
 The coordinator of a group (kop/cluster/groups.py) may not own the partitions the group consumes, so it writes each
 commit straight into the partition's `kop_cursor` row (the same ManagedCursorInfo a partition's own cursor writes:
 the position of the last consumed entry, the offset and its metadata in the properties), in a transaction that checks
-its coordinator epoch first: a coordinator that lost its shard can never write again. It keeps its groups' offsets in
+its coordinator epoch first (the one it accepted the commit under): a coordinator that lost its shard can never write
+again, not even a commit it accepted before and took the shard over again since. It keeps its groups' offsets in
 memory, read from the rows when it takes their shard over, so OffsetFetch never waits for the database. Commits that
 arrive while one write is in flight share the next transaction, as appends do.
 """
@@ -42,6 +43,7 @@ class _Commit:
     committed: CommittedOffset
     protocol_type: str | None
     future: asyncio.Future
+    fence: tuple[str, int]  # the coordinator epoch it was accepted under: written under that one only
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,10 +187,13 @@ class ClusterOffsetStore:
         return self._hand(group, (topic, index), CommittedOffset(offset, leader_epoch, metadata, stamp))
 
     def _hand(self, group: str, tp: TopicPartition, committed: CommittedOffset) -> asyncio.Future:
+        fence = self._fence_of(group)
+        if fence is None:
+            return _done(ErrorCode.NOT_COORDINATOR)
         future = asyncio.get_running_loop().create_future()
         self._inflight[group] += 1
         self._ever.add(group)
-        commit = _Commit(group, tp, committed, self._protocols.get(group), future)
+        commit = _Commit(group, tp, committed, self._protocols.get(group), future, fence)
         self._newest[(group, tp)] = commit
         self._batcher.add(commit)
         return future
@@ -207,7 +212,8 @@ class ClusterOffsetStore:
             if stored is None:
                 _resolve(commit.future, ErrorCode.NOT_COORDINATOR)
             elif key in stored:
-                self._keep(commit.group, commit.tp, commit.committed)
+                if self._fence_of(commit.group) == commit.fence:  # not if the shard was dropped since
+                    self._keep(commit.group, commit.tp, commit.committed)
                 _resolve(commit.future, ErrorCode.NONE)
             else:  # the partition's ledger is not in the database (topic deleted, or not opened by its owner yet)
                 _resolve(commit.future, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -220,10 +226,11 @@ class ClusterOffsetStore:
     async def _write(self, commits: list[_Commit]) -> set[tuple[str, str]]:
         fences = {}
         for commit in commits:
-            fence = self._fence_of(commit.group)
-            if fence is None:
-                raise LedgerFencedOut(f"group {commit.group}: coordinated by another broker now")
-            fences[fence[0]] = fence[1]
+            # Under the epoch it was accepted with: a shard dropped and taken again since has a new one, and the
+            # commit of the earlier tenure would land over the other coordinator's later ones.
+            if self._fence_of(commit.group) != commit.fence:
+                raise LedgerFencedOut(f"group {commit.group}: coordinated by another broker since it was accepted")
+            fences[commit.fence[0]] = commit.fence[1]
         latest = {(self._storage.ledger_key(*c.tp), c.group): c for c in commits}  # the last commit of each wins
         keys = list(latest)
         positions = await self._store.positions_before([(ledger, latest[(ledger, group)].committed.offset)

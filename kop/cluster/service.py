@@ -162,11 +162,20 @@ class ClusterService:
     async def _register(self) -> int:
         started = time.monotonic()
         session = await self._membership.register()
-        self._members = await self._membership.live()
-        self._viewed_at = started
+        self._see(await self._membership.live(), started)
         if any(m.node_id != self._me.node_id for m in self._members):
             self._takeovers_from = started + self._fresh_for
         return session
+
+    def _see(self, members: list[Member], viewed_at: float) -> None:
+        """Install a view of the live brokers (read after a renewal or registration started at `viewed_at`); the
+        group shards it gives to another broker are dropped in the same step (kop/cluster/groups.py), and every
+        shard after a gap between views as long as a joining broker waits before it takes over (a broker paused
+        meanwhile may have missed one that joined, coordinated its shards and left again)."""
+        unseen = viewed_at - self._viewed_at >= self._fresh_for  # paused or cut off: moves it never saw
+        self._members, self._viewed_at = members, viewed_at
+        if self._groups is not None:
+            self._groups.release_all() if unseen else self._groups.release_unowned()
 
     async def _takeover_grace(self) -> None:
         """Wait until the brokers that were live when this one registered have seen it, or stopped serving reads."""
@@ -234,12 +243,14 @@ class ClusterService:
                     if [m.node_id for m in members] != [m.node_id for m in self._members]:
                         log.info("live brokers now %s", [m.node_id for m in members])
                         self._moved.set()  # partitions moved: followed now, not at the next beat
-                    self._members, self._viewed_at = members, started
+                    self._see(members, started)
                 else:
                     log.error("node %d: the lease ran out (paused or cut off for longer than "
                               "broker.session.timeout.ms); dropping every partition and joining again",
                               self._me.node_id)
                     self._lease_lost = True
+                    if self._groups is not None:  # before a new view can name this broker the coordinator again
+                        self._groups.release_all()
                     self._moved.set()
                     await self._register()
             except NodeIdInUse as exc:

@@ -438,12 +438,15 @@ class GroupCoordinator:
             return ErrorCode.FENCED_INSTANCE_ID
         if generation_id < 0 and group.is_(GroupState.EMPTY):
             return ErrorCode.NONE
-        if group.is_(GroupState.COMPLETING_REBALANCE):
-            return ErrorCode.REBALANCE_IN_PROGRESS
+        # The member and its generation first, as Kafka checks them: a member the group no longer has must learn
+        # that it lost its partitions. Told REBALANCE_IN_PROGRESS it only rejoins, and kafka-python then keeps its
+        # old positions for the partitions it is given again, behind what other members committed meanwhile.
         if not group.has(member_id):
             return ErrorCode.UNKNOWN_MEMBER_ID
         if generation_id != group.generation_id:
             return ErrorCode.ILLEGAL_GENERATION
+        if group.is_(GroupState.COMPLETING_REBALANCE):
+            return ErrorCode.REBALANCE_IN_PROGRESS
         # PreparingRebalance is fine: eager members commit before they rejoin.
         self.membership.touch(group, member_id)
         return ErrorCode.NONE

@@ -169,6 +169,20 @@ def _missing(ctx: RequestContext, name: str | None, index: int) -> asyncio.Futur
     return _rejected(error, f"unknown topic or partition {name}-{index}")
 
 
+def _note_refused(ctx: RequestContext, name: str, index: int, records: bytes | memoryview) -> None:
+    """An idempotent batch answered NOT_LEADER_OR_FOLLOWER here: told to the topics, in case this broker is taking
+    the partition over (then the batches pipelined behind it must not overtake its resend)."""
+    try:
+        batches = split_batches(records)
+    except RecordBatchError:
+        return
+    if len(batches) == 1:
+        header = batches[0][0]
+        if header.producer_id >= 0 and header.base_sequence >= 0 and not header.is_control:
+            ctx.topics.refused_before_open(name, index, header.producer_id, header.producer_epoch,
+                                           header.base_sequence, header.base_sequence + header.last_offset_delta)
+
+
 def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | Deferred | None:
     acks = request.acks
     results: Outcomes = []
@@ -199,6 +213,8 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | De
                 future = _rejected(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{ctx.principal} may not write to {name}")
             elif topic is None or partition is None:
                 future = _missing(ctx, name, index)
+                if topic is not None and 0 <= index < topic.count and pdata.records:
+                    _note_refused(ctx, name, index, pdata.records)
             else:
                 future = _publish_one(ctx, partition, topic.settings, pdata.records, request.timeout_ms,
                                       transactional_id)
