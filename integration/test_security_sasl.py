@@ -263,6 +263,7 @@ def test_unauthenticated_requests_are_bounded_in_size_and_count(sasl):
         assert answered == 16  # MAX_UNAUTHENTICATED_REQUESTS, then closed
 
 
+@pytest.mark.file_storage  # users.json; on PostgreSQL the users are records in the database
 def test_user_credentials_are_durable_and_never_stored_in_the_clear(sasl):
     stored = open(os.path.join(sasl.process.data_dir, "users.json"), "rb").read()
     for secret in (PASSWORD, ADMIN_PASSWORD):

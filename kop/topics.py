@@ -452,12 +452,15 @@ class TopicManager:
 
     # ---- ownership (kop/cluster): partitions come and go as brokers do
 
-    async def sync(self, metas: list[TopicMetadata]) -> None:
+    async def sync(self) -> None:
         """Bring the topics in line with the stored ones (created, grown, reconfigured or deleted by other brokers)
         and open or close partitions as `owns` now says. A partition taken over is opened as after a crash: its
         fencing epoch rises (its earlier owner can no longer write) and its dedup state is recovered from the
-        snapshot plus replay before it takes a write."""
+        snapshot plus replay before it takes a write. The stored topics are read under the lock: read before it,
+        they could miss a topic this broker created meanwhile, which would then be taken for one deleted elsewhere
+        (a client told the topic was created got UNKNOWN_TOPIC_OR_PARTITION until the next heartbeat)."""
         async with self._lock:
+            metas = await self._storage.load_metadata()
             stored = {meta.name: meta for meta in metas}
             for name in [name for name in self.topics if name not in stored]:
                 await self._forget(name)

@@ -1,5 +1,7 @@
 """A topic's parsed settings (what the produce path and the ledgers act on) follow its configs: filled in from the
 broker's defaults, replaced when AlterConfigs/IncrementalAlterConfigs change the configs, the same after a restart."""
+import asyncio
+
 import pytest
 
 from kop.config import BrokerConfig
@@ -48,3 +50,28 @@ async def test_settings_follow_altered_configs_and_survive_a_restart(tmp_path):
     assert again.settings == topic.settings
     assert [p.log_append_time for p in again.partitions] == [True, True]
     await reopened.close()
+
+
+async def test_a_topic_created_while_the_stored_topics_are_read_is_not_taken_for_one_deleted_elsewhere(tmp_path):
+    """A cluster broker's follow step reads the stored topics; a CreateTopics answered meanwhile must survive it."""
+    topics = await open_topics(tmp_path)
+    read, release = asyncio.Event(), asyncio.Event()
+    load = topics.storage.load_metadata
+
+    async def slow_load():
+        metas = await load()
+        read.set()
+        await release.wait()
+        return metas
+
+    topics.storage.load_metadata = slow_load
+    following = asyncio.ensure_future(topics.sync())
+    await read.wait()  # the follow step has read the stored topics, "new" not among them
+    creating = asyncio.ensure_future(topics.create("new", 1, {}))
+    await asyncio.sleep(0.05)
+    release.set()
+    await following
+    await creating
+    assert topics.get("new") is not None
+    await topics.sync()  # control: a step that reads after the create keeps it too
+    assert topics.get("new") is not None

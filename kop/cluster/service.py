@@ -281,7 +281,7 @@ class ClusterService:
         await self._takeover_grace()
         if not self.fresh:
             return  # the lease may be gone: ownership is followed again once it is renewed
-        await self._topics.sync(await self._topics.storage.load_metadata())
+        await self._topics.sync()
         if await self._topics.policies.reload():  # changed through another broker
             await self._topics.apply_policies()
         if self._reload_settings is not None:
