@@ -29,10 +29,20 @@ def storage_options(data_dir: str) -> list[str]:
     return ["--storage", _databases[key]]
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now and never handed out before by this process: the kernel may give the same free port to two
+    calls in a row, and a broker told to listen twice on it refuses to start."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("no port free that was not handed out already")
 
 
 @dataclass

@@ -36,7 +36,7 @@ async def test_a_batch_behind_one_refused_while_the_partition_was_taken_over_is_
         partition, topic.slots[0] = topic.slots[0], None
         await partition.close()
         assert await asyncio.to_thread(produce, [b"b"], 2) == ErrorCode.NOT_LEADER_OR_FOLLOWER  # the control
-        await topics.sync(await topics.storage.load_metadata())
+        await topics.sync()
         assert topic.partition(0) is not None, "the partition was not opened again"
 
         # The batch behind the refused one: retriable, so the client resends both in order.
