@@ -2,6 +2,8 @@
 a remote that is down while retention runs gets every record once it is back; past the backlog quota
 (`replicationBacklogQuotaLimitBytes`) retention deletes them all the same and says so. A topic that does not
 replicate, on the same broker, is the control that retention ran."""
+import asyncio
+
 import pytest
 
 from integration.broker_process import BrokerProcess
@@ -97,7 +99,7 @@ def test_a_replicator_cursor_no_replicator_is_wanted_for_holds_nothing_back(pair
     east.stop()
     registry = ClusterRegistry(east.data_dir, durable=True)
     registry.load()
-    registry.delete("west")
+    asyncio.run(registry.delete("west"))  # written to its file, as a broker does
     east.start()
     wait_for(lambda: offsets(east, "orders") == (50, 50), 20, "retention to delete what west never got")
     assert "cursor pulsar.repl.west deleted" in east.log_tail(200)
