@@ -13,7 +13,7 @@ from integration.test_cluster import wait_until_served_by_leaders
 from integration.test_geo_failover import FAST_SNAPSHOTS, PARTITIONS, PER_ROUND, ROUNDS, TOTAL, consume, expected
 from integration.test_geo_replication import produce
 from integration.test_groups_offsets import fetch_committed
-from kop.admin.client import AdminClient, group_resource
+from kop.admin.client import CLUSTERS_PATH, AdminClient, group_resource
 from kop.cluster.groups import SHARD_TOPIC, shard_of
 from kop.cluster.ownership import owner_of
 from kop.topic_storage import ledger_name
@@ -31,6 +31,10 @@ def group_coordinated_apart(topic: str) -> tuple[str, int]:
         if node not in owners:
             return group, node
     raise AssertionError("no group id coordinated apart from the partitions' owners")
+
+
+def registered(broker: BrokerProcess, names: tuple[str, ...]) -> bool:
+    return all(name in AdminClient(broker.admin_url).get(CLUSTERS_PATH) for name in names)
 
 
 def position(bootstrap: str, group: str) -> int:
@@ -62,8 +66,9 @@ def test_a_group_coordinated_apart_from_its_partitions_fails_over_to_the_other_c
     east, west = east_and_west
     group, apart = group_coordinated_apart("orders")
     brokers = {"east": east.brokers[apart], "west": west}  # west reaches east through the group's coordinator
-    for broker in east.brokers.values():  # each broker keeps its own registry
-        register(broker, brokers)
+    register(east.brokers[1], brokers)  # east's registry is shared through the database, as its policies are
+    wait_for(lambda: all(registered(b, ("east", "west")) for b in east.brokers.values()), 30,
+             "every broker of east to know both clusters")
     register(west, {"east": brokers["east"]})  # (west has itself already)
     replicate(east.brokers[1], ["east", "west"])  # east's policies are shared through the database
     replicate(west, ["east", "west"])
