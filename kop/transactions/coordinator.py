@@ -316,17 +316,7 @@ class TransactionCoordinator:
                                 offsets: dict[TopicPartition, PendingOffset]) -> dict[TopicPartition, ErrorCode]:
         """Offsets a transaction commits for a group it added: the group's committed offsets once it commits."""
         meta = self.states.get(transactional_id)
-        error = self._serves(transactional_id)
-        if error is not None:
-            pass
-        elif meta is None or meta.producer_id != producer_id:
-            error = ErrorCode.INVALID_PRODUCER_ID_MAPPING
-        elif meta.producer_epoch != producer_epoch:
-            error = ErrorCode.INVALID_PRODUCER_EPOCH
-        elif meta.pending:
-            error = ErrorCode.CONCURRENT_TRANSACTIONS
-        elif meta.state is not TxnState.ONGOING or group_id not in meta.groups:
-            error = ErrorCode.INVALID_TXN_STATE
+        error = self._serves(transactional_id) or _txn_offsets_error(meta, producer_id, producer_epoch, group_id)
         if error == ErrorCode.NOT_COORDINATOR and self._others is not None and self.groups.check(group_id) is None:
             # The group's coordinator, not the transaction's: the offsets go to the transaction's coordinator, and
             # the group's holds which partitions they are for (require_stable), here and after its shard moves.
@@ -608,3 +598,17 @@ class TransactionCoordinator:
             del self.states[meta.transactional_id]
             self._by_producer.pop(meta.producer_id, None)
             log.info("transactional id %s expired", meta.transactional_id)
+
+
+def _txn_offsets_error(meta: TxnMetadata | None, producer_id: int, producer_epoch: int,
+                       group_id: str) -> ErrorCode | None:
+    """Why a TxnOffsetCommit does not fit the transaction it names, if it does not."""
+    if meta is None or meta.producer_id != producer_id:
+        return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    if meta.producer_epoch != producer_epoch:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if meta.pending:
+        return ErrorCode.CONCURRENT_TRANSACTIONS
+    if meta.state is not TxnState.ONGOING or group_id not in meta.groups:
+        return ErrorCode.INVALID_TXN_STATE
+    return None
