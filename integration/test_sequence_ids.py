@@ -211,6 +211,29 @@ def test_a_batch_of_only_duplicates_from_an_idempotent_producer_is_kept_empty_an
                                      (13, b"v5"), (14, b"v6"), (18, b"v7")]
 
 
+def test_a_retry_of_a_batch_of_only_duplicates_still_being_written_gets_the_original_offset(start_broker):
+    broker = start_broker(FAILPOINTS)
+    topic = "empty-in-flight"
+    values = [record("p", i, b"v%d" % i) for i in range(2)]
+    with RawKafka(broker.port) as kafka, RawKafka(broker.port) as retry:
+        assert kafka.create_topic(topic) == 0
+        kafka.produce(topic, 0, batch([record("other", 1, b"o1")]))  # at 0
+        pid = kafka.init_producer_id().producer_id
+        assert answer(kafka.produce(topic, 0, batch(values, producer_id=pid, base_sequence=0))) == (ErrorCode.NONE, 1)
+        admin(broker).post(f"/admin/v2/kop/failpoints/{topic}/0", {"hold_flushes": True})
+        repeated = batch(values, producer_id=pid, base_sequence=2)
+        first = kafka.send_produce(topic, 0, repeated)  # its empty batch is written, not yet durable
+        assert wait_until(lambda: partition_stats(broker, topic)["namedSequences"]["duplicatesDropped"] == 2, 10)
+        again = retry.send_produce(topic, 0, repeated)  # the client's retry: it waits for the write
+        assert wait_until(lambda: sample(scrape(broker), "kop_dedup_decisions_total", topic=topic,
+                                         decision="unknown") == 1, 10)
+        admin(broker).post(f"/admin/v2/kop/failpoints/{topic}/0", {"hold_flushes": False})
+        assert answer(kafka.receive_produce(first)) == (ErrorCode.NONE, 1)
+        assert answer(retry.receive_produce(again)) == (ErrorCode.NONE, 1)
+        assert kafka.end_offsets(topic, [0]) == {0: 5}  # one empty batch, at 3..4
+    assert stored(broker, topic) == [(0, b"o1"), (1, b"v0"), (2, b"v1")]
+
+
 @pytest.mark.parametrize("codec", sorted(CODEC_NAMES))
 def test_a_compressed_batch_is_rewritten_with_its_codec(broker, kafka, codec):
     topic = f"codec-{CODEC_NAMES[codec]}"
