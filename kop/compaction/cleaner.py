@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from kop import clock
 from kop.compaction.rewrite import CompactionJob, CompactionResult, LedgerChanged, compact
+from kop.compaction.selection import select
 from kop.compaction.settings import CompactionSettings
 from kop.compaction.stats import CleanerStats
 
@@ -79,22 +80,15 @@ class LogCleaner:
     async def _clean(self, partition: "PartitionLog", settings: CompactionSettings) -> bool:
         ledger = partition.ledger
         now = clock.now_ms()
-        cleanable = []
-        for snapshot in ledger.closed_ledgers():
-            if now - snapshot.closed_ms < settings.min_lag_ms:
-                break
-            cleanable.append(snapshot)
+        selection = select(ledger.closed_ledgers(), ledger.cleaned_through, settings, now)
         stats = partition.cleaner_stats
-        dirty = [s for s in cleanable if s.ledger_id > ledger.cleaned_through]
-        total = sum(s.size for s in cleanable)
-        stats.dirty_ratio = sum(s.size for s in dirty) / total if total else 0.0
-        stats.lag_ms = now - dirty[0].closed_ms if dirty else 0
+        stats.dirty_ratio, stats.lag_ms = selection.dirty_ratio, selection.lag_ms
         labels = (partition.topic, str(partition.partition))
         self._metrics.compaction_dirty_ratio.labels(*labels).set(stats.dirty_ratio)
         self._metrics.compaction_lag.labels(*labels).set(stats.lag_ms / 1000)
-        overdue = bool(dirty) and now - dirty[0].closed_ms >= settings.max_lag_ms
-        if not dirty or (stats.dirty_ratio < settings.min_dirty_ratio and not overdue):
+        if not selection.due:
             return False
+        cleanable = selection.cleanable
         job = CompactionJob(partition.name, uuid.uuid4().hex, tuple(cleanable), now - settings.delete_retention_ms,
                             ledger.config.max_entry_bytes, ledger.config.fsync, self._io_bytes_per_second)
         log.info("%s: compacting ledgers %d-%d (dirty ratio %.2f)", partition.name, cleanable[0].ledger_id,
