@@ -1,7 +1,9 @@
 """Log compaction (cleanup.policy=compact) with real clients: every client reads the latest value of each key at the
 offsets it was written at, tombstones go once delete.retention.ms has passed, an idempotent producer's state
-survives compaction and a kill -9 (its retries are still recognised, its sequence goes on), and a kill -9 in the
-middle of a compaction leaves the log as it was or as compacted, never in between."""
+survives compaction and a kill -9 (its retries are still recognised, its sequence goes on), a kill -9 in the
+middle of a compaction leaves the log as it was or as compacted, never in between, and so does one between a
+rewrite's install and the record of it; with compact,delete retention deletes the oldest ledgers, compacted or not;
+min.compaction.lag.ms keeps young records from the cleaner and max.compaction.lag.ms rolls the current ledger."""
 import json
 import os
 import re

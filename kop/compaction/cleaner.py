@@ -3,11 +3,12 @@ does, one partition at a time.
 
 A partition's cleanable range is its closed ledgers, oldest first, up to the first one that closed less than
 min.compaction.lag.ms ago (the current ledger is never cleaned: a record becomes cleanable once its ledger rolls, by
-segment.bytes or segment.ms). The ledgers after the last one cleaned are the dirty section; the partition is cleaned
-when dirty bytes / cleanable bytes reach min.cleanable.dirty.ratio, or when its oldest dirty ledger closed
-max.compaction.lag.ms ago. The reading and writing happen in the cleaner's own process (kop/compaction/rewrite.py),
-so neither the event loop nor the produce path waits for it, nor shares the interpreter lock with it; the event loop
-only installs the finished rewrites (two renames each) and records how far the cleaner got.
+segment.bytes, segment.ms or max.compaction.lag.ms). The ledgers after the last one cleaned are the dirty section;
+the partition is cleaned when dirty bytes / cleanable bytes reach min.cleanable.dirty.ratio, or when its oldest dirty
+ledger closed max.compaction.lag.ms ago (selection.py). The reading and writing happen in the cleaner's own process
+(kop/compaction/rewrite.py), so neither the event loop nor the produce path waits for it, nor shares the interpreter
+lock with it; the event loop only installs the finished rewrites (two renames each) and records how far the cleaner
+got.
 """
 import asyncio
 import contextlib
