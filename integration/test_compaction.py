@@ -377,13 +377,14 @@ def test_a_kill_9_between_installing_a_rewrite_and_recording_it_loses_and_repeat
     dirty."""
     broker = BrokerProcess(str(tmp_path / "data"), admin_port=0, config={**FAST_CLEANER, **FAILPOINTS}).start()
     try:
-        create(broker, "window")
-        kop_admin(broker).post("/admin/v2/kop/failpoints/window/0", {"crash_before_cleaned_through": True})
+        create(broker, "window", **{"segment.ms": "600000"})  # one ledger for all four batches, however slow
         with RawKafka(broker.port) as kafka:
             ident = kafka.init_producer_id()
             batches = [keyed_batch([b"a", b"b", b"c"], b"%d" % n, producer_id=ident.producer_id,
                                    epoch=ident.producer_epoch, base_sequence=3 * n) for n in range(4)]
             assert [kafka.produce("window", 0, b).base_offset for b in batches] == [0, 3, 6, 9]
+        kop_admin(broker).post("/admin/v2/kop/failpoints/window/0", {"crash_before_cleaned_through": True})
+        alter(broker, "window", **{"segment.ms": "300"})  # now it rolls, and the cleaner's first pass rewrites it
         # the control: the broker killed itself at the failpoint, after the rewrite was renamed into place
         assert broker.proc.wait(30) == -signal.SIGKILL
         assert "failpoint: killing the broker before recording ledger" in broker.log_tail(200)
