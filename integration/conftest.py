@@ -27,8 +27,9 @@ def broker_factory(tmp_path):
     """Start brokers with custom config; all are stopped at the end."""
     started = []
 
-    def make(config: dict[str, str] | None = None, name: str = "data") -> BrokerProcess:
-        proc = BrokerProcess(str(tmp_path / name), config=dict(config or {})).start()
+    def make(config: dict[str, str] | None = None, name: str = "data", **options) -> BrokerProcess:
+        """options: BrokerProcess's own (admin_port, env, ...)."""
+        proc = BrokerProcess(str(tmp_path / name), config=dict(config or {}), **options).start()
         started.append(proc)
         return proc
 

@@ -11,7 +11,7 @@ import pytest
 
 from integration.broker_process import BrokerProcess
 from integration.fault_proxy import FaultProxy
-from integration.idem_raw import RawKafka, read_topic
+from integration.idem_raw import RawKafka, plain_batch, read_topic
 from integration.idem_stream import DELIVERY_TIMEOUT_S, Report, check_stream, confluent_stream
 from integration.small_disk import Filler, small_disk
 from integration.waiting import wait_for
@@ -179,6 +179,34 @@ def test_injected_write_errors_are_retried_by_an_idempotent_producer_exactly_onc
             assert log_text(broker).count("injected write failure") >= PARTITIONS  # the control: they fired
         finally:
             broker.stop()
+
+
+def test_eio_part_way_through_a_write_refuses_that_batch_retriably_and_leaves_no_half_record(tmp_path):
+    """EIO from the file engine's write step (the append_failures failpoint: half the record reaches the ledger file,
+    then EIO), not its flush: that batch gets a retriable error, the next batch is stored without a restart, at the
+    offset the refused one would have had; nothing of the refused batch shows, then or after kill -9."""
+    broker = BrokerProcess(str(tmp_path / "data"), admin_port=0, config={"adminFailpointsEnabled": "true"})
+    try:
+        broker.start()
+        with RawKafka(broker.port) as kafka:
+            assert kafka.create_topic(TOPIC, 1) == ErrorCode.NONE
+            assert kafka.produce(TOPIC, 0, plain_batch([b"before-0", b"before-1"])).error_code == ErrorCode.NONE
+            AdminClient(broker.admin_url).post(f"/admin/v2/kop/failpoints/{TOPIC}/0", {"append_failures": 1})
+            refused = kafka.produce(TOPIC, 0, plain_batch([b"torn" * 2000]))
+            assert refused.error_code in RETRIABLE, refused
+            assert "injected write failure (a torn write)" in log_text(broker)  # the control: the fault fired
+            stored = wait_for(lambda: (answer := kafka.produce(TOPIC, 0, plain_batch([b"after"]))).error_code
+                              == ErrorCode.NONE and answer, "a write after the fault")
+            assert stored.base_offset == 2
+        expected = [(0, b"before-0"), (1, b"before-1"), (2, b"after")]
+        assert [(r.offset, r.value) for r in read_topic(broker.port, TOPIC, [0])] == expected
+        broker.kill()
+        broker.start()
+        assert [(r.offset, r.value) for r in read_topic(broker.port, TOPIC, [0])] == expected
+        restart_log = log_text(broker).rsplit("open files limit", 1)[-1]
+        assert "dropping the failed ones" not in restart_log and "damaged" not in restart_log, broker.log_tail()
+    finally:
+        broker.stop()
 
 
 def test_a_broker_started_on_a_full_disk_refuses_in_one_line_and_starts_whole_once_space_is_freed(tmp_path):

@@ -1,6 +1,7 @@
 """File descriptors are not a partition limit: a broker whose ledger files far outnumber its open-files limit loads,
 serves and survives kill -9; running out anyway fails one request with an error code and leaves no half topic."""
 import os
+import resource
 import shutil
 import socket
 import sys
@@ -9,11 +10,12 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.consumer.fetch import FetchResponse
+from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 
 from integration.broker_process import BrokerProcess
 from integration.clients import ck_consume_all, ck_produce, sample_records
 from integration.fetch_requests import FETCH_VERSION, fetch_request
-from integration.idem_raw import RawKafka, plain_batch
+from integration.idem_raw import PRODUCE_VERSION, RawKafka, plain_batch, read_topic
 from integration.test_metrics import sample, scrape
 from integration.waiting import wait_until
 from protocol.errors import ErrorCode
@@ -152,3 +154,65 @@ def test_a_ledger_file_that_cannot_be_opened_again_fails_that_partition_only(lim
         assert answers["victim"][0] == ErrorCode.KAFKA_STORAGE_ERROR
         assert answers["healthy"][0] == ErrorCode.NONE and answers["healthy"][1] == 2
         assert raw.create_topic("still-serving", 1) == ErrorCode.NONE
+
+
+RETRIABLE = {ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NOT_LEADER_OR_FOLLOWER}  # nothing stored, the client retries
+
+
+def round_value(name: str, partition: int, round_: int) -> bytes:
+    return b"%s-%d-r%d" % (name.encode(), partition, round_)
+
+
+def produce_to_all(raw: RawKafka, round_: int) -> dict[tuple[str, int], int]:
+    """One Produce request with one record for every partition of every topic: the error code of each."""
+    Data = ProduceRequest.TopicProduceData
+    request = ProduceRequest[PRODUCE_VERSION](transactional_id=None, acks=-1, timeout_ms=30_000, topic_data=[
+        Data(name=name, partition_data=[
+            Data.PartitionProduceData(index=p, records=plain_batch([round_value(name, p, round_)]))
+            for p in range(PARTITIONS)]) for name in topic_names()])
+    response = raw.call(request, ProduceResponse, PRODUCE_VERSION)
+    return {(t.name, p.index): p.error_code for t in response.responses for p in t.partition_responses}
+
+
+def fetch_from_all(raw: RawKafka) -> dict[tuple[str, int], int]:
+    """One Fetch from offset 0 of every partition of every topic: the error code of each."""
+    request = fetch_request([(name, p, 0) for name in topic_names() for p in range(PARTITIONS)],
+                            partition_max_bytes=1024)
+    response = raw.call(request, FetchResponse, FETCH_VERSION)
+    return {(t.topic, p.partition_index): p.error_code for t in response.responses for p in t.partitions}
+
+
+def test_running_out_of_descriptors_mid_produce_and_fetch_fails_partitions_retriably_and_recovers(limited_broker):
+    """The broker's open-files limit drops below every descriptor it holds (as when something else took them all, but
+    so that even the pool's own files, given back, leave none), while one Produce and one Fetch each reach 150
+    partitions, most of whose files the pool had closed: those partitions answer a retriable error on the open
+    connection, the broker stays up, nothing refused shows, and the same requests succeed once the limit is back
+    (prlimit on the running broker: a deterministic way to leave it no descriptor)."""
+    b = limited_broker
+    assert all(error is None for error in create_topics(b.bootstrap, topic_names(), PARTITIONS).values())
+    stored = {(name, p): [round_value(name, p, 0)] for name in topic_names() for p in range(PARTITIONS)}
+    with RawKafka(b.port) as raw:
+        assert set(produce_to_all(raw, 0).values()) == {ErrorCode.NONE}
+        resource.prlimit(b.proc.pid, resource.RLIMIT_NOFILE, (1, OPEN_FILES))  # no new descriptor at all
+        try:
+            produced = produce_to_all(raw, 1)
+            fetched = fetch_from_all(raw)
+        finally:
+            resource.prlimit(b.proc.pid, resource.RLIMIT_NOFILE, (OPEN_FILES, OPEN_FILES))
+        failed = {code for code in [*produced.values(), *fetched.values()] if code != ErrorCode.NONE}
+        assert failed, "no partition needed a descriptor"  # control: the fault reached the requests
+        assert failed <= RETRIABLE, (produced, fetched)
+        assert b.proc.poll() is None  # the broker is up, and serves the same connection
+        for key, code in produced.items():
+            if code == ErrorCode.NONE:
+                stored[key].append(round_value(*key, 1))
+        assert wait_until(lambda: set(fetch_from_all(raw).values()) == {ErrorCode.NONE}, timeout=30)
+        assert set(produce_to_all(raw, 2).values()) == {ErrorCode.NONE}  # writes resume without a restart
+    for key in stored:
+        stored[key].append(round_value(*key, 2))
+    # Each partition holds its records once, in order, at consecutive offsets: nothing of a refused write shows.
+    held: dict[tuple[str, int], list[tuple[int, bytes]]] = {}
+    for name in topic_names():
+        for record in read_topic(b.port, name, range(PARTITIONS)):
+            held.setdefault((name, record.partition), []).append((record.offset, record.value))
+    assert held == {key: list(enumerate(values)) for key, values in stored.items()}

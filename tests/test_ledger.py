@@ -141,6 +141,44 @@ async def test_a_failed_entry_never_comes_back_even_if_its_truncation_was_lost(t
     await ml.close()
 
 
+async def test_a_write_torn_by_eio_is_cut_off_its_file_and_the_next_write_goes_on(tmp_path, monkeypatch):
+    """The append_failures failpoint: half the record reaches the file, then EIO. The entry fails, the half record
+    is cut off (the file ends where the entries before it do), and the next write lands in a new ledger."""
+    from kop.ledger import framed_file, ledger_file
+
+    sizes = []  # (where the record starts, the file's size once the torn write is made, its size after the append)
+    append_at, write_all_at = ledger_file.append_at, framed_file.write_all_at
+
+    def measuring_write_all_at(fd, data, pos):
+        write_all_at(fd, data, pos)
+        sizes.append(os.fstat(fd).st_size)
+
+    def measuring_append_at(fd, data, pos, torn_at=None):
+        try:
+            append_at(fd, data, pos, torn_at)
+        finally:
+            sizes[:] = [(pos, sizes[0] if sizes else None, os.fstat(fd).st_size)]
+
+    ml = open_ml(tmp_path, LedgerConfig())
+    first = await append(ml, 2)
+    ml.inject_append_failures(1)
+    monkeypatch.setattr(ledger_file, "append_at", measuring_append_at)
+    monkeypatch.setattr(framed_file, "write_all_at", measuring_write_all_at)
+    with pytest.raises(LedgerWriteError):
+        await ml.add_entry(ml.written_end_index, 2, b"", b"doomed" * 100)
+    monkeypatch.undo()
+    (pos, torn_size, size_after), = sizes
+    assert torn_size > pos  # the control: part of the record reached the file
+    assert size_after == pos  # and was cut back off
+    again = await ml.add_entry(ml.written_end_index, 2, b"", b"retried")
+    assert again.ledger_id > first[-1].ledger_id
+    await ml.close()
+    ml = open_ml(tmp_path, LedgerConfig())
+    entries = ml.read_from_index(0, 1 << 20)
+    assert [e.first_index for e in entries] == [0, 2, 4] and entries[-1].data == b"retried"
+    await ml.close()
+
+
 async def test_cursor_position_and_properties_are_one_atomic_record(tmp_path):
     ml = open_ml(tmp_path, LedgerConfig())
     positions = await append(ml, 4)

@@ -79,6 +79,7 @@ class FileManagedLedger(LedgerBase):
                                   lambda: self._lac, self._files)
         self._closed = False
         self._roll_pending = False  # a write failed: the next write starts a new ledger first, or is refused
+        self._torn_writes = 0  # failpoint (inject_append_failures): the next n appends write half, then fail
 
     # ---- opening and recovery
 
@@ -264,7 +265,8 @@ class FileManagedLedger(LedgerBase):
             self._group.fail(OSError(errno.EIO, "an earlier write failed"), add)
             return future
         try:
-            ledger.append(first_index, span, metadata, data)
+            torn, self._torn_writes = self._torn_writes > 0, max(0, self._torn_writes - 1)
+            ledger.append(first_index, span, metadata, data, torn)
         except OSError as exc:
             # Failed like a flush: once the writes before it complete, it and every later one fail and the ledger
             # rolls (_on_write_failed), so the owner sees one failure, in log order.
@@ -327,6 +329,11 @@ class FileManagedLedger(LedgerBase):
     def inject_write_failures(self, count: int) -> None:
         """Failpoint (admin API, tests): the next `count` flushes fail as a disk error would."""
         self._group.injected_failures += count
+
+    def inject_append_failures(self, count: int) -> None:
+        """Failpoint (admin API, tests): the next `count` appends to the ledger file write half their record, then
+        fail with EIO, as a disk error part-way through a write would (the flush failpoint is write_failures)."""
+        self._torn_writes += count
 
     def inject_cursor_write_failures(self, count: int) -> None:
         """Failpoint (admin API, tests): the next `count` flushes of the cursor log fail as a disk error would."""

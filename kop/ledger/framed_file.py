@@ -4,6 +4,7 @@ A record is `[u32 length][u32 crc32c(payload)][payload]`. A crash can leave a to
 find it by length and CRC and the owner truncates it, so a record is either wholly present or absent.
 """
 import contextlib
+import errno
 import os
 import struct
 from collections.abc import Iterator
@@ -81,11 +82,15 @@ def _write_parts_at(fd: int, parts: tuple, pos: int) -> None:
         write_all_at(fd, b"".join(parts)[written:], pos + written)
 
 
-def append_at(fd: int, data: bytes | memoryview | tuple, pos: int) -> None:
+def append_at(fd: int, data: bytes | memoryview | tuple, pos: int, torn_at: int | None = None) -> None:
     """Write all of data (bytes, or frame_parts' two parts, written one after the other) at pos, the end of the file's
     valid records; when that fails (a full disk can take part of it), cut the file back to pos, so no half-written
-    record is left behind the valid ones."""
+    record is left behind the valid ones. `torn_at` (a failpoint): write only that many bytes, then fail with EIO,
+    as a disk error part-way through the write would."""
     try:
+        if torn_at is not None:
+            write_all_at(fd, (b"".join(data) if isinstance(data, tuple) else bytes(data))[:torn_at], pos)
+            raise OSError(errno.EIO, "injected write failure (a torn write)")
         if isinstance(data, tuple):
             _write_parts_at(fd, data, pos)
         else:

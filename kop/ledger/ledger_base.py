@@ -172,6 +172,11 @@ class LedgerBase(ManagedLedger):
         found = self._locate(index)
         return [] if found is None else self._read(found[0], found[1], max_bytes, max_entries)
 
+    def inject_append_failures(self, count: int) -> None:
+        """Failpoint (admin API, tests): the next `count` appends fail part-way through their write. Only an engine
+        that writes entries to files of its own has that step."""
+        raise NotImplementedError("this storage engine has no file write step")
+
     def inject_cursor_write_failures(self, count: int) -> None:
         """Failpoint (admin API, tests): the next `count` flushes of the cursor log fail. Only an engine with a
         cursor log of its own has one to fail."""

@@ -160,12 +160,14 @@ class LedgerFile:
     def entries(self) -> int:
         return len(self.first_indexes)
 
-    def append(self, first_index: int, span: int, metadata: bytes, data: bytes | memoryview) -> int:
+    def append(self, first_index: int, span: int, metadata: bytes, data: bytes | memoryview,
+               torn: bool = False) -> int:
         """Write one entry to the page cache; returns its entry id. Durability is the caller's fsync, through a
-        descriptor it pins right after (`log.pin()`), before anything else can use the pool."""
+        descriptor it pins right after (`log.pin()`), before anything else can use the pool. `torn` (a failpoint):
+        write half the record, then fail with EIO."""
         parts = entry_parts(first_index, span, metadata, data)
         pos = self.size
-        append_at(self.log.fd(), parts, pos)
+        append_at(self.log.fd(), parts, pos, (len(parts[0]) + len(parts[1])) // 2 if torn else None)
         self.size += len(parts[0]) + len(parts[1])
         self.first_indexes.append(first_index)
         self.file_positions.append(pos)
