@@ -241,6 +241,20 @@ class PartitionLog:
             return _resolved(AppendResult(ErrorCode.TRANSACTION_COORDINATOR_FENCED,
                                           message=f"coordinator epoch {coordinator_epoch} is older than "
                                                   f"{self.transactions.coordinator_epochs[producer_id]}"))
+        if self.transactions.repeats_last_marker(producer_id, producer_epoch, commit, coordinator_epoch):
+            # Stored already though its writer never heard so (a crash or a failed flush came between): a second
+            # one would close nothing and only show consumers an extra control record.
+            log.info("%s: the %s marker of producer %d epoch %d is stored already; not written again", self.name,
+                     "COMMIT" if commit else "ABORT", producer_id, producer_epoch)
+            result = _resolved(AppendResult(ErrorCode.NONE))
+        else:
+            result = self._append_marker(producer_id, producer_epoch, commit, coordinator_epoch)
+        self._markers_handed[producer_id] = self._markers_handed.get(producer_id, 0) + 1
+        self.transactions.on_coordinator(producer_id, coordinator_epoch)
+        return result
+
+    def _append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                       coordinator_epoch: int) -> asyncio.Future:
         base = self.ledger.written_end_index
         batch = build_control_batch(base_offset=base, producer_id=producer_id, producer_epoch=producer_epoch,
                                     commit=commit, coordinator_epoch=coordinator_epoch,
@@ -251,11 +265,9 @@ class PartitionLog:
                                    marker_type=MarkerType.TXN_COMMIT if commit else MarkerType.TXN_ABORT)
         # Closed once the marker is durable: a marker whose write fails leaves the transaction open until the
         # coordinator writes it again (or replays it after a crash).
-        result = self._append(header, view, metadata, None, on_stored=lambda offset, position:
-                              self.transactions.on_marker(producer_id, position, offset, commit, self.high_watermark))
-        self._markers_handed[producer_id] = self._markers_handed.get(producer_id, 0) + 1
-        self.transactions.on_coordinator(producer_id, coordinator_epoch)
-        return result
+        return self._append(header, view, metadata, None, on_stored=lambda offset, position:
+                            self.transactions.on_marker(producer_id, producer_epoch, position, offset, commit,
+                                                        self.high_watermark))
 
     def markers_handed(self, producer_id: int) -> int:
         """How many markers of this producer were handed to the ledger (a batch checked before one came must not be
