@@ -220,3 +220,21 @@ async def test_a_marker_sent_again_with_nothing_written_since_is_stored_once_als
     assert (await partition.publish_control(7, 0, commit=True, coordinator_epoch=1)).error == ErrorCode.NONE
     assert partition.high_watermark == 6
     await partition.close()
+
+
+async def test_a_marker_sent_again_while_it_is_being_written_is_written_once(tmp_path):
+    """A coordinator on another broker whose WriteTxnMarkers timed out sends it again while the partition's disk is
+    slow: both requests get the one write's outcome."""
+    partition = open_partition(tmp_path)
+    await partition.apply_dedup_policy(True)
+    await partition.expect_transactions()
+    assert (await partition.publish_normal(*transactional_batch(0))).error == ErrorCode.NONE
+    partition.ledger.hold_flushes(True)
+    first = partition.publish_control(7, 0, commit=True, coordinator_epoch=2)
+    again = partition.publish_control(7, 0, commit=True, coordinator_epoch=2)
+    assert not first.done() and not again.done()  # control: the marker's write is held
+    partition.ledger.hold_flushes(False)
+    assert (await first).error == ErrorCode.NONE and (await again).error == ErrorCode.NONE
+    assert partition.high_watermark == 2
+    assert partition.transactions.open == {}
+    await partition.close()
