@@ -32,6 +32,7 @@ def test_a_transaction_whose_markers_a_crash_stopped_completes_after_restart(sta
     assert len(ck_read_to_end(broker.bootstrap, "prepared", isolation=READ_UNCOMMITTED)) == 3
 
 
+@pytest.mark.file_storage(reason="a held PostgreSQL commit never reaches the database: the marker is not stored")
 @pytest.mark.parametrize("commit", [True, False], ids=["commit", "abort"])
 def test_a_marker_that_reached_the_log_unacknowledged_is_not_written_again_after_restart(start_broker, commit):
     """The crash lands after the marker reached the log file but before it was acknowledged (its flush stuck): the
