@@ -258,11 +258,15 @@ class PartitionLog:
         else:
             result = self._append_marker(producer_id, producer_epoch, commit, coordinator_epoch)
             self._marker_in_flight[producer_id] = (marker, result)
-            result.add_done_callback(lambda done: self._marker_in_flight.pop(producer_id, None)
-                                     if self._marker_in_flight.get(producer_id, (None, None))[1] is done else None)
+            result.add_done_callback(lambda done: self._marker_written(producer_id, done))
         self._markers_handed[producer_id] = self._markers_handed.get(producer_id, 0) + 1
         self.transactions.on_coordinator(producer_id, coordinator_epoch)
         return result
+
+    def _marker_written(self, producer_id: int, result: asyncio.Future) -> None:
+        in_flight = self._marker_in_flight.get(producer_id)
+        if in_flight is not None and in_flight[1] is result:
+            del self._marker_in_flight[producer_id]
 
     def _append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
                        coordinator_epoch: int) -> asyncio.Future:

@@ -114,7 +114,8 @@ class PartitionTransactions:
         coordinators = ",".join(f"{pid}:{epoch}" for pid, epoch in self.coordinator_epochs.items())
         ended = ",".join(f"{pid}:{epoch}:{int(commit)}" for pid, (epoch, commit) in self.ended.items())
         properties = {"txn.version": SNAPSHOT_VERSION, "txn.end": str(end_offset), "txn.open": opened,
-                      "txn.coordinators": coordinators, "txn.ended": ended, STORED_KEY: ",".join(map(str, self.indexes.stored_ids()))}
+                      "txn.coordinators": coordinators, "txn.ended": ended,
+                      STORED_KEY: ",".join(map(str, self.indexes.stored_ids()))}
         for ledger_id, aborts in self.indexes.in_memory().items():
             properties[f"{ABORTED_KEY}{ledger_id}"] = aborts.to_text()
         return properties
