@@ -24,12 +24,13 @@ from dedup.kafka_producers import (
     Reject,
     WaitFor,
     WriteFailed,
+    acknowledged_range,
 )
 from dedup.message_deduplication import DedupConfig, DupStatus, MessageDeduplication, Status
 
 __all__ = [
     "BEFORE_FIRST", "DEDUP_CURSOR_NAME", "DedupCursor", "DedupLedger", "EntrySource", "Position", "ReplayEntry",
     "Accept", "BatchMetadata", "DecideAgain", "Decision", "Duplicate", "KafkaProducers", "PendingBatch",
-    "ProducerSnapshot", "Reject", "WaitFor", "WriteFailed",
+    "ProducerSnapshot", "Reject", "WaitFor", "WriteFailed", "acknowledged_range",
     "DedupConfig", "DupStatus", "MessageDeduplication", "Status",
 ]

@@ -107,8 +107,8 @@ class BatchMetadata(NamedTuple):  # built for every batch, like Accept
     epoch: int
     first_seq: int  # int64, unwrapped
     last_seq: int
-    base_offset: int
-    last_offset: int
+    base_offset: int  # what the batch and its retries are answered: where it is stored, but for an empty batch
+    last_offset: int  # standing for records stored before (`acknowledged_range`)
     timestamp: int  # the entry's publish time (log-append time)
 
     def same_batch(self, epoch: int, first_seq: int, last_seq: int) -> bool:
@@ -147,6 +147,12 @@ class PendingBatch:
         for future in self.waiters or ():
             if not future.done():
                 future.set_exception(WriteFailed(error_code))
+
+
+def acknowledged_range(base_offset: int, last_offset_delta: int) -> tuple[int, int]:
+    """The (base, last) offsets a batch answered at `base_offset` instead of where it is stored is remembered with:
+    an empty batch standing for records stored before (-1: where is not known)."""
+    return (base_offset, base_offset + last_offset_delta) if base_offset >= 0 else (-1, -1)
 
 
 def _mark_exception_retrieved(future: asyncio.Future[object]) -> None:
@@ -508,7 +514,8 @@ class KafkaProducers:
                 in_flight.append(pending)
             producer.notify_idle()
         self._producers.clear()
-        if in_flight:  # in log order, which offsets follow
+        if in_flight:  # in log order, which offsets follow (but for an empty batch answered with an earlier offset,
+            # which on_persisted finds all the same)
             self._untracked.extend(sorted(in_flight, key=lambda p: p.batch.base_offset))
         if not recovering:  # disabled: nothing is judged any more
             self._owed.clear()
@@ -548,7 +555,10 @@ class KafkaProducers:
             reference = producer.persisted[-1].last_seq  # an entry from a dedup-off era holds wire sequences
             first = _near(first, reference)
             last = _near(last, first)
-        batch = BatchMetadata(epoch, first, last, entry.first_offset, entry.last_offset, metadata.publish_time)
+        base_offset, last_offset = entry.first_offset, entry.last_offset
+        if metadata.HasField("acknowledged_offset"):  # answered with the offset of the records it stands for
+            base_offset, last_offset = acknowledged_range(metadata.acknowledged_offset, last_offset - base_offset)
+        batch = BatchMetadata(epoch, first, last, base_offset, last_offset, metadata.publish_time)
         self._apply_persisted(producer_id, producer, batch)
 
     def replayed_highest(self, metadata: MessageMetadata, known: int) -> int:

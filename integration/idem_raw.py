@@ -190,10 +190,11 @@ class RawKafka:
         records = data.records if isinstance(data.records, (bytes, bytearray)) else bytes(data.records or b"")
         return data.error_code, data.high_watermark, bytes(records)
 
-    def read_partition(self, topic: str, partition: int, timeout: float = 30.0) -> list[StoredRecord]:
-        """Every record of one partition from offset 0 up to the high watermark seen at the first fetch."""
+    def read_partition(self, topic: str, partition: int, timeout: float = 30.0,
+                       start: int = 0) -> list[StoredRecord]:
+        """Every record of one partition from `start` up to the high watermark seen at the first fetch."""
         out: list[StoredRecord] = []
-        offset = 0
+        offset = start
         end = None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -1,10 +1,13 @@
 """Log compaction (cleanup.policy=compact) with real clients: every client reads the latest value of each key at the
 offsets it was written at, tombstones go once delete.retention.ms has passed, an idempotent producer's state
-survives compaction and a kill -9 (its retries are still recognised, its sequence goes on), and a kill -9 in the
-middle of a compaction leaves the log as it was or as compacted, never in between."""
+survives compaction and a kill -9 (its retries are still recognised, its sequence goes on), a kill -9 in the
+middle of a compaction leaves the log as it was or as compacted, never in between, and so does one between a
+rewrite's install and the record of it; with compact,delete retention deletes the oldest ledgers, compacted or not;
+min.compaction.lag.ms keeps young records from the cleaner and max.compaction.lag.ms rolls the current ledger."""
 import json
 import os
 import re
+import signal
 import time
 import urllib.request
 
@@ -15,6 +18,8 @@ from integration.clients import aio_consume_all, ck_consume_all, ck_produce, kp_
 from integration.idem_raw import RawKafka, read_topic
 from integration.java_client import java_available, java_consume_all
 from integration.txn_clients import READ_UNCOMMITTED, ck_abort, ck_commit, ck_read_to_end
+from kop.admin.client import AdminClient as KopAdmin, topic_resource
+from proto.kop_pb2 import ManagedLedgerInfo
 from protocol.errors import ErrorCode
 from protocol.records import Record, build_batch
 
@@ -226,3 +231,178 @@ def test_a_librdkafka_idempotent_producer_keeps_its_sequence_across_compaction_a
     assert {r.key: (r.offset, r.value) for r in stored} == {b"k%d" % k: (190 + k, b"v%d" % (190 + k))
                                                             for k in range(10)}
     assert len(stored) < 200 and all(r.value == b"v%d" % r.offset for r in stored)
+
+
+FAILPOINTS = {"adminFailpointsEnabled": "true"}
+ONE_BATCH_A_LEDGER = {"segment.bytes": "14"}  # Kafka's least: each batch rolls the ledger before it
+
+
+def kop_admin(broker: BrokerProcess) -> KopAdmin:
+    return KopAdmin(broker.admin_url)
+
+
+def compaction_stats(broker: BrokerProcess, topic: str) -> dict:
+    return kop_admin(broker).get(topic_resource(f"{topic}-partition-0", "stats"))["compaction"]
+
+
+def listed_ledgers(broker: BrokerProcess, topic: str) -> list[dict]:
+    return kop_admin(broker).get(topic_resource(f"{topic}-partition-0", "internalStats"))["ledgers"]
+
+
+def alter(broker: BrokerProcess, topic: str, **configs: str) -> None:
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET) for key, value in configs.items()])
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # kept alive until the answer is in
+    admin.incremental_alter_configs([resource])[resource].result(10)
+
+
+def produce_batches(broker: BrokerProcess, topic: str, batches: list[list[tuple[bytes, bytes | None]]]) -> list[int]:
+    """One produce request per batch, in order; returns their base offsets."""
+    with RawKafka(broker.port) as kafka:
+        answers = [kafka.produce(topic, 0, build_batch([Record(offset=i, timestamp=int(time.time() * 1000), key=k,
+                                                               value=v) for i, (k, v) in enumerate(batch)]))
+                   for batch in batches]
+    assert [a.error_code for a in answers] == [ErrorCode.NONE] * len(batches)
+    return [a.base_offset for a in answers]
+
+
+def start_offset(broker: BrokerProcess, topic: str) -> int:
+    with RawKafka(broker.port) as kafka:
+        return kafka.start_offsets(topic, [0])[0]
+
+
+def stored(broker: BrokerProcess, topic: str) -> list[tuple[int, bytes, bytes | None]]:
+    """Every record from the log start offset (retention may have moved it) to the end."""
+    with RawKafka(broker.port) as kafka:
+        records = kafka.read_partition(topic, 0, start=kafka.start_offsets(topic, [0])[0])
+    return [(r.offset, r.key, r.value) for r in records]
+
+
+def test_compact_delete_compacts_what_retention_bytes_keeps_and_deletes_the_oldest_ledgers(broker):
+    """cleanup.policy=compact,delete: the cleaner compacts the closed ledgers and retention.bytes deletes the oldest
+    of them, rewritten or not, as Kafka deletes compacted segments. A reader sees the latest value of each key among
+    what retention kept. The same layout with cleanup.policy=compact alone is the control: retention leaves it
+    whole."""
+    layout = [[(b"a", b"a1"), (b"b", b"b1"), (b"c", b"c1")], [(b"a", b"a2")], [(b"b", b"b2")], [(b"a", b"a3")],
+              [(b"d", b"d1")]]  # offsets 0-2, 3, 4, 5 and 6, one ledger each; the last stays current
+    for topic, policy in (("both", "compact,delete"), ("compact-only", "compact")):
+        create(broker, topic, **{**ONE_BATCH_A_LEDGER, "cleanup.policy": policy})
+        assert produce_batches(broker, topic, layout) == [0, 3, 4, 5, 6]
+    wait_for_removed(broker, 6)  # a1, b1, a2 of each topic
+    compacted = [(2, b"c", b"c1"), (4, b"b", b"b2"), (5, b"a", b"a3"), (6, b"d", b"d1")]
+    assert stored(broker, "both") == stored(broker, "compact-only") == compacted
+    sizes = [ledger["size"] for ledger in listed_ledgers(broker, "both")]
+    assert len(sizes) in (5, 6)  # five ledgers, and an empty current one once segment.ms rolled d1's
+    # Kafka's rule: the oldest ledger goes while the rest still hold retention.bytes; this keeps the three newest
+    for topic in ("both", "compact-only"):
+        alter(broker, topic, **{"retention.bytes": str(sum(sizes[2:]))})
+    deadline = time.monotonic() + 30
+    while (start := start_offset(broker, "both")) < 4:
+        assert time.monotonic() < deadline, "retention.bytes never deleted the compacted ledgers"
+        time.sleep(0.2)
+    assert start == 4  # the ledgers of offsets 0-2 (compacted) and 3 (emptied by compaction) went
+    assert stored(broker, "both") == compacted[1:]  # c1 went with its ledger, as in Kafka
+    assert stored(broker, "compact-only") == compacted  # the control: no retention without `delete`
+
+
+def test_compact_delete_retention_ms_deletes_compacted_ledgers_and_the_cleaner_goes_on(broker):
+    """cleanup.policy=compact,delete with retention.ms: compacted ledgers past it go (every one here, the current
+    ledger too, as retention.ms=1 allows), offsets go on, and the cleaner compacts what comes after."""
+    create(broker, "aging", **{**ONE_BATCH_A_LEDGER, "cleanup.policy": "compact,delete"})
+    assert produce_batches(broker, "aging", [[(b"a", b"a1")], [(b"a", b"a2")], [(b"b", b"b1")]]) == [0, 1, 2]
+    wait_for_removed(broker, 1)
+    assert stored(broker, "aging") == [(1, b"a", b"a2"), (2, b"b", b"b1")]
+    alter(broker, "aging", **{"retention.ms": "1"})
+    deadline = time.monotonic() + 30
+    while stored(broker, "aging"):
+        assert time.monotonic() < deadline, "retention.ms never deleted the compacted ledgers"
+        time.sleep(0.2)
+    assert start_offset(broker, "aging") == 3
+    alter(broker, "aging", **{"retention.ms": "3600000"})
+    assert produce_batches(broker, "aging", [[(b"e", b"e1")], [(b"e", b"e2")], [(b"f", b"f1")]]) == [3, 4, 5]
+    wait_for_removed(broker, 2)  # e1
+    assert stored(broker, "aging") == [(4, b"e", b"e2"), (5, b"f", b"f1")]
+    assert [(r.offset, r.key, r.value) for r in ck_consume_all(broker.bootstrap, "aging", expected=2)] == \
+        [(4, b"e", b"e2"), (5, b"f", b"f1")]
+
+
+def test_min_compaction_lag_keeps_records_from_the_cleaner_until_their_ledger_is_that_old(broker):
+    """Records in ledgers closed less than min.compaction.lag.ms ago are neither removed nor supersede older
+    versions; once the lag allows, they are compacted. A topic with the same records and no lag is the control
+    that the cleaner went over both (the lagged one first, in every pass)."""
+    layout = [[(b"a", b"a1")], [(b"a", b"a2")], [(b"b", b"b1")]]
+    create(broker, "lagged", **{**ONE_BATCH_A_LEDGER, "min.compaction.lag.ms": "3600000"})
+    create(broker, "unlagged", **ONE_BATCH_A_LEDGER)
+    for topic in ("lagged", "unlagged"):
+        assert produce_batches(broker, topic, layout) == [0, 1, 2]
+    wait_for_removed(broker, 1)  # the control: unlagged's a1
+    assert stored(broker, "unlagged") == [(1, b"a", b"a2"), (2, b"b", b"b1")]
+    assert stored(broker, "lagged") == [(0, b"a", b"a1"), (1, b"a", b"a2"), (2, b"b", b"b1")]
+    assert compaction_stats(broker, "lagged")["runs"] == 0
+    alter(broker, "lagged", **{"min.compaction.lag.ms": "1"})
+    wait_for_removed(broker, 2)
+    assert stored(broker, "lagged") == [(1, b"a", b"a2"), (2, b"b", b"b1")]
+    assert compaction_stats(broker, "lagged")["recordsRemoved"] == 1
+
+
+def test_max_compaction_lag_rolls_the_current_ledger_so_it_gets_cleaned(broker):
+    """Kafka's rule (KIP-354): the current ledger is never cleaned, so it rolls once it is max.compaction.lag.ms
+    old whatever segment.ms says; before, a quiet compacted topic kept every version until segment.ms (a week)."""
+    create(broker, "quiet", **{"segment.ms": "604800000", "max.compaction.lag.ms": "500"})
+    assert produce_batches(broker, "quiet", [[(b"a", b"a1"), (b"a", b"a2")]]) == [0]
+    wait_for_removed(broker, 1)
+    assert stored(broker, "quiet") == [(1, b"a", b"a2")]
+
+
+def cleaned_through_on_disk(broker: BrokerProcess, topic: str) -> tuple[str | None, dict[int, int], dict[int, int]]:
+    """What ledgers.info records (the cleaned-through property, each ledger's listed size) and each ledger's
+    size on disk."""
+    directory = os.path.join(broker.data_dir, "ledgers", "public", "default", f"{topic}-partition-0")
+    info = ManagedLedgerInfo()
+    with open(os.path.join(directory, "ledgers.info"), "rb") as f:
+        info.ParseFromString(f.read())
+    properties = {p.key: p.value for p in info.properties}
+    listed = {li.ledgerId: li.size for li in info.ledgerInfo}
+    on_disk = {ledger_id: os.path.getsize(os.path.join(directory, f"{ledger_id}.log")) for ledger_id in listed}
+    return properties.get("kop.cleaned_through"), listed, on_disk
+
+
+@pytest.mark.slow  # two broker starts, a cleaner process each, and a kill: about 10 s
+def test_a_kill_9_between_installing_a_rewrite_and_recording_it_loses_and_repeats_nothing(tmp_path):
+    """The rewrite is the ledger once renamed over it; ledgers.info records how far the cleaner got a moment later.
+    A kill -9 between the two (a failpoint) leaves the compacted ledger under a list that does not know it: after
+    the restart every reader gets each key's latest at its own offset, no record twice and none lost, the
+    idempotent producer's retries are still recognised, and the cleaner carries on from the ledgers it thought
+    dirty."""
+    broker = BrokerProcess(str(tmp_path / "data"), admin_port=0, config={**FAST_CLEANER, **FAILPOINTS}).start()
+    try:
+        create(broker, "window", **{"segment.ms": "600000"})  # one ledger for all four batches, however slow
+        with RawKafka(broker.port) as kafka:
+            ident = kafka.init_producer_id()
+            batches = [keyed_batch([b"a", b"b", b"c"], b"%d" % n, producer_id=ident.producer_id,
+                                   epoch=ident.producer_epoch, base_sequence=3 * n) for n in range(4)]
+            assert [kafka.produce("window", 0, b).base_offset for b in batches] == [0, 3, 6, 9]
+        kop_admin(broker).post("/admin/v2/kop/failpoints/window/0", {"crash_before_cleaned_through": True})
+        alter(broker, "window", **{"segment.ms": "300"})  # now it rolls, and the cleaner's first pass rewrites it
+        # the control: the broker killed itself at the failpoint, after the rewrite was renamed into place
+        assert broker.proc.wait(30) == -signal.SIGKILL
+        assert "failpoint: killing the broker before recording ledger" in broker.log_tail(200)
+        cleaned_through, listed, on_disk = cleaned_through_on_disk(broker, "window")
+        assert cleaned_through is None  # not recorded ...
+        assert any(on_disk[i] < listed[i] for i in listed)  # ... but a ledger is already its smaller rewrite
+        broker.start()
+        latest = [(9, b"a", b"3"), (10, b"b", b"3"), (11, b"c", b"3")]
+        assert stored(broker, "window") == latest
+        assert [(r.offset, r.key, r.value) for r in ck_consume_all(broker.bootstrap, "window", expected=3)] == latest
+        with RawKafka(broker.port) as kafka:
+            retries = [kafka.produce("window", 0, b) for b in batches]  # every batch, emptied or not
+            assert [(a.error_code, a.base_offset) for a in retries] == [(ErrorCode.NONE, o) for o in (0, 3, 6, 9)]
+            following = kafka.produce("window", 0, keyed_batch([b"a"], b"4", producer_id=ident.producer_id,
+                                                               epoch=ident.producer_epoch, base_sequence=12))
+            assert (following.error_code, following.base_offset) == (ErrorCode.NONE, 12)
+        wait_for_removed(broker, 1)  # the cleaner goes on: a@9 is superseded by a@12
+        assert stored(broker, "window") == [(10, b"b", b"3"), (11, b"c", b"3"), (12, b"a", b"4")]
+        assert cleaned_through_on_disk(broker, "window")[0] is not None
+    finally:
+        broker.stop()

@@ -29,6 +29,12 @@ def internal_stats(broker: BrokerProcess, topic: str) -> dict:
     return admin(broker).get(topic_resource(f"{topic}-partition-0", "internalStats"))
 
 
+def snapshot_at_last_entry(broker: BrokerProcess, topic: str) -> bool:
+    """Whether the partition's dedup snapshot is at its last entry (a recovery now replays nothing after it)."""
+    stats = internal_stats(broker, topic)
+    return stats["cursors"][DEDUP_CURSOR]["markDeletePosition"] == stats["lastConfirmedEntry"]
+
+
 def set_topic_dedup(broker: BrokerProcess, topic: str, enabled: bool) -> None:
     admin(broker).post(topic_resource(topic, "deduplicationEnabled"), enabled)
 
@@ -131,14 +137,10 @@ def test_snapshot_by_time_follows_the_topic_interval(start_broker):
                 send(kafka, topic, pid, seq, [f"{topic}{seq}".encode()])
     assert admin(broker).get(topic_resource("untimed", "deduplicationSnapshotInterval"), applied=True) == 120
 
-    def caught_up(topic: str) -> bool:
-        stats = internal_stats(broker, topic)
-        return stats["cursors"][DEDUP_CURSOR]["markDeletePosition"] == stats["lastConfirmedEntry"]
-
     # No more traffic: only the timer (every 1 s, interval 1 s) can move the mark-delete to the last entry.
-    assert wait_until(lambda: caught_up("timed"), timeout=15)
+    assert wait_until(lambda: snapshot_at_last_entry(broker, "timed"), timeout=15)
     assert internal_stats(broker, "timed")["cursors"][DEDUP_CURSOR]["properties"][f"KOP-PID-{pid}-0"] == 2
-    assert not caught_up("untimed")
+    assert not snapshot_at_last_entry(broker, "untimed")
     assert internal_stats(broker, "untimed")["cursors"][DEDUP_CURSOR]["markDeletePosition"] == "-1:-1"
 
 

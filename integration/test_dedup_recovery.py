@@ -12,7 +12,7 @@ from confluent_kafka import Producer
 
 from integration.idem_raw import RawKafka, idempotent_batch, plain_batch, read_topic
 from integration.test_dedup_cursor_damage import damage_length_field, dedup_records
-from integration.test_dedup_policies import admin, internal_stats, partition_stats, set_topic_dedup
+from integration.test_dedup_policies import admin, partition_stats, set_topic_dedup, snapshot_at_last_entry
 from integration.waiting import wait_until
 from protocol.errors import ErrorCode
 
@@ -130,9 +130,7 @@ def test_the_snapshot_cap_keeps_the_newest_producers_across_kill_9(start_broker)
         busy_values = values("busy", 6)
         for seq, value in enumerate(busy_values):
             assert answer(produce(kafka, topic, busy, seq, value)) == (ErrorCode.NONE, 2 + seq)
-    last = internal_stats(broker, topic)["lastConfirmedEntry"]
-    assert wait_until(
-        lambda: internal_stats(broker, topic)["cursors"]["pulsar.dedup"]["markDeletePosition"] == last, 10)
+    assert wait_until(lambda: snapshot_at_last_entry(broker, topic), 10)
     broker.kill()
     broker.start()
     with RawKafka(broker.port) as kafka:

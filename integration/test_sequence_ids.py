@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from integration.idem_raw import BASE_TIMESTAMP, RawKafka, read_topic
-from integration.test_dedup_policies import admin, partition_stats
+from integration.test_dedup_policies import admin, partition_stats, snapshot_at_last_entry
 from integration.test_metrics import sample, scrape
 from integration.waiting import wait_until
 from kop.admin.client import AdminError, topic_resource
@@ -156,22 +156,82 @@ def test_a_batch_of_only_duplicates_from_a_producer_without_idempotence_stores_n
     assert stored(broker, topic) == [(0, b"o1")] + [(i + 1, b"v%d" % i) for i in range(3)] + [(4, b"v5"), (5, b"v7")]
 
 
-def test_a_batch_of_only_duplicates_from_an_idempotent_producer_is_kept_empty_so_its_sequence_counts(broker, kafka):
+SNAPSHOT_EVERY_SECOND = {"brokerDeduplicationSnapshotFrequencyInSeconds": "1",
+                         "brokerDeduplicationSnapshotIntervalSeconds": "1"}
+
+
+@pytest.mark.parametrize("recovery", ["replay", "snapshot"])
+def test_a_batch_of_only_duplicates_from_an_idempotent_producer_is_kept_empty_and_gets_the_original_offset(
+        start_broker, recovery):
+    """An idempotent producer's batch whose records were all stored before is stored as an empty batch, so its
+    sequence numbers count and its next batch is in sequence; it is answered, as a producer without idempotence is,
+    with its original base offset: where its first record was stored the first time (records of several earlier
+    batches: its first record's; -1 when not known), and so are its retries, also after kill -9, from a replay of
+    the log or from a snapshot of the producer state."""
+    broker = start_broker(SNAPSHOT_EVERY_SECOND if recovery == "snapshot" else {})
     topic = "empty-batch"
-    assert kafka.create_topic(topic) == 0
-    pid = kafka.init_producer_id().producer_id
-    records = [record("p", i, b"v%d" % i) for i in range(3)]
-    assert answer(kafka.produce(topic, 0, batch(records, producer_id=pid, base_sequence=0))) == (ErrorCode.NONE, 0)
-    # A new batch of the same producer (sequences 3..5) that repeats the records: an empty batch at 3..5,
-    # uncompressed as Kafka writes one (librdkafka aborts on a codec's frame of nothing).
-    repeated = batch(records, producer_id=pid, base_sequence=3, compression=3)  # lz4
-    assert answer(kafka.produce(topic, 0, repeated)) == (ErrorCode.NONE, 3)
-    assert answer(kafka.produce(topic, 0, repeated)) == (ErrorCode.NONE, 3)  # its retry: the same offsets
-    following = batch([record("p", 3, b"v3")], producer_id=pid, base_sequence=6)
-    assert answer(kafka.produce(topic, 0, following)) == (ErrorCode.NONE, 6)  # its next batch is in sequence
-    assert stored(broker, topic) == [(0, b"v0"), (1, b"v1"), (2, b"v2"), (6, b"v3")]
-    empty = [h for h, _ in split_batches(kafka.fetch_once(topic, 0, 3)[2]) if h.base_offset == 3]
-    assert [(h.records_count, h.last_offset_delta, h.base_sequence, h.compression) for h in empty] == [(0, 2, 3, 0)]
+    values = [record("p", i, b"v%d" % i) for i in range(8)]
+    with RawKafka(broker.port) as kafka:
+        assert kafka.create_topic(topic) == 0
+        kafka.produce(topic, 0, batch([record("other", 1, b"o1")]))  # at 0
+        pid = kafka.init_producer_id().producer_id
+
+        def idempotent(records: list[tuple], sequence: int, compression: int = 0) -> bytes:
+            return batch(records, producer_id=pid, base_sequence=sequence, compression=compression)
+
+        assert answer(kafka.produce(topic, 0, idempotent(values[0:3], 0))) == (ErrorCode.NONE, 1)  # at 1..3
+        # The same records again (sequences 3..5): an empty batch at 4..6, uncompressed as Kafka writes one
+        # (librdkafka aborts on a codec's frame of nothing), answered where they are.
+        repeated = idempotent(values[0:3], 3, compression=3)  # lz4
+        assert answer(kafka.produce(topic, 0, repeated)) == (ErrorCode.NONE, 1)
+        assert answer(kafka.produce(topic, 0, repeated)) == (ErrorCode.NONE, 1)  # its retry: the same
+        assert answer(kafka.produce(topic, 0, idempotent(values[3:5], 6))) == (ErrorCode.NONE, 7)  # at 7..8
+        several = idempotent(values[1:4], 8)  # records of two earlier batches, at 2, 3 and 7: empty at 9..11
+        assert answer(kafka.produce(topic, 0, several)) == (ErrorCode.NONE, 2)
+        # Partly new: 4 is dropped (a hole at 12), 5 and 6 are stored at 13 and 14; then all of those again.
+        assert answer(kafka.produce(topic, 0, idempotent(values[4:7], 11))) == (ErrorCode.NONE, 12)
+        rewritten = idempotent(values[5:7], 14)  # empty at 15..16
+        assert answer(kafka.produce(topic, 0, rewritten)) == (ErrorCode.NONE, 13)
+        if recovery == "snapshot":
+            assert wait_until(lambda: snapshot_at_last_entry(broker, topic), 10)
+    broker.kill()
+    broker.start()
+    with RawKafka(broker.port) as kafka:
+        assert answer(kafka.produce(topic, 0, several)) == (ErrorCode.NONE, 2)  # retries, from the state recovered
+        assert answer(kafka.produce(topic, 0, rewritten)) == (ErrorCode.NONE, 13)
+        # Where 0 was stored is not known since the partition was loaded: -1, for the batch and its retry alike.
+        unknown = idempotent(values[0:1], 16)  # empty at 17
+        assert answer(kafka.produce(topic, 0, unknown)) == (ErrorCode.NONE, -1)
+        assert answer(kafka.produce(topic, 0, unknown)) == (ErrorCode.NONE, -1)
+        assert answer(kafka.produce(topic, 0, idempotent(values[7:8], 17))) == (ErrorCode.NONE, 18)  # in sequence
+        empty = [(h.base_offset, h.records_count, h.last_offset_delta, h.base_sequence, h.compression)
+                 for h, _ in split_batches(kafka.fetch_once(topic, 0, 0)[2]) if h.records_count == 0]
+    assert empty == [(4, 0, 2, 3, 0), (9, 0, 2, 8, 0), (15, 0, 1, 14, 0), (17, 0, 0, 16, 0)]
+    assert stored(broker, topic) == [(0, b"o1"), (1, b"v0"), (2, b"v1"), (3, b"v2"), (7, b"v3"), (8, b"v4"),
+                                     (13, b"v5"), (14, b"v6"), (18, b"v7")]
+
+
+def test_a_retry_of_a_batch_of_only_duplicates_still_being_written_gets_the_original_offset(start_broker):
+    broker = start_broker(FAILPOINTS)
+    topic = "empty-in-flight"
+    values = [record("p", i, b"v%d" % i) for i in range(2)]
+    with RawKafka(broker.port) as kafka, RawKafka(broker.port) as retry:
+        assert kafka.create_topic(topic) == 0
+        kafka.produce(topic, 0, batch([record("other", 1, b"o1")]))  # at 0
+        pid = kafka.init_producer_id().producer_id
+        assert answer(kafka.produce(topic, 0, batch(values, producer_id=pid, base_sequence=0))) == (ErrorCode.NONE, 1)
+        admin(broker).post(f"/admin/v2/kop/failpoints/{topic}/0", {"hold_flushes": True})
+        repeated = batch(values, producer_id=pid, base_sequence=2)
+        first = kafka.send_produce(topic, 0, repeated)  # its empty batch is written, not yet durable
+        assert wait_until(lambda: partition_stats(broker, topic)["namedSequences"]["duplicatesDropped"] == 2, 10)
+        again = retry.send_produce(topic, 0, repeated)  # the client's retry: it waits for the write
+        assert wait_until(lambda: sample(scrape(broker), "kop_dedup_decisions_total", topic=topic,
+                                         decision="unknown") == 1, 10)
+        admin(broker).post(f"/admin/v2/kop/failpoints/{topic}/0", {"hold_flushes": False})
+        assert answer(kafka.receive_produce(first)) == (ErrorCode.NONE, 1)
+        assert answer(retry.receive_produce(again)) == (ErrorCode.NONE, 1)
+        assert kafka.end_offsets(topic, [0]) == {0: 5}  # one empty batch, at 3..4
+    assert stored(broker, topic) == [(0, b"o1"), (1, b"v0"), (2, b"v1")]
 
 
 @pytest.mark.parametrize("codec", sorted(CODEC_NAMES))

@@ -23,25 +23,29 @@ def python_records(name: str, ids) -> list[tuple]:
             for i in ids]
 
 
-def produce(client: str, bootstrap: str, topic: str, name: str, ids: range, idempotent: bool, compression: str):
-    """Send records `ids` of `name` through a new producer of `client` and check every one was acknowledged."""
+def produce(client: str, bootstrap: str, topic: str, name: str, ids: range, idempotent: bool,
+            compression: str) -> dict[bytes, int]:
+    """Send records `ids` of `name` through a new producer of `client`, check every one was acknowledged, and return
+    the offset each was acknowledged at, by value."""
     if client == "java":
         deliveries = java_produce(bootstrap, topic, len(ids), start_index=ids.start, value_prefix=f"{name}-",
                                   partition=0, idempotence=idempotent, acks="all", compression=compression,
                                   linger_ms=20, headers={NAME: name, SEQUENCE: "{i}"})
         assert all(d.ok for d in deliveries), [d for d in deliveries if not d.ok][:3]
-        return
+        return {d.value.encode(): d.offset for d in deliveries}
     records = python_records(name, ids)
     if client == "confluent":
         reports = ck_produce(bootstrap, topic, records, **{"enable.idempotence": idempotent,
                                                            "compression.type": compression, "linger.ms": 20})
         assert all(err is None for err, *_ in reports), reports[:3]
-    elif client == "kafka-python":
-        kp_produce(bootstrap, topic, records, enable_idempotence=idempotent, linger_ms=20, acks="all",
-                   compression_type=None if compression == "none" else compression)
+        return {value: offset for _, _, offset, value in reports}
+    if client == "kafka-python":
+        acknowledged = kp_produce(bootstrap, topic, records, enable_idempotence=idempotent, linger_ms=20, acks="all",
+                                  compression_type=None if compression == "none" else compression)
     else:
-        aio_produce(bootstrap, topic, records, enable_idempotence=idempotent, linger_ms=20, acks="all",
-                    compression_type=None if compression == "none" else compression)
+        acknowledged = aio_produce(bootstrap, topic, records, enable_idempotence=idempotent, linger_ms=20, acks="all",
+                                   compression_type=None if compression == "none" else compression)
+    return {value: metadata.offset for (_, value, _, _), metadata in zip(records, acknowledged)}
 
 
 def consume(client: str, bootstrap: str, topic: str, expected: int) -> list[bytes]:
@@ -53,10 +57,11 @@ def consume(client: str, bootstrap: str, topic: str, expected: int) -> list[byte
 
 @pytest.fixture(scope="module")
 def stored_topics(tmp_path_factory):
-    """One topic per case, written three times over; returns (broker, {topic: expected values})."""
+    """One topic per case, written three times over; returns (broker, {topic: expected values}, {topic: the offsets
+    the third send, all duplicates, was acknowledged at, by value})."""
     from integration.broker_process import BrokerProcess
     broker = BrokerProcess(str(tmp_path_factory.mktemp("kop") / "data")).start()
-    expected = {}
+    expected, acknowledged = {}, {}
     try:
         for client, idempotent, compression in CASES:
             if client == "java" and not java_available():
@@ -67,10 +72,11 @@ def stored_topics(tmp_path_factory):
                 assert kafka.create_topic(topic) == 0
             produce(client, broker.bootstrap, topic, name, range(0, 20), idempotent, compression)
             produce(client, broker.bootstrap, topic, name, range(10, 30), idempotent, compression)  # a re-run
-            produce(client, broker.bootstrap, topic, name, range(25, 30), idempotent, compression)  # all stored
+            acknowledged[topic] = produce(client, broker.bootstrap, topic, name, range(25, 30), idempotent,
+                                          compression)  # all stored
             produce(client, broker.bootstrap, topic, name, range(30, 31), idempotent, compression)
             expected[topic] = [f"{name}-{i}".encode() for i in range(31)]
-        yield broker, expected
+        yield broker, expected, acknowledged
     finally:
         broker.stop()
 
@@ -79,18 +85,34 @@ def stored_topics(tmp_path_factory):
 def test_each_record_is_stored_once_whoever_sent_it_how_often(stored_topics, client, idempotent, compression):
     if client == "java" and not java_available():
         pytest.skip("no Java client harness")
-    broker, expected = stored_topics
+    broker, expected, _ = stored_topics
     topic = f"seq-{client}-{'idem' if idempotent else 'plain'}-{compression}"
     with RawKafka(broker.port) as kafka:
         records = kafka.read_partition(topic, 0)
     assert [r.value for r in records] == expected[topic]  # 31 records, once each, in order
 
 
+@pytest.mark.parametrize("client, idempotent, compression", CASES)
+def test_records_sent_again_are_acknowledged_at_the_offsets_they_were_stored_at(stored_topics, client, idempotent,
+                                                                                compression):
+    """The third send repeats records the re-run stored (in batches rewritten without the records before them): an
+    idempotent producer's batches are stored empty so its sequence numbers count, the others' not at all, and either
+    way each record is acknowledged at the offset it was stored at the first time."""
+    if client == "java" and not java_available():
+        pytest.skip("no Java client harness")
+    broker, _, acknowledged = stored_topics
+    topic = f"seq-{client}-{'idem' if idempotent else 'plain'}-{compression}"
+    with RawKafka(broker.port) as kafka:
+        stored_at = {r.value: r.offset for r in kafka.read_partition(topic, 0)}
+    assert len(acknowledged[topic]) == 5
+    assert acknowledged[topic] == {value: stored_at[value] for value in acknowledged[topic]}
+
+
 @pytest.mark.parametrize("reader", ["confluent", "kafka-python", "aiokafka", "java"])
 def test_every_consumer_reads_across_the_holes(stored_topics, reader):
     if reader == "java" and not java_available():
         pytest.skip("no Java client harness")
-    broker, expected = stored_topics
+    broker, expected, _ = stored_topics
     holey = [t for t in expected if "-idem-" in t]  # an idempotent re-run leaves holes and empty batches
     for topic in holey:
         with RawKafka(broker.port) as kafka:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dedup import (DEDUP_CURSOR_NAME, Accept, DecideAgain, DedupConfig, Duplicate, DupStatus, KafkaProducers,
-                   MessageDeduplication, PendingBatch, Reject, Status, WaitFor, WriteFailed)
+                   MessageDeduplication, PendingBatch, Reject, Status, WaitFor, WriteFailed, acknowledged_range)
 from dedup import named_sequences
 from dedup.named_sequences import RecordsDecision
 from kop.compaction.stats import CleanerStats
@@ -421,9 +421,12 @@ class PartitionLog:
         metadata = _kafka_metadata(step.header, accept) if accept is not None else MessageMetadata()
         for name, sequence_id in step.decision.highest.items():
             metadata.named_sequences.add(name=name, sequence_id=sequence_id)
+        if step.acknowledged is not None:  # kept with the entry: a retry answered from a replay gets it too
+            metadata.acknowledged_offset = step.acknowledged
         run = step.run
         on_stored = None if run is None else lambda base, _position: self.sequences.runs.stored(run, base)
-        return self._append(step.header, step.view, metadata, accept, step.decision, on_stored)
+        return self._append(step.header, step.view, metadata, accept, step.decision, on_stored,
+                            acknowledged=step.acknowledged)
 
     async def _await_original(self, decision: WaitFor, timeout_ms: int) -> AppendResult:
         """A retry of a batch still being written: answer whatever the original gets."""
@@ -453,14 +456,18 @@ class PartitionLog:
 
     def _append(self, header: BatchHeader, view: memoryview, metadata: MessageMetadata, accept: Accept | None,
                 named: RecordsDecision | None = None, on_stored: Callable[[int, Position], None] | None = None,
-                replicated: tuple[str, int] | None = None, span: int | None = None) -> asyncio.Future:
+                replicated: tuple[str, int] | None = None, span: int | None = None,
+                acknowledged: int | None = None) -> asyncio.Future:
         """Assign offsets to one batch and hand it to the ledger; `named`: the application-chosen sequence ids it
         stores; `on_stored(base offset, position)` runs once it is durable, in log order, before the result is set;
         `replicated`: the replicator name and source position key it is judged by; `span`: the offsets it covers
-        (0 for a marker; by default its records')."""
+        (0 for a marker; by default its records'); `acknowledged`: the base offset to answer instead of its own (an
+        empty batch standing for records stored before), which its producer's retries get too."""
         base = self.ledger.written_end_index
         span = header.last_offset_delta + 1 if span is None else span
         last = base + header.last_offset_delta
+        answered, answered_last = (base, last) if acknowledged is None else \
+            acknowledged_range(acknowledged, header.last_offset_delta)
         batch = bytearray(view) if view.readonly else view  # a produce request's own bytes: patched in place
         assign_offsets(batch, 0, base)
         now = int(time.time() * 1000)
@@ -475,8 +482,8 @@ class PartitionLog:
             # _on_written runs as soon as the entry is durable (it reads pending, named and result, set below)
             self.ledger.add_entry(
                 base, span, metadata.SerializeToString(), batch,
-                then=lambda f: self._on_written(f, base, base + span, size, append_time, pending, named, on_stored,
-                                                replicated, result))
+                then=lambda f: self._on_written(f, base, base + span, answered, size, append_time, pending, named,
+                                                on_stored, replicated, result))
         except LedgerClosedError as exc:  # the partition is going away (topic deleted, broker stopping)
             return _resolved(AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, message=str(exc)))
         except ManagedLedgerError as exc:
@@ -486,13 +493,13 @@ class PartitionLog:
         if header.is_transactional and not header.is_control:  # opens early: the LSO may only err low
             self.transactions.on_data(header.producer_id, base)
             self._marker_in_flight.pop(header.producer_id, None)  # a marker after this batch is a new one
-        pending = self.producers.on_pushed(accept, base, last, now) if accept is not None else None
+        pending = self.producers.on_pushed(accept, answered, answered_last, now) if accept is not None else None
         if named is not None:
             named_sequences.commit(self.dedup, named)
         result = asyncio.get_running_loop().create_future()
         return result
 
-    def _on_written(self, written: asyncio.Future, base: int, end: int, size: int, append_time: int,
+    def _on_written(self, written: asyncio.Future, base: int, end: int, answered: int, size: int, append_time: int,
                     pending: PendingBatch | None, named: RecordsDecision | None,
                     on_stored: Callable[[int, Position], None] | None, replicated: tuple[str, int] | None,
                     result: asyncio.Future) -> None:
@@ -511,7 +518,7 @@ class PartitionLog:
                 self.dedup.record_persisted(name, key, key, written.result(), idle=True)
             else:
                 self.producers.on_persisted(pending, written.result())
-            outcome = AppendResult(ErrorCode.NONE, base, append_time, position=written.result())
+            outcome = AppendResult(ErrorCode.NONE, answered, append_time, position=written.result())
         elif isinstance(exc, LedgerWriteError):
             outcome = AppendResult(WRITE_FAILED, message=f"write failed, retry: {exc}")
         else:

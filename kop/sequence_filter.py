@@ -6,16 +6,19 @@ one name with rising ids, all new (a producer's stream), is judged once; any oth
 * Some are: the batch without them, as Kafka's log cleaner rewrites one. The records kept keep the offsets the
   producer was told; the dropped ones leave holes, which every consumer skips.
 * All are: an empty batch when the producer is idempotent (its sequence numbers must still count, or its next batch
-  would be out of order, and a retry of it must get this batch's offset, as Kafka's cleaner keeps empty batches for
-  producer state); nothing when it is not, answered NONE with the offset its first record was stored at, when that
-  is known (`StoredRuns`: a resend of one of the last batches of its name since the partition was loaded), else -1
-  (Kafka's answer for a duplicate whose offset it no longer knows). Either way no record is added, so consumers see
-  the same.
+  would be out of order, as Kafka's cleaner keeps empty batches for producer state); nothing when it is not. Either
+  way no record is added, so consumers see the same, and the answer is the same: NONE with the batch's original base
+  offset, the offset its first record was stored at the first time, when that is known (`StoredRuns`: that record
+  was stored by one of the last batches of its name since the partition was loaded), else -1 (Kafka's answer for a
+  duplicate whose offset it no longer knows). A batch repeating records of several earlier batches is answered by
+  its first record's, as Kafka answers any batch by its first record's offset. The empty batch records that answer
+  (`MessageMetadata.acknowledged_offset`), so the Kafka producer state answers a retry of it with it too, also
+  after a restart.
 * A name with a higher id still being written (PIP-6 Unknown): the batch is answered REQUEST_TIMED_OUT, to come again
   once that write has landed or failed.
 """
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dedup import MessageDeduplication
@@ -51,8 +54,9 @@ class Run:
 
 
 class StoredRuns:
-    """The last batches stored per name (durable ones only), to answer a resend of one that is all duplicates with
-    the offset it was stored at. Kept in memory, bounded, lost on reload: what it does not know is answered -1."""
+    """The last batches stored per name (durable ones only; whole, or rewritten without their duplicates), to answer
+    a batch that is all duplicates with the offset its first record was stored at. Kept in memory, bounded, lost on
+    reload: what it does not know is answered -1."""
 
     def __init__(self) -> None:
         self._runs: dict[str, list[tuple[Run, int]]] = {}
@@ -75,13 +79,16 @@ class StoredRuns:
 
 @dataclass(frozen=True, slots=True)
 class Store:
-    """Write this batch (possibly rewritten) and record `decision`'s names with it; `run`: the batch is one name's
-    run, stored whole (for `StoredRuns` once durable)."""
+    """Write this batch (possibly rewritten) and record `decision`'s names with it; `run`: the records it stores are
+    one name's run (for `StoredRuns` once durable); `acknowledged`: it is the empty batch of an idempotent
+    producer's batch of only duplicates, answered with this offset (the original base offset, or -1) instead of its
+    own."""
 
     header: BatchHeader
     view: memoryview
     decision: RecordsDecision
     run: Run | None = None
+    acknowledged: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,14 +132,17 @@ class SequenceFilter:
         if not decision.dropped:
             return Store(header, view, decision, _run(sequenced))
         self._count(decision, sequenced, idempotent, client)
-        if not decision.keep and not idempotent:  # every record has the headers: the first tells where it was
-            return Answer(ErrorCode.NONE, base_offset=self.runs.offset_of(sequenced.names[0], sequenced.ids[0]))
+        original = None
+        if not decision.keep:  # so every record has the headers: the first tells where the batch was stored
+            original = self.runs.offset_of(sequenced.names[0], sequenced.ids[0])
+            if not idempotent:
+                return Answer(ErrorCode.NONE, base_offset=original)
         spans = record_spans(header, records.data, records.start)
         kept = [spans[i] for i in decision.keep]  # (start, end, timestamp delta)
         max_timestamp = max((header.base_timestamp + r[2] for r in kept), default=header.max_timestamp)
         rewritten = keep_records(header, records.data, [(r[0], r[1]) for r in kept], max_timestamp)
         [(new_header, new_view)] = split_batches(rewritten)
-        return Store(new_header, new_view, decision)
+        return Store(new_header, new_view, decision, _run(sequenced, decision.keep), original)
 
     def judge(self, sequenced: SequencedRecords, count: int) -> RecordsDecision:
         """The decision for a batch of `count` records: at once when its records with the headers carry one name
@@ -169,11 +179,18 @@ def _per_record(sequenced: SequencedRecords, count: int) -> list[tuple[str | Non
     return records
 
 
-def _run(sequenced: SequencedRecords) -> Run | None:
-    """The run a batch kept whole is, if its records with the headers carry one name."""
+def _run(sequenced: SequencedRecords, kept: Sequence[int] | None = None) -> Run | None:
+    """The run the records a batch stores are (all of them, or those `kept`), if those with the headers carry one
+    name. The records kept keep their offset deltas, so a rewritten batch's run is told like a whole one's."""
     if sequenced.name is None:
         return None
     ids, indexes = sequenced.ids, sequenced.indexes
+    if kept is not None:
+        keep = set(kept)
+        pairs = [(index, sequence_id) for index, sequence_id in zip(indexes, ids) if index in keep]
+        if not pairs:
+            return None
+        indexes, ids = [index for index, _ in pairs], [sequence_id for _, sequence_id in pairs]
     first, last = ids[0], ids[-1]
     consecutive = last - first == len(ids) - 1 == indexes[-1] - indexes[0]
     return Run(sequenced.name, first, last, indexes[0], consecutive)

@@ -115,11 +115,16 @@ class TopicSettings:
 
     @classmethod
     def parse(cls, configs: dict[str, str], broker: BrokerConfig) -> "TopicSettings":
+        compacted = "compact" in configs.get("cleanup.policy", "delete").split(",")
+        segment_ms = int(configs.get("segment.ms", broker.ledger_max_age_ms))
+        if compacted:  # as Kafka (KIP-354): the current ledger is never cleaned, so it rolls by max.compaction.lag.ms
+            segment_ms = min(segment_ms, int(configs.get("max.compaction.lag.ms", COMPACTION_DEFAULTS[
+                "max.compaction.lag.ms"])))
         return cls(max_message_bytes=int(configs.get("max.message.bytes", broker.message_max_bytes)),
-                   compacted="compact" in configs.get("cleanup.policy", "delete").split(","),
+                   compacted=compacted,
                    log_append_time=configs.get("message.timestamp.type") == "LogAppendTime",
                    segment_bytes=int(configs.get("segment.bytes", broker.ledger_max_bytes)),
-                   segment_ms=int(configs.get("segment.ms", broker.ledger_max_age_ms)))
+                   segment_ms=segment_ms)
 
 
 @dataclass

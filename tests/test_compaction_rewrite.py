@@ -119,3 +119,31 @@ async def test_transactions_are_compacted_once_decided_and_aborted_ones_removed(
     ml._start_new_ledger()
     again = compact(job(ml, horizon_ms=0))
     assert again.aborted_removed == 1
+
+
+async def test_a_crash_between_the_logs_rename_and_the_index_and_list_updates_reads_the_rewrite(tmp_path):
+    """The rename of the log is the commit point: a crash right after it leaves the rewrite under the original's
+    index (positions of the longer, original entries) and a ledger list with the original's size. On reopen the index
+    is checked against the log and rebuilt, so every reader gets the rewrite, entry by entry at its offsets, and a
+    pass over it again finds nothing more to remove."""
+    ml = FileManagedLedger.open("t", str(tmp_path), CONFIG, None)
+    for n in range(4):  # key a superseded in each batch but the last; b only once
+        await write(ml, batch(2 * n, [(b"a", b"a%d" % n + b"x" * 100), (b"b" if n == 0 else b"c%d" % n, b"v")]))
+    ml._start_new_ledger()
+    (ledger,) = ml.closed_ledgers()
+    with open(ledger.idx_path, "rb") as f:
+        original_index = f.read()
+    (rewrite,) = compact(job(ml, horizon_ms=0)).rewritten
+    assert rewrite.size < ledger.size
+    await ml.close()
+    os.replace(rewrite.log_path, ledger.log_path)  # the install's first step, then the crash
+    with open(ledger.idx_path, "rb") as f:
+        assert f.read() == original_index  # the control: the original index still names the original positions
+    ml = FileManagedLedger.open("t", str(tmp_path), CONFIG, None)
+    assert not os.path.exists(rewrite.idx_path)  # the unrenamed index is removed, never read
+    expected = [(1, b"b", b"v"), (3, b"c1", b"v"), (5, b"c2", b"v"), (6, b"a", b"a3" + b"x" * 100), (7, b"c3", b"v")]
+    assert stored(ml) == expected
+    assert [e.first_index for e in ml.read_from_index(0, 1 << 30)] == [0, 2, 4, 6]
+    again = compact(job(ml, horizon_ms=0))
+    assert (again.records_removed, again.rewritten) == (0, [])
+    await ml.close()

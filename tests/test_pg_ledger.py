@@ -41,6 +41,19 @@ async def test_append_read_and_reopen_keep_offsets(store):
     await ml.close()
 
 
+async def test_the_entry_before_an_offset_is_the_batch_after_markers_that_share_its_first_offset(store):
+    """A consumer that committed offset 2 last read the batch at offset 1, not one of the markers (span 0) stored
+    just before it with the same first offset."""
+    ml = await PgManagedLedger.open("ties", store, CONFIG)
+    await ml.add_entry(0, 1, b"meta", b"a")
+    for _ in range(3):
+        await ml.add_entry(1, 0, b"marker", b"")
+    batch = await ml.add_entry(1, 1, b"meta", b"b")
+    assert await store.positions_before([("ties", 2), ("ties", 1), ("ties", 0)]) == \
+        [(batch.ledger_id, batch.entry_id), (batch.ledger_id, 0), None]
+    await ml.close()
+
+
 async def test_the_entry_rows_are_the_file_engines_framed_bytes(store, postgres_url):
     ml = await PgManagedLedger.open("t", store, CONFIG)
     await append(ml, 3)
@@ -207,11 +220,12 @@ async def test_a_database_of_the_first_schema_is_migrated(postgres_url):
         await store.close()
     conn = await asyncpg.connect(postgres_url)
     try:
-        assert await conn.fetchval("SELECT version FROM kop_schema") == SCHEMA_VERSION == 6
+        assert await conn.fetchval("SELECT version FROM kop_schema") == SCHEMA_VERSION == 7
         assert await conn.fetchval("SELECT entry FROM kop_entry WHERE name = 't' AND entry_id = 0") == b"e"
         assert await conn.fetchval("SELECT count(*) FROM kop_broker") == 0  # the table version 4 added
         assert await conn.fetchval("SELECT count(*) FROM kop_record_version") == 0  # version 5's
         assert await conn.fetchval("SELECT count(txn_index) FROM kop_ledger") == 0  # the column version 6 added
+        assert await conn.fetchval("SELECT count(*) FROM pg_indexes WHERE indexname = 'kop_entry_first_index'") == 1
     finally:
         await conn.close()
 

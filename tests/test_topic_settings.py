@@ -31,6 +31,16 @@ def test_settings_fill_in_the_broker_defaults():
                                                                      segment_ms=60000)
 
 
+def test_a_compacted_topics_ledger_rolls_by_max_compaction_lag_when_that_comes_first():
+    """Kafka's rule (KIP-354): the current ledger is never cleaned, so max.compaction.lag.ms bounds its age too."""
+    defaults = BrokerConfig(ledger_max_age_ms=9000)
+    lagged = {"cleanup.policy": "compact", "max.compaction.lag.ms": "4000"}
+    assert TopicSettings.parse(lagged, defaults).segment_ms == 4000
+    assert TopicSettings.parse({**lagged, "segment.ms": "3000"}, defaults).segment_ms == 3000
+    assert TopicSettings.parse({**lagged, "cleanup.policy": "delete"}, defaults).segment_ms == 9000  # not compacted
+    assert TopicSettings.parse({"cleanup.policy": "compact"}, defaults).segment_ms == 9000  # Kafka's default: no bound
+
+
 async def test_settings_follow_altered_configs_and_survive_a_restart(tmp_path):
     topics = await open_topics(tmp_path)
     topic = await topics.create("t", 2, {"max.message.bytes": "100"})

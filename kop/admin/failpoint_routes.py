@@ -7,7 +7,9 @@ partition's ledger fail as a disk error would, so the fencing path runs inside a
 reads of the dedup replay fail as a disk read error would, so a dedup recovery fails and is retried;
 `{"cursor_write_failures": n}` makes the next n flushes of the partition's cursor log fail (group offsets, the dedup
 and transaction snapshots); `{"txn_index_write_failures": n}` makes the next n writes of a closed ledger's
-aborted-transaction index fail (it stays in memory and in the transaction snapshots).
+aborted-transaction index fail (it stays in memory and in the transaction snapshots);
+`{"crash_before_cleaned_through": true}` kills the broker (SIGKILL) the next time the log cleaner, having installed a
+pass's rewrites of that partition, is about to record how far it got (file engine only).
 """
 from typing import TYPE_CHECKING
 
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
 PATH = "/admin/v2/kop/failpoints/{topic}/{partition}"
 MAX_FAILURES = 1_000_000
 FAILPOINTS = frozenset({"write_failures", "replay_read_failures", "hold_flushes", "cursor_write_failures",
-                        "txn_index_write_failures"})
+                        "txn_index_write_failures", "crash_before_cleaned_through"})
 
 
 class FailpointRoutes:
@@ -36,8 +38,8 @@ class FailpointRoutes:
         body = json_body(request)
         if not isinstance(body, dict) or not body or not set(body) <= FAILPOINTS:
             raise HttpError(400, 'expected {"write_failures": n}, {"replay_read_failures": n}, '
-                                 '{"cursor_write_failures": n}, {"txn_index_write_failures": n} and/or '
-                                 '{"hold_flushes": true|false}')
+                                 '{"cursor_write_failures": n}, {"txn_index_write_failures": n}, '
+                                 '{"crash_before_cleaned_through": true} and/or {"hold_flushes": true|false}')
         count = int_value(body.get("write_failures", 0), "write_failures", 0, MAX_FAILURES)
         read_failures = int_value(body.get("replay_read_failures", 0), "replay_read_failures", 0, MAX_FAILURES)
         cursor_failures = int_value(body.get("cursor_write_failures", 0), "cursor_write_failures", 0, MAX_FAILURES)
@@ -46,6 +48,9 @@ class FailpointRoutes:
         hold = body.get("hold_flushes")
         if hold is not None and not isinstance(hold, bool):
             raise HttpError(400, f"hold_flushes must be true or false, got {hold!r}")
+        crash = body.get("crash_before_cleaned_through")
+        if crash is not None and crash is not True:
+            raise HttpError(400, f"crash_before_cleaned_through must be true, got {crash!r}")
         if not partition.isdigit():
             raise HttpError(400, f"partition must be a number, got {partition!r}")
         target = self.broker.topics.partition(topic, int(partition))
@@ -59,6 +64,11 @@ class FailpointRoutes:
                 target.ledger.inject_cursor_write_failures(cursor_failures)
             except NotImplementedError as exc:
                 raise HttpError(400, f"cursor_write_failures: {exc}") from None
+        if crash:
+            try:
+                target.ledger.inject_crash_before_cleaned_through()
+            except NotImplementedError as exc:
+                raise HttpError(400, f"crash_before_cleaned_through: {exc}") from None
         if hold is not None:
             target.ledger.hold_flushes(hold)
         return json_response({"topic": topic, "partition": int(partition), **body})

@@ -3,11 +3,12 @@ does, one partition at a time.
 
 A partition's cleanable range is its closed ledgers, oldest first, up to the first one that closed less than
 min.compaction.lag.ms ago (the current ledger is never cleaned: a record becomes cleanable once its ledger rolls, by
-segment.bytes or segment.ms). The ledgers after the last one cleaned are the dirty section; the partition is cleaned
-when dirty bytes / cleanable bytes reach min.cleanable.dirty.ratio, or when its oldest dirty ledger closed
-max.compaction.lag.ms ago. The reading and writing happen in the cleaner's own process (kop/compaction/rewrite.py),
-so neither the event loop nor the produce path waits for it, nor shares the interpreter lock with it; the event loop
-only installs the finished rewrites (two renames each) and records how far the cleaner got.
+segment.bytes, segment.ms or max.compaction.lag.ms). The ledgers after the last one cleaned are the dirty section;
+the partition is cleaned when dirty bytes / cleanable bytes reach min.cleanable.dirty.ratio, or when its oldest dirty
+ledger closed max.compaction.lag.ms ago (selection.py). The reading and writing happen in the cleaner's own process
+(kop/compaction/rewrite.py), so neither the event loop nor the produce path waits for it, nor shares the interpreter
+lock with it; the event loop only installs the finished rewrites (two renames each) and records how far the cleaner
+got.
 """
 import asyncio
 import contextlib
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from kop import clock
 from kop.compaction.rewrite import CompactionJob, CompactionResult, LedgerChanged, compact
+from kop.compaction.selection import select
 from kop.compaction.settings import CompactionSettings
 from kop.compaction.stats import CleanerStats
 
@@ -79,22 +81,15 @@ class LogCleaner:
     async def _clean(self, partition: "PartitionLog", settings: CompactionSettings) -> bool:
         ledger = partition.ledger
         now = clock.now_ms()
-        cleanable = []
-        for snapshot in ledger.closed_ledgers():
-            if now - snapshot.closed_ms < settings.min_lag_ms:
-                break
-            cleanable.append(snapshot)
+        selection = select(ledger.closed_ledgers(), ledger.cleaned_through, settings, now)
         stats = partition.cleaner_stats
-        dirty = [s for s in cleanable if s.ledger_id > ledger.cleaned_through]
-        total = sum(s.size for s in cleanable)
-        stats.dirty_ratio = sum(s.size for s in dirty) / total if total else 0.0
-        stats.lag_ms = now - dirty[0].closed_ms if dirty else 0
+        stats.dirty_ratio, stats.lag_ms = selection.dirty_ratio, selection.lag_ms
         labels = (partition.topic, str(partition.partition))
         self._metrics.compaction_dirty_ratio.labels(*labels).set(stats.dirty_ratio)
         self._metrics.compaction_lag.labels(*labels).set(stats.lag_ms / 1000)
-        overdue = bool(dirty) and now - dirty[0].closed_ms >= settings.max_lag_ms
-        if not dirty or (stats.dirty_ratio < settings.min_dirty_ratio and not overdue):
+        if not selection.due:
             return False
+        cleanable = selection.cleanable
         job = CompactionJob(partition.name, uuid.uuid4().hex, tuple(cleanable), now - settings.delete_retention_ms,
                             ledger.config.max_entry_bytes, ledger.config.fsync, self._io_bytes_per_second)
         log.info("%s: compacting ledgers %d-%d (dirty ratio %.2f)", partition.name, cleanable[0].ledger_id,

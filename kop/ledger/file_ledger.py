@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 from array import array
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -510,8 +511,15 @@ class FileManagedLedger(LedgerBase):
         """Record, durably with the ledger list (and the rewrites' new sizes), how far the cleaner has been."""
         if self._closed:  # the partition went (its topic deleted) while the cleaner worked
             return
+        if self._crash_before_cleaned_through:
+            log.warning("%s: failpoint: killing the broker before recording ledger %d as cleaned", self.name,
+                        ledger_id)
+            os.kill(os.getpid(), signal.SIGKILL)
         self.cleaned_through = ledger_id
         self._write_info()
+
+    def inject_crash_before_cleaned_through(self) -> None:
+        self._crash_before_cleaned_through = True
 
     async def close(self) -> None:
         if self._closed:

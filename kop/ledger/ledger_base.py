@@ -45,6 +45,7 @@ class LedgerBase(ManagedLedger):
         self._failure_listeners: list[Callable[[Exception], None]] = []
         self._replay_read_failures = 0  # test hooks (admin failpoints)
         self._txn_index_write_failures = 0
+        self._crash_before_cleaned_through = False
         self._cursors: Any = None  # the engine's: .cursors, .open_cursor(name, initial), async .delete_cursor(name)
         self._roll_requested = False  # request_roll: the next append or trim starts a new ledger
         self._txn_indexed: set[int] = set()  # ledgers holding a transaction index
@@ -188,6 +189,12 @@ class LedgerBase(ManagedLedger):
         raise NotImplementedError("this storage engine does not compact")
 
     def set_cleaned_through(self, ledger_id: int) -> None:
+        raise NotImplementedError("this storage engine does not compact")
+
+    def inject_crash_before_cleaned_through(self) -> None:
+        """Failpoint (admin API, tests): the broker kills itself (SIGKILL) when the cleaner next records how far it
+        got, after it installed that pass's rewrites: a crash between a rewrite becoming the ledger and ledgers.info
+        saying so."""
         raise NotImplementedError("this storage engine does not compact")
 
     def inject_replay_read_failures(self, count: int) -> None:

@@ -219,13 +219,14 @@ class PgStore:
 
     async def positions_before(self, wanted: list[tuple[str, int]]) -> list[tuple[int, int] | None]:
         """For each (managed ledger name, offset): the position of the last entry starting before the offset (the
-        entry a consumer that committed it read last), None when there is none."""
+        entry a consumer that committed it read last; of a marker and the entry after it, which share their first offset,
+        the entry), None when there is none. An index lookup each (schema 7), not a scan of the partition."""
         names, offsets = zip(*wanted)
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(
                 "SELECT e.ledger_id, e.entry_id FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS u(n, o, i) "
                 "LEFT JOIN LATERAL (SELECT ledger_id, entry_id FROM kop_entry WHERE name = u.n AND first_index < u.o "
-                "ORDER BY first_index DESC LIMIT 1) e ON true ORDER BY u.i", names, offsets)
+                "ORDER BY first_index DESC, ledger_id DESC, entry_id DESC LIMIT 1) e ON true ORDER BY u.i", names, offsets)
         return [None if row[0] is None else (row[0], row[1]) for row in rows]
 
     async def put_group_cursors(self, fences: dict[str, int], upserts: list[tuple[str, str, bytes]],
