@@ -1,6 +1,8 @@
 """Transactions through kill -9: a transaction whose markers could not be written before the crash (its decision
 durable, its partitions still showing it open) completes when the broker starts again; a transaction left open by
 the crash is aborted by its timeout, and its transactional id is served again."""
+import re
+
 import pytest
 
 from integration.idem_raw import RawKafka
@@ -24,10 +26,42 @@ def test_a_transaction_whose_markers_a_crash_stopped_completes_after_restart(sta
         assert _latest(kafka, "prepared", READ_UNCOMMITTED) == 3
     broker.kill()
     broker.start()
-    wait_lso(broker, "prepared", 4)  # the marker, written by the coordinator's recovery
+    # One marker: written by the coordinator's recovery, or found stored when the kill came between a retry's write
+    # and its failed flush being cut off (the resend is then not stored again).
+    wait_lso(broker, "prepared", 4)
     expected = [b"p0", b"p1", b"p2"] if commit else []
     assert values(ck_read_to_end(broker.bootstrap, "prepared")) == expected
     assert len(ck_read_to_end(broker.bootstrap, "prepared", isolation=READ_UNCOMMITTED)) == 3
+
+
+@pytest.mark.file_storage(reason="a held PostgreSQL commit never reaches the database: the marker is not stored")
+@pytest.mark.parametrize("commit", [True, False], ids=["commit", "abort"])
+def test_a_marker_that_reached_the_log_unacknowledged_is_not_written_again_after_restart(start_broker, commit):
+    """The crash lands after the marker reached the log file but before it was acknowledged (its flush stuck): the
+    restarted partition finds it, and the coordinator's recovery, which resends it, must not store a second one."""
+    broker = start_broker(FAILPOINTS)
+    producer = txn_producer(broker.bootstrap, "unacked")
+    producer.begin_transaction()
+    send(producer, "unacked", "u", 3)
+    failpoint(broker, "unacked", hold_flushes=True)  # the marker is written to the file, never flushed
+    producer.commit_transaction(15) if commit else producer.abort_transaction(15)
+    with RawKafka(broker.port) as kafka:  # control: the marker is not acknowledged, the transaction still open
+        assert _latest(kafka, "unacked", READ_COMMITTED) == 0
+        assert _latest(kafka, "unacked", READ_UNCOMMITTED) == 3
+    broker.kill()
+    broker.start()
+    # The successor's InitProducerId is answered only once the coordinator completed the transaction: every marker
+    # it was to write is stored by then.
+    txn_producer(broker.bootstrap, "unacked")
+    with open(broker.log_path, errors="replace") as f:  # control: the marker was in the log the restart found
+        assert re.search(r"unacked-0: the %s marker of producer \d+ epoch \d+ is stored already; not written again"
+                         % ("COMMIT" if commit else "ABORT"), f.read())
+    with RawKafka(broker.port) as kafka:
+        assert _latest(kafka, "unacked", READ_UNCOMMITTED) == 4  # three records and one marker, not two
+        assert _latest(kafka, "unacked", READ_COMMITTED) == 4
+    expected = [b"u0", b"u1", b"u2"] if commit else []
+    assert values(ck_read_to_end(broker.bootstrap, "unacked")) == expected
+    assert len(ck_read_to_end(broker.bootstrap, "unacked", isolation=READ_UNCOMMITTED)) == 3
 
 
 def test_a_transaction_open_at_the_crash_is_aborted_by_its_timeout_and_its_id_served_again(broker_factory):

@@ -125,6 +125,9 @@ class PartitionLog:
         # Markers handed to the ledger per producer id: a transactional batch that waited for earlier writes is
         # stored only if none came meanwhile.
         self._markers_handed: dict[int, int] = {}
+        # producer id -> its marker being written ((epoch, commit, coordinator epoch), its result), until it is
+        # stored or fails or a transactional batch of the producer is handed on after it
+        self._marker_in_flight: dict[int, tuple[tuple[int, bool, int], asyncio.Future]] = {}
         # producer id -> resolved once its last batch held for its coordinator's verification was handed on (or
         # refused): its later batches wait behind it, in order
         self.verifying: dict[int, asyncio.Future] = {}
@@ -241,6 +244,32 @@ class PartitionLog:
             return _resolved(AppendResult(ErrorCode.TRANSACTION_COORDINATOR_FENCED,
                                           message=f"coordinator epoch {coordinator_epoch} is older than "
                                                   f"{self.transactions.coordinator_epochs[producer_id]}"))
+        marker = (producer_epoch, commit, coordinator_epoch)
+        in_flight = self._marker_in_flight.get(producer_id)
+        if in_flight is not None and in_flight[0] == marker:
+            # Sent again while it is written (its sender's request timed out): one write, both get its outcome.
+            result = asyncio.shield(in_flight[1])
+        elif self.transactions.repeats_last_marker(producer_id, producer_epoch, commit, coordinator_epoch):
+            # Stored already though its writer never heard so (a crash or a failed flush came between): a second
+            # one would close nothing and only show consumers an extra control record.
+            log.info("%s: the %s marker of producer %d epoch %d is stored already; not written again", self.name,
+                     "COMMIT" if commit else "ABORT", producer_id, producer_epoch)
+            result = _resolved(AppendResult(ErrorCode.NONE))
+        else:
+            result = self._append_marker(producer_id, producer_epoch, commit, coordinator_epoch)
+            self._marker_in_flight[producer_id] = (marker, result)
+            result.add_done_callback(lambda done: self._marker_written(producer_id, done))
+        self._markers_handed[producer_id] = self._markers_handed.get(producer_id, 0) + 1
+        self.transactions.on_coordinator(producer_id, coordinator_epoch)
+        return result
+
+    def _marker_written(self, producer_id: int, result: asyncio.Future) -> None:
+        in_flight = self._marker_in_flight.get(producer_id)
+        if in_flight is not None and in_flight[1] is result:
+            del self._marker_in_flight[producer_id]
+
+    def _append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                       coordinator_epoch: int) -> asyncio.Future:
         base = self.ledger.written_end_index
         batch = build_control_batch(base_offset=base, producer_id=producer_id, producer_epoch=producer_epoch,
                                     commit=commit, coordinator_epoch=coordinator_epoch,
@@ -251,11 +280,9 @@ class PartitionLog:
                                    marker_type=MarkerType.TXN_COMMIT if commit else MarkerType.TXN_ABORT)
         # Closed once the marker is durable: a marker whose write fails leaves the transaction open until the
         # coordinator writes it again (or replays it after a crash).
-        result = self._append(header, view, metadata, None, on_stored=lambda offset, position:
-                              self.transactions.on_marker(producer_id, position, offset, commit, self.high_watermark))
-        self._markers_handed[producer_id] = self._markers_handed.get(producer_id, 0) + 1
-        self.transactions.on_coordinator(producer_id, coordinator_epoch)
-        return result
+        return self._append(header, view, metadata, None, on_stored=lambda offset, position:
+                            self.transactions.on_marker(producer_id, producer_epoch, position, offset, commit,
+                                                        self.high_watermark))
 
     def markers_handed(self, producer_id: int) -> int:
         """How many markers of this producer were handed to the ledger (a batch checked before one came must not be
@@ -465,6 +492,7 @@ class PartitionLog:
         self._writes_in_flight += 1
         if header.is_transactional and not header.is_control:  # opens early: the LSO may only err low
             self.transactions.on_data(header.producer_id, base)
+            self._marker_in_flight.pop(header.producer_id, None)  # a marker after this batch is a new one
         pending = self.producers.on_pushed(accept, answered, answered_last, now) if accept is not None else None
         if named is not None:
             named_sequences.commit(self.dedup, named)

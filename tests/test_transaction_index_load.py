@@ -183,3 +183,58 @@ async def test_a_marker_of_an_earlier_coordinator_epoch_is_refused_also_after_a_
     assert await partition.load_transactions() < 1000  # from the snapshot
     assert partition.transactions.coordinator_epochs == {7: 3}
     await partition.close()
+
+
+async def test_a_marker_sent_again_with_nothing_written_since_is_stored_once_also_after_a_restart(tmp_path):
+    """A coordinator resends a marker whose answer it lost (a crash, a failed flush) though it was stored: it closes
+    nothing, so it is answered without a second control record, live, after a restart (rebuilt from the log) and
+    from a snapshot. The same marker after the producer's next batch, the other result, or a later coordinator's
+    (which must be stored to fence the earlier one after a restart) are written."""
+    partition = open_partition(tmp_path)
+    await partition.apply_dedup_policy(True)
+    await partition.expect_transactions()
+    assert (await partition.publish_normal(*transactional_batch(0))).error == ErrorCode.NONE
+    assert (await partition.publish_control(7, 0, commit=False)).error == ErrorCode.NONE
+    assert partition.high_watermark == 2
+    assert (await partition.publish_control(7, 0, commit=False)).error == ErrorCode.NONE
+    assert partition.high_watermark == 2  # not written again
+    await partition.ledger.close()  # a crash: no snapshot at close
+
+    partition = open_partition(tmp_path)
+    await partition.apply_dedup_policy(True)
+    assert await partition.load_transactions() == 2  # control: rebuilt from the stored batch and marker
+    assert (await partition.publish_control(7, 0, commit=False)).error == ErrorCode.NONE
+    assert partition.high_watermark == 2
+    assert (await partition.publish_control(7, 0, commit=True)).error == ErrorCode.NONE  # another result
+    assert partition.high_watermark == 3
+    assert (await partition.publish_normal(*transactional_batch(1))).error == ErrorCode.NONE
+    assert (await partition.publish_control(7, 0, commit=True)).error == ErrorCode.NONE  # the next transaction's
+    assert partition.high_watermark == 5
+    assert (await partition.publish_control(7, 0, commit=True, coordinator_epoch=1)).error == ErrorCode.NONE
+    assert partition.high_watermark == 6  # a later coordinator's
+    await partition.close()  # a clean close: the snapshot at the last entry carries the last markers
+
+    partition = open_partition(tmp_path)
+    await partition.apply_dedup_policy(True)
+    assert await partition.load_transactions() == 0  # control: from the snapshot alone
+    assert (await partition.publish_control(7, 0, commit=True, coordinator_epoch=1)).error == ErrorCode.NONE
+    assert partition.high_watermark == 6
+    await partition.close()
+
+
+async def test_a_marker_sent_again_while_it_is_being_written_is_written_once(tmp_path):
+    """A coordinator on another broker whose WriteTxnMarkers timed out sends it again while the partition's disk is
+    slow: both requests get the one write's outcome."""
+    partition = open_partition(tmp_path)
+    await partition.apply_dedup_policy(True)
+    await partition.expect_transactions()
+    assert (await partition.publish_normal(*transactional_batch(0))).error == ErrorCode.NONE
+    partition.ledger.hold_flushes(True)
+    first = partition.publish_control(7, 0, commit=True, coordinator_epoch=2)
+    again = partition.publish_control(7, 0, commit=True, coordinator_epoch=2)
+    assert not first.done() and not again.done()  # control: the marker's write is held
+    partition.ledger.hold_flushes(False)
+    assert (await first).error == ErrorCode.NONE and (await again).error == ErrorCode.NONE
+    assert partition.high_watermark == 2
+    assert partition.transactions.open == {}
+    await partition.close()

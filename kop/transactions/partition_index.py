@@ -45,6 +45,17 @@ class PartitionTransactions:
         # producer id -> the highest coordinator epoch of its markers here: a marker from an earlier coordinator
         # (one that lost its shard, its request late) is refused, as Kafka refuses it
         self.coordinator_epochs: dict[int, int] = {}
+        # producer id -> (epoch, commit) of its last marker stored here, while none of its transactional batches
+        # came after it: the same marker again (a coordinator resending one whose acknowledgement a crash or a
+        # failed flush lost, though it reached the log) closes nothing and is not stored twice
+        self.ended: dict[int, tuple[int, bool]] = {}
+
+    def repeats_last_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                            coordinator_epoch: int) -> bool:
+        """Whether this marker is the producer's last one here again, with nothing of it written since, from no later
+        coordinator (a later one's marker is stored: it is what fences the earlier coordinator after a restart)."""
+        return producer_id not in self.open and self.ended.get(producer_id) == (producer_epoch, commit) \
+            and coordinator_epoch <= self.coordinator_epochs.get(producer_id, coordinator_epoch)
 
     def stale_coordinator(self, producer_id: int, coordinator_epoch: int) -> bool:
         return coordinator_epoch < self.coordinator_epochs.get(producer_id, coordinator_epoch)
@@ -56,11 +67,13 @@ class PartitionTransactions:
     def on_data(self, producer_id: int, base_offset: int) -> None:
         """A transactional batch was appended at base_offset."""
         self.open.setdefault(producer_id, base_offset)
+        self.ended.pop(producer_id, None)
 
-    def on_marker(self, producer_id: int, position: Position, offset: int, commit: bool,
+    def on_marker(self, producer_id: int, producer_epoch: int, position: Position, offset: int, commit: bool,
                   high_watermark: int) -> None:
         """A COMMIT or ABORT marker of producer_id was stored at offset, in the entry at position."""
         first = self.open.pop(producer_id, None)
+        self.ended[producer_id] = (producer_epoch, commit)
         if first is None or commit:
             return  # a marker for a transaction with no data here (or written again after a failure)
         stable = self.last_stable_offset(max(high_watermark, offset + 1))
@@ -99,8 +112,10 @@ class PartitionTransactions:
         its ledger's key (LedgerAborts.to_text)."""
         opened = ",".join(f"{pid}:{first}" for pid, first in self.open.items() if first < end_offset)
         coordinators = ",".join(f"{pid}:{epoch}" for pid, epoch in self.coordinator_epochs.items())
+        ended = ",".join(f"{pid}:{epoch}:{int(commit)}" for pid, (epoch, commit) in self.ended.items())
         properties = {"txn.version": SNAPSHOT_VERSION, "txn.end": str(end_offset), "txn.open": opened,
-                      "txn.coordinators": coordinators, STORED_KEY: ",".join(map(str, self.indexes.stored_ids()))}
+                      "txn.coordinators": coordinators, "txn.ended": ended,
+                      STORED_KEY: ",".join(map(str, self.indexes.stored_ids()))}
         for ledger_id, aborts in self.indexes.in_memory().items():
             properties[f"{ABORTED_KEY}{ledger_id}"] = aborts.to_text()
         return properties
@@ -122,9 +137,11 @@ class PartitionTransactions:
             end = int(snapshot["txn.end"])
             coordinators = {int(pid): int(epoch) for pid, epoch in  # absent from snapshots of older kops
                             (item.split(":") for item in snapshot.get("txn.coordinators", "").split(",") if item)}
+            ended = {int(pid): (int(epoch), commit == "1") for pid, epoch, commit in  # likewise
+                     (item.split(":") for item in snapshot.get("txn.ended", "").split(",") if item)}
         except (KeyError, ValueError, TypeError):
             return None  # damaged: the caller reads the whole log instead
-        self.open, self.coordinator_epochs = opened, coordinators
+        self.open, self.coordinator_epochs, self.ended = opened, coordinators, ended
         for ledger_id in sorted(aborted):
             self.indexes.adopt(ledger_id, aborted[ledger_id])
         return end
@@ -144,7 +161,7 @@ class PartitionTransactions:
         record), and store the indexes of the ledgers read (all closed now); returns how many entries were read.
         Call before the partition takes writes."""
         ledger = self._ledger
-        self.open, self.coordinator_epochs = {}, {}
+        self.open, self.coordinator_epochs, self.ended = {}, {}, {}
         self.indexes.reset(ledger.txn_indexed_ledgers())
         start = self.restore(snapshot) if snapshot else None
         if start is not None and start < ledger.start_index:
@@ -176,8 +193,8 @@ class PartitionTransactions:
                         continue
                     if header.is_control:
                         marker = control_marker(next(iter_records(view)))
-                        self.on_marker(header.producer_id, entry.position, header.base_offset, marker.commit,
-                                       header.base_offset + 1)
+                        self.on_marker(header.producer_id, header.producer_epoch, entry.position, header.base_offset,
+                                       marker.commit, header.base_offset + 1)
                         self.on_coordinator(header.producer_id, marker.coordinator_epoch)
                     else:
                         self.on_data(header.producer_id, header.base_offset)
