@@ -47,17 +47,24 @@ postgres:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql) >/dev/null 2>&1; } || \
 	  echo "PostgreSQL not installed: the PostgreSQL engine's tests will be skipped"
 
+# Tests run on several pytest-xdist workers (TEST_WORKERS=0 runs them in pytest's own process): most of a test's time is
+# brokers and clients waiting on each other, so two cores keep four workers busy. Each worker takes its ports from a
+# slice of its own and starts its own PostgreSQL server where tests need one.
+TEST_WORKERS ?= 4
+SLOW_WORKERS ?= 3
+XDIST = -p xdist -n $(1) --dist worksteal
+
 test: $(VENV)/.test-installed java kcat faketime postgres
-	$(PY) -m pytest -q -m "not slow" --durations=30
+	$(PY) -m pytest -q -m "not slow" $(call XDIST,$(TEST_WORKERS)) --durations=30
 
 # The integration suite again with every broker on the PostgreSQL engine (a database each, one server per session),
 # plus the engine's own crash tests. Its own target: both runs together would not fit make test's budget.
 test-postgres: $(VENV)/.test-installed java kcat faketime postgres
-	$(PY) -m pytest -q -m "not slow" --storage postgresql integration
+	$(PY) -m pytest -q -m "not slow" $(call XDIST,$(TEST_WORKERS)) --durations=20 --storage postgresql integration
 
 # The scenarios of minutes (Spark in local mode), kept out of `make test` so it stays quick; CI runs both.
 test-slow: $(VENV)/.test-installed java
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -m slow $(call XDIST,$(SLOW_WORKERS)) --durations=20
 
 test-fast: $(VENV)/.test-installed
 	$(PY) -m pytest -q tests

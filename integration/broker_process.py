@@ -1,5 +1,6 @@
 """Start and stop real `kop standalone` processes for integration tests."""
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -31,18 +32,36 @@ def storage_options(data_dir: str) -> list[str]:
 
 _handed_out: set[int] = set()
 
+# Ports come from below the kernel's ephemeral range (32768 and up on Linux), so no client's outgoing connection holds
+# one, and each pytest-xdist worker has a slice of its own, so two workers never pick the same port.
+PORTS_FIRST, PORTS_LAST = 10000, 32767
+
+
+def _port_slice() -> range:
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) % workers if worker.isdigit() else 0
+    size = (PORTS_LAST - PORTS_FIRST) // workers
+    return range(PORTS_FIRST + index * size, PORTS_FIRST + (index + 1) * size)
+
 
 def free_port() -> int:
-    """A port free now and never handed out before by this process: the kernel may give the same free port to two
-    calls in a row, and a broker told to listen twice on it refuses to start."""
-    for _ in range(100):
+    """A port free now and never handed out before by this process, from this worker's slice (a broker told to
+    listen twice on one port refuses to start)."""
+    ports = _port_slice()
+    start = random.randrange(len(ports))
+    for step in range(len(ports)):
+        port = ports[(start + step) % len(ports)]
+        if port in _handed_out:
+            continue
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _handed_out:
-            _handed_out.add(port)
-            return port
-    raise RuntimeError("no port free that was not handed out already")
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free port left in {ports}")
 
 
 @dataclass

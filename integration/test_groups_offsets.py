@@ -54,6 +54,10 @@ def test_kafka_python_commits_survive_kill_9_and_the_group_resumes_there(broker)
     consumer = kp_consumer(broker.bootstrap, group)
     consumer.subscribe([topic])
     kp_read(consumer, 40)
+    # Joined before it had the topic's metadata, the member joins again once it has it: a commit in between is
+    # answered REBALANCE_IN_PROGRESS, as Kafka answers it. Wait for the assignment of both partitions.
+    wait_for(lambda: consumer.poll(timeout_ms=50) is not None and consumer.assignment() == {tp0, tp1},
+             "both partitions assigned")
     consumer.commit({tp0: OffsetAndMetadata(20, "sync-meta", -1)})
     acked = []
     consumer.commit_async({tp1: OffsetAndMetadata(15, "async-meta", -1)},
