@@ -70,6 +70,10 @@ class RawKafka:
     def close(self) -> None:
         self._sock.close()
 
+    def fileno(self) -> int:
+        """The socket's descriptor: select() can tell whether an answer is waiting."""
+        return self._sock.fileno()
+
     def __enter__(self) -> "RawKafka":
         return self
 

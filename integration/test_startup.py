@@ -3,6 +3,7 @@ and exit status 2, before anything is loaded, and no acknowledged record is ever
 directory (which once both acknowledged offset 5, and a restart lost one of them) are the central case."""
 import contextlib
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -319,3 +320,19 @@ def _ready_status(admin_port: int) -> int | None:
         return exc.code
     except OSError:
         return None
+
+
+def test_a_stop_during_a_fetch_long_poll_logs_no_failed_request(tmp_path):
+    """A fetch parked in its long poll when the broker stops is cancelled with the broker, not a request that
+    failed: the stop logs no error and no traceback."""
+    from integration.fetch_requests import fetch_request
+    from integration.idem_raw import RawKafka
+    broker = BrokerProcess(str(tmp_path / "data")).start()
+    with RawKafka(broker.port) as raw:
+        raw.create_topic("parked")
+        raw.send(fetch_request([("parked", 0, 0)], max_wait_ms=60_000, min_bytes=1))
+        readable, _, _ = select.select([raw], [], [], 1.0)
+        assert not readable, "control: the fetch was answered instead of waiting in its long poll"
+        assert broker.stop() == 0
+    log = open(broker.log_path, encoding="utf-8", errors="replace").read()
+    assert "failed; closing" not in log and "Traceback" not in log, log[-3000:]

@@ -423,6 +423,10 @@ class Connection(asyncio.BufferedProtocol):
 
     def _awaited(self, response: _Response, build, future: asyncio.Future) -> None:
         """An awaited answer is done: `future` holds the response, or (a Deferred one) `build()` makes it."""
+        if future.cancelled():  # the broker is stopping (a long poll cancelled): not a failed request
+            log.debug("request on connection %s from %s cancelled; closing", self.id, self.peer)
+            self._drop(response)
+            return self._fail(None)
         try:
             result = future.result()
             if build is not None:
