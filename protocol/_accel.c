@@ -12,6 +12,15 @@
  *   from_client: offset deltas must be exactly 0..count-1 (else increasing and <= last_offset_delta);
  *   keys: None, or a tuple of bytes: header keys whose presence sends the batch back to the Python walk.
  *
+ * walk_watched(data, start, count, last_offset_delta, from_client, keys) -> int | tuple | None
+ *   The same walk, for a caller that reads the watched headers (keys: a tuple of 1 to 8 bytes): a sound batch none
+ *   of whose headers is watched gives its greatest timestamp delta, as walk does; a sound batch where each record
+ *   that holds any watched key holds each of them exactly once, with a value that is not null, gives
+ *   (greatest timestamp delta, [index of each such record], ([value of key 0 per such record], ...)) with the
+ *   values as bytes (a value equal to the record before's is the same object: a producer's name is read once);
+ *   anything else None, for the Python walk (protocol/sequence_headers.py's scan), which has the last word on a key
+ *   missing, twice or null. tests/test_record_walk.py checks that both read the same on random batches.
+ *
  * uninitialized(size) -> bytearray
  *   A bytearray of `size` bytes that are not zeroed first (`bytearray(size)` zeroes them): for a buffer every byte of
  *   which is written before any is read (a request read from a socket).
@@ -81,22 +90,51 @@ static inline int skip_field(const uint8_t *p, Py_ssize_t *pos, Py_ssize_t end, 
     return 0;
 }
 
-/* Whether key p[0:len] is one of `keys` (a tuple of bytes). */
-static int watched(const uint8_t *p, Py_ssize_t len, PyObject *keys)
+/* Which of `keys` (a tuple of bytes) key p[0:len] is, or -1. */
+static int watched_index(const uint8_t *p, Py_ssize_t len, PyObject *keys)
 {
     Py_ssize_t n = PyTuple_GET_SIZE(keys);
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *key = PyTuple_GET_ITEM(keys, k);
         if (PyBytes_GET_SIZE(key) == len && memcmp(PyBytes_AS_STRING(key), p, (size_t)len) == 0)
-            return 1;
+            return (int)k;
     }
-    return 0;
+    return -1;
 }
 
-/* 0: sound, with *max_ts_delta set; -1: not (or not sure). */
-static int walk_records(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, long long count, long long last_delta,
-                        int from_client, PyObject *keys, int64_t *max_ts_delta)
+#define MAX_COLLECTED_KEYS 8
+
+/* What walk_watched collects: the indexes of the records holding the watched keys, and each key's values. */
+typedef struct {
+    Py_ssize_t keys;
+    PyObject *indexes;                    /* list of int */
+    PyObject *values[MAX_COLLECTED_KEYS]; /* lists of bytes */
+} Collected;
+
+/* Append `value` (p[0:len]) to `list`, reusing the list's last item when it holds the same bytes; 0 or -2. */
+static int append_value(PyObject *list, const uint8_t *p, Py_ssize_t len)
 {
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    if (n > 0) {
+        PyObject *last = PyList_GET_ITEM(list, n - 1);
+        if (PyBytes_GET_SIZE(last) == len && memcmp(PyBytes_AS_STRING(last), p, (size_t)len) == 0)
+            return PyList_Append(list, last) < 0 ? -2 : 0;
+    }
+    PyObject *value = PyBytes_FromStringAndSize((const char *)p, len);
+    if (value == NULL)
+        return -2;
+    int rc = PyList_Append(list, value);
+    Py_DECREF(value);
+    return rc < 0 ? -2 : 0;
+}
+
+/* 0: sound, with *max_ts_delta set; -1: not (or not sure); -2: a Python exception (out of memory) is set.
+ * collected: NULL to give up (-1) at a watched key; else each record's watched values are appended to it. */
+static int walk_records(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, long long count, long long last_delta,
+                        int from_client, PyObject *keys, Collected *collected, int64_t *max_ts_delta)
+{
+    const uint8_t *found[MAX_COLLECTED_KEYS];
+    Py_ssize_t found_len[MAX_COLLECTED_KEYS];
     int64_t max_ts = INT64_MIN;
     int64_t previous_delta = -1;
     int64_t v;
@@ -127,19 +165,50 @@ static int walk_records(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, long l
             return -1;
         if (headers < 0 || headers > (record_end - pos) / 2)
             return -1;
+        int any_found = 0;
+        if (collected != NULL)
+            memset(found, 0, sizeof(found));
         for (int64_t h = 0; h < headers; h++) {
             if (read_varint(p, &pos, end, VARINT_MAX_BYTES, &v) < 0)
                 return -1;
             if (v < 0 || v > record_end - pos)
                 return -1;
-            if (keys != NULL && watched(p + pos, (Py_ssize_t)v, keys))
-                return -1;
+            int k = -1;
+            if (keys != NULL) {
+                k = watched_index(p + pos, (Py_ssize_t)v, keys);
+                if (k >= 0 && (collected == NULL || found[k] != NULL))
+                    return -1; /* watched, or a watched key twice: the Python walk decides */
+            }
             pos += (Py_ssize_t)v;
-            if (skip_field(p, &pos, end, record_end) < 0) /* the header's value */
-                return -1;
+            if (k < 0) {
+                if (skip_field(p, &pos, end, record_end) < 0) /* the header's value */
+                    return -1;
+                continue;
+            }
+            if (read_varint(p, &pos, end, VARINT_MAX_BYTES, &v) < 0 || v < 0 || v > record_end - pos)
+                return -1; /* a null value (or bad framing): the Python walk decides */
+            found[k] = p + pos;
+            found_len[k] = (Py_ssize_t)v;
+            any_found = 1;
+            pos += (Py_ssize_t)v;
         }
         if (pos != record_end)
             return -1;
+        if (any_found) {
+            for (Py_ssize_t k = 0; k < collected->keys; k++)
+                if (found[k] == NULL)
+                    return -1; /* a watched key missing: the Python walk decides */
+            PyObject *i = PyLong_FromLongLong(index);
+            if (i == NULL)
+                return -2;
+            int rc = PyList_Append(collected->indexes, i);
+            Py_DECREF(i);
+            if (rc < 0)
+                return -2;
+            for (Py_ssize_t k = 0; k < collected->keys; k++)
+                if (append_value(collected->values[k], found[k], found_len[k]) < 0)
+                    return -2;
+        }
     }
     if (pos != end)
         return -1;
@@ -147,38 +216,92 @@ static int walk_records(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, long l
     return 0;
 }
 
-static PyObject *walk(PyObject *module, PyObject *args)
-{
+/* The arguments of walk and walk_watched. */
+typedef struct {
     Py_buffer data;
     Py_ssize_t start;
     long long count, last_delta;
     int from_client;
-    PyObject *keys;
-    if (!PyArg_ParseTuple(args, "y*nLLpO", &data, &start, &count, &last_delta, &from_client, &keys))
-        return NULL;
-    if (keys == Py_None) {
-        keys = NULL;
-    } else if (!PyTuple_Check(keys)) {
-        PyBuffer_Release(&data);
-        PyErr_SetString(PyExc_TypeError, "keys must be None or a tuple of bytes");
-        return NULL;
-    } else {
-        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(keys); k++) {
-            if (!PyBytes_CheckExact(PyTuple_GET_ITEM(keys, k))) {
-                PyBuffer_Release(&data);
-                PyErr_SetString(PyExc_TypeError, "keys must be None or a tuple of bytes");
-                return NULL;
-            }
-        }
+    PyObject *keys; /* NULL: none watched */
+} WalkArgs;
+
+/* Parse (data, start, count, last_offset_delta, from_client, keys); keys: a tuple of bytes, of 1 to `most` (or None
+ * and the empty tuple when `none_allowed`). 0, or -1 with an exception set and nothing held. */
+static int parse_walk_args(PyObject *args, WalkArgs *a, Py_ssize_t most, int none_allowed, const char *message)
+{
+    if (!PyArg_ParseTuple(args, "y*nLLpO", &a->data, &a->start, &a->count, &a->last_delta, &a->from_client,
+                          &a->keys))
+        return -1;
+    PyObject *keys = a->keys;
+    int ok = PyTuple_Check(keys) && PyTuple_GET_SIZE(keys) <= most && (none_allowed || PyTuple_GET_SIZE(keys) > 0);
+    for (Py_ssize_t k = 0; ok && k < PyTuple_GET_SIZE(keys); k++)
+        ok = PyBytes_CheckExact(PyTuple_GET_ITEM(keys, k));
+    if (none_allowed && (keys == Py_None || (ok && PyTuple_GET_SIZE(keys) == 0))) {
+        a->keys = NULL;
+        return 0;
     }
+    if (ok)
+        return 0;
+    PyBuffer_Release(&a->data);
+    PyErr_SetString(PyExc_TypeError, message);
+    return -1;
+}
+
+/* walk_records over parsed arguments: -1 for a start outside the buffer or no records. */
+static int walk_parsed(WalkArgs *a, Collected *collected, int64_t *max_ts_delta)
+{
+    if (a->start < 0 || a->start > a->data.len || a->count <= 0)
+        return -1;
+    return walk_records((const uint8_t *)a->data.buf, a->start, a->data.len, a->count, a->last_delta, a->from_client,
+                        a->keys, collected, max_ts_delta);
+}
+
+static PyObject *walk(PyObject *module, PyObject *args)
+{
+    WalkArgs a;
+    if (parse_walk_args(args, &a, PY_SSIZE_T_MAX, 1, "keys must be None or a tuple of bytes") < 0)
+        return NULL;
     int64_t max_ts_delta = 0;
-    int sound = start >= 0 && start <= data.len && count > 0 &&
-                walk_records((const uint8_t *)data.buf, start, data.len, count, last_delta, from_client, keys,
-                             &max_ts_delta) == 0;
-    PyBuffer_Release(&data);
+    int sound = walk_parsed(&a, NULL, &max_ts_delta) == 0;
+    PyBuffer_Release(&a.data);
     if (!sound)
         Py_RETURN_NONE;
     return PyLong_FromLongLong(max_ts_delta);
+}
+
+static PyObject *walk_watched(PyObject *module, PyObject *args)
+{
+    WalkArgs a;
+    if (parse_walk_args(args, &a, MAX_COLLECTED_KEYS, 0, "keys must be a tuple of 1 to 8 bytes") < 0)
+        return NULL;
+    Collected collected = {PyTuple_GET_SIZE(a.keys), PyList_New(0), {NULL}};
+    PyObject *result = NULL;
+    int rc = -2;
+    if (collected.indexes == NULL)
+        goto done;
+    for (Py_ssize_t k = 0; k < collected.keys; k++)
+        if ((collected.values[k] = PyList_New(0)) == NULL)
+            goto done;
+    int64_t max_ts_delta = 0;
+    rc = walk_parsed(&a, &collected, &max_ts_delta);
+    if (rc == -1) {
+        result = Py_NewRef(Py_None);
+    } else if (rc == 0 && PyList_GET_SIZE(collected.indexes) == 0) {
+        result = PyLong_FromLongLong(max_ts_delta);
+    } else if (rc == 0) {
+        PyObject *values = PyTuple_New(collected.keys);
+        if (values != NULL) {
+            for (Py_ssize_t k = 0; k < collected.keys; k++)
+                PyTuple_SET_ITEM(values, k, Py_NewRef(collected.values[k]));
+            result = Py_BuildValue("(LON)", (long long)max_ts_delta, collected.indexes, values);
+        }
+    }
+done:
+    PyBuffer_Release(&a.data);
+    Py_XDECREF(collected.indexes);
+    for (Py_ssize_t k = 0; k < MAX_COLLECTED_KEYS; k++)
+        Py_XDECREF(collected.values[k]);
+    return result;
 }
 
 static PyObject *uninitialized(PyObject *module, PyObject *arg)
@@ -196,6 +319,9 @@ static PyObject *uninitialized(PyObject *module, PyObject *arg)
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS,
      "walk(data, start, count, last_offset_delta, from_client, keys) -> greatest timestamp delta, or None"},
+    {"walk_watched", walk_watched, METH_VARARGS,
+     "walk_watched(data, start, count, last_offset_delta, from_client, keys) -> greatest timestamp delta, "
+     "(it, indexes, values per key), or None"},
     {"uninitialized", uninitialized, METH_O, "uninitialized(size) -> a bytearray of size bytes, not zeroed"},
     {NULL, NULL, 0, NULL},
 };

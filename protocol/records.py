@@ -39,8 +39,9 @@ from protocol.varint import VARINT_MAX_BYTES, VARLONG_MAX_BYTES, VarintError, de
 
 try:  # the record walk in C (protocol/_accel.c), built by `pip install`; without a compiler the Python walk does all
     from protocol._accel import walk as _fast_walk
+    from protocol._accel import walk_watched as _fast_walk_watched
 except ImportError:
-    _fast_walk = None
+    _fast_walk = _fast_walk_watched = None
 
 __all__ = [
     "BatchHeader",
@@ -285,6 +286,11 @@ class HeaderWatch(Protocol):
     def scan(self, data: bytes, pos: int, count: int, record_end: int, index: int) -> int:
         """Read record `index`'s `count` headers at `pos` (they must end at `record_end`); return where they end."""
 
+    @classmethod
+    def collected(cls, indexes: list[int], values: tuple[list[bytes], ...]) -> "HeaderWatch":
+        """The watch as its scans would have left it, from what the C walk collected: the `indexes` of the records
+        holding the keys, each of them once with a value that is not null, and the values of each of the `KEYS`."""
+
 
 @dataclass(frozen=True, slots=True)
 class WalkedRecords:
@@ -334,13 +340,21 @@ def validate_batch(header: BatchHeader, view: memoryview, *, deep: bool = True, 
 def _walked(data: BytesLike, start: int, header: BatchHeader, from_client: bool,
             watch: type[HeaderWatch] | None) -> WalkedRecords:
     if _fast_walk is not None and not header.is_control:
-        # The C walk answers a sound batch none of whose headers is watched; anything else is walked again below,
-        # which raises the error (with its message) or hands the headers to the watch.
-        max_ts_delta = _fast_walk(data, start, header.records_count, header.last_offset_delta, from_client,
-                                  watch.KEYS if watch is not None else None)
-        if max_ts_delta is not None:
+        # The C walk answers a sound batch none of whose headers is watched, or (walk_watched) whose records hold
+        # each watched key once or none; anything else is walked again below, which raises the error (with its
+        # message) or hands the headers to the watch.
+        if watch is None:
+            walked = _fast_walk(data, start, header.records_count, header.last_offset_delta, from_client, None)
+        else:
+            walked = _fast_walk_watched(data, start, header.records_count, header.last_offset_delta, from_client,
+                                        watch.KEYS)
+        if walked is not None:
+            if isinstance(walked, int):
+                _check_max_timestamp(header, from_client, walked)
+                return WalkedRecords(data, start)
+            max_ts_delta, indexes, values = walked
             _check_max_timestamp(header, from_client, max_ts_delta)
-            return WalkedRecords(data, start)
+            return WalkedRecords(data, start, watch.collected(indexes, values))
     if isinstance(data, memoryview):
         data = bytes(data)  # bytes index faster than views
     headers = watch() if watch is not None else None

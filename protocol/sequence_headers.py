@@ -69,6 +69,12 @@ class SequenceHeaderScan:
         self._shape: bytes | None = None
         self._shape_name = b""
 
+    @classmethod
+    def collected(cls, indexes: list[int], values: tuple[list[bytes], ...]) -> "SequenceHeaderScan":
+        scan = cls()
+        scan.indexes, (scan.names, scan.ids) = indexes, values
+        return scan
+
     @property
     def found(self) -> bool:
         return bool(self.indexes)

@@ -21,6 +21,7 @@ from protocol.sequence_headers import PRODUCER_NAME_HEADER, SEQUENCE_ID_HEADER, 
 from protocol.varint import encode_varint
 
 fast_walk = records_module._fast_walk
+fast_walk_watched = records_module._fast_walk_watched
 needs_c = pytest.mark.skipif(fast_walk is None, reason="protocol._accel is not built (no C compiler at install)")
 
 
@@ -42,11 +43,33 @@ def python_walk(data: bytes, count: int, last_delta: int, from_client: bool, wat
     return max_ts_delta, scan is not None and scan.found
 
 
-def check_same(data: bytes, count: int, last_delta: int, from_client: bool) -> None:
+def python_scan(data: bytes, count: int, last_delta: int, from_client: bool) -> tuple | None:
+    """The Python walk's answer with the sequence-id headers watched: (greatest timestamp delta, the scan's indexes,
+    names, ids, malformed), or None if it refuses the records."""
+    header = BatchHeader(0, len(data) - 12 + HEADER_SIZE, 0, 2, 0, 0, last_delta, 0, 0, -1, -1, -1, count)
+    scan = SequenceHeaderScan()
+    try:
+        max_ts_delta = _walk_records(data, 0, header, from_client, headers=scan)
+    except RecordBatchError:
+        return None
+    return max_ts_delta, scan.indexes, scan.names, scan.ids, scan.malformed
+
+
+def check_same(data: bytes, count: int, last_delta: int, from_client: bool) -> object:
+    """Whatever the C walks answer, the Python walk answers the same; returns walk_watched's answer."""
     for watched in (False, True):
         fast = fast_walk(data, 0, count, last_delta, from_client, SequenceHeaderScan.KEYS if watched else None)
         if fast is not None:
             assert python_walk(data, count, last_delta, from_client, watched) == (fast, False)
+    collected = fast_walk_watched(data, 0, count, last_delta, from_client, SequenceHeaderScan.KEYS)
+    if isinstance(collected, int):
+        assert python_walk(data, count, last_delta, from_client, True) == (collected, False)
+    elif collected is not None:
+        max_ts_delta, indexes, (names, ids) = collected
+        assert python_scan(data, count, last_delta, from_client) == (max_ts_delta, indexes, names, ids, False)
+        scan = SequenceHeaderScan.collected(indexes, (names, ids))
+        assert (scan.indexes, scan.names, scan.ids, scan.malformed, scan.found) == (indexes, names, ids, False, True)
+    return collected
 
 
 header_keys = st.sampled_from(["trace", "k", "", "kop.producer.nam", "app.sequence.id", "é", PRODUCER_NAME_HEADER,
@@ -82,9 +105,52 @@ def test_sound_batches_give_the_python_walks_answer(records, holes):
         check_same(data, count, last_delta, True)
 
 
+other_header = st.tuples(st.sampled_from(["trace", "k", "", "kop.producer.nam", "app.sequence.id"]), maybe_bytes)
+a_sequenced_record = st.tuples(
+    maybe_bytes, maybe_bytes,
+    # the two headers (names the same, or not), mostly each once and not null; sometimes one twice, null or missing
+    st.tuples(st.sampled_from([b"p", b"p", b"p", "prod\u00e9".encode(), b"\xff", b"", b"x" * 300]),
+              st.integers(0, 2**63 - 1).map(lambda i: b"%d" % i) | st.sampled_from([b"-1", b"", b"1x", b"9" * 25]),
+              st.sampled_from(["both"] * 8 + ["name twice", "id twice", "name null", "id null", "no name", "no id",
+                                              "none"]),
+              st.lists(other_header, max_size=2), st.booleans()),
+    st.integers(-2**40, 2**40))
+
+
+def sequenced(key, value, headers_spec, ts):
+    """One record of `a_sequenced_record` as `a_record` has it: the sequence-id headers as the spec says."""
+    name, sequence_id, how, others, ids_first = headers_spec
+    ours = {"both": [(PRODUCER_NAME_HEADER, name), (SEQUENCE_ID_HEADER, sequence_id)],
+            "name twice": [(PRODUCER_NAME_HEADER, name), (SEQUENCE_ID_HEADER, sequence_id), (PRODUCER_NAME_HEADER, name)],
+            "id twice": [(SEQUENCE_ID_HEADER, sequence_id), (PRODUCER_NAME_HEADER, name), (SEQUENCE_ID_HEADER, b"1")],
+            "name null": [(PRODUCER_NAME_HEADER, None), (SEQUENCE_ID_HEADER, sequence_id)],
+            "id null": [(PRODUCER_NAME_HEADER, name), (SEQUENCE_ID_HEADER, None)],
+            "no name": [(SEQUENCE_ID_HEADER, sequence_id)],
+            "no id": [(PRODUCER_NAME_HEADER, name)],
+            "none": []}[how]
+    if ids_first:
+        ours = ours[::-1]
+    return key, value, [*others[:1], *ours, *others[1:]], ts
+
+
+@needs_c
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(a_sequenced_record, min_size=1, max_size=12), st.booleans())
+def test_the_c_walk_reads_the_sequence_headers_as_the_python_scan_does(records, holes):
+    records = [sequenced(*r) for r in records]
+    data, last_delta = records_bytes(records, holes)
+    collected = check_same(data, len(records), last_delta, not holes)
+    # each record with the headers holds each once, not null: the C walk reads them (the broker's usual batch)
+    assert collected is not None or not all(
+        sum(k == PRODUCER_NAME_HEADER for k, _ in headers) == sum(k == SEQUENCE_ID_HEADER for k, _ in headers) <= 1
+        and all(v is not None for k, v in headers if k in (PRODUCER_NAME_HEADER, SEQUENCE_ID_HEADER))
+        for _, _, headers, _ in records)
+
+
 @needs_c
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(a_record, min_size=1, max_size=6), st.booleans(), st.data())
+@given(st.lists(a_record | a_sequenced_record.map(lambda r: sequenced(*r)), min_size=1, max_size=6), st.booleans(),
+       st.data())
 def test_damaged_batches_are_never_sound_where_the_python_walk_refuses(records, holes, data):
     raw, last_delta = records_bytes(records, holes)
     damaged = bytearray(raw)
@@ -146,6 +212,11 @@ def test_a_buffer_view_is_walked_in_place_and_a_start_outside_it_is_not_sound():
     assert fast_walk(view, -1, 50, 49, True, None) is None
     with pytest.raises(TypeError):
         fast_walk(view, HEADER_SIZE, 50, 49, True, ("not bytes",))
+    assert fast_walk_watched(view, HEADER_SIZE, 50, 49, True, (b"x",)) == 49
+    assert fast_walk_watched(view, len(raw) + 1, 50, 49, True, (b"x",)) is None
+    for keys in (None, (), ("not bytes",), (b"k",) * 9):
+        with pytest.raises(TypeError):
+            fast_walk_watched(view, HEADER_SIZE, 50, 49, True, keys)
 
 
 @needs_c
@@ -158,6 +229,22 @@ def test_validation_takes_the_c_path_for_sound_batches_and_still_reports_python_
     [(header, view)] = split_batches(raw)
     walked = validate_batch(header, view, watch=SequenceHeaderScan)
     assert walked.headers is None and not walked_in_python
+    # a producer's batch with the sequence-id headers: read in C too, as the Python walk reads it
+    sequenced_raw = build_batch([Record(i, 1_000, None, b"v" * 100, ((PRODUCER_NAME_HEADER, b"p"),
+                                                                      (SEQUENCE_ID_HEADER, b"%d" % i)))
+                                 for i in range(100)], producer_id=1, producer_epoch=0, base_sequence=0)
+    [(header, view)] = split_batches(sequenced_raw)
+    walked = validate_batch(header, view, watch=SequenceHeaderScan)
+    assert not walked_in_python
+    assert (walked.headers.indexes, walked.headers.names, walked.headers.ids) == (
+        list(range(100)), [b"p"] * 100, [b"%d" % i for i in range(100)])
+    monkeypatch.setattr(records_module, "_fast_walk", None)
+    in_python = validate_batch(header, view, watch=SequenceHeaderScan)
+    assert walked_in_python and (in_python.headers.indexes, in_python.headers.names, in_python.headers.ids) == (
+        walked.headers.indexes, walked.headers.names, walked.headers.ids)
+    monkeypatch.undo()
+    monkeypatch.setattr(records_module, "_walk_records", lambda *a, **k: walked_in_python.append(1) or real(*a, **k))
+    walked_in_python.clear()
     # a record that claims a longer value: the CRC is made right, so only the walk can tell; Python's message
     raw[HEADER_SIZE + 5] += 2
     struct.pack_into(">I", raw, 17, records_module.crc32c.crc32c(bytes(raw[21:])))
