@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from dedup.message_deduplication import DupStatus, MessageDeduplication
+from protocol.sequence_headers import strictly_rising
 
 NAME_PREFIX = "app:"
 
@@ -71,21 +72,17 @@ def judge_records(dedup: MessageDeduplication, records: Sequence[tuple[str | Non
     return decision
 
 
-def judge_run(dedup: MessageDeduplication, name: str, ids: list[int], count: int) -> RecordsDecision | None:
+def judge_run(dedup: MessageDeduplication, name: str, ids: list[int], count: int,
+              rising: bool | None = None) -> RecordsDecision | None:
     """What `judge_records` decides for a batch of `count` records whose records with the headers all carry `name`
-    with `ids`, if they rise strictly and the first is new: every record kept, the name's highest id the last.
-    None otherwise (some may be duplicates, or in flight): judge them one by one."""
-    first, last = ids[0], ids[-1]
-    if last - first == len(ids) - 1:  # the rule: consecutive ids
-        rising = ids == list(range(first, last + 1))
-    else:
-        rising = ids == sorted(set(ids))
-    if not rising:
+    with `ids`, if they rise strictly (`rising`, when the caller knows) and the first is new: every record kept,
+    the name's highest id the last. None otherwise (some may be duplicates, or in flight): judge them one by one."""
+    if not (rising if rising is not None else strictly_rising(ids)):
         return None
     key = NAME_PREFIX + name
-    if dedup.judge(key, first) is not DupStatus.NOT_DUP:
+    if dedup.judge(key, ids[0]) is not DupStatus.NOT_DUP:
         return None
-    return RecordsDecision(keep=range(count), highest={key: last})
+    return RecordsDecision(keep=range(count), highest={key: ids[-1]})
 
 
 def commit(dedup: MessageDeduplication, decision: RecordsDecision) -> None:

@@ -148,7 +148,7 @@ class SequenceFilter:
         """The decision for a batch of `count` records: at once when its records with the headers carry one name
         and are all new, else record by record."""
         if sequenced.name is not None:
-            decision = judge_run(self._dedup, sequenced.name, sequenced.ids, count)
+            decision = judge_run(self._dedup, sequenced.name, sequenced.ids, count, sequenced.rising)
             if decision is not None:
                 return decision
         return judge_records(self._dedup, _per_record(sequenced, count))

@@ -21,6 +21,11 @@
  *   anything else None, for the Python walk (protocol/sequence_headers.py's scan), which has the last word on a key
  *   missing, twice or null. tests/test_record_walk.py checks that both read the same on random batches.
  *
+ * decimal_ids(values) -> (list[int], bool) | None
+ *   protocol/sequence_headers.py's reading of a batch's kop.sequence.id values (a list of bytes): when each is 1 to 18
+ *   ASCII digits (so within int64), their ints and whether they rise strictly; else None, and the Python code checks
+ *   them one by one for the error message. Its Python twin (`_decimal_ids`) gives the same; tests compare them.
+ *
  * uninitialized(size) -> bytearray
  *   A bytearray of `size` bytes that are not zeroed first (`bytearray(size)` zeroes them): for a buffer every byte of
  *   which is written before any is read (a request read from a socket).
@@ -304,6 +309,54 @@ done:
     return result;
 }
 
+#define SURE_DIGITS 18 /* an id of at most this many digits is within int64 */
+
+static PyObject *decimal_ids(PyObject *module, PyObject *values)
+{
+    if (!PyList_CheckExact(values)) {
+        PyErr_SetString(PyExc_TypeError, "values must be a list of bytes");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(values);
+    PyObject *ids = PyList_New(n);
+    if (ids == NULL)
+        return NULL;
+    int rising = 1;
+    int64_t previous = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *value = PyList_GET_ITEM(values, i);
+        if (!PyBytes_CheckExact(value)) {
+            Py_DECREF(ids);
+            PyErr_SetString(PyExc_TypeError, "values must be a list of bytes");
+            return NULL;
+        }
+        Py_ssize_t len = PyBytes_GET_SIZE(value);
+        const char *digits = PyBytes_AS_STRING(value);
+        if (len < 1 || len > SURE_DIGITS) {
+            Py_DECREF(ids);
+            Py_RETURN_NONE;
+        }
+        int64_t id = 0;
+        for (Py_ssize_t d = 0; d < len; d++) {
+            if (digits[d] < '0' || digits[d] > '9') {
+                Py_DECREF(ids);
+                Py_RETURN_NONE;
+            }
+            id = id * 10 + (digits[d] - '0');
+        }
+        if (id <= previous)
+            rising = 0;
+        previous = id;
+        PyObject *item = PyLong_FromLongLong(id);
+        if (item == NULL) {
+            Py_DECREF(ids);
+            return NULL;
+        }
+        PyList_SET_ITEM(ids, i, item);
+    }
+    return Py_BuildValue("(NO)", ids, rising ? Py_True : Py_False);
+}
+
 static PyObject *uninitialized(PyObject *module, PyObject *arg)
 {
     Py_ssize_t size = PyLong_AsSsize_t(arg);
@@ -322,6 +375,7 @@ static PyMethodDef methods[] = {
     {"walk_watched", walk_watched, METH_VARARGS,
      "walk_watched(data, start, count, last_offset_delta, from_client, keys) -> greatest timestamp delta, "
      "(it, indexes, values per key), or None"},
+    {"decimal_ids", decimal_ids, METH_O, "decimal_ids(values) -> (ids, strictly rising), or None"},
     {"uninitialized", uninitialized, METH_O, "uninitialized(size) -> a bytearray of size bytes, not zeroed"},
     {NULL, NULL, 0, NULL},
 };

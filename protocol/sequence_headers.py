@@ -16,6 +16,11 @@ from protocol.compression import BytesLike, RecordBatchError
 from protocol.errors import ErrorCode
 from protocol.varint import VARINT_MAX_BYTES, decode_varint
 
+try:  # protocol/_accel.c, where it is built; `_decimal_ids` below is the same in Python
+    from protocol._accel import decimal_ids as _fast_decimal_ids
+except ImportError:
+    _fast_decimal_ids = None
+
 PRODUCER_NAME_HEADER = "kop.producer.name"
 SEQUENCE_ID_HEADER = "kop.sequence.id"
 MAX_PRODUCER_NAME_BYTES = 256
@@ -160,12 +165,14 @@ class SequenceHeaderScan:
 @dataclass(frozen=True, slots=True)
 class SequencedRecords:
     """The records of a batch that carry the headers: their indexes in the batch, names and ids, in order; `name`
-    when they all carry one name (the rule for a producer's batch), else None."""
+    when they all carry one name (the rule for a producer's batch), else None; `rising`: whether the ids rise
+    strictly (None: not known)."""
 
     indexes: list[int]
     names: list[str]
     ids: list[int]
     name: str | None
+    rising: bool | None = None
 
 
 def sequenced_records(scan: SequenceHeaderScan) -> SequencedRecords:
@@ -173,20 +180,45 @@ def sequenced_records(scan: SequenceHeaderScan) -> SequencedRecords:
     the first record at fault."""
     raw_names, raw_ids = scan.names, scan.ids
     names: dict[bytes, str] = {}
+    distinct = set(raw_names)
     if not scan.malformed:
-        for raw in set(raw_names):
+        for raw in distinct:
             decoded = _valid_name(raw)
             if decoded is None:
                 break
             names[raw] = decoded
-    if (scan.malformed or len(names) < len(set(raw_names)) or not all(map(bytes.isdigit, raw_ids))
-            or max(map(len, raw_ids)) > _SURE_DIGITS):
+    read = None if scan.malformed or len(names) < len(distinct) else decimal_ids(raw_ids)
+    if read is None:
         return _checked_one_by_one(scan)
-    ids = list(map(int, raw_ids))  # ASCII digits only, within int64
+    ids, rising = read
     if len(names) == 1:
         [name] = names.values()
-        return SequencedRecords(scan.indexes, [name] * len(ids), ids, name)
-    return SequencedRecords(scan.indexes, [names[raw] for raw in raw_names], ids, None)
+        return SequencedRecords(scan.indexes, [name] * len(ids), ids, name, rising)
+    return SequencedRecords(scan.indexes, [names[raw] for raw in raw_names], ids, None, rising)
+
+
+def decimal_ids(raw_ids: list[bytes]) -> tuple[list[int], bool] | None:
+    """The ids, and whether they rise strictly, when each is 1 to 18 ASCII digits (within int64); else None."""
+    if _fast_decimal_ids is not None:
+        return _fast_decimal_ids(raw_ids)
+    return _decimal_ids(raw_ids)
+
+
+def _decimal_ids(raw_ids: list[bytes]) -> tuple[list[int], bool] | None:
+    if not all(map(bytes.isdigit, raw_ids)) or (raw_ids and max(map(len, raw_ids)) > _SURE_DIGITS):
+        return None
+    ids = list(map(int, raw_ids))  # ASCII digits only (bytes.isdigit), within int64
+    return ids, strictly_rising(ids)
+
+
+def strictly_rising(ids: list[int]) -> bool:
+    """Whether each id is above the one before (quick for consecutive ids, the rule)."""
+    if not ids:
+        return True
+    first, last = ids[0], ids[-1]
+    if last - first == len(ids) - 1:  # the rule: consecutive ids
+        return ids == list(range(first, last + 1))
+    return ids == sorted(set(ids))
 
 
 def _checked_one_by_one(scan: SequenceHeaderScan) -> SequencedRecords:
@@ -199,7 +231,7 @@ def _checked_one_by_one(scan: SequenceHeaderScan) -> SequencedRecords:
         names.append(_producer_name(index, raw_name))
         ids.append(_sequence_id(index, raw_id))
     distinct = set(names)
-    return SequencedRecords(scan.indexes, names, ids, names[0] if len(distinct) == 1 else None)
+    return SequencedRecords(scan.indexes, names, ids, names[0] if len(distinct) == 1 else None, strictly_rising(ids))
 
 
 def _missing_or_twice(index: int, name: bytes | _Missing, sequence_id: bytes | _Missing) -> RecordBatchError:

@@ -263,3 +263,25 @@ def test_an_uninitialized_buffer_is_a_bytearray_of_that_size():
     assert bytes(buffer) == b"x" * 100_000 and uninitialized(0) == bytearray()
     with pytest.raises(ValueError):
         uninitialized(-1)
+
+
+an_id = (st.integers(0, 2**63 - 1).map(lambda i: b"%d" % i)
+         | st.sampled_from([b"", b"0", b"007", b"-1", b"+1", b" 1", b"1_0", b"1x", b"\xd9\xa1", b"9" * 18, b"9" * 19,
+                            b"1" * 25]))
+
+
+@needs_c
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(an_id, max_size=12) | st.lists(st.integers(0, 10**18 - 1), max_size=12).map(
+    lambda ids: [b"%d" % i for i in sorted(set(ids))]))
+def test_the_c_reading_of_sequence_ids_is_the_pythons(raw_ids):
+    from protocol._accel import decimal_ids
+    from protocol.sequence_headers import _decimal_ids
+    assert decimal_ids(raw_ids) == _decimal_ids(raw_ids)
+    read = decimal_ids(raw_ids)
+    if read is not None:  # the control: what it read is what int() reads, and rising is what sorting says
+        assert read == ([int(r) for r in raw_ids], [int(r) for r in raw_ids] == sorted(set(map(int, raw_ids))))
+    with pytest.raises(TypeError):
+        decimal_ids(tuple(raw_ids))
+    with pytest.raises(TypeError):
+        decimal_ids(["12", *raw_ids])
