@@ -6,6 +6,8 @@ each record that has some, in the walk it makes over the records anyway: records
 A producer's records mostly share one shape, `[name, id]` with the same name, so the scan reads a record of that
 shape as its bytes up to the id's value (one comparison) and the id, any `[name, id]` record with three, and any
 other header by header (only keys of our keys' length and first byte are compared: foreign headers cost little).
+Where protocol/_accel.c is built, the C walk reads the values itself when every record holding either header holds
+both once with a value (`SequenceHeaderScan.collected`), and the scan runs only for the other batches.
 `sequenced_records` then checks and converts the values of the whole batch at once. A record with one header but
 not the other, a name that is empty, too long or not UTF-8, or an id that is not a decimal int64 >= 0 makes the
 whole batch INVALID_RECORD, with a message that names the header and the first record at fault.
