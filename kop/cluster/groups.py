@@ -92,6 +92,21 @@ class GroupShards:
                 self._release(shard)
                 log.info("group coordinator shard %d moved to another broker", shard)
 
+    def held(self) -> dict[str, int]:
+        """The fencing ledger of each shard this broker has loaded, with the epoch it took the shard over with."""
+        return {shard_ledger(shard): epoch for shard, epoch in self.epochs.items()}
+
+    def release_taken(self, stored: dict[str, int]) -> None:
+        """Drop the shards whose stored epoch rose past this broker's (`stored`: ledger name -> epoch, read since
+        `held()`): another broker took them over since, from a view that was already outdated, and every write of
+        this one is refused from then on. Dropped, a shard this broker still owns is loaded again at the next follow,
+        under a new epoch, instead of answering NOT_COORDINATOR to every commit until the view changes."""
+        for shard, epoch in sorted(self.epochs.items()):
+            if stored.get(shard_ledger(shard), epoch) > epoch:
+                self._release(shard)
+                log.warning("group coordinator shard %d was taken over by another broker: loading it again if this "
+                            "broker still owns it", shard)
+
     def _release(self, shard: int) -> None:
         self._releases += 1
         del self.epochs[shard]
@@ -108,7 +123,14 @@ class GroupShards:
         if not new:
             return
         session, releases = self._store.session, self._releases
-        epochs = {shard: (await self._store.take_ownership(shard_ledger(shard), 0)).row.epoch for shard in new}
+        epochs = {}
+        for shard in sorted(new):
+            # Each take fences out whoever coordinates the shard: only while this broker's view still gives it here.
+            if self._fresh() and self._owns(SHARD_TOPIC, shard):
+                epochs[shard] = (await self._store.take_ownership(shard_ledger(shard), 0)).row.epoch
+        new = set(epochs)
+        if not new:
+            return
         # Read after the fencing: the previous coordinator's every write is in, and no later one can be.
         rows = await self._store.group_cursors(SYSTEM_CURSOR_PREFIX)
         generations = await self._coordinator.generations.load()
