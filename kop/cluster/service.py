@@ -245,27 +245,33 @@ class ClusterService:
         while True:
             await asyncio.sleep(self._heartbeat)
             try:
-                started = time.monotonic()
-                if await self._membership.renew():
-                    members = await self._membership.live()
-                    if [m.node_id for m in members] != [m.node_id for m in self._members]:
-                        log.info("live brokers now %s", [m.node_id for m in members])
-                        self._moved.set()  # partitions moved: followed now, not at the next beat
-                    self._see(members, started)
-                else:
-                    log.error("node %d: the lease ran out (paused or cut off for longer than "
-                              "broker.session.timeout.ms); dropping every partition and joining again",
-                              self._me.node_id)
-                    self._lease_lost = True
-                    self._gaps += 1  # no reads from what it holds, even under the view it registers again with
-                    if self._groups is not None:  # before a new view can name this broker the coordinator again
-                        self._groups.release_all()
-                    self._moved.set()
-                    await self._register()
+                await self.renew()
             except NodeIdInUse as exc:
                 log.error("%s", exc)
             except Exception:  # noqa: BLE001 - the database unreachable: the lease runs on until it expires
                 log.exception("cannot renew the lease; trying again")
+
+    async def renew(self) -> None:
+        """Renew the lease and read the live brokers; register again under a new session when the lease had run
+        out (NodeIdInUse when another broker took the node id meanwhile)."""
+        started = time.monotonic()
+        if await self._membership.renew():
+            members = await self._membership.live()
+            if [m.node_id for m in members] != [m.node_id for m in self._members]:
+                log.info("live brokers now %s", [m.node_id for m in members])
+                self._moved.set()  # partitions moved: followed now, not at the next beat
+            self._see(members, started)
+            return
+        log.error("node %d: the lease ran out (paused or cut off for longer than broker.session.timeout.ms); "
+                  "dropping every partition and joining again", self._me.node_id)
+        self._lease_lost = True
+        # No reads from what it holds, even under the view it registers again with, until the follow step dropped it:
+        # another broker may have written to its partitions meanwhile.
+        self._gaps += 1
+        if self._groups is not None:  # before a new view can name this broker the coordinator again
+            self._groups.release_all()
+        self._moved.set()
+        await self._register()
 
     async def _follow_loop(self) -> None:
         while True:
