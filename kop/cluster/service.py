@@ -14,7 +14,14 @@ moved could serve a read the new owner's writes have made stale. So a broker ser
 the live brokers is fresh (read, right after a renewal that succeeded, less than three heartbeats ago and less than
 the lease), and a broker that joins while others are live waits that long before it takes any partition over: by
 then every earlier owner has either seen it join or stopped serving reads. Partitions move between live brokers only
-when one joins (a broker that leaves or dies gives its partitions up), so no other move needs the wait.
+when one joins (a broker that leaves or dies gives its partitions up), so no other move needs the wait. A broker
+that lost its lease, or went as long without a view, serves no read until the follow step has dropped what others
+may have taken meanwhile: its next view may give it the same partitions again.
+
+Taken over behind its back. A broker acting on a view already outdated (or paused mid-load) can open a partition or
+coordinator shard its rightful owner holds, fencing that one out, and give it back at its next view. So each follow
+step compares the epochs of what this broker holds with the stored ones and drops what moved on; what it still owns
+it opens again under a new epoch, instead of refusing every write until the live brokers change.
 """
 import asyncio
 import contextlib
