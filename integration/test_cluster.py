@@ -308,8 +308,14 @@ GROUP_PROTOCOLS = {
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("fault", ["kill", "pause"])
 @pytest.mark.parametrize("protocol", sorted(GROUP_PROTOCOLS))
-def test_a_consumer_group_keeps_consuming_and_its_offsets_when_its_coordinator_is_killed(cluster, protocol):
+def test_a_consumer_group_keeps_consuming_and_its_offsets_when_its_coordinator_is_killed_or_paused(cluster, protocol,
+                                                                                                  fault):
+    """The group's coordinator is killed, or paused (SIGSTOP) past its lease and resumed (SIGCONT) once another
+    broker coordinates the group: the consumer goes on from its committed offsets, nothing lost and nothing read
+    again. A resumed coordinator joins again, takes the group's shard back and coordinates it (not NOT_COORDINATOR
+    for ever): a new member starts after the offsets committed meanwhile, through it."""
     from confluent_kafka import Consumer, KafkaException, Producer
     cluster.start(3)
     topic, group = "grouped", f"survivors-{protocol}"
@@ -347,9 +353,16 @@ def test_a_consumer_group_keeps_consuming_and_its_offsets_when_its_coordinator_i
     try:
         produce(0, 100)
         assert consume(consumer, {b"v%d" % i for i in range(100)}, 60) >= {b"v%d" % i for i in range(100)}
-        cluster.brokers[victim].kill()
-        moved_to = wait_for(lambda: next((c for n in cluster.running() if (c := coordinator(cluster.port(n), group))
-                                          not in (-1, victim)), None), "another broker to coordinate the group")
+        if fault == "kill":
+            cluster.brokers[victim].kill()
+        else:
+            cluster.pause(victim)
+        try:
+            moved_to = wait_for(lambda: next((c for n in cluster.running() if (c := coordinator(cluster.port(n), group))
+                                              not in (-1, victim)), None), "another broker to coordinate the group")
+        finally:
+            if fault == "pause":
+                cluster.resume(victim)  # past its lease: its writes are refused, it joins again
         produce(100, 100)  # the same consumer, its coordinator gone: it finds the new one and goes on
         wanted = {b"v%d" % i for i in range(100, 200)}
         after = consume(consumer, wanted, 90)
@@ -358,6 +371,10 @@ def test_a_consumer_group_keeps_consuming_and_its_offsets_when_its_coordinator_i
     finally:
         consumer.close()
     assert moved_to != victim
+    if fault == "pause":  # the control: it did lose its lease; then it takes the group's shard back
+        assert "the lease ran out" in cluster.brokers[victim].log_tail(400)
+        wait_for(lambda: {coordinator(cluster.port(n), group) for n in cluster.running()} == {victim},
+                 "the resumed broker to coordinate the group again")
     # The offsets it committed through the new coordinator hold: a new member of the group starts after them.
     produce(200, 10)
     consumer = Consumer(config)
