@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from kop import internal_topics
 from kop.cluster.offsets import ClusterOffsetStore
-from kop.cluster.ownership import java_hash_shard
+from kop.cluster.ownership import java_hash_shard, taken_over
 from kop.groups import GroupCoordinator
 from kop.groups.generations import StoredGenerations
 from kop.groups.offsets import SYSTEM_CURSOR_PREFIX
@@ -101,11 +101,10 @@ class GroupShards:
         `held()`): another broker took them over since, from a view that was already outdated, and every write of
         this one is refused from then on. Dropped, a shard this broker still owns is loaded again at the next follow,
         under a new epoch, instead of answering NOT_COORDINATOR to every commit until the view changes."""
-        for shard, epoch in sorted(self.epochs.items()):
-            if stored.get(shard_ledger(shard), epoch) > epoch:
-                self._release(shard)
-                log.warning("group coordinator shard %d was taken over by another broker: loading it again if this "
-                            "broker still owns it", shard)
+        for shard in taken_over(self.epochs, shard_ledger, stored):
+            self._release(shard)
+            log.warning("group coordinator shard %d was taken over by another broker: loading it again if this "
+                        "broker still owns it", shard)
 
     def _release(self, shard: int) -> None:
         self._releases += 1

@@ -25,7 +25,7 @@ from kafka.protocol.producer.transaction import (AddPartitionsToTxnRequest, AddP
                                                  WriteTxnMarkersRequest, WriteTxnMarkersResponse)
 
 from kop.cluster import groups
-from kop.cluster.ownership import java_hash_shard
+from kop.cluster.ownership import java_hash_shard, taken_over
 from kop.cluster.peers import PeerUnreachable, Peers
 from kop.ledger import LedgerConfig, ManagedLedgerError
 from kop.ledger.postgres import PgStore
@@ -94,11 +94,10 @@ class TxnShards:
         """Drop the shards whose state log another broker opened since (`stored`: ledger name -> epoch, read since
         `held()`), from a view already outdated: this one can no longer log a transition, and a shard it still
         owns is opened again at the next follow instead of failing every request until the view changes."""
-        for shard, epoch in sorted(self.loaded.items()):
-            if stored.get(shard_ledger(shard), epoch) > epoch:
-                await self._release(shard)
-                log.warning("transaction coordinator shard %d was taken over by another broker: opening it again "
-                            "if this broker still owns it", shard)
+        for shard in taken_over(self.loaded, shard_ledger, stored):
+            await self._release(shard)
+            log.warning("transaction coordinator shard %d was taken over by another broker: opening it again if "
+                        "this broker still owns it", shard)
 
     async def _release(self, shard: int) -> None:
         self.loaded.pop(shard, None)
