@@ -17,7 +17,11 @@ shard over only under a view that does not give it to this one: once this one's 
 while this one saw a broker it does not own the shard under. So a shard is dropped in the very step that installs such
 a view or finds the lease run out, not at the next follow: a broker that regained a shard before it followed again
 answered OffsetFetch from its earlier tenure's cache, behind what the other coordinator had committed meanwhile, and a
-member that resumed from that offset committed the group backwards.
+member that resumed from that offset committed the group backwards. And a broker whose view was already outdated
+when it took a shard over fenced out the shard's coordinator, which kept answering NOT_COORDINATOR to every commit
+while its own view gave it the shard: each follow step drops the shards whose stored epoch rose past this broker's
+(kop/cluster/service.py) and loads again those it still owns; a load takes a shard only while the view is fresh and
+still gives it here.
 """
 import logging
 from collections.abc import Callable
