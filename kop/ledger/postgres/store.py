@@ -126,6 +126,13 @@ class PgStore:
         return Loaded(LedgerRow(*row), {r[0]: r[1] for r in closed},
                       [StoredEntry(*r) for r in entries], [r[0] for r in cursors], [r[0] for r in indexed])
 
+    async def epochs(self, names: list[str]) -> dict[str, int]:
+        """The fencing epoch each named managed ledger has now (those stored): one that differs from the epoch a
+        broker opened it with was taken over by another broker since."""
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch("SELECT name, epoch FROM kop_managed_ledger WHERE name = ANY($1::text[])", names)
+        return {row["name"]: row["epoch"] for row in rows}
+
     async def append(self, name: str, epoch: int, closed_ms: int, end_index: int,
                      entries: list[tuple[int, int, int, bytes]]) -> None:
         """Store entries (first_index, ledger_id, entry_id, framed bytes) in one statement; ledgers before the last
