@@ -10,7 +10,8 @@ A failed commit's outcome is unknown (the connection may have dropped after the 
 later one are failed to their writers, and before anything more is accepted every row after the last confirmed entry
 is deleted in a fenced transaction, so what was reported failed is really not stored; then a new ledger starts, as the
 file engine rolls after a failed write. Ledgers roll on every open, on size and age, and after a failed write;
-retention deletes whole closed ledgers.
+retention deletes whole closed ledgers. Log compaction replaces closed ledgers' entries in place (the same positions,
+smaller batches), with the cleaned-through point, in one fenced transaction.
 """
 import asyncio
 import errno

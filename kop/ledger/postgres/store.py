@@ -211,8 +211,8 @@ class PgStore:
             if entries:
                 ledger_ids, entry_ids, payloads = zip(*entries)
                 rows = await conn.fetch(
-                    "UPDATE kop_entry e SET entry = u.b FROM unnest($2::bigint[], $3::int[], $4::bytea[]) AS u(l, i, b) "
-                    "WHERE e.name = $1 AND e.ledger_id = u.l AND e.entry_id = u.i RETURNING e.ledger_id",
+                    "UPDATE kop_entry e SET entry = u.b FROM unnest($2::bigint[], $3::int[], $4::bytea[]) "
+                    "AS u(l, i, b) WHERE e.name = $1 AND e.ledger_id = u.l AND e.entry_id = u.i RETURNING e.ledger_id",
                     name, ledger_ids, entry_ids, payloads)
                 stored = {row[0] for row in rows}
             if before_commit is not None:  # a failpoint
