@@ -2,10 +2,13 @@
 keeps every entry's position, offsets and producer fields; its install stores the changed entries and the
 cleaned-through point in one fenced transaction (all or nothing), is served at once and survives a reopen; a fenced
 owner or a ledger retention deleted meanwhile installs nothing."""
+import threading
+from dataclasses import replace
+
 import asyncpg
 import pytest
 
-from kop.compaction.rewrite import CompactionJob, compact
+from kop.compaction.rewrite import CleanerStopped, CompactionJob, compact
 from kop.ledger import LedgerConfig
 from kop.ledger.postgres import PgManagedLedger, PgStore
 from protocol.records import iter_records, split_batches
@@ -143,4 +146,16 @@ async def test_only_ledgers_whose_entries_are_all_durable_are_offered(store):
     ml.hold_flushes(False)
     await pending
     assert [s.ledger_id for s in ml.closed_ledgers()] == [0]
+    await ml.close()
+
+
+async def test_a_pass_in_a_thread_ends_once_the_cleaner_stops(store):
+    """The broker shutting down does not wait for a pass over entries in memory: it ends at the next entry."""
+    ml = await PgManagedLedger.open("t", store, CONFIG)
+    await two_closed_ledgers(ml)
+    stop = threading.Event()
+    assert compact(replace(job(ml), stop=stop)).records_removed == 4  # the control: not stopped, it runs
+    stop.set()
+    with pytest.raises(CleanerStopped):
+        compact(replace(job(ml), stop=stop))
     await ml.close()

@@ -17,13 +17,15 @@ import ctypes
 import logging
 import multiprocessing
 import signal
+import threading
 import uuid
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from kop import clock
-from kop.compaction.rewrite import CompactionJob, CompactionResult, LedgerChanged, compact
+from kop.compaction.rewrite import CleanerStopped, CompactionJob, CompactionResult, LedgerChanged, compact
 from kop.compaction.selection import select
 from kop.compaction.settings import CompactionSettings
 from kop.compaction.stats import CleanerStats
@@ -51,6 +53,7 @@ class LogCleaner:
         self._metrics = metrics
         self._io_bytes_per_second = io_bytes_per_second
         self._executor: ProcessPoolExecutor | None = None
+        self._stop = threading.Event()  # a pass in a thread ends at the next entry once set
 
     async def run(self, interval_s: float) -> None:
         try:
@@ -64,6 +67,10 @@ class LogCleaner:
             self.close()
 
     def close(self) -> None:
+        self._stop.set()
+        self._drop_pool()
+
+    def _drop_pool(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
@@ -97,15 +104,17 @@ class LogCleaner:
                  cleanable[-1].ledger_id, stats.dirty_ratio)
         try:
             if cleanable[0].entries is not None:  # the engine's entries are in this process's memory: a thread
-                result = await asyncio.to_thread(compact, job)
+                result = await asyncio.to_thread(compact, replace(job, stop=self._stop))
             else:
                 result = await asyncio.get_running_loop().run_in_executor(self._pool(), compact, job)
+        except CleanerStopped:
+            return False
         except (LedgerChanged, FileNotFoundError) as exc:
             log.info("%s: compaction pass dropped, a ledger changed while it was read (%s)", partition.name, exc)
             return False
         except BrokenProcessPool:
             log.warning("%s: the cleaner process died; a new one takes the next pass", partition.name)
-            self.close()
+            self._drop_pool()
             return False
         installed = await ledger.install_compaction(result.rewritten, cleanable[-1].ledger_id)
         if len(installed) != len(result.rewritten):

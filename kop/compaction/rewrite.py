@@ -21,6 +21,7 @@ What a rewrite keeps, as Kafka's log cleaner does:
   transaction index and the last stable offset are rebuilt from them).
 """
 import os
+import threading
 from dataclasses import dataclass, field
 
 from kop.compaction.throttle import Throttle
@@ -41,6 +42,7 @@ class CompactionJob:
     max_entry_bytes: int
     fsync: bool
     io_bytes_per_second: float = float("inf")  # reads and writes together
+    stop: threading.Event | None = None  # in a thread (entries in memory): set when the broker shuts down
 
 
 @dataclass
@@ -59,12 +61,19 @@ class LedgerChanged(Exception):
     """A ledger could not be read as snapshotted (deleted by retention meanwhile): this pass is dropped."""
 
 
-def _entries(ledger: LedgerSnapshot, max_entry_bytes: int, throttle: Throttle):
+class CleanerStopped(Exception):
+    """The broker is shutting down: a pass in a thread of its process ends rather than hold the exit up."""
+
+
+def _entries(ledger: LedgerSnapshot, job: CompactionJob, throttle: Throttle):
     if ledger.entries is not None:  # an engine holding its entries in memory
         for entry in ledger.entries:
+            if job.stop is not None and job.stop.is_set():
+                raise CleanerStopped(job.name)
             throttle.spend(len(entry.data))
             yield entry
         return
+    max_entry_bytes = job.max_entry_bytes
     fd = os.open(ledger.log_path, os.O_RDONLY)
     try:
         for entry_id, pos in enumerate(ledger.positions):
@@ -105,7 +114,7 @@ def read_range(job: CompactionJob, throttle: Throttle) -> RangeView:
     view = RangeView()
     pending: dict[int, tuple[list[int], list[tuple[bytes, int]]]] = {}  # producer id -> its open transaction's
     for ledger in job.ledgers:                                          # batches and keyed records
-        for entry in _entries(ledger, job.max_entry_bytes, throttle):
+        for entry in _entries(ledger, job, throttle):
             (header, _), = split_batches(entry.data)
             if header.is_control:
                 batches, records = pending.pop(header.producer_id, ([], []))
@@ -149,7 +158,7 @@ def _kept(entry: RawEntry, view: RangeView,
 
 def _needs_rewrite(ledger: LedgerSnapshot, job: CompactionJob, view: RangeView, throttle: Throttle) -> bool:
     drop_tombstones = ledger.closed_ms < job.tombstone_horizon_ms
-    for entry in _entries(ledger, job.max_entry_bytes, throttle):
+    for entry in _entries(ledger, job, throttle):
         _, records, kept = _kept(entry, view, drop_tombstones)
         if len(kept) < len(records):
             return True
@@ -180,7 +189,7 @@ def _rewrite_ledger(ledger: LedgerSnapshot, job: CompactionJob, view: RangeView,
                     result: CompactionResult, throttle: Throttle) -> RewrittenLedger:
     drop_tombstones = ledger.closed_ms < job.tombstone_horizon_ms
     rewritten = ((entry, _rewrite_entry(entry, view, drop_tombstones, result))
-                 for entry in _entries(ledger, job.max_entry_bytes, throttle))
+                 for entry in _entries(ledger, job, throttle))
     if ledger.entries is not None:
         return _rewrite_in_memory(ledger, rewritten)
     return _rewrite_files(ledger, job, rewritten, throttle)
