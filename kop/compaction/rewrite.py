@@ -22,6 +22,7 @@ What a rewrite keeps, as Kafka's log cleaner does:
 """
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 
 from kop.compaction.throttle import Throttle
@@ -65,11 +66,21 @@ class CleanerStopped(Exception):
     """The broker is shutting down: a pass in a thread of its process ends rather than hold the exit up."""
 
 
+YIELD_EVERY_S = 0.002  # in a thread: how long the pass holds the interpreter lock before it lets the event loop in
+YIELD_S = 0.0002
+
+
 def _entries(ledger: LedgerSnapshot, job: CompactionJob, throttle: Throttle):
-    if ledger.entries is not None:  # an engine holding its entries in memory
+    if ledger.entries is not None:  # an engine holding its entries in memory: a thread of the broker's process
+        held_since = time.perf_counter()
         for entry in ledger.entries:
             if job.stop is not None and job.stop.is_set():
                 raise CleanerStopped(job.name)
+            if time.perf_counter() - held_since >= YIELD_EVERY_S:
+                # A real sleep, not sleep(0): the event loop thread waiting for the lock gets it now rather than
+                # after the interpreter's switch interval, so its ticks are not held up by the pass.
+                time.sleep(YIELD_S)
+                held_since = time.perf_counter()
             throttle.spend(len(entry.data))
             yield entry
         return
