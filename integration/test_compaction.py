@@ -144,7 +144,10 @@ def test_a_transactional_topic_is_compacted_and_its_transactions_rebuilt_after_a
         [(0, 1, b"b1"), (0, 5, b"a2")]
     broker.restart(hard=True)
     transactions(([(b"b", b"b2")], True))  # 7, COMMIT at 8
-    assert ck_read_to_end(broker.bootstrap, "txn-compacted") == [(0, 1, b"b1"), (0, 5, b"a2"), (0, 7, b"b2")]
+    # compacted again or not yet (b2's ledger may have closed and been cleaned already, which removes b1: on
+    # PostgreSQL the restart starts a new ledger, so it often has): either way each key's latest, to the end
+    assert ck_read_to_end(broker.bootstrap, "txn-compacted") in ([(0, 1, b"b1"), (0, 5, b"a2"), (0, 7, b"b2")],
+                                                                 [(0, 5, b"a2"), (0, 7, b"b2")])
 
 
 def keyed_batch(keys: list[bytes], value: bytes, *, producer_id: int, epoch: int, base_sequence: int) -> bytes:
