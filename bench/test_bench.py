@@ -230,3 +230,11 @@ def test_txn_index_benchmark_measures_both_probes_on_what_it_wrote():
     assert [(r["isolation"], r["records"]) for r in consumed["reads"]] == [("read_uncommitted", 400),
                                                                            ("read_committed", 200)]
     assert "now" in txn_index.consume_table([consumed], {consumed["tree"]: "now"}).text()
+
+
+def test_pg_compaction_lag_benchmark_measures_both_ways_side_by_side():
+    from bench import pg_compaction_lag
+    results = asyncio.run(pg_compaction_lag.measure(30, rounds=1))
+    assert set(results) == {"yields every 2 ms", "never yields"}
+    assert all(r["pass_s"] > 0 and r["idle_ticks"] > 0 for runs in results.values() for r in runs)
+    assert "never yields" in pg_compaction_lag.table(results, 30)
