@@ -7,6 +7,7 @@ import asyncio
 import glob
 import os
 import shutil
+import time
 
 import pytest
 
@@ -230,3 +231,40 @@ def test_txn_index_benchmark_measures_both_probes_on_what_it_wrote():
     assert [(r["isolation"], r["records"]) for r in consumed["reads"]] == [("read_uncommitted", 400),
                                                                            ("read_committed", 200)]
     assert "now" in txn_index.consume_table([consumed], {consumed["tree"]: "now"}).text()
+
+
+def test_group_load_holds_live_members_that_heartbeat_and_leave():
+    from bench.group_members import DESCRIBE_GROUPS, VERSIONS, GroupLoad
+    from integration.idem_raw import RawKafka
+    from protocol.api import REQUEST_CLASSES, RESPONSE_CLASSES
+    version = VERSIONS[DESCRIBE_GROUPS]
+
+    def describe(raw, group_ids):
+        request = REQUEST_CLASSES[DESCRIBE_GROUPS][version](groups=group_ids, include_authorized_operations=False)
+        return {g.group_id: g for g in raw.call(request, RESPONSE_CLASSES[DESCRIBE_GROUPS], version).groups}
+
+    with running_broker() as broker, RawKafka(broker.port) as raw:
+        raw.create_topic("bench-groups", 1)
+        load = GroupLoad(broker.port, "bench-groups", 3, session_ms=6_000)
+        load.start()
+        try:
+            held = describe(raw, load.group_ids)
+            deadline = time.monotonic() + 30
+            while load.stats.heartbeats < 3 and time.monotonic() < deadline:  # one per member: 2 s apart
+                time.sleep(0.2)
+                load.check()
+        finally:
+            load.stop()
+        after = describe(raw, load.group_ids)
+    assert [(g.group_state, [m.member_id for m in g.members]) for g in held.values()] == [
+        ("Stable", [m.member_id]) for m in load.members]
+    assert load.stats.heartbeats >= 3
+    assert [(g.group_state, g.members) for g in after.values()] == [("Empty", [])] * 3
+
+
+def test_connections_benchmark_reports_every_round():
+    from bench.connections import Spec, run
+    result = run(Spec(connections=20, producers=3, groups=3, rounds=2, hold_s=1, session_ms=6_000))
+    assert [row[0] for row in result.rows] == ["1", "2"]
+    assert all(cell.endswith("KiB") for cell in result.rows[0][1:4])
+    assert all(row[4].count("MiB") == 2 and row[6].endswith("MiB") for row in result.rows)
