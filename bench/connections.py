@@ -3,18 +3,25 @@ back: each population is created, held live, measured and closed three times ove
 each round must stay flat (nothing grows without bound).
 
 A group is a classic consumer group with one live member on its own connection (JoinGroup, SyncGroup, OffsetCommit,
-a Heartbeat every third of its session timeout; bench/group_members.py). Every round rejoins the same groups, as a
+a Heartbeat every 3 s; bench/group_members.py). Every round rejoins the same groups, as a
 restarted application does; each round's idempotent producers are new ones (Kafka gives every producer start a new
 id), kept by the broker up to its per-partition producer limit.
 
     python -m bench.connections                                      # 10,000 / 1,000 / 1,000
     python -m bench.connections --connections 1000 --producers 100 --groups 100 --rounds 2 --hold 10
+    python -m bench.connections --rounds 4 --trace /tmp/kop-rounds   # where memory that stays comes from
+
+--trace runs the broker under tracemalloc (bench/traced_kop.py, several times slower, so not for the cost figures),
+takes a snapshot after each round and prints what grew most from the second round's end to the last one's.
 """
 import argparse
+import os
+import signal
 import socket
 import struct
 import sys
 import time
+import tracemalloc
 from dataclasses import dataclass
 
 from bench.brokers import running_broker
@@ -36,7 +43,8 @@ class Spec:
     groups: int = 1_000
     rounds: int = 3
     hold_s: float = 30.0  # everything live, heartbeating: RSS sampled at its start and end
-    session_ms: int = 10_000
+    heartbeat_ms: int = 3_000  # Kafka's consumer default, as its session timeout of 45 s
+    trace: str | None = None  # snapshot files' prefix: run the broker under tracemalloc
 
 
 def log(message: str) -> None:
@@ -104,16 +112,37 @@ def hold(pid: int, groups: GroupLoad, seconds: float) -> tuple[int, int]:
     return start, rss_bytes(pid)
 
 
+def snapshot(pid: int, prefix: str, number: int, timeout_s: float = 300.0) -> tracemalloc.Snapshot:
+    """Have the traced broker write its snapshot `number` (bench.traced_kop) and read it once it is whole."""
+    os.kill(pid, signal.SIGUSR1)
+    path, size, deadline = f"{prefix}.{number}", -1, time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(2)
+        if os.path.exists(path) and os.path.getsize(path) == size:
+            return tracemalloc.Snapshot.load(path)
+        size = os.path.getsize(path) if os.path.exists(path) else -1
+    raise TimeoutError(f"no snapshot {path} from the broker")
+
+
+def print_growth(first: tracemalloc.Snapshot, last: tracemalloc.Snapshot, top: int = 15) -> None:
+    log("grown most between the snapshots (tracemalloc, by line):")
+    for stat in last.compare_to(first, "lineno")[:top]:
+        log(f"  {stat}")
+
+
 def run(spec: Spec) -> Table:
     """Round 1 on a fresh broker gives the cost of each (RSS growth while they are created); every round then holds
     them all live for `hold_s` and ends with all of them closed, giving the broker's RSS then. Later rounds' growth
     figures would mix in memory the broker is still giving back from the round before, so they are not shown."""
     table = Table("per connection, producer and group on one broker (RSS)",
                   ["round", "per connection", "per idempotent producer", "per group", "RSS held live",
-                   "heartbeats", "RSS after closing all"])
+                   "heartbeats (rejoins)", "RSS after closing all"])
     mib = lambda n: f"{n / 2**20:+.1f} MiB"  # noqa: E731
     # room for the idle connections, the members' and the benchmark's own (kop's default max.connections is 10,000)
-    with running_broker({"max.connections": str(spec.connections + spec.groups + 100)}) as broker:
+    config = {"max.connections": str(spec.connections + spec.groups + 100)}
+    program = (sys.executable, "-m", "bench.traced_kop", spec.trace) if spec.trace else None
+    snapshots = []
+    with running_broker(config, program=program) as broker:
         pid = broker.proc.pid
         with RawKafka(broker.port) as raw:
             raw.create_topic(TOPIC, 1)
@@ -123,7 +152,7 @@ def run(spec: Spec) -> Table:
             before = rss_bytes(pid)
             register_producers(broker.port, spec.producers)
             per_producer = (rss_bytes(pid) - before) / spec.producers
-            groups = GroupLoad(broker.port, TOPIC, spec.groups, session_ms=spec.session_ms)
+            groups = GroupLoad(broker.port, TOPIC, spec.groups, heartbeat_ms=spec.heartbeat_ms)
             try:
                 before = rss_bytes(pid)
                 groups.start()
@@ -141,7 +170,11 @@ def run(spec: Spec) -> Table:
             costs = (f"{per_connection / 1024:.1f} KiB", f"{per_producer / 1024:.2f} KiB",
                      f"{per_group / 1024:.2f} KiB") if round_ == 0 else ("", "", "")
             table.add(str(round_ + 1), *costs, f"{mib(held_from - base)} to {mib(held_to - base)}",
-                      f"{groups.stats.heartbeats:,}", mib(rss_bytes(pid) - base))
+                      f"{groups.stats.heartbeats:,} ({groups.stats.rejoins})", mib(rss_bytes(pid) - base))
+            if spec.trace:
+                snapshots.append(snapshot(pid, spec.trace, round_ + 1))
+    if len(snapshots) >= 3:  # the first round's end still holds what warm-up allocates once
+        print_growth(snapshots[1], snapshots[-1])
     return table
 
 
@@ -152,10 +185,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--groups", type=int, default=Spec.groups)
     parser.add_argument("--rounds", type=int, default=Spec.rounds)
     parser.add_argument("--hold", type=float, default=Spec.hold_s, help="seconds each round holds everything live")
-    parser.add_argument("--session-ms", type=int, default=Spec.session_ms)
+    parser.add_argument("--heartbeat-ms", type=int, default=Spec.heartbeat_ms)
+    parser.add_argument("--trace", metavar="PREFIX", help="run the broker under tracemalloc, snapshots to PREFIX.N")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
-    table = run(Spec(args.connections, args.producers, args.groups, args.rounds, args.hold, args.session_ms))
+    table = run(Spec(args.connections, args.producers, args.groups, args.rounds, args.hold, args.heartbeat_ms, args.trace))
     print(table.markdown() if args.markdown else table.text())
 
 

@@ -1,6 +1,8 @@
 """Live classic consumer groups over the raw Kafka protocol: one asyncio connection per group, whose one member
 joins (JoinGroup v5, asking for a member id first as a modern client does), syncs its own assignment, commits an
-offset under its generation and heartbeats every third of its session timeout until it leaves.
+offset under its generation and heartbeats until it leaves, with Kafka's consumer defaults (session 45 s, a heartbeat
+every 3 s). A member the coordinator dropped (its session ran out on a loaded machine) joins again, as a consumer
+does, and is counted.
 
 `GroupLoad` runs them on an event loop in a thread of its own, so a benchmark can hold 1,000 groups live while its
 main thread opens connections and reads the broker's memory.
@@ -25,16 +27,22 @@ class GroupError(RuntimeError):
         self.code = code
 
 
+REJOIN = {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.REBALANCE_IN_PROGRESS}
+
+
 @dataclass
 class MemberStats:
     heartbeats: int = 0
+    rejoins: int = 0
 
 
 class GroupMember:
     """The one member of group `group_id`, on its own connection; one request in flight at a time."""
 
-    def __init__(self, port: int, group_id: str, topic: str, session_ms: int, stats: MemberStats) -> None:
+    def __init__(self, port: int, group_id: str, topic: str, session_ms: int, heartbeat_ms: int,
+                 stats: MemberStats) -> None:
         self.port, self.group_id, self.topic, self.session_ms = port, group_id, topic, session_ms
+        self.heartbeat_ms = heartbeat_ms
         self.stats = stats
         self.member_id = ""
         self.generation = -1
@@ -60,6 +68,9 @@ class GroupMember:
     async def join(self) -> None:
         """Connect, join (twice: the first JoinGroup only hands out the member id), sync and commit offset 1."""
         self._reader, self._writer = await asyncio.open_connection("127.0.0.1", self.port)
+        await self._join_and_sync()
+
+    async def _join_and_sync(self) -> None:
         Join = REQUEST_CLASSES[JOIN_GROUP][VERSIONS[JOIN_GROUP]]
         for _ in range(2):
             joined = await self.call(JOIN_GROUP, group_id=self.group_id, session_timeout_ms=self.session_ms,
@@ -94,18 +105,23 @@ class GroupMember:
             raise GroupError("OffsetCommit", code)
 
     async def heartbeat_until(self, stop: asyncio.Event) -> None:
-        """A heartbeat every third of the session timeout (as Kafka's consumers default to) until `stop`."""
+        """A heartbeat every `heartbeat_ms` until `stop`; dropped from the group, join it again."""
         while True:
             try:
-                await asyncio.wait_for(stop.wait(), self.session_ms / 3000)
+                await asyncio.wait_for(stop.wait(), self.heartbeat_ms / 1000)
                 return
             except asyncio.TimeoutError:
                 pass
             answer = await self.call(HEARTBEAT, group_id=self.group_id, generation_id=self.generation,
                                      member_id=self.member_id, group_instance_id=None)
-            if answer.error_code != ErrorCode.NONE:
-                raise GroupError("Heartbeat", answer.error_code)
             self.stats.heartbeats += 1
+            if answer.error_code in REJOIN:
+                self.stats.rejoins += 1
+                if answer.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
+                    self.member_id = ""
+                await self._join_and_sync()
+            elif answer.error_code != ErrorCode.NONE:
+                raise GroupError("Heartbeat", answer.error_code)
 
     async def leave(self) -> None:
         Req = REQUEST_CLASSES[LEAVE_GROUP][VERSIONS[LEAVE_GROUP]]
@@ -123,10 +139,11 @@ class GroupLoad:
     """`count` groups named `prefix-0` ... with one live member each, on a thread's event loop. start() returns
     once every member has joined, synced and committed; stop() makes each leave its group and close."""
 
-    def __init__(self, port: int, topic: str, count: int, session_ms: int = 10_000, prefix: str = "bench-group",
-                 concurrency: int = 100) -> None:
+    def __init__(self, port: int, topic: str, count: int, session_ms: int = 45_000, heartbeat_ms: int = 3_000,
+                 prefix: str = "bench-group", concurrency: int = 100) -> None:
         self.stats = MemberStats()
-        self.members = [GroupMember(port, f"{prefix}-{i}", topic, session_ms, self.stats) for i in range(count)]
+        self.members = [GroupMember(port, f"{prefix}-{i}", topic, session_ms, heartbeat_ms, self.stats)
+                        for i in range(count)]
         self._concurrency = concurrency
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="group-load", daemon=True)

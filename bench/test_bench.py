@@ -245,12 +245,12 @@ def test_group_load_holds_live_members_that_heartbeat_and_leave():
 
     with running_broker() as broker, RawKafka(broker.port) as raw:
         raw.create_topic("bench-groups", 1)
-        load = GroupLoad(broker.port, "bench-groups", 3, session_ms=6_000)
+        load = GroupLoad(broker.port, "bench-groups", 3, heartbeat_ms=500)
         load.start()
         try:
             held = describe(raw, load.group_ids)
             deadline = time.monotonic() + 30
-            while load.stats.heartbeats < 3 and time.monotonic() < deadline:  # one per member: 2 s apart
+            while load.stats.heartbeats < 3 and time.monotonic() < deadline:  # one per member
                 time.sleep(0.2)
                 load.check()
         finally:
@@ -258,13 +258,13 @@ def test_group_load_holds_live_members_that_heartbeat_and_leave():
         after = describe(raw, load.group_ids)
     assert [(g.group_state, [m.member_id for m in g.members]) for g in held.values()] == [
         ("Stable", [m.member_id]) for m in load.members]
-    assert load.stats.heartbeats >= 3
+    assert load.stats.heartbeats >= 3 and load.stats.rejoins == 0
     assert [(g.group_state, g.members) for g in after.values()] == [("Empty", [])] * 3
 
 
 def test_connections_benchmark_reports_every_round():
     from bench.connections import Spec, run
-    result = run(Spec(connections=20, producers=3, groups=3, rounds=2, hold_s=1, session_ms=6_000))
+    result = run(Spec(connections=20, producers=3, groups=3, rounds=2, hold_s=1, heartbeat_ms=500))
     assert [row[0] for row in result.rows] == ["1", "2"]
     assert all(cell.endswith("KiB") for cell in result.rows[0][1:4])
     assert all(row[4].count("MiB") == 2 and row[6].endswith("MiB") for row in result.rows)
