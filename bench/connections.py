@@ -11,8 +11,9 @@ id), kept by the broker up to its per-partition producer limit.
     python -m bench.connections --connections 1000 --producers 100 --groups 100 --rounds 2 --hold 10
     python -m bench.connections --rounds 4 --trace /tmp/kop-rounds   # where memory that stays comes from
 
---trace runs the broker under tracemalloc (bench/traced_kop.py, several times slower, so not for the cost figures),
-takes a snapshot after each round and prints what grew most from the second round's end to the last one's.
+--trace runs the broker under tracemalloc (bench/traced_kop.py, several times slower, so not for the cost figures)
+from the end of round 1, takes a snapshot after each later round and prints the traced total after each and what grew
+most over the last round.
 """
 import argparse
 import os
@@ -113,7 +114,8 @@ def hold(pid: int, groups: GroupLoad, seconds: float) -> tuple[int, int]:
 
 
 def snapshot(pid: int, prefix: str, number: int, timeout_s: float = 300.0) -> tracemalloc.Snapshot:
-    """Have the traced broker write its snapshot `number` (bench.traced_kop) and read it once it is whole."""
+    """Have the traced broker write its snapshot `number` (bench.traced_kop, tracing since the signal before) and
+    read it once it is whole."""
     os.kill(pid, signal.SIGUSR1)
     path, size, deadline = f"{prefix}.{number}", -1, time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -124,9 +126,13 @@ def snapshot(pid: int, prefix: str, number: int, timeout_s: float = 300.0) -> tr
     raise TimeoutError(f"no snapshot {path} from the broker")
 
 
-def print_growth(first: tracemalloc.Snapshot, last: tracemalloc.Snapshot, top: int = 15) -> None:
-    log("grown most between the snapshots (tracemalloc, by line):")
-    for stat in last.compare_to(first, "lineno")[:top]:
+def print_growth(snapshots: list[tracemalloc.Snapshot], top: int = 15) -> None:
+    """The traced total after each round, and what grew most over the last round. The first snapshot still differs
+    from later ones by what each round replaces (a cursor keeps its last two records: round 1's, untraced, give way)."""
+    log("traced memory after rounds 2..: " + ", ".join(f"{sum(s.size for s in snap.statistics('filename')):,} B"
+                                                       for snap in snapshots))
+    log("grown most over the last round (tracemalloc, by line):")
+    for stat in snapshots[-1].compare_to(snapshots[-2], "lineno")[:top]:
         log(f"  {stat}")
 
 
@@ -171,10 +177,12 @@ def run(spec: Spec) -> Table:
                      f"{per_group / 1024:.2f} KiB") if round_ == 0 else ("", "", "")
             table.add(str(round_ + 1), *costs, f"{mib(held_from - base)} to {mib(held_to - base)}",
                       f"{groups.stats.heartbeats:,} ({groups.stats.rejoins})", mib(rss_bytes(pid) - base))
-            if spec.trace:
-                snapshots.append(snapshot(pid, spec.trace, round_ + 1))
-    if len(snapshots) >= 3:  # the first round's end still holds what warm-up allocates once
-        print_growth(snapshots[1], snapshots[-1])
+            if spec.trace and round_ == 0:
+                os.kill(pid, signal.SIGUSR1)  # tracing starts: round 1 allocated what is allocated once
+            elif spec.trace:
+                snapshots.append(snapshot(pid, spec.trace, round_))
+    if len(snapshots) >= 2:
+        print_growth(snapshots)
     return table
 
 
@@ -186,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=Spec.rounds)
     parser.add_argument("--hold", type=float, default=Spec.hold_s, help="seconds each round holds everything live")
     parser.add_argument("--heartbeat-ms", type=int, default=Spec.heartbeat_ms)
-    parser.add_argument("--trace", metavar="PREFIX", help="run the broker under tracemalloc, snapshots to PREFIX.N")
+    parser.add_argument("--trace", metavar="PREFIX", help="trace the broker's allocations, snapshots to PREFIX.N")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
     table = run(Spec(args.connections, args.producers, args.groups, args.rounds, args.hold, args.heartbeat_ms, args.trace))

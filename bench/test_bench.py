@@ -262,9 +262,13 @@ def test_group_load_holds_live_members_that_heartbeat_and_leave():
     assert [(g.group_state, g.members) for g in after.values()] == [("Empty", [])] * 3
 
 
-def test_connections_benchmark_reports_every_round():
+@pytest.mark.slow  # over 10 s (each round waits for the broker's memory to settle): make test-slow runs it
+def test_connections_benchmark_reports_every_round_and_traces_the_broker(tmp_path, capsys):
     from bench.connections import Spec, run
-    result = run(Spec(connections=20, producers=3, groups=3, rounds=2, hold_s=1, heartbeat_ms=500))
-    assert [row[0] for row in result.rows] == ["1", "2"]
+    trace = str(tmp_path / "snap")
+    result = run(Spec(connections=20, producers=3, groups=3, rounds=3, hold_s=1, heartbeat_ms=500, trace=trace))
+    assert [row[0] for row in result.rows] == ["1", "2", "3"]
     assert all(cell.endswith("KiB") for cell in result.rows[0][1:4])
     assert all(row[4].count("MiB") == 2 and row[6].endswith("MiB") for row in result.rows)
+    assert sorted(os.listdir(tmp_path)) == ["snap.1", "snap.2"]  # tracing from round 1's end, a snapshot after 2, 3
+    assert "traced memory after rounds 2..: " in capsys.readouterr().err
