@@ -142,7 +142,7 @@ def run(spec: Spec) -> Table:
     figures would mix in memory the broker is still giving back from the round before, so they are not shown."""
     table = Table("per connection, producer and group on one broker (RSS)",
                   ["round", "per connection", "per idempotent producer", "per group", "RSS held live",
-                   "heartbeats (rejoins)", "RSS after closing all"])
+                   "heartbeats (rejoins)", "slowest heartbeat", "RSS after closing all"])
     mib = lambda n: f"{n / 2**20:+.1f} MiB"  # noqa: E731
     # room for the idle connections, the members' and the benchmark's own (kop's default max.connections is 10,000)
     config = {"max.connections": str(spec.connections + spec.groups + 100)}
@@ -176,7 +176,8 @@ def run(spec: Spec) -> Table:
             costs = (f"{per_connection / 1024:.1f} KiB", f"{per_producer / 1024:.2f} KiB",
                      f"{per_group / 1024:.2f} KiB") if round_ == 0 else ("", "", "")
             table.add(str(round_ + 1), *costs, f"{mib(held_from - base)} to {mib(held_to - base)}",
-                      f"{groups.stats.heartbeats:,} ({groups.stats.rejoins})", mib(rss_bytes(pid) - base))
+                      f"{groups.stats.heartbeats:,} ({groups.stats.rejoins})",
+                      f"{groups.stats.slowest_heartbeat_s:.1f} s", mib(rss_bytes(pid) - base))
             if spec.trace and round_ == 0:
                 os.kill(pid, signal.SIGUSR1)  # tracing starts: round 1 allocated what is allocated once
             elif spec.trace:

@@ -10,6 +10,7 @@ main thread opens connections and reads the broker's memory.
 import asyncio
 import struct
 import threading
+import time
 from dataclasses import dataclass
 
 from protocol.api import REQUEST_CLASSES, RESPONSE_CLASSES
@@ -34,6 +35,7 @@ REJOIN = {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.R
 class MemberStats:
     heartbeats: int = 0
     rejoins: int = 0
+    slowest_heartbeat_s: float = 0.0  # request to answer, as the member saw it
 
 
 class GroupMember:
@@ -112,8 +114,10 @@ class GroupMember:
                 return
             except asyncio.TimeoutError:
                 pass
+            sent = time.monotonic()
             answer = await self.call(HEARTBEAT, group_id=self.group_id, generation_id=self.generation,
                                      member_id=self.member_id, group_instance_id=None)
+            self.stats.slowest_heartbeat_s = max(self.stats.slowest_heartbeat_s, time.monotonic() - sent)
             self.stats.heartbeats += 1
             if answer.error_code in REJOIN:
                 self.stats.rejoins += 1

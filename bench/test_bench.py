@@ -269,6 +269,6 @@ def test_connections_benchmark_reports_every_round_and_traces_the_broker(tmp_pat
     result = run(Spec(connections=20, producers=3, groups=3, rounds=3, hold_s=1, heartbeat_ms=500, trace=trace))
     assert [row[0] for row in result.rows] == ["1", "2", "3"]
     assert all(cell.endswith("KiB") for cell in result.rows[0][1:4])
-    assert all(row[4].count("MiB") == 2 and row[6].endswith("MiB") for row in result.rows)
+    assert all(row[4].count("MiB") == 2 and row[7].endswith("MiB") for row in result.rows)
     assert sorted(os.listdir(tmp_path)) == ["snap.1", "snap.2"]  # tracing from round 1's end, a snapshot after 2, 3
     assert "traced memory after rounds 2..: " in capsys.readouterr().err
