@@ -69,11 +69,12 @@ test-slow: $(VENV)/.test-installed java
 test-fast: $(VENV)/.test-installed
 	$(PY) -m pytest -q tests
 
-# The fuzzing properties of tests/test_fuzz.py (request decoder, record-batch validator, codecs, SASL messages, admin
-# credentials) at length: make test runs them with a few hundred examples each, this with FUZZ_EXAMPLES.
+# The fuzzing properties of tests/test_fuzz.py and tests/test_record_walk.py (request decoder, the C record walk,
+# record-batch validator, codecs, SASL messages, admin credentials) at length: make test runs them with a few hundred
+# examples each, this with FUZZ_EXAMPLES.
 FUZZ_EXAMPLES ?= 20000
 fuzz: $(VENV)/.test-installed
-	KOP_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py
+	KOP_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py tests/test_record_walk.py
 
 # The same oracles under atheris, coverage-guided (python -m fuzz): each target (or FUZZ_TARGETS) for FUZZ_SECONDS,
 # growing its corpus in build/fuzz/TARGET; an input that breaks an oracle or hangs is saved there and fails the run.

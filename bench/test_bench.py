@@ -233,6 +233,14 @@ def test_txn_index_benchmark_measures_both_probes_on_what_it_wrote():
     assert "now" in txn_index.consume_table([consumed], {consumed["tree"]: "now"}).text()
 
 
+def test_pg_compaction_lag_benchmark_measures_both_ways_side_by_side():
+    from bench import pg_compaction_lag
+    results = asyncio.run(pg_compaction_lag.measure(30, rounds=1))
+    assert set(results) == {"yields every 2 ms", "never yields"}
+    assert all(r["pass_s"] > 0 and r["idle_ticks"] > 0 for runs in results.values() for r in runs)
+    assert "never yields" in pg_compaction_lag.table(results, 30)
+
+
 def test_group_load_holds_live_members_that_heartbeat_and_leave():
     from bench.group_members import DESCRIBE_GROUPS, VERSIONS, GroupLoad
     from integration.idem_raw import RawKafka

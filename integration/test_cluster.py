@@ -156,33 +156,84 @@ def test_a_lone_broker_paused_past_its_lease_is_refused_even_though_no_one_took_
     assert "the lease ran out" in cluster.brokers[1].log_tail(200)  # the control: it did lose its lease
 
 
-def test_a_partition_moved_to_a_joining_broker_is_not_read_from_its_previous_owner(cluster):
-    """The previous owner, paused while a new broker joins and takes a partition over and a record is written there,
-    does not answer a read it finds waiting when it wakes from the state it had: its view of the live brokers is too
-    old to serve reads by (and once renewed, it shows the partition moved)."""
-    cluster.start(2, config={"broker.session.timeout.ms": "15000"})  # the pause does not end the lease
-    topic = "handover"
+LEASE_OUTLASTING_A_PAUSE = {"broker.session.timeout.ms": "15000"}  # a paused broker keeps its session
+
+
+def a_partition_a_third_broker_would_take(cluster: PgCluster, topic: str) -> tuple[int, int]:
+    """Two brokers whose leases outlast a pause, and a topic of 12 partitions: one that broker 3 would own if it
+    joined, with a record `before` stored, and the broker that owns it now."""
+    cluster.start(2, config=LEASE_OUTLASTING_A_PAUSE)
     with RawKafka(cluster.port(1)) as kafka:
         assert kafka.create_topic(topic, 12) == ErrorCode.NONE
     wait_until_served_by_leaders(cluster, topic, 12)
     moving = next(p for p in range(12) if owner_of(f"{topic}-partition-{p}", [1, 2, 3]) == 3)
-    previous = owner_of(f"{topic}-partition-{moving}", [1, 2])
+    owner = owner_of(f"{topic}-partition-{moving}", [1, 2])
+    with RawKafka(cluster.port(owner)) as kafka:
+        assert kafka.produce(topic, moving, plain_batch([b"before"])).error_code == ErrorCode.NONE
+    return moving, owner
+
+
+def a_third_broker_takes(cluster: PgCluster, topic: str, moving: int, value: bytes) -> None:
+    """Broker 3 joins, takes the partition over and stores `value` there, while its previous owner is paused."""
+    cluster.add(3, config=LEASE_OUTLASTING_A_PAUSE)
+    with RawKafka(cluster.port(3)) as on_new:
+        wait_for(lambda: on_new.produce(topic, moving, plain_batch([value])).error_code == ErrorCode.NONE,
+                 "the joining broker to take the partition over and store a record")
+    # The control: the record is stored, after the one the previous owner stored before its pause.
+    assert [r.value for r in read_topic(cluster.port(3), topic, [moving])] == [b"before", value]
+
+
+def test_a_partition_moved_to_a_joining_broker_is_not_read_from_its_previous_owner(cluster):
+    """The previous owner, paused while a new broker joins and takes a partition over and a record is written there,
+    does not answer a read it finds waiting when it wakes from the state it had: its view of the live brokers is too
+    old to serve reads by (and once renewed, it shows the partition moved)."""
+    topic = "handover"
+    moving, previous = a_partition_a_third_broker_would_take(cluster, topic)
     with RawKafka(cluster.port(previous)) as on_previous:
-        assert on_previous.produce(topic, moving, plain_batch([b"before"])).error_code == ErrorCode.NONE
         cluster.pause(previous)
         try:
-            cluster.add(3, config={"broker.session.timeout.ms": "15000"})
-            with RawKafka(cluster.port(3)) as on_new:
-                wait_for(lambda: on_new.produce(topic, moving, plain_batch([b"after"])).error_code == ErrorCode.NONE,
-                         "the joining broker to take the partition over and store a record")
-            # The control: the record is stored, after the one the previous owner holds.
-            assert [r.value for r in read_topic(cluster.port(3), topic, [moving])] == [b"before", b"after"]
+            a_third_broker_takes(cluster, topic, moving, b"after")
             waiting = on_previous.send(fetch_request([(topic, moving, 1)]))
         finally:
             cluster.resume(previous)
         answer = on_previous.receive(waiting, FetchResponse, FETCH_VERSION).responses[0].partitions[0]
     # Not "nothing after offset 1, the end is 1" from the state it had before the move.
     assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER, answer
+
+
+@pytest.mark.slow
+def test_a_partition_owner_paused_while_another_took_its_partition_and_left_serves_it_from_the_database(cluster):
+    """The owner of a partition is paused (not past its lease) while a broker joins, takes the partition over, stores
+    a record there and leaves again. Resumed, the paused broker's view of the live brokers is what it was before, so
+    the partition is its own again: it answers reads from what the database holds now, never from the state it had
+    before the pause (an end offset behind the records another broker stored), and it takes writes again (its old
+    opening of the partition is fenced out by the other broker's)."""
+    topic = "regained-partition"
+    moving, paused = a_partition_a_third_broker_would_take(cluster, topic)
+    cluster.pause(paused)
+    try:
+        a_third_broker_takes(cluster, topic, moving, b"moved")
+        cluster.brokers[3].stop()  # a clean stop ends its lease: the paused broker owns the partition again
+    finally:
+        cluster.resume(paused)
+    ends: list[int | str] = []
+
+    def answered() -> bool:
+        with RawKafka(cluster.port(paused)) as kafka:
+            try:
+                ends.append(kafka.end_offsets(topic, [moving])[moving])
+            except RuntimeError as refused:  # NOT_LEADER_OR_FOLLOWER while it takes the partition again
+                ends.append(str(refused))
+                return False
+        return True
+    wait_for(answered, "the resumed broker to serve the partition again")
+    assert ends[-1] == 2, ends  # not 1, the end it had before the pause
+
+    def written() -> bool:
+        with RawKafka(cluster.port(paused)) as kafka:
+            return kafka.produce(topic, moving, plain_batch([b"back"])).error_code == ErrorCode.NONE
+    wait_for(written, "the resumed broker to take writes to the partition again")
+    assert [r.value for r in read_topic(cluster.port(paused), topic, [moving])] == [b"before", b"moved", b"back"]
 
 
 def commit_offset(port: int, group: str, topic: str, offset: int) -> int:
@@ -257,8 +308,14 @@ GROUP_PROTOCOLS = {
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("fault", ["kill", "pause"])
 @pytest.mark.parametrize("protocol", sorted(GROUP_PROTOCOLS))
-def test_a_consumer_group_keeps_consuming_and_its_offsets_when_its_coordinator_is_killed(cluster, protocol):
+def test_a_consumer_group_keeps_consuming_and_its_offsets_when_its_coordinator_is_killed_or_paused(cluster, protocol,
+                                                                                                  fault):
+    """The group's coordinator is killed, or paused (SIGSTOP) past its lease and resumed (SIGCONT) once another
+    broker coordinates the group: the consumer goes on from its committed offsets, nothing lost and nothing read
+    again. A resumed coordinator joins again, takes the group's shard back and coordinates it (not NOT_COORDINATOR
+    for ever): a new member starts after the offsets committed meanwhile, through it."""
     from confluent_kafka import Consumer, KafkaException, Producer
     cluster.start(3)
     topic, group = "grouped", f"survivors-{protocol}"
@@ -296,9 +353,16 @@ def test_a_consumer_group_keeps_consuming_and_its_offsets_when_its_coordinator_i
     try:
         produce(0, 100)
         assert consume(consumer, {b"v%d" % i for i in range(100)}, 60) >= {b"v%d" % i for i in range(100)}
-        cluster.brokers[victim].kill()
-        moved_to = wait_for(lambda: next((c for n in cluster.running() if (c := coordinator(cluster.port(n), group))
-                                          not in (-1, victim)), None), "another broker to coordinate the group")
+        if fault == "kill":
+            cluster.brokers[victim].kill()
+        else:
+            cluster.pause(victim)
+        try:
+            moved_to = wait_for(lambda: next((c for n in cluster.running() if (c := coordinator(cluster.port(n), group))
+                                              not in (-1, victim)), None), "another broker to coordinate the group")
+        finally:
+            if fault == "pause":
+                cluster.resume(victim)  # past its lease: its writes are refused, it joins again
         produce(100, 100)  # the same consumer, its coordinator gone: it finds the new one and goes on
         wanted = {b"v%d" % i for i in range(100, 200)}
         after = consume(consumer, wanted, 90)
@@ -307,6 +371,10 @@ def test_a_consumer_group_keeps_consuming_and_its_offsets_when_its_coordinator_i
     finally:
         consumer.close()
     assert moved_to != victim
+    if fault == "pause":  # the control: it did lose its lease; then it takes the group's shard back
+        assert "the lease ran out" in cluster.brokers[victim].log_tail(400)
+        wait_for(lambda: {coordinator(cluster.port(n), group) for n in cluster.running()} == {victim},
+                 "the resumed broker to coordinate the group again")
     # The offsets it committed through the new coordinator hold: a new member of the group starts after them.
     produce(200, 10)
     consumer = Consumer(config)

@@ -98,7 +98,7 @@ def test_retention_deletes_old_ledgers_and_moves_the_log_start(broker_factory):
     from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
     admin.create_topics([NewTopic("short", 1, 1, config={"retention.ms": "500"})])["short"].result(10)
-    # kop does not compact, so a compact-only topic keeps everything rather than lose keys' latest values
+    # a compact-only topic is never trimmed by retention (its keys are distinct: compaction removes nothing)
     admin.create_topics([NewTopic("kept", 1, 1, config={"retention.ms": "500",
                                                          "cleanup.policy": "compact"})])["kept"].result(10)
     for i in range(20):

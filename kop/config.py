@@ -215,8 +215,8 @@ class BrokerConfig:
     retention_check_interval_ms: int = setting(5 * 60 * 1000, MILLIS, "log.retention.check.interval.ms",
                                                doc="How often retention runs.")
     log_cleaner_enable: bool = setting(True, None, "log.cleaner.enable",
-                                       doc="Compact the topics whose `cleanup.policy` has `compact`, in a process "
-                                           "of its own.")
+                                       doc="Compact the topics whose `cleanup.policy` has `compact`, off the event "
+                                           "loop (a process of its own on the file engine).")
     log_cleaner_backoff_ms: int = setting(15_000, MILLIS, "log.cleaner.backoff.ms",
                                           doc="How often the log cleaner looks for partitions to compact.")
     log_cleaner_io_max_bytes_per_second: int = setting(0, Range(0, INT64_MAX), "log.cleaner.io.max.bytes.per.second",

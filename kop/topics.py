@@ -512,6 +512,25 @@ class TopicManager:
         for partition in topic.partitions:
             await partition.close()
 
+    def held_ledgers(self) -> dict[str, int]:
+        """The managed ledger of each partition this broker has open, with the fencing epoch it opened it with (the
+        PostgreSQL engine's: kop/cluster checks them against the stored ones)."""
+        return {p.ledger.name: p.ledger.epoch for topic in self.topics.values() for p in topic.partitions}
+
+    async def release_taken(self, stored: dict[str, int]) -> None:
+        """Close the partitions whose stored epoch rose past the one this broker opened them with (`stored`: ledger
+        name -> epoch, read since `held_ledgers()`): another broker took them over since, so what this one holds may
+        be behind the database and none of its writes can succeed. `sync` opens again those it still owns."""
+        async with self._lock:
+            for topic in self.topics.values():
+                for index, partition in enumerate(topic.slots):
+                    if partition is not None and \
+                            stored.get(partition.ledger.name, partition.ledger.epoch) > partition.ledger.epoch:
+                        topic.slots[index] = None
+                        await partition.close()
+                        log.warning("%s: partition %d was taken over by another broker since this one opened it",
+                                    topic.name, index)
+
     async def release_all(self) -> None:
         """Close every partition this broker owns (its lease is lost, or it leaves the cluster)."""
         async with self._lock:

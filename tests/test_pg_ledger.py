@@ -210,6 +210,7 @@ async def test_a_database_of_the_first_schema_is_migrated(postgres_url):
         await conn.execute(MIGRATIONS[0])
         await conn.execute("INSERT INTO kop_record VALUES ('topic', 'public/default/t', 'x')")
         await conn.execute("INSERT INTO kop_entry VALUES ('t', 0, 0, 0, 'e')")
+        await conn.execute("INSERT INTO kop_managed_ledger VALUES ('t', 1, 0, 1, 0)")
     finally:
         await conn.close()
     store = await PgStore(postgres_url).open()
@@ -220,12 +221,13 @@ async def test_a_database_of_the_first_schema_is_migrated(postgres_url):
         await store.close()
     conn = await asyncpg.connect(postgres_url)
     try:
-        assert await conn.fetchval("SELECT version FROM kop_schema") == SCHEMA_VERSION == 7
+        assert await conn.fetchval("SELECT version FROM kop_schema") == SCHEMA_VERSION == 8
         assert await conn.fetchval("SELECT entry FROM kop_entry WHERE name = 't' AND entry_id = 0") == b"e"
         assert await conn.fetchval("SELECT count(*) FROM kop_broker") == 0  # the table version 4 added
         assert await conn.fetchval("SELECT count(*) FROM kop_record_version") == 0  # version 5's
         assert await conn.fetchval("SELECT count(txn_index) FROM kop_ledger") == 0  # the column version 6 added
         assert await conn.fetchval("SELECT count(*) FROM pg_indexes WHERE indexname = 'kop_entry_first_index'") == 1
+        assert await conn.fetchval("SELECT cleaned_through FROM kop_managed_ledger WHERE name = 't'") == -1  # 8's
     finally:
         await conn.close()
 

@@ -7,6 +7,7 @@ both walk well-formed batches, the same batches damaged (bytes flipped, cut, ins
 deltas), and random bytes, with and without the sequence-id headers watched. Well-formed batches must take the C
 path, or the broker would quietly pay the Python walk's cost.
 """
+import os
 import shutil
 import struct
 
@@ -20,6 +21,8 @@ from protocol.records import HEADER_SIZE, BatchHeader, Record, _walk_records, bu
 from protocol.sequence_headers import PRODUCER_NAME_HEADER, SEQUENCE_ID_HEADER, SequenceHeaderScan
 from protocol.varint import encode_varint
 
+# Examples per property: a few hundred in make test; `make fuzz` runs them with FUZZ_EXAMPLES (KOP_FUZZ_EXAMPLES).
+EXAMPLES = int(os.environ.get("KOP_FUZZ_EXAMPLES", "300"))
 fast_walk = records_module._fast_walk
 needs_c = pytest.mark.skipif(fast_walk is None, reason="protocol._accel is not built (no C compiler at install)")
 
@@ -66,7 +69,7 @@ def records_bytes(records: list, holes: bool = False) -> tuple[bytes, int]:
 
 
 @needs_c
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(a_record, min_size=1, max_size=12), st.booleans())
 def test_sound_batches_give_the_python_walks_answer(records, holes):
     data, last_delta = records_bytes(records, holes)
@@ -83,7 +86,7 @@ def test_sound_batches_give_the_python_walks_answer(records, holes):
 
 
 @needs_c
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(a_record, min_size=1, max_size=6), st.booleans(), st.data())
 def test_damaged_batches_are_never_sound_where_the_python_walk_refuses(records, holes, data):
     raw, last_delta = records_bytes(records, holes)
@@ -109,7 +112,7 @@ def test_damaged_batches_are_never_sound_where_the_python_walk_refuses(records, 
 
 
 @needs_c
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(st.binary(max_size=64), st.integers(1, 5), st.integers(-1, 6), st.booleans())
 def test_random_bytes_are_never_sound_where_the_python_walk_refuses(data, count, last_delta, from_client):
     check_same(data, count, last_delta, from_client)

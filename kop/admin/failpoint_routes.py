@@ -11,7 +11,8 @@ aborted-transaction index fail (it stays in memory and in the transaction snapsh
 makes the next n appends to the partition's ledger file (the file engine's write step, before the flush) write half
 their record and fail with EIO, as a disk error part-way through a write would;
 `{"crash_before_cleaned_through": true}` kills the broker (SIGKILL) the next time the log cleaner, having installed a
-pass's rewrites of that partition, is about to record how far it got (file engine only).
+pass's rewrites of that partition, is about to record how far it got (on PostgreSQL, where both are one
+transaction, inside it before it commits).
 """
 from collections.abc import Callable
 from typing import TYPE_CHECKING

@@ -17,14 +17,18 @@ shard over only under a view that does not give it to this one: once this one's 
 while this one saw a broker it does not own the shard under. So a shard is dropped in the very step that installs such
 a view or finds the lease run out, not at the next follow: a broker that regained a shard before it followed again
 answered OffsetFetch from its earlier tenure's cache, behind what the other coordinator had committed meanwhile, and a
-member that resumed from that offset committed the group backwards.
+member that resumed from that offset committed the group backwards. And a broker whose view was already outdated
+when it took a shard over fenced out the shard's coordinator, which kept answering NOT_COORDINATOR to every commit
+while its own view gave it the shard: each follow step drops the shards whose stored epoch rose past this broker's
+(kop/cluster/service.py) and loads again those it still owns; a load takes a shard only while the view is fresh and
+still gives it here.
 """
 import logging
 from collections.abc import Callable
 
 from kop import internal_topics
 from kop.cluster.offsets import ClusterOffsetStore
-from kop.cluster.ownership import java_hash_shard
+from kop.cluster.ownership import java_hash_shard, taken_over
 from kop.groups import GroupCoordinator
 from kop.groups.generations import StoredGenerations
 from kop.groups.offsets import SYSTEM_CURSOR_PREFIX
@@ -92,6 +96,20 @@ class GroupShards:
                 self._release(shard)
                 log.info("group coordinator shard %d moved to another broker", shard)
 
+    def held(self) -> dict[str, int]:
+        """The fencing ledger of each shard this broker has loaded, with the epoch it took the shard over with."""
+        return {shard_ledger(shard): epoch for shard, epoch in self.epochs.items()}
+
+    def release_taken(self, stored: dict[str, int]) -> None:
+        """Drop the shards whose stored epoch rose past this broker's (`stored`: ledger name -> epoch, read since
+        `held()`): another broker took them over since, from a view that was already outdated, and every write of
+        this one is refused from then on. Dropped, a shard this broker still owns is loaded again at the next follow,
+        under a new epoch, instead of answering NOT_COORDINATOR to every commit until the view changes."""
+        for shard in taken_over(self.epochs, shard_ledger, stored):
+            self._release(shard)
+            log.warning("group coordinator shard %d was taken over by another broker: loading it again if this "
+                        "broker still owns it", shard)
+
     def _release(self, shard: int) -> None:
         self._releases += 1
         del self.epochs[shard]
@@ -108,7 +126,14 @@ class GroupShards:
         if not new:
             return
         session, releases = self._store.session, self._releases
-        epochs = {shard: (await self._store.take_ownership(shard_ledger(shard), 0)).row.epoch for shard in new}
+        epochs = {}
+        for shard in sorted(new):
+            # Each take fences out whoever coordinates the shard: only while this broker's view still gives it here.
+            if self._fresh() and self._owns(SHARD_TOPIC, shard):
+                epochs[shard] = (await self._store.take_ownership(shard_ledger(shard), 0)).row.epoch
+        new = set(epochs)
+        if not new:
+            return
         # Read after the fencing: the previous coordinator's every write is in, and no later one can be.
         rows = await self._store.group_cursors(SYSTEM_CURSOR_PREFIX)
         generations = await self._coordinator.generations.load()

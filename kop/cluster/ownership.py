@@ -4,7 +4,7 @@ Every broker computes the same answer from the same member list, with no coordin
 its partitions move (each to the broker that scores next highest), and when one joins it takes about 1/n of them.
 """
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 
 def _score(node_id: int, key: str) -> int:
@@ -24,3 +24,9 @@ def java_hash_shard(key: str, shards: int) -> int:
     for i in range(0, len(data), 2):
         h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
     return (h & 0x7FFFFFFF) % shards
+
+
+def taken_over(epochs: dict[int, int], ledger_of: Callable[[int], str], stored: dict[str, int]) -> list[int]:
+    """The coordinator shards (`epochs`: shard -> the epoch this broker took it over with) whose fencing ledger's
+    stored epoch (`stored`: ledger name -> epoch, read since) rose past this broker's: another broker took them."""
+    return [shard for shard, epoch in sorted(epochs.items()) if stored.get(ledger_of(shard), epoch) > epoch]

@@ -14,7 +14,14 @@ moved could serve a read the new owner's writes have made stale. So a broker ser
 the live brokers is fresh (read, right after a renewal that succeeded, less than three heartbeats ago and less than
 the lease), and a broker that joins while others are live waits that long before it takes any partition over: by
 then every earlier owner has either seen it join or stopped serving reads. Partitions move between live brokers only
-when one joins (a broker that leaves or dies gives its partitions up), so no other move needs the wait.
+when one joins (a broker that leaves or dies gives its partitions up), so no other move needs the wait. A broker
+that lost its lease, or went as long without a view, serves no read until the follow step has dropped what others
+may have taken meanwhile: its next view may give it the same partitions again.
+
+Taken over behind its back. A broker acting on a view already outdated (or paused mid-load) can open a partition or
+coordinator shard its rightful owner holds, fencing that one out, and give it back at its next view. So each follow
+step compares the epochs of what this broker holds with the stored ones and drops what moved on; what it still owns
+it opens again under a new epoch, instead of refusing every write until the live brokers change.
 """
 import asyncio
 import contextlib
@@ -147,6 +154,10 @@ class ClusterService:
         self._transactions: TxnShards | None = None
         self.peers = Peers(me.node_id, peer_security, self.members)
         self._lease_lost = False  # since the last follow: what this broker holds may have been taken
+        # Lease losses and gaps between views so far, and how many of them the follow step has dealt with (dropped
+        # what another broker may have taken meanwhile): no reads are served from what it holds until then.
+        self._gaps = 0
+        self._gaps_checked = 0
         self._moved = asyncio.Event()  # the live brokers changed since the last follow
 
     async def join(self) -> None:
@@ -173,6 +184,9 @@ class ClusterService:
         shard after a gap between views as long as a joining broker waits before it takes over (a broker paused
         meanwhile may have missed one that joined, coordinated its shards and left again)."""
         unseen = viewed_at - self._viewed_at >= self._fresh_for  # paused or cut off: moves it never saw
+        if unseen and self._viewed_at != float("-inf"):  # not at the first view: nothing is held then
+            self._gaps += 1
+            self._moved.set()  # followed now: reads wait for it
         self._members, self._viewed_at = members, viewed_at
         if self._groups is not None:
             self._groups.release_all() if unseen else self._groups.release_unowned()
@@ -186,8 +200,9 @@ class ClusterService:
 
     @property
     def fresh(self) -> bool:
-        """Whether this broker's view of the live brokers is recent enough to serve reads and coordinate by."""
-        return time.monotonic() - self._viewed_at < self._fresh_for
+        """Whether this broker's view of the live brokers is recent enough to serve reads and coordinate by, and
+        what it holds was checked since it last lost its lease or missed views."""
+        return time.monotonic() - self._viewed_at < self._fresh_for and self._gaps_checked == self._gaps
 
     async def serve_groups(self, coordinator: GroupCoordinator) -> None:
         """Coordinate the groups of the `__consumer_offsets` shards this broker owns (kop/cluster/groups.py)."""
@@ -237,26 +252,33 @@ class ClusterService:
         while True:
             await asyncio.sleep(self._heartbeat)
             try:
-                started = time.monotonic()
-                if await self._membership.renew():
-                    members = await self._membership.live()
-                    if [m.node_id for m in members] != [m.node_id for m in self._members]:
-                        log.info("live brokers now %s", [m.node_id for m in members])
-                        self._moved.set()  # partitions moved: followed now, not at the next beat
-                    self._see(members, started)
-                else:
-                    log.error("node %d: the lease ran out (paused or cut off for longer than "
-                              "broker.session.timeout.ms); dropping every partition and joining again",
-                              self._me.node_id)
-                    self._lease_lost = True
-                    if self._groups is not None:  # before a new view can name this broker the coordinator again
-                        self._groups.release_all()
-                    self._moved.set()
-                    await self._register()
+                await self.renew()
             except NodeIdInUse as exc:
                 log.error("%s", exc)
             except Exception:  # noqa: BLE001 - the database unreachable: the lease runs on until it expires
                 log.exception("cannot renew the lease; trying again")
+
+    async def renew(self) -> None:
+        """Renew the lease and read the live brokers; register again under a new session when the lease had run
+        out (NodeIdInUse when another broker took the node id meanwhile)."""
+        started = time.monotonic()
+        if await self._membership.renew():
+            members = await self._membership.live()
+            if [m.node_id for m in members] != [m.node_id for m in self._members]:
+                log.info("live brokers now %s", [m.node_id for m in members])
+                self._moved.set()  # partitions moved: followed now, not at the next beat
+            self._see(members, started)
+            return
+        log.error("node %d: the lease ran out (paused or cut off for longer than broker.session.timeout.ms); "
+                  "dropping every partition and joining again", self._me.node_id)
+        self._lease_lost = True
+        # No reads from what it holds, even under the view it registers again with, until the follow step dropped it:
+        # another broker may have written to its partitions meanwhile.
+        self._gaps += 1
+        if self._groups is not None:  # before a new view can name this broker the coordinator again
+            self._groups.release_all()
+        self._moved.set()
+        await self._register()
 
     async def _follow_loop(self) -> None:
         while True:
@@ -270,7 +292,8 @@ class ClusterService:
 
     async def follow(self) -> None:
         """Read the topics and follow the ownership the live brokers give, first dropping everything held when the
-        lease had run out."""
+        lease had run out, and then what another broker took over meanwhile."""
+        gaps = self._gaps
         if self._lease_lost:
             self._lease_lost = False
             await self._topics.release_all()
@@ -278,6 +301,8 @@ class ClusterService:
                 self._groups.release_all()
             if self._transactions is not None:
                 await self._transactions.release_all()
+        await self._release_taken()
+        self._gaps_checked = gaps
         await self._takeover_grace()
         if not self.fresh:
             return  # the lease may be gone: ownership is followed again once it is renewed
@@ -294,6 +319,25 @@ class ClusterService:
             await self._groups.follow()
         if self._transactions is not None:
             await self._transactions.follow()
+
+    async def _release_taken(self) -> None:
+        """Drop the partitions and coordinator shards another broker took over since this one opened them (their
+        stored epoch rose): taken from a view that was already outdated, or while this broker was paused. This one
+        can no longer write them and may be behind on them; those it still owns are opened again below, under a new
+        epoch, rather than failing every write (and answering reads from stale state) until the view changes."""
+        held = self._topics.held_ledgers()
+        if self._groups is not None:
+            held |= self._groups.held()
+        if self._transactions is not None:
+            held |= self._transactions.held()
+        if not held:
+            return
+        stored = await self._store.epochs(sorted(held))
+        await self._topics.release_taken(stored)
+        if self._groups is not None:
+            self._groups.release_taken(stored)
+        if self._transactions is not None:
+            await self._transactions.release_taken(stored)
 
     async def stop(self) -> None:
         """Close this broker's partitions, then end the lease, so the others take them over at once."""

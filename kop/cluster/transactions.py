@@ -25,7 +25,7 @@ from kafka.protocol.producer.transaction import (AddPartitionsToTxnRequest, AddP
                                                  WriteTxnMarkersRequest, WriteTxnMarkersResponse)
 
 from kop.cluster import groups
-from kop.cluster.ownership import java_hash_shard
+from kop.cluster.ownership import java_hash_shard, taken_over
 from kop.cluster.peers import PeerUnreachable, Peers
 from kop.ledger import LedgerConfig, ManagedLedgerError
 from kop.ledger.postgres import PgStore
@@ -70,7 +70,7 @@ class TxnShards:
         self._coordinator = coordinator
         self._owns = owns
         self._fresh = fresh
-        self.loaded: set[int] = set()
+        self.loaded: dict[int, int] = {}  # shard -> the epoch this broker opened its state log with
         self.others = ViaPeers(peers, leader, fresh)
         coordinator.join_cluster(shard_of, self.error_for, self.others)
 
@@ -86,17 +86,32 @@ class TxnShards:
         for shard in sorted(self.loaded):
             await self._release(shard)
 
+    def held(self) -> dict[str, int]:
+        """The state log of each shard this broker has loaded, with the epoch it opened it with."""
+        return {shard_ledger(shard): epoch for shard, epoch in self.loaded.items()}
+
+    async def release_taken(self, stored: dict[str, int]) -> None:
+        """Drop the shards whose state log another broker opened since (`stored`: ledger name -> epoch, read since
+        `held()`), from a view already outdated: this one can no longer log a transition, and a shard it still
+        owns is opened again at the next follow instead of failing every request until the view changes."""
+        for shard in taken_over(self.loaded, shard_ledger, stored):
+            await self._release(shard)
+            log.warning("transaction coordinator shard %d was taken over by another broker: opening it again if "
+                        "this broker still owns it", shard)
+
     async def _release(self, shard: int) -> None:
-        self.loaded.discard(shard)
+        self.loaded.pop(shard, None)
         await self._coordinator.drop_shard(shard)
 
     async def follow(self) -> None:
         """Load the shards this broker owns now and has not loaded; drop those it no longer owns."""
         owned = {shard for shard in range(SHARDS) if self._owns(SHARD_TOPIC, shard)}
-        for shard in sorted(self.loaded - owned):
+        for shard in sorted(set(self.loaded) - owned):
             await self._release(shard)
             log.info("transaction coordinator shard %d moved to another broker", shard)
-        for shard in sorted(owned - self.loaded):
+        for shard in sorted(owned - set(self.loaded)):
+            if not (self._fresh() and self._owns(SHARD_TOPIC, shard)):  # opening it fences out its coordinator
+                continue
             try:
                 ledger = await PgManagedLedger.open(shard_ledger(shard), self._store, self._config)
             except ManagedLedgerError as exc:  # the lease ran out meanwhile: tried again at the next beat
@@ -104,7 +119,7 @@ class TxnShards:
                 continue
             state_log = TxnStateLog(ledger, ledger.epoch)
             self._coordinator.adopt_shard(shard, state_log, state_log.load())
-            self.loaded.add(shard)
+            self.loaded[shard] = ledger.epoch
 
 
 def shard_ledger_config(fsync: bool) -> LedgerConfig:

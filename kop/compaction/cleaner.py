@@ -5,10 +5,11 @@ A partition's cleanable range is its closed ledgers, oldest first, up to the fir
 min.compaction.lag.ms ago (the current ledger is never cleaned: a record becomes cleanable once its ledger rolls, by
 segment.bytes, segment.ms or max.compaction.lag.ms). The ledgers after the last one cleaned are the dirty section;
 the partition is cleaned when dirty bytes / cleanable bytes reach min.cleanable.dirty.ratio, or when its oldest dirty
-ledger closed max.compaction.lag.ms ago (selection.py). The reading and writing happen in the cleaner's own process
-(kop/compaction/rewrite.py), so neither the event loop nor the produce path waits for it, nor shares the interpreter
-lock with it; the event loop only installs the finished rewrites (two renames each) and records how far the cleaner
-got.
+ledger closed max.compaction.lag.ms ago (selection.py). The reading and rewriting (kop/compaction/rewrite.py) happen
+off the event loop: for the file engine in the cleaner's own process, so it does not even share the interpreter lock;
+for the PostgreSQL engine, whose entries are in the broker's memory, in a thread. The event loop only installs the
+finished rewrites and records how far the cleaner got: two renames each and the ledger list (file engine), or one
+fenced transaction that stores the changed entries and the cleaned-through point together (PostgreSQL).
 """
 import asyncio
 import contextlib
@@ -16,13 +17,15 @@ import ctypes
 import logging
 import multiprocessing
 import signal
+import threading
 import uuid
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from kop import clock
-from kop.compaction.rewrite import CompactionJob, CompactionResult, LedgerChanged, compact
+from kop.compaction.rewrite import CleanerStopped, CompactionJob, CompactionResult, LedgerChanged, compact
 from kop.compaction.selection import select
 from kop.compaction.settings import CompactionSettings
 from kop.compaction.stats import CleanerStats
@@ -50,6 +53,7 @@ class LogCleaner:
         self._metrics = metrics
         self._io_bytes_per_second = io_bytes_per_second
         self._executor: ProcessPoolExecutor | None = None
+        self._stop = threading.Event()  # a pass in a thread ends at the next entry once set
 
     async def run(self, interval_s: float) -> None:
         try:
@@ -63,6 +67,10 @@ class LogCleaner:
             self.close()
 
     def close(self) -> None:
+        self._stop.set()
+        self._drop_pool()
+
+    def _drop_pool(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
@@ -95,19 +103,23 @@ class LogCleaner:
         log.info("%s: compacting ledgers %d-%d (dirty ratio %.2f)", partition.name, cleanable[0].ledger_id,
                  cleanable[-1].ledger_id, stats.dirty_ratio)
         try:
-            result = await asyncio.get_running_loop().run_in_executor(self._pool(), compact, job)
+            if cleanable[0].entries is not None:  # the engine's entries are in this process's memory: a thread
+                result = await asyncio.to_thread(compact, replace(job, stop=self._stop))
+            else:
+                result = await asyncio.get_running_loop().run_in_executor(self._pool(), compact, job)
+        except CleanerStopped:
+            return False
         except (LedgerChanged, FileNotFoundError) as exc:
             log.info("%s: compaction pass dropped, a ledger changed while it was read (%s)", partition.name, exc)
             return False
         except BrokenProcessPool:
             log.warning("%s: the cleaner process died; a new one takes the next pass", partition.name)
-            self.close()
+            self._drop_pool()
             return False
-        installed = [r for r in result.rewritten if ledger.install_compacted(r)]
+        installed = await ledger.install_compaction(result.rewritten, cleanable[-1].ledger_id)
         if len(installed) != len(result.rewritten):
             log.info("%s: %d compacted ledgers not installed: they changed meanwhile", partition.name,
                      len(result.rewritten) - len(installed))
-        ledger.set_cleaned_through(cleanable[-1].ledger_id)
         self._record(partition, stats, result, installed, now, cleanable[-1].ledger_id)
         return True
 

@@ -1,8 +1,10 @@
-"""The cleaner's work on one partition, run in the cleaner's own process: read the closed ledgers of the cleanable
-range, find the latest record of each key, and write each ledger that holds records to remove again, whole, beside
-the original (`{id}.log.compacting`, `{id}.idx.compacting`). Nothing here touches what readers see: the broker
-installs a rewritten ledger (kop/ledger/file_ledger.py) by renaming it over the original on its event loop, so a
-crash at any point leaves either the original or the complete rewrite, never a half-written ledger.
+"""The cleaner's work on one partition, run off the event loop: read the closed ledgers of the cleanable range, find
+the latest record of each key, and write each ledger that holds records to remove again. For the file engine (in the
+cleaner's own process) a rewrite is whole new files beside the original (`{id}.log.compacting`, `{id}.idx.compacting`),
+which the broker installs (kop/ledger/file_ledger.py) by renaming them over the original on its event loop; for the
+PostgreSQL engine (in a thread: its entries are in the broker's memory) it is the new bytes of each entry that
+changed, which the engine stores in one fenced transaction (kop/ledger/postgres/ledger.py). Nothing here touches what
+readers see, so a crash at any point leaves either the original or the complete rewrite, never a half-written ledger.
 
 What a rewrite keeps, as Kafka's log cleaner does:
 * every entry, with its first offset, span and metadata: offsets never change, and the records removed leave holes;
@@ -19,6 +21,8 @@ What a rewrite keeps, as Kafka's log cleaner does:
   transaction index and the last stable offset are rebuilt from them).
 """
 import os
+import threading
+import time
 from dataclasses import dataclass, field
 
 from kop.compaction.throttle import Throttle
@@ -39,6 +43,7 @@ class CompactionJob:
     max_entry_bytes: int
     fsync: bool
     io_bytes_per_second: float = float("inf")  # reads and writes together
+    stop: threading.Event | None = None  # in a thread (entries in memory): set when the broker shuts down
 
 
 @dataclass
@@ -57,7 +62,29 @@ class LedgerChanged(Exception):
     """A ledger could not be read as snapshotted (deleted by retention meanwhile): this pass is dropped."""
 
 
-def _entries(ledger: LedgerSnapshot, max_entry_bytes: int, throttle: Throttle):
+class CleanerStopped(Exception):
+    """The broker is shutting down: a pass in a thread of its process ends rather than hold the exit up."""
+
+
+YIELD_EVERY_S = 0.002  # in a thread: how long the pass holds the interpreter lock before it lets the event loop in
+YIELD_S = 0.0002
+
+
+def _entries(ledger: LedgerSnapshot, job: CompactionJob, throttle: Throttle):
+    if ledger.entries is not None:  # an engine holding its entries in memory: a thread of the broker's process
+        held_since = time.perf_counter()
+        for entry in ledger.entries:
+            if job.stop is not None and job.stop.is_set():
+                raise CleanerStopped(job.name)
+            if time.perf_counter() - held_since >= YIELD_EVERY_S:
+                # A real sleep, not sleep(0): the event loop thread waiting for the lock gets it now rather than
+                # after the interpreter's switch interval, so its ticks are not held up by the pass.
+                time.sleep(YIELD_S)
+                held_since = time.perf_counter()
+            throttle.spend(len(entry.data))
+            yield entry
+        return
+    max_entry_bytes = job.max_entry_bytes
     fd = os.open(ledger.log_path, os.O_RDONLY)
     try:
         for entry_id, pos in enumerate(ledger.positions):
@@ -98,7 +125,7 @@ def read_range(job: CompactionJob, throttle: Throttle) -> RangeView:
     view = RangeView()
     pending: dict[int, tuple[list[int], list[tuple[bytes, int]]]] = {}  # producer id -> its open transaction's
     for ledger in job.ledgers:                                          # batches and keyed records
-        for entry in _entries(ledger, job.max_entry_bytes, throttle):
+        for entry in _entries(ledger, job, throttle):
             (header, _), = split_batches(entry.data)
             if header.is_control:
                 batches, records = pending.pop(header.producer_id, ([], []))
@@ -142,7 +169,7 @@ def _kept(entry: RawEntry, view: RangeView,
 
 def _needs_rewrite(ledger: LedgerSnapshot, job: CompactionJob, view: RangeView, throttle: Throttle) -> bool:
     drop_tombstones = ledger.closed_ms < job.tombstone_horizon_ms
-    for entry in _entries(ledger, job.max_entry_bytes, throttle):
+    for entry in _entries(ledger, job, throttle):
         _, records, kept = _kept(entry, view, drop_tombstones)
         if len(kept) < len(records):
             return True
@@ -171,17 +198,34 @@ def _rewrite_entry(entry: RawEntry, view: RangeView, drop_tombstones: bool,
 
 def _rewrite_ledger(ledger: LedgerSnapshot, job: CompactionJob, view: RangeView,
                     result: CompactionResult, throttle: Throttle) -> RewrittenLedger:
-    """Write the ledger again beside itself, entry by entry (memory holds one entry and the index)."""
     drop_tombstones = ledger.closed_ms < job.tombstone_horizon_ms
+    rewritten = ((entry, _rewrite_entry(entry, view, drop_tombstones, result))
+                 for entry in _entries(ledger, job, throttle))
+    if ledger.entries is not None:
+        return _rewrite_in_memory(ledger, rewritten)
+    return _rewrite_files(ledger, job, rewritten, throttle)
+
+
+def _rewrite_in_memory(ledger: LedgerSnapshot, rewritten) -> RewrittenLedger:
+    """The framed bytes of each entry that changed, for the engine to store in place of the old ones."""
+    changed, size = [], 0
+    for entry, data in rewritten:
+        size += len(data)
+        if data is not entry.data:
+            changed.append((entry.entry_id, encode_entry(entry.first_index, entry.span, entry.metadata, data)))
+    return RewrittenLedger(ledger.ledger_id, "", "", (), size, ledger.size, tuple(changed))
+
+
+def _rewrite_files(ledger: LedgerSnapshot, job: CompactionJob, rewritten, throttle: Throttle) -> RewrittenLedger:
+    """Write the ledger again beside itself, entry by entry (memory holds one entry and the index)."""
     suffix = f"{COMPACTING_SUFFIX}-{job.token}"
     log_path, idx_path = ledger.log_path + suffix, ledger.idx_path + suffix
     index, positions = [], []
     size = 0
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        for entry in _entries(ledger, job.max_entry_bytes, throttle):
-            record = encode_entry(entry.first_index, entry.span, entry.metadata,
-                                  _rewrite_entry(entry, view, drop_tombstones, result))
+        for entry, data in rewritten:
+            record = encode_entry(entry.first_index, entry.span, entry.metadata, data)
             os.write(fd, record)
             throttle.spend(len(record))
             index.append(INDEX_RECORD.pack(entry.first_index, size))

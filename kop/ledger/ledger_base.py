@@ -182,12 +182,12 @@ class LedgerBase(ManagedLedger):
         cursor log of its own has one to fail."""
         raise NotImplementedError("this storage engine has no cursor log")
 
-    # ---- compaction (kop/compaction): only an engine whose closed ledgers are files the cleaner can rewrite
+    # ---- compaction (kop/compaction): the cleaner reads closed ledgers and the engine installs their rewrites
 
     cleaned_through = -1  # the last ledger compacted
 
     def closed_ledgers(self) -> list:
-        """The closed ledgers the log cleaner may rewrite: none, unless the engine's ledgers are files."""
+        """The closed ledgers the log cleaner may rewrite (kop.ledger.rewrites.LedgerSnapshot each), oldest first."""
         return []
 
     def install_compacted(self, rewritten: Any) -> bool:
@@ -195,6 +195,14 @@ class LedgerBase(ManagedLedger):
 
     def set_cleaned_through(self, ledger_id: int) -> None:
         raise NotImplementedError("this storage engine does not compact")
+
+    async def install_compaction(self, rewritten: list, cleaned_through: int) -> list:
+        """Put a pass's rewrites (kop.ledger.rewrites.RewrittenLedger each) in place of their ledgers and record how
+        far the cleaner got; the rewrites installed (not those of ledgers that changed meanwhile). This engine
+        installs each rewrite, then records the point."""
+        installed = [r for r in rewritten if self.install_compacted(r)]
+        self.set_cleaned_through(cleaned_through)
+        return installed
 
     def inject_crash_before_cleaned_through(self) -> None:
         """Failpoint (admin API, tests): the broker kills itself (SIGKILL) when the cleaner next records how far it

@@ -10,11 +10,14 @@ A failed commit's outcome is unknown (the connection may have dropped after the 
 later one are failed to their writers, and before anything more is accepted every row after the last confirmed entry
 is deleted in a fenced transaction, so what was reported failed is really not stored; then a new ledger starts, as the
 file engine rolls after a failed write. Ledgers roll on every open, on size and age, and after a failed write;
-retention deletes whole closed ledgers.
+retention deletes whole closed ledgers. Log compaction replaces closed ledgers' entries in place (the same positions,
+smaller batches), with the cleaned-through point, in one fenced transaction.
 """
 import asyncio
 import errno
 import logging
+import os
+import signal
 import time
 from bisect import bisect_right
 from collections.abc import Callable
@@ -30,6 +33,7 @@ from kop.ledger.position import Position
 from kop.ledger.postgres.batcher import Batcher
 from kop.ledger.postgres.cursors import PgCursors
 from kop.ledger.postgres.store import LedgerFencedOut, PgStore
+from kop.ledger.rewrites import LedgerSnapshot, RewrittenLedger
 from kop.ledger.time_index import NO_TIMESTAMP, TimeIndex, batch_max_timestamp
 
 log = logging.getLogger(__name__)
@@ -106,6 +110,7 @@ class PgManagedLedger(LedgerBase):
         loaded = await store.take_ownership(name, initial_index)
         row = loaded.row
         ml._epoch, ml._last_ledger_id, ml._deleted_before = row.epoch, row.last_ledger_id, row.deleted_before
+        ml.cleaned_through = row.cleaned_through
         by_id: dict[int, _Ledger] = {}
         for stored in loaded.entries:
             ledger = by_id.get(stored.ledger_id)
@@ -326,6 +331,62 @@ class PgManagedLedger(LedgerBase):
         await self._store.delete_ledger(self.name, self._epoch, self._ledgers[0].ledger_id)
         self._txn_indexed.discard(self._ledgers[0].ledger_id)  # its row held it
         del self._ledgers[0]
+
+    # ---- compaction (kop/compaction): the cleaner reads closed ledgers' entries here and hands back changed ones
+
+    def closed_ledgers(self) -> list[LedgerSnapshot]:
+        """The closed ledgers whose entries are all durable, oldest first, as the cleaner reads them: their entry
+        lists themselves (an install replaces a ledger's list, never changes it)."""
+        return [LedgerSnapshot.in_memory(l.ledger_id, l.raws, l.size, l.closed_ms) for l in self._ledgers
+                if l is not self._current and l.entries and l.closed_ms is not None
+                and Position(l.ledger_id, l.entries - 1) <= self._lac]
+
+    async def install_compaction(self, rewritten: list[RewrittenLedger], cleaned_through: int) -> list:
+        """Store the rewrites' changed entries at their positions and the cleaned-through point in one fenced
+        transaction, then serve them. Every entry keeps its position, offsets and time, so cursors, dedup snapshots
+        and the offset and time lookups stay true. A rewrite of a ledger that changed meanwhile (deleted by
+        retention) is not installed. If the commit's outcome is unknown (a lost connection), memory keeps the
+        originals: the stored state is either those or the rewrites, both the same records at the same offsets,
+        and the next pass compacts again."""
+        if self._closed or self._fenced is not None:
+            return []
+        by_id = {l.ledger_id: l for l in self._ledgers if l is not self._current}
+        current = [r for r in rewritten if r.ledger_id in by_id and by_id[r.ledger_id].size == r.size_before]
+        rows = [(r.ledger_id, entry_id, payload) for r in current for entry_id, payload in r.entries]
+        try:
+            stored = await self._store.install_compaction(self.name, self._epoch, rows, cleaned_through,
+                                                          self._crash_failpoint(cleaned_through))
+        except LedgerFencedOut as exc:
+            log.info("%s: compaction not installed: %s", self.name, exc)
+            return []
+        self.cleaned_through = max(self.cleaned_through, cleaned_through)
+        installed = []
+        for r in current:
+            ledger = by_id[r.ledger_id]
+            if r.ledger_id not in stored or ledger not in self._ledgers:  # deleted by retention meanwhile
+                continue
+            raws = list(ledger.raws)
+            for entry_id, payload in r.entries:
+                raws[entry_id] = decode_entry(entry_id, unframe(payload))
+            ledger.raws, ledger.size = raws, r.size
+            installed.append(r)
+        return installed
+
+    def _crash_failpoint(self, cleaned_through: int) -> Callable[[], None] | None:
+        if not self._crash_before_cleaned_through:
+            return None
+
+        def crash() -> None:
+            log.warning("%s: failpoint: killing the broker before recording ledger %d as cleaned (the rewrites' "
+                        "transaction not committed)", self.name, cleaned_through)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return crash
+
+    def inject_crash_before_cleaned_through(self) -> None:
+        """Failpoint: the broker kills itself inside the transaction that installs the cleaner's next pass, after
+        its statements ran and before it commits: rewrites and cleaned-through point are one commit here, so there
+        is no moment between them to crash in."""
+        self._crash_before_cleaned_through = True
 
     # ---- transaction indexes: a column of the ledger's row
 

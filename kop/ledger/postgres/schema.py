@@ -95,6 +95,10 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX kop_entry_first_index ON kop_entry (name, first_index, ledger_id, entry_id);
     """,
+    # 8: log compaction: the last ledger the cleaner compacted, written in the transaction that stores its rewrites
+    """
+    ALTER TABLE kop_managed_ledger ADD COLUMN cleaned_through bigint NOT NULL DEFAULT -1;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

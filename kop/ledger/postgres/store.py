@@ -39,6 +39,7 @@ class LedgerRow:
     last_ledger_id: int
     end_floor: int
     deleted_before: int
+    cleaned_through: int  # the last ledger the log cleaner compacted
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +115,7 @@ class PgStore:
             row = await conn.fetchrow(
                 "INSERT INTO kop_managed_ledger AS m (name, epoch, last_ledger_id, end_floor, deleted_before, "
                 "owner_session) VALUES ($1, 1, -1, $2, 0, $3) ON CONFLICT (name) DO UPDATE SET epoch = m.epoch + 1, "
-                "owner_session = $3 RETURNING epoch, last_ledger_id, end_floor, deleted_before",
+                "owner_session = $3 RETURNING epoch, last_ledger_id, end_floor, deleted_before, cleaned_through",
                 name, initial_index, self.session)
             closed = await conn.fetch("SELECT ledger_id, closed_ms FROM kop_ledger WHERE name = $1 "
                                       "AND closed_ms IS NOT NULL", name)
@@ -125,6 +126,13 @@ class PgStore:
                                        name)
         return Loaded(LedgerRow(*row), {r[0]: r[1] for r in closed},
                       [StoredEntry(*r) for r in entries], [r[0] for r in cursors], [r[0] for r in indexed])
+
+    async def epochs(self, names: list[str]) -> dict[str, int]:
+        """The fencing epoch each named managed ledger has now (those stored): one that differs from the epoch a
+        broker opened it with was taken over by another broker since."""
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch("SELECT name, epoch FROM kop_managed_ledger WHERE name = ANY($1::text[])", names)
+        return {row["name"]: row["epoch"] for row in rows}
 
     async def append(self, name: str, epoch: int, closed_ms: int, end_index: int,
                      entries: list[tuple[int, int, int, bytes]]) -> None:
@@ -192,6 +200,31 @@ class PgStore:
             await self._check_owner(conn, name, epoch)
             await conn.execute("DELETE FROM kop_entry WHERE name = $1 AND ledger_id = $2", name, ledger_id)
             await conn.execute("DELETE FROM kop_ledger WHERE name = $1 AND ledger_id = $2", name, ledger_id)
+
+    async def install_compaction(self, name: str, epoch: int, entries: list[tuple[int, int, bytes]],
+                                 cleaned_through: int, before_commit: Callable[[], None] | None = None) -> set[int]:
+        """The log cleaner's pass, in one fenced transaction: store each rewritten entry (ledger id, entry id, framed
+        bytes) in place of the entry at its position, and record the last ledger cleaned. The ids of the ledgers
+        whose entries were replaced (not one retention deleted first). The owner's row is locked first (as an append
+        locks it), so retention's deletes and the appends wait for this transaction, never interleave with it."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            owned = await conn.fetchval(
+                "UPDATE kop_managed_ledger SET cleaned_through = greatest(cleaned_through, $3) "
+                f"WHERE name = $1 AND epoch = $2 AND {_leased('$4')} RETURNING 1",
+                name, epoch, cleaned_through, self.session)
+            if not owned:
+                raise LedgerFencedOut(f"{name}: {FENCED}")
+            stored: set[int] = set()
+            if entries:
+                ledger_ids, entry_ids, payloads = zip(*entries)
+                rows = await conn.fetch(
+                    "UPDATE kop_entry e SET entry = u.b FROM unnest($2::bigint[], $3::int[], $4::bytea[]) "
+                    "AS u(l, i, b) WHERE e.name = $1 AND e.ledger_id = u.l AND e.entry_id = u.i RETURNING e.ledger_id",
+                    name, ledger_ids, entry_ids, payloads)
+                stored = {row[0] for row in rows}
+            if before_commit is not None:  # a failpoint
+                before_commit()
+        return stored
 
     async def remove(self, name: str) -> None:
         """Everything of a managed ledger (its topic was deleted, or a new topic of the same name starts empty)."""
