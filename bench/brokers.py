@@ -15,14 +15,17 @@ RDKAFKA_LOG.setLevel(logging.ERROR)
 
 
 @contextmanager
-def running_broker(config: dict[str, str] | None = None, keep: bool = False,
-                   tree: str | None = None) -> Iterator[BrokerProcess]:
+def running_broker(config: dict[str, str] | None = None, keep: bool = False, tree: str | None = None,
+                   program: tuple[str, ...] | None = None) -> Iterator[BrokerProcess]:
     """Start a broker with `config` (properties-file keys, e.g. {"fsync": "false"}) on a free port; stop it and
-    delete its data on exit unless keep. `tree`: run the kop of another source tree (a checkout of another commit)."""
+    delete its data on exit unless keep. `tree`: run the kop of another source tree (a checkout of another commit);
+    `program`: the command that stands for `kop` (a wrapper such as bench.traced_kop)."""
     root = tempfile.mkdtemp(prefix="kop-bench-")
     broker = BrokerProcess(f"{root}/data", config=dict(config or {}))
     if tree is not None:
         broker.program = tree_program(tree)
+    if program is not None:
+        broker.program = program
     try:
         broker.start()
         yield broker

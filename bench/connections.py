@@ -1,25 +1,39 @@
 """What one broker spends per connection, per idempotent producer and per consumer group, and that it gives it
-back: each population is created, measured and closed three times over, and the broker's memory after each round
-must stay flat (nothing grows without bound).
+back: each population is created, held live, measured and closed three times over, and the broker's memory after
+each round must stay flat (nothing grows without bound).
+
+A group is a classic consumer group with one live member on its own connection (JoinGroup, SyncGroup, OffsetCommit,
+a Heartbeat every 3 s; bench/group_members.py). Every round rejoins the same groups, as a
+restarted application does; each round's idempotent producers are new ones (Kafka gives every producer start a new
+id), kept by the broker up to its per-partition producer limit.
 
     python -m bench.connections                                      # 10,000 / 1,000 / 1,000
-    python -m bench.connections --connections 1000 --producers 100 --groups 100 --rounds 2
+    python -m bench.connections --connections 1000 --producers 100 --groups 100 --rounds 2 --hold 10
+    python -m bench.connections --rounds 4 --trace /tmp/kop-rounds   # where memory that stays comes from
+
+--trace runs the broker under tracemalloc (bench/traced_kop.py, several times slower, so not for the cost figures)
+from the end of round 1, takes a snapshot after each later round and prints the traced total after each and what grew
+most over the last round.
 """
 import argparse
+import os
+import signal
 import socket
 import struct
 import sys
 import time
+import tracemalloc
 from dataclasses import dataclass
 
 from bench.brokers import running_broker
+from bench.group_members import GroupLoad
 from bench.procstat import open_descriptors, rss_bytes
 from bench.report import Table
 from integration.idem_raw import RawKafka, idempotent_batch
-from protocol.api import REQUEST_CLASSES, RESPONSE_CLASSES
+from protocol.api import REQUEST_CLASSES
 from protocol.errors import ErrorCode
 
-API_VERSIONS, OFFSET_COMMIT = 18, 8
+API_VERSIONS = 18
 TOPIC = "bench-state"
 
 
@@ -29,6 +43,9 @@ class Spec:
     producers: int = 1_000
     groups: int = 1_000
     rounds: int = 3
+    hold_s: float = 30.0  # everything live, heartbeating: RSS sampled at its start and end
+    heartbeat_ms: int = 3_000  # Kafka's consumer default, as its session timeout of 45 s
+    trace: str | None = None  # snapshot files' prefix: run the broker under tracemalloc
 
 
 def log(message: str) -> None:
@@ -71,23 +88,6 @@ def register_producers(port: int, count: int) -> None:
                 raise RuntimeError(f"produce answered {answer.error_code}")
 
 
-def commit_for_groups(port: int, count: int, round_: int) -> None:
-    """An offset commit (no group membership, as a simple consumer commits) for each of `count` groups."""
-    version = 8
-    Req = REQUEST_CLASSES[OFFSET_COMMIT][version]
-    Part = Req.OffsetCommitRequestTopic.OffsetCommitRequestPartition
-    with RawKafka(port, timeout=30) as raw:
-        for i in range(count):
-            request = Req(group_id=f"bench-group-{round_}-{i}", generation_id_or_member_epoch=-1, member_id="",
-                          group_instance_id=None, topics=[Req.OffsetCommitRequestTopic(
-                              name=TOPIC, partitions=[Part(partition_index=0, committed_offset=1,
-                                                           committed_leader_epoch=-1, committed_metadata="")])])
-            response = raw.call(request, RESPONSE_CLASSES[OFFSET_COMMIT], version)
-            code = response.topics[0].partitions[0].error_code
-            if code != ErrorCode.NONE:
-                raise RuntimeError(f"offset commit answered {code}")
-
-
 def wait_for_closes(pid: int, descriptors: int, timeout_s: float = 120.0) -> None:
     """Until the broker has seen every closed connection go (its descriptors back to `descriptors` or fewer) and
     its memory has settled (less than 1 MiB of change over two seconds), so the next figure is not this release."""
@@ -103,13 +103,52 @@ def wait_for_closes(pid: int, descriptors: int, timeout_s: float = 120.0) -> Non
         previous = now
 
 
+def hold(pid: int, groups: GroupLoad, seconds: float) -> tuple[int, int]:
+    """RSS at the start and the end of `seconds` with every connection open and every member heartbeating."""
+    start = rss_bytes(pid)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        groups.check()
+    return start, rss_bytes(pid)
+
+
+def snapshot(pid: int, prefix: str, number: int, timeout_s: float = 300.0) -> tracemalloc.Snapshot:
+    """Have the traced broker write its snapshot `number` (bench.traced_kop, tracing since the signal before) and
+    read it once it is whole."""
+    os.kill(pid, signal.SIGUSR1)
+    path, size, deadline = f"{prefix}.{number}", -1, time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(2)
+        if os.path.exists(path) and os.path.getsize(path) == size:
+            return tracemalloc.Snapshot.load(path)
+        size = os.path.getsize(path) if os.path.exists(path) else -1
+    raise TimeoutError(f"no snapshot {path} from the broker")
+
+
+def print_growth(snapshots: list[tracemalloc.Snapshot], top: int = 15) -> None:
+    """The traced total after each round, and what grew most over the last round. The first snapshot still differs
+    from later ones by what each round replaces (a cursor keeps its last two records: round 1's, untraced, give way)."""
+    log("traced memory after rounds 2..: " + ", ".join(f"{sum(s.size for s in snap.statistics('filename')):,} B"
+                                                       for snap in snapshots))
+    log("grown most over the last round (tracemalloc, by line):")
+    for stat in snapshots[-1].compare_to(snapshots[-2], "lineno")[:top]:
+        log(f"  {stat}")
+
+
 def run(spec: Spec) -> Table:
-    """Round 1 on a fresh broker gives the cost of each (RSS growth while they are created); every round ends with
-    all of them closed and gives the broker's RSS then. Later rounds' growth figures would mix in memory the broker
-    is still giving back from the round before, so they are not shown."""
+    """Round 1 on a fresh broker gives the cost of each (RSS growth while they are created); every round then holds
+    them all live for `hold_s` and ends with all of them closed, giving the broker's RSS then. Later rounds' growth
+    figures would mix in memory the broker is still giving back from the round before, so they are not shown."""
     table = Table("per connection, producer and group on one broker (RSS)",
-                  ["round", "per connection", "per idempotent producer", "per group", "RSS after closing all"])
-    with running_broker() as broker:
+                  ["round", "per connection", "per idempotent producer", "per group", "RSS held live",
+                   "heartbeats (rejoins)", "slowest heartbeat", "RSS after closing all"])
+    mib = lambda n: f"{n / 2**20:+.1f} MiB"  # noqa: E731
+    # room for the idle connections, the members' and the benchmark's own (kop's default max.connections is 10,000)
+    config = {"max.connections": str(spec.connections + spec.groups + 100)}
+    program = (sys.executable, "-m", "bench.traced_kop", spec.trace) if spec.trace else None
+    snapshots = []
+    with running_broker(config, program=program) as broker:
         pid = broker.proc.pid
         with RawKafka(broker.port) as raw:
             raw.create_topic(TOPIC, 1)
@@ -119,19 +158,32 @@ def run(spec: Spec) -> Table:
             before = rss_bytes(pid)
             register_producers(broker.port, spec.producers)
             per_producer = (rss_bytes(pid) - before) / spec.producers
-            before = rss_bytes(pid)
-            commit_for_groups(broker.port, spec.groups, round_)
-            per_group = (rss_bytes(pid) - before) / spec.groups
-            log(f"round {round_ + 1}: {spec.connections:,} connections ...")
-            before = rss_bytes(pid)
-            socks = open_connections(broker.port, spec.connections)
-            per_connection = (rss_bytes(pid) - before) / spec.connections
-            for sock in socks:
-                sock.close()
+            groups = GroupLoad(broker.port, TOPIC, spec.groups, heartbeat_ms=spec.heartbeat_ms)
+            try:
+                before = rss_bytes(pid)
+                groups.start()
+                per_group = (rss_bytes(pid) - before) / spec.groups
+                log(f"round {round_ + 1}: {spec.connections:,} connections, then {spec.hold_s:.0f} s held ...")
+                before = rss_bytes(pid)
+                socks = open_connections(broker.port, spec.connections)
+                per_connection = (rss_bytes(pid) - before) / spec.connections
+                held_from, held_to = hold(pid, groups, spec.hold_s)
+                for sock in socks:
+                    sock.close()
+            finally:
+                groups.stop()
             wait_for_closes(pid, base_descriptors + 16)
             costs = (f"{per_connection / 1024:.1f} KiB", f"{per_producer / 1024:.2f} KiB",
                      f"{per_group / 1024:.2f} KiB") if round_ == 0 else ("", "", "")
-            table.add(str(round_ + 1), *costs, f"{(rss_bytes(pid) - base) / 2**20:+.1f} MiB")
+            table.add(str(round_ + 1), *costs, f"{mib(held_from - base)} to {mib(held_to - base)}",
+                      f"{groups.stats.heartbeats:,} ({groups.stats.rejoins})",
+                      f"{groups.stats.slowest_heartbeat_s:.1f} s", mib(rss_bytes(pid) - base))
+            if spec.trace and round_ == 0:
+                os.kill(pid, signal.SIGUSR1)  # tracing starts: round 1 allocated what is allocated once
+            elif spec.trace:
+                snapshots.append(snapshot(pid, spec.trace, round_))
+    if len(snapshots) >= 2:
+        print_growth(snapshots)
     return table
 
 
@@ -141,9 +193,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--producers", type=int, default=Spec.producers)
     parser.add_argument("--groups", type=int, default=Spec.groups)
     parser.add_argument("--rounds", type=int, default=Spec.rounds)
+    parser.add_argument("--hold", type=float, default=Spec.hold_s, help="seconds each round holds everything live")
+    parser.add_argument("--heartbeat-ms", type=int, default=Spec.heartbeat_ms)
+    parser.add_argument("--trace", metavar="PREFIX", help="trace the broker's allocations, snapshots to PREFIX.N")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
-    table = run(Spec(args.connections, args.producers, args.groups, args.rounds))
+    table = run(Spec(args.connections, args.producers, args.groups, args.rounds, args.hold, args.heartbeat_ms, args.trace))
     print(table.markdown() if args.markdown else table.text())
 
 

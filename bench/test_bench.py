@@ -7,6 +7,7 @@ import asyncio
 import glob
 import os
 import shutil
+import time
 
 import pytest
 
@@ -238,3 +239,44 @@ def test_pg_compaction_lag_benchmark_measures_both_ways_side_by_side():
     assert set(results) == {"yields every 2 ms", "never yields"}
     assert all(r["pass_s"] > 0 and r["idle_ticks"] > 0 for runs in results.values() for r in runs)
     assert "never yields" in pg_compaction_lag.table(results, 30)
+
+
+def test_group_load_holds_live_members_that_heartbeat_and_leave():
+    from bench.group_members import DESCRIBE_GROUPS, VERSIONS, GroupLoad
+    from integration.idem_raw import RawKafka
+    from protocol.api import REQUEST_CLASSES, RESPONSE_CLASSES
+    version = VERSIONS[DESCRIBE_GROUPS]
+
+    def describe(raw, group_ids):
+        request = REQUEST_CLASSES[DESCRIBE_GROUPS][version](groups=group_ids, include_authorized_operations=False)
+        return {g.group_id: g for g in raw.call(request, RESPONSE_CLASSES[DESCRIBE_GROUPS], version).groups}
+
+    with running_broker() as broker, RawKafka(broker.port) as raw:
+        raw.create_topic("bench-groups", 1)
+        load = GroupLoad(broker.port, "bench-groups", 3, heartbeat_ms=500)
+        load.start()
+        try:
+            held = describe(raw, load.group_ids)
+            deadline = time.monotonic() + 30
+            while load.stats.heartbeats < 3 and time.monotonic() < deadline:  # one per member
+                time.sleep(0.2)
+                load.check()
+        finally:
+            load.stop()
+        after = describe(raw, load.group_ids)
+    assert [(g.group_state, [m.member_id for m in g.members]) for g in held.values()] == [
+        ("Stable", [m.member_id]) for m in load.members]
+    assert load.stats.heartbeats >= 3 and load.stats.rejoins == 0
+    assert [(g.group_state, g.members) for g in after.values()] == [("Empty", [])] * 3
+
+
+@pytest.mark.slow  # over 10 s (each round waits for the broker's memory to settle): make test-slow runs it
+def test_connections_benchmark_reports_every_round_and_traces_the_broker(tmp_path, capsys):
+    from bench.connections import Spec, run
+    trace = str(tmp_path / "snap")
+    result = run(Spec(connections=20, producers=3, groups=3, rounds=3, hold_s=1, heartbeat_ms=500, trace=trace))
+    assert [row[0] for row in result.rows] == ["1", "2", "3"]
+    assert all(cell.endswith("KiB") for cell in result.rows[0][1:4])
+    assert all(row[4].count("MiB") == 2 and row[7].endswith("MiB") for row in result.rows)
+    assert sorted(os.listdir(tmp_path)) == ["snap.1", "snap.2"]  # tracing from round 1's end, a snapshot after 2, 3
+    assert "traced memory after rounds 2..: " in capsys.readouterr().err
