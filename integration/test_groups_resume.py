@@ -167,16 +167,17 @@ def aged_group(broker_factory):
         committer.commit({tp: OffsetAndMetadata(2, "", -1)})
         committer.close(autocommit=False)
     reader = KafkaConsumer(bootstrap_servers=broker.bootstrap)
-
-    def trimmed_past_2():
+    try:
+        wait_for(lambda: reader.beginning_offsets([tp])[tp] > 2,
+                 "retention to move the log start past the committed offset")
+        # retention has done its part: the fresh records below must outlive the slowest member's join
+        altered = admin.alter_configs([ConfigResource("topic", topic, set_config={"retention.ms": "-1"})])
+        altered[ConfigResource("topic", topic)].result(10)
+        produce(broker.bootstrap, topic, 20, 3, partitions=1)  # fresh records: the log start may have reached the end
+        time.sleep(1.0)  # a retention pass that began before the change (every 300 ms) has ended: the start holds
         start = reader.beginning_offsets([tp])[tp]
-        return start if start > 2 else None
-    start = wait_for(trimmed_past_2, "retention to move the log start past the committed offset")
-    reader.close()
-    # retention has done its part: the fresh records below must outlive the slowest member's join
-    altered = admin.alter_configs([ConfigResource("topic", topic, set_config={"retention.ms": "-1"})])
-    altered[ConfigResource("topic", topic)].result(10)
-    produce(broker.bootstrap, topic, 20, 3, partitions=1)  # fresh records: the log start may have reached the end
+    finally:
+        reader.close()
     return broker, tp, start
 
 
