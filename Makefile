@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 LISTEN ?= 127.0.0.1:9092
 DATA ?= ./data
 
-.PHONY: run test test-slow test-fast test-postgres postgres fuzz fuzz-atheris faketime soak bench bench-quick proto compat compat-quick java kcat clean pipeline-demo
+.PHONY: run test test-slow test-fast test-postgres test-postgres-slow postgres fuzz fuzz-atheris faketime soak bench bench-quick proto compat compat-quick java kcat clean pipeline-demo
 
 $(VENV)/.installed: pyproject.toml setup.py protocol/_accel.c
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,10 @@ test: $(VENV)/.test-installed java kcat faketime postgres
 # plus the engine's own crash tests. Its own target: both runs together would not fit make test's budget.
 test-postgres: $(VENV)/.test-installed java kcat faketime postgres
 	$(PY) -m pytest -q -m "not slow" $(call XDIST,$(TEST_WORKERS)) --durations=20 --storage postgresql integration
+
+# The slow scenarios again on the PostgreSQL engine (about 25 minutes; CI leaves them out for its time budget).
+test-postgres-slow: $(VENV)/.test-installed java kcat faketime postgres
+	$(PY) -m pytest -q -m slow $(call XDIST,$(SLOW_WORKERS)) --durations=20 --storage postgresql integration
 
 # The scenarios of minutes (Spark in local mode), kept out of `make test` so it stays quick; CI runs both.
 test-slow: $(VENV)/.test-installed java

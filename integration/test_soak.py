@@ -1,10 +1,10 @@
 """The nemesis soak for about two minutes each (`make soak` runs it for ten, with the Java client too): idempotent
 producers of three client libraries and a consumer group with a member of each through a seeded schedule of cuts,
-kill -9, pauses, a full disk, deduplication turned off and on, failing cursor-log flushes and restarts onto a full
-disk, with a transactional producer through the same faults; the same clients and checker against two clusters that
-replicate both ways (the replicators' link cut, either cluster killed or paused, the group failing over) and against
-three brokers on PostgreSQL (owners and coordinators killed or paused, PostgreSQL crash-restarted); and the checker's
-verdict on histories it must reject."""
+kill -9, pauses, a full disk, deduplication turned off and on, failing cursor-log flushes, torn appends and restarts
+onto a full disk, with a transactional producer through the same faults; the same clients and checker against two
+clusters that replicate both ways (the replicators' link cut, either cluster killed or paused, the group failing
+over) and against three brokers on PostgreSQL (owners and coordinators killed or paused, PostgreSQL crash-restarted);
+and the checker's verdict on histories it must reject."""
 import os
 
 import pytest
@@ -40,6 +40,8 @@ def test_two_minutes_of_random_faults_lose_duplicate_and_reorder_nothing(tmp_pat
         assert controls["rebalances"] > 0, "the group never rebalanced"
     if "cursor_fail" in kinds:
         assert controls["injected_failures"] > 0, "no cursor-log flush failed"
+    if "torn_write" in kinds:
+        assert controls["torn_writes"] > 0, "no append was torn"
     if "dedup_flip" in kinds:
         assert result.storage.flips > 0 and result.storage.off_windows, "deduplication was never turned off"
     if "full_disk_restart" in kinds:

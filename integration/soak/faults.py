@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from integration.broker_process import BrokerProcess
 from integration.fault_proxy import CutPolicy, FaultProxy
 from integration.small_disk import Filler
-from integration.soak.storage_faults import StorageFaultRecord, cursor_fail, dedup_flip, full_disk_restart
+from integration.soak.storage_faults import StorageFaultRecord, cursor_fail, dedup_flip, full_disk_restart, \
+    torn_write
 
 
 @dataclass
@@ -59,5 +60,5 @@ def disk_full(target: Target, duration: float) -> None:
 
 FAULTS: dict[str, Callable[[Target, float], None]] = {
     "cut": cut, "kill": kill, "pause": pause, "disk_full": disk_full, "dedup_flip": dedup_flip,
-    "cursor_fail": cursor_fail, "full_disk_restart": full_disk_restart}
+    "cursor_fail": cursor_fail, "torn_write": torn_write, "full_disk_restart": full_disk_restart}
 NEED_DISK = {"disk_full", "full_disk_restart"}  # kinds that need the data directory on a disk of its own

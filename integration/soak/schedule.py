@@ -7,7 +7,7 @@ from dataclasses import dataclass
 # (shortest, longest) seconds each kind lasts; pauses reach past the clients' session and request timeouts (and a
 # cluster's 3 s leases). A kind not named has its family's (the part before "_": kill_owner lasts as kill).
 DURATIONS = {"cut": (1.0, 6.0), "kill": (0.0, 2.0), "pause": (2.0, 12.0), "disk_full": (2.0, 8.0),
-             "dedup_flip": (0.5, 3.0), "cursor_fail": (1.0, 4.0), "full_disk_restart": (0.5, 3.0),
+             "dedup_flip": (0.5, 3.0), "cursor_fail": (1.0, 4.0), "torn_write": (1.0, 4.0), "full_disk_restart": (0.5, 3.0),
              "pg_restart": (0.5, 4.0), "link_down": (1.0, 10.0), "link_lossy": (1.0, 6.0)}
 GAP = (1.0, 6.0)  # quiet seconds between faults, so clients make progress between them
 

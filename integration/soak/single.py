@@ -58,9 +58,12 @@ class SingleBroker(Deployment):
 
     def controls(self) -> dict[str, int]:
         record = self.target.record
+        logs = [self.broker.log_path]
+        torn = count_lines(logs, "(a torn write)")  # its lines also say "injected write failure"
         return {"cuts": self.proxy.stats().cuts,
-                "enospc": count_lines([self.broker.log_path], "No space left on device"),
-                "injected_failures": count_lines([self.broker.log_path], "injected write failure"),
+                "enospc": count_lines(logs, "No space left on device"),
+                "injected_failures": count_lines(logs, "injected write failure") - torn,
+                "torn_writes": torn,
                 "dedup_flips": record.flips, "full_disk_refusals": record.full_disk_refusals,
                 "full_disk_starts": record.full_disk_starts}
 

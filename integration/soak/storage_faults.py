@@ -6,6 +6,9 @@
   copy only when it lies in a window of offsets written while it was off (`OffWindow`), and counts it.
 - `cursor_fail`: the next flushes of every partition's cursor log fail with EIO (the `cursor_write_failures`
   failpoint): group offset commits and dedup snapshots they carried fail, and are retried.
+- `torn_write`: the next append to every partition's ledger file writes half its record and fails with EIO (the
+  `append_failures` failpoint): the batch is refused with a retriable error, the half record cut off, and the
+  producers' retries stored once.
 - `full_disk_restart`: kill -9, the disk filled, a start attempted on it (refused in one line, or started), held,
   then the space freed and the broker started: a restart that meets a full disk loses nothing.
 """
@@ -22,6 +25,7 @@ from integration.idem_stream import Report
 from kop.admin.client import AdminClient, topic_resource
 
 CURSOR_FAILURES = 2  # per partition: the next two flushes of its cursor log
+TORN_WRITES = 1  # per partition: its next append
 READY_S = 120
 
 
@@ -43,6 +47,7 @@ class StorageFaultRecord:
     off_windows: list[OffWindow] = field(default_factory=list)
     flips: int = 0
     cursor_failures_injected: int = 0
+    torn_writes_injected: int = 0
     full_disk_refusals: int = 0  # starts on the full disk refused (exit status 2, one line)
     full_disk_starts: int = 0  # starts on the full disk that went through
 
@@ -65,12 +70,24 @@ def dedup_flip(target, duration: float) -> None:
 
 
 def cursor_fail(target, duration: float) -> None:
+    target.record.cursor_failures_injected += _every_partition(target, "cursor_write_failures", CURSOR_FAILURES)
+    time.sleep(duration)
+
+
+def torn_write(target, duration: float) -> None:
+    target.record.torn_writes_injected += _every_partition(target, "append_failures", TORN_WRITES)
+    time.sleep(duration)
+
+
+def _every_partition(target, failpoint: str, count: int) -> int:
+    """Arm `failpoint` with `count` on every partition of the soak's topics; how many failures that armed."""
     admin = AdminClient(target.broker.admin_url)
+    armed = 0
     for topic in target.topics:
         for p in range(target.partitions):
-            admin.post(f"/admin/v2/kop/failpoints/{topic}/{p}", {"cursor_write_failures": CURSOR_FAILURES})
-            target.record.cursor_failures_injected += CURSOR_FAILURES
-    time.sleep(duration)
+            admin.post(f"/admin/v2/kop/failpoints/{topic}/{p}", {failpoint: count})
+            armed += count
+    return armed
 
 
 def full_disk_restart(target, duration: float) -> None:
