@@ -118,10 +118,12 @@ def test_a_producer_that_fails_over_before_replication_has_east_s_copies_dropped
     assert values(west) == expected(0, 150), sorted((v, c) for v, c in values(west).items() if c > 1)[:5]
 
 
-def test_a_resent_batch_of_only_duplicates_is_answered_in_west_with_west_s_offsets(behind_one_address):
+@pytest.mark.parametrize("west_killed", [False, True], ids=["west-running", "west-killed-9"])
+def test_a_resent_batch_of_only_duplicates_is_answered_in_west_with_west_s_offsets(behind_one_address, west_killed):
     """A batch that repeats records by their application sequence ids is stored in east as an empty batch answered
     with east's offset of the first record. Its answer is lost and the producer resends it to west, which got the
-    empty batch from east's replicator: west answers with where that record is in west, not east's offset."""
+    empty batch from east's replicator: west answers with where that record is in west, not east's offset; also
+    after a kill -9 of west (the answer is kept with west's copy of the empty batch, and replayed)."""
     east, west, proxy = behind_one_address
     with RawKafka(west.port) as kafka:  # west's own records first: the clusters' offsets differ
         answer = kafka.produce("orders", 0, plain_batch([b"west:%d" % i for i in range(3)]))
@@ -136,6 +138,8 @@ def test_a_resent_batch_of_only_duplicates_is_answered_in_west_with_west_s_offse
     wait_for(lambda: dropped(east) == 5, 20, "east to store the held batch of duplicates")
     wait_for(lambda: topic_stats(east, "orders")["replication"]["west"]["replicationBacklog"] == 0, 20,
              "east's empty batch replicated to west")
+    if west_killed:
+        west.restart(hard=True)
     requests_before = proxy.stats().produce_requests
     proxy.upstream_port = west.port
     proxy.drop_held()  # the producer never hears east's answer, and resends the batch to west
