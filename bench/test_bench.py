@@ -107,6 +107,7 @@ def stored_sequence_ids(bootstrap: str, topic: str, partitions: int, expected: i
     return found
 
 
+@pytest.mark.slow  # 10-25 s: a broker, and two Python processes or a JVM
 @pytest.mark.parametrize("driver, producers", [("confluent-kafka", 2), ("java", 1)])
 def test_a_load_of_several_processes_or_the_java_client_stores_every_record_with_its_sequence_id(driver, producers):
     if driver == "java":
