@@ -2,9 +2,12 @@
 `kop.sequence.id` (each judged on its own by kop's dedup core) against the same records without headers, and
 against two other headers of the same size that kop does not read (the same work for the client, so the ratio to
 them is the broker's cost alone). confluent-kafka, idempotent, acks=all, 4 partitions, fresh broker per run,
-variants interleaved round after round (bench.produce).
+variants interleaved round after round (bench.produce). Every record's headers are built before the clock starts;
+with --producers N, N producer processes share the records, so that the broker rather than one Python client loop
+sets the pace (the table gives the broker's CPU per record and the clients', and how busy the broker was).
 
-    python -m bench.sequence_ids --records 200000 --rounds 3
+    python -m bench.sequence_ids --records 200000 --rounds 3 --producers 2
+    python -m bench.sequence_ids --records 400000 --rounds 3 --java   # the Java client: far less CPU per record
     python -m bench.sequence_ids --against ../kop-main   # also against the kop of another tree, side by side
 """
 import argparse
@@ -18,13 +21,23 @@ from bench.stats import median, paired_ratios
 HEADERS = ("none", "plain", "sequence")
 
 
-def run(records: int, rounds: int, sizes: list[int]) -> list[Table]:
+def run(records: int, rounds: int, sizes: list[int], producers: int = 1,
+        driver: str = "confluent-kafka", fsync: str = "true") -> list[Table]:
     tables = []
     for size in sizes:
-        base = ProduceSpec(records, size, idempotence=True)
+        base = ProduceSpec(records, size, idempotence=True, producers=producers, driver=driver)
         specs = [replace(base, headers=h) for h in HEADERS]
-        results = run_interleaved(specs, rounds)
-        tables.append(table(results, f"sequence ids, {size} B records ({machine.describe()})"))
+        results = run_interleaved(specs, rounds, [{"fsync": fsync}] * len(specs))
+        clients = "the Java client" if driver == "java" else f"{producers} confluent-kafka producer process(es)"
+        t = table(results, f"sequence ids, {size} B records, {clients}, fsync={fsync} ({machine.describe()})")
+        none, plain, sequence = results
+        rate = lambda rs: [r.records_per_s for r in rs]  # noqa: E731
+        cpu = lambda rs: [r.cpu_s_per_100k for r in rs]  # noqa: E731
+        t.notes.append(f"sequence / none: throughput {median(paired_ratios(rate(sequence), rate(none))):.2f}x, "
+                       f"broker CPU per record {median(paired_ratios(cpu(sequence), cpu(none))):.2f}x; "
+                       f"sequence / plain: throughput {median(paired_ratios(rate(sequence), rate(plain))):.2f}x, "
+                       f"broker CPU per record {median(paired_ratios(cpu(sequence), cpu(plain))):.2f}x")
+        tables.append(t)
     return tables
 
 
@@ -60,12 +73,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sizes", default="100,1000", help="record value bytes, comma-separated")
+    parser.add_argument("--producers", type=int, default=1, help="producer processes sharing the records")
+    parser.add_argument("--java", action="store_true",
+                        help="produce with the Java client (one process; `make java` builds it) instead")
+    parser.add_argument("--fsync", choices=["true", "false"], default="true",
+                        help="broker fsync; false takes the disk's latency out, so the broker's CPU sets the pace")
     parser.add_argument("--against", metavar="TREE", help="also run the kop of another source tree, side by side")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     tables = (run_against(args.records, args.rounds, sizes, args.against) if args.against
-              else run(args.records, args.rounds, sizes))
+              else run(args.records, args.rounds, sizes, args.producers, "java" if args.java else "confluent-kafka",
+                  args.fsync))
     print_tables(tables, args.markdown)
     return 0
 

@@ -95,6 +95,37 @@ def test_produce_delivers_every_record_and_consume_reads_them_all_back():
     assert len(table([[result]], "t").rows) == 1
 
 
+def stored_sequence_ids(bootstrap: str, topic: str, partitions: int, expected: int) -> list[tuple[bytes, bytes]]:
+    """(kop.producer.name, kop.sequence.id) of every record read back that carries them."""
+    from integration.clients import ck_consume_all
+    records = ck_consume_all(bootstrap, topic, expected, partitions=range(partitions))
+    found = []
+    for record in records:
+        headers = dict(record.headers)
+        if "kop.producer.name" in headers:
+            found.append((headers["kop.producer.name"], headers["kop.sequence.id"]))
+    return found
+
+
+@pytest.mark.slow  # 10-25 s: a broker, and two Python processes or a JVM
+@pytest.mark.parametrize("driver, producers", [("confluent-kafka", 2), ("java", 1)])
+def test_a_load_of_several_processes_or_the_java_client_stores_every_record_with_its_sequence_id(driver, producers):
+    if driver == "java":
+        from integration.java_client import java_available, java_unavailable_reason
+        if not java_available():
+            pytest.skip(java_unavailable_reason())
+    spec = ProduceSpec(records=2_000, record_bytes=100, partitions=2, idempotence=True, headers="sequence",
+                       producers=producers, driver=driver)
+    with running_broker() as broker:
+        create_topic(broker.bootstrap, "bench-test", spec.partitions)
+        result = produce(broker.bootstrap, "bench-test", spec, broker.proc.pid)
+        assert (result.delivered, result.failed) == (2_000, 0)
+        assert result.broker_cpu_s > 0 and result.client_cpu_s > 0
+        found = stored_sequence_ids(broker.bootstrap, "bench-test", spec.partitions, 2_000 + producers * 2)
+    assert len(found) == 2_000  # each record once, none dropped as a duplicate
+    assert len(set(found)) == 2_000
+
+
 def test_pipelined_producers_write_one_entry_per_batch_with_contiguous_sequences():
     from integration.idem_raw import read_topic
     with running_broker() as broker:

@@ -11,7 +11,7 @@ from confluent_kafka import Producer
 
 from integration.fault_proxy import FaultProxy
 from integration.geo import replicate, start_clusters, topic_stats, wait_for, wait_for_records
-from integration.idem_raw import RawKafka, read_topic
+from integration.idem_raw import RawKafka, plain_batch, read_topic
 from protocol.errors import ErrorCode
 
 pytestmark = pytest.mark.slow  # 10-20 s each: two clusters, a held produce, a switch of address
@@ -46,6 +46,20 @@ class FailingOverProducer:
         self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
                                   "message.timeout.ms": 120_000, "reconnect.backoff.max.ms": 500})
         self.failures: list = []
+        self.offsets: dict[int, list[int]] = {}  # by sequence id: the offsets its delivery reports gave
+
+    def send_with_sequence_ids(self, ids: range) -> None:
+        """Records `v<i>` carrying the application producer name `orders-app` and sequence id i."""
+        for i in ids:
+            self.producer.produce("orders", b"v%d" % i, partition=0, on_delivery=self._delivered,
+                                  headers=[("kop.producer.name", b"orders-app"), ("kop.sequence.id", b"%d" % i)])
+            self.producer.poll(0)
+
+    def _delivered(self, err, msg) -> None:
+        if err is not None:
+            self.failures.append(err)
+        else:
+            self.offsets.setdefault(int(msg.value()[1:]), []).append(msg.offset())
 
     def send(self, first: int, end: int) -> None:
         for i in range(first, end):
@@ -102,3 +116,46 @@ def test_a_producer_that_fails_over_before_replication_has_east_s_copies_dropped
     wait_for(lambda: topic_stats(east, "orders")["replication"]["west"]["replicationBacklog"] == 0, 30,
              "east's replicator to catch up")
     assert values(west) == expected(0, 150), sorted((v, c) for v, c in values(west).items() if c > 1)[:5]
+
+
+@pytest.mark.parametrize("west_killed", [False, True], ids=["west-running", "west-killed-9"])
+def test_a_resent_batch_of_only_duplicates_is_answered_in_west_with_west_s_offsets(behind_one_address, west_killed):
+    """A batch that repeats records by their application sequence ids is stored in east as an empty batch answered
+    with east's offset of the first record. Its answer is lost and the producer resends it to west, which got the
+    empty batch from east's replicator: west answers with where that record is in west, not east's offset; also
+    after a kill -9 of west (the answer is kept with west's copy of the empty batch, and replayed)."""
+    east, west, proxy = behind_one_address
+    with RawKafka(west.port) as kafka:  # west's own records first: the clusters' offsets differ
+        answer = kafka.produce("orders", 0, plain_batch([b"west:%d" % i for i in range(3)]))
+        assert answer is not None and answer.error_code == ErrorCode.NONE
+    replicate(east, ["east", "west"])
+    producer = FailingOverProducer(proxy.bootstrap)
+    producer.send_with_sequence_ids(range(20))
+    producer.flush()
+    wait_for_records(west, "orders", 1, 23)
+    proxy.hold_responses(True)
+    producer.send_with_sequence_ids(range(5, 10))  # again: all duplicates
+    wait_for(lambda: dropped(east) == 5, 20, "east to store the held batch of duplicates")
+    wait_for(lambda: topic_stats(east, "orders")["replication"]["west"]["replicationBacklog"] == 0, 20,
+             "east's empty batch replicated to west")
+    if west_killed:
+        west.restart(hard=True)
+    requests_before = proxy.stats().produce_requests
+    proxy.upstream_port = west.port
+    proxy.drop_held()  # the producer never hears east's answer, and resends the batch to west
+    proxy.hold_responses(False)
+    producer.flush()
+    assert proxy.stats().produce_requests > requests_before  # control: it resent, to west
+    in_west, in_east = offsets(west), offsets(east)
+    assert in_west[b"v5"] != in_east[b"v5"]  # control: east's offsets would show
+    assert {i: producer.offsets[i][-1] for i in range(5, 10)} == {i: in_west[b"v%d" % i] for i in range(5, 10)}
+    assert values(west) == Counter({**expected(0, 20), **{b"west:%d" % i: 1 for i in range(3)}})
+
+
+def dropped(broker) -> int:
+    stats = topic_stats(broker, "orders")["partitions"]
+    return sum(p["namedSequences"]["duplicatesDropped"] for p in stats.values())
+
+
+def offsets(broker) -> dict[bytes, int]:
+    return {r.value: r.offset for r in read_topic(broker.port, "orders", range(1))}

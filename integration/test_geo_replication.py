@@ -168,13 +168,30 @@ def test_a_topic_deleted_and_created_again_is_replicated_in_full(clusters):
     assert values[:10] == [f"first:{i}".encode() for i in range(10)]
 
 
-def produce_with_sequence_ids(bootstrap: str, topic: str, ids: range) -> None:
-    """Records `app:i` that carry the application producer name `loader` and sequence id i, all to partition 0."""
+def produce_with_sequence_ids(bootstrap: str, topic: str, ids: range) -> dict[int, int]:
+    """Records `app:i` that carry the application producer name `loader` and sequence id i, all to partition 0;
+    returns the offset each record's delivery report gave, by i."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    offsets: dict[int, int] = {}
+    failures = []
+
+    def on_delivery(err, msg) -> None:
+        if err is not None:
+            failures.append(err)
+        else:
+            offsets[int(msg.value().split(b":")[1])] = msg.offset()
+
     for i in ids:
-        producer.produce(topic, f"app:{i}".encode(), partition=0,
+        producer.produce(topic, f"app:{i}".encode(), partition=0, on_delivery=on_delivery,
                          headers=[("kop.producer.name", b"loader"), ("kop.sequence.id", str(i).encode())])
     assert producer.flush(30) == 0
+    assert not failures, failures
+    return offsets
+
+
+def stored_offsets(broker, topic: str) -> dict[bytes, int]:
+    """Each record's offset in partition 0, by value."""
+    return {r.value: r.offset for r in read_topic(broker.port, topic, [0])}
 
 
 def test_a_producer_that_fails_over_is_deduplicated_by_its_sequence_ids_in_the_other_cluster(clusters):
@@ -193,15 +210,36 @@ def test_a_producer_that_fails_over_is_deduplicated_by_its_sequence_ids_in_the_o
     assert sum(p["namedSequences"]["duplicatesDropped"] for p in stats.values()) == 100  # control: they were sent
 
 
+def east_to_west(clusters, topic: str):
+    """Clusters east and west, east replicating to west, each holding `topic` (one partition) from the start."""
+    brokers = clusters("east", "west")
+    replicate(brokers["east"], ["east", "west"])
+    for broker in brokers.values():
+        with RawKafka(broker.port) as kafka:
+            assert kafka.create_topic(topic, 1) == ErrorCode.NONE
+    return brokers["east"], brokers["west"]
+
+
+def test_a_producer_that_fails_over_is_answered_the_offsets_its_records_have_in_the_other_cluster(clusters):
+    """Records east stored, sent again to west after they were replicated (a producer that never heard east's
+    answer): west drops them and answers with the offsets they have in west, where its consumers see them."""
+    east, west = east_to_west(clusters, "loads")
+    produce(west.bootstrap, "loads", "west", 3, 1)  # west's own records first: the clusters' offsets differ
+    produce_with_sequence_ids(east.bootstrap, "loads", range(20))
+    wait_for_records(west, "loads", 1, 23)
+    in_west, in_east = stored_offsets(west, "loads"), stored_offsets(east, "loads")
+    assert in_west[b"app:5"] != in_east[b"app:5"]  # control: an answer with east's offsets would show
+    answered = produce_with_sequence_ids(west.bootstrap, "loads", range(5, 10))
+    assert answered == {i: in_west[b"app:%d" % i] for i in range(5, 10)}
+    stats = topic_stats(west, "loads")["partitions"]
+    assert sum(p["namedSequences"]["duplicatesDropped"] for p in stats.values()) == 5  # control: all duplicates
+    assert stored_offsets(west, "loads") == in_west
+
+
 def test_a_producer_that_fails_over_before_replication_caught_up_stores_nothing_twice(clusters):
     """The producer resumes in west from west's last sequence id, so it writes there what east has not replicated
     yet; when east's copies arrive, the records west already has by their sequence ids are dropped from them."""
-    brokers = clusters("east", "west")
-    east, west = brokers["east"], brokers["west"]
-    replicate(east, ["east", "west"])
-    for broker in (east, west):
-        with RawKafka(broker.port) as kafka:
-            assert kafka.create_topic("loads", 1) == ErrorCode.NONE
+    east, west = east_to_west(clusters, "loads")
     registry = KopAdmin(east.admin_url)
     registry.post(cluster_resource("west"), {"brokerServiceUrl": f"127.0.0.1:{free_port()}"})  # east cannot reach west
     produce_with_sequence_ids(east.bootstrap, "loads", range(100))

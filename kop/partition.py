@@ -90,6 +90,14 @@ def source_position_key(ledger_id: int, entry_id: int) -> int:
     return (ledger_id << 32) | entry_id
 
 
+def _acknowledge(metadata: MessageMetadata, offset: int, repeated: tuple[str, int] | None) -> None:
+    """Mark an empty batch of only duplicates: answered with `offset`, where the first record it repeats
+    (`repeated`: its application producer name and sequence id) was stored."""
+    metadata.acknowledged_offset = offset
+    if repeated is not None:
+        metadata.acknowledged_sequence.name, metadata.acknowledged_sequence.sequence_id = repeated
+
+
 def _resolved(result: AppendResult) -> asyncio.Future:
     future = asyncio.get_running_loop().create_future()
     future.set_result(result)
@@ -326,7 +334,12 @@ class PartitionLog:
             buffer = bytearray(view)
             clear_transactional(buffer, 0)
             header, view = split_batches(buffer)[0]
-        named = None
+        named = on_stored = acknowledged = None
+        if source.HasField("acknowledged_offset"):  # the source's offset: answered here with this cluster's own
+            acknowledged = self._acknowledged_here(source)
+            _acknowledge(metadata, acknowledged, (source.acknowledged_sequence.name,
+                                                  source.acknowledged_sequence.sequence_id)
+                         if source.HasField("acknowledged_sequence") else None)
         if source.named_sequences and self.dedup.is_enabled:  # judged by them in the source: here too
             step = self._judge_replicated_records(header, view)
             if isinstance(step, Answer):
@@ -334,11 +347,15 @@ class PartitionLog:
             header, view, named = step.header, step.view, step.decision
             for core_name, sequence_id in named.highest.items():
                 metadata.named_sequences.add(name=core_name, sequence_id=sequence_id)
+            if step.acknowledged is not None:  # all of them here already
+                _acknowledge(metadata, step.acknowledged, step.repeated)
+            run = step.run  # remembered as a producer's are: a producer that fails over here is answered its offsets
+            on_stored = None if run is None else lambda base, _position: self.sequences.runs.stored(run, base)
         if named is None and self._judged_as_its_producer(source, header):
-            return self._publish_as_producer(header, view, metadata, name, key)
+            return self._publish_as_producer(header, view, metadata, name, key, acknowledged)
         self.dedup.push(name, key)
         if not source.HasField("marker_type"):
-            return self._append(header, view, metadata, None, named, replicated=(name, key))
+            return self._append(header, view, metadata, None, named, on_stored, replicated=(name, key))
         result = self._append(header, view, metadata, None, named, replicated=(name, key), span=0)
         batch = bytes(view)
         result.add_done_callback(lambda done: self._on_marker_stored(metadata, batch, done.result()))
@@ -348,10 +365,19 @@ class PartitionLog:
         return (self.dedup.is_enabled and header.producer_id >= 0 and not source.is_transactional
                 and not source.HasField("marker_type") and self.shared_producer_ids.shared(header.producer_id))
 
+    def _acknowledged_here(self, source: MessageMetadata) -> int:
+        """Where this cluster stored the first record a replicated empty batch repeats (the source answered with its
+        own offset of it, which means nothing here): -1 when not known, as the source answers then too."""
+        if not source.HasField("acknowledged_sequence"):
+            return -1
+        repeated = source.acknowledged_sequence
+        return self.sequences.runs.offset_of(repeated.name, repeated.sequence_id)
+
     def _publish_as_producer(self, header: BatchHeader, view: memoryview, metadata: MessageMetadata,
-                             name: str, key: int) -> asyncio.Future:
+                             name: str, key: int, acknowledged: int | None = None) -> asyncio.Future:
         """Dedup V1: a replicated batch judged as its producer's batch here, its source position kept as a name of
-        the entry (replayed with it)."""
+        the entry (replayed with it); `acknowledged`: its producer's retries of it are answered with this offset
+        (an empty batch standing for records stored before)."""
         source_position = named_sequences.RecordsDecision(highest={name: key})
         decision = self.producers.check(header.producer_id, header.producer_epoch, header.base_sequence,
                                         header.last_offset_delta)
@@ -361,7 +387,7 @@ class PartitionLog:
                 kafka.producer_name, kafka.producer_id, kafka.producer_epoch
             metadata.sequence_id, metadata.highest_sequence_id = kafka.sequence_id, kafka.highest_sequence_id
             metadata.named_sequences.add(name=name, sequence_id=key)
-            return self._append(header, view, metadata, decision, source_position)
+            return self._append(header, view, metadata, decision, source_position, acknowledged=acknowledged)
         if isinstance(decision, (WaitFor, DecideAgain)):  # the producer's own write of it may be in flight here
             return _resolved(AppendResult(ErrorCode.REQUEST_TIMED_OUT,
                                           message="a write of the same producer is in flight here, retry"))
@@ -422,7 +448,7 @@ class PartitionLog:
         for name, sequence_id in step.decision.highest.items():
             metadata.named_sequences.add(name=name, sequence_id=sequence_id)
         if step.acknowledged is not None:  # kept with the entry: a retry answered from a replay gets it too
-            metadata.acknowledged_offset = step.acknowledged
+            _acknowledge(metadata, step.acknowledged, step.repeated)
         run = step.run
         on_stored = None if run is None else lambda base, _position: self.sequences.runs.stored(run, base)
         return self._append(step.header, step.view, metadata, accept, step.decision, on_stored,

@@ -82,13 +82,15 @@ class Store:
     """Write this batch (possibly rewritten) and record `decision`'s names with it; `run`: the records it stores are
     one name's run (for `StoredRuns` once durable); `acknowledged`: it is the empty batch of an idempotent
     producer's batch of only duplicates, answered with this offset (the original base offset, or -1) instead of its
-    own."""
+    own; `repeated`: then the (application producer name, sequence id) of the first record it repeats, which a
+    cluster it is replicated to looks up to answer with its own offset of that record."""
 
     header: BatchHeader
     view: memoryview
     decision: RecordsDecision
     run: Run | None = None
     acknowledged: int | None = None
+    repeated: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +134,10 @@ class SequenceFilter:
         if not decision.dropped:
             return Store(header, view, decision, _run(sequenced))
         self._count(decision, sequenced, idempotent, client)
-        original = None
+        original = repeated = None
         if not decision.keep:  # so every record has the headers: the first tells where the batch was stored
-            original = self.runs.offset_of(sequenced.names[0], sequenced.ids[0])
+            repeated = sequenced.names[0], sequenced.ids[0]
+            original = self.runs.offset_of(*repeated)
             if not idempotent:
                 return Answer(ErrorCode.NONE, base_offset=original)
         spans = record_spans(header, records.data, records.start)
@@ -142,7 +145,7 @@ class SequenceFilter:
         max_timestamp = max((header.base_timestamp + r[2] for r in kept), default=header.max_timestamp)
         rewritten = keep_records(header, records.data, [(r[0], r[1]) for r in kept], max_timestamp)
         [(new_header, new_view)] = split_batches(rewritten)
-        return Store(new_header, new_view, decision, _run(sequenced, decision.keep), original)
+        return Store(new_header, new_view, decision, _run(sequenced, decision.keep), original, repeated)
 
     def judge(self, sequenced: SequencedRecords, count: int) -> RecordsDecision:
         """The decision for a batch of `count` records: at once when its records with the headers carry one name
