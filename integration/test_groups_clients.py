@@ -50,6 +50,21 @@ def produce(bootstrap: str, topic: str, start: int, count: int, partitions: int 
     return values
 
 
+def kp_subscribe(consumer, topic: str) -> None:
+    """Subscribe a kafka-python 3.0.12 consumer so that its first rebalance is its only one.
+
+    Its leader notes the metadata it assigned with (the topics of the group's subscription as its metadata listener
+    last saw them) and rejoins when that changes. Subscribed but with no metadata response seen since, that is
+    empty: the leader assigns, the next metadata response changes it and the leader rejoins. If that JoinGroup is
+    still in flight when poll() returns, the assignment inside it records the new metadata, need_rejoin() turns
+    False, and no later poll() completes the join: the member stays REBALANCING with the broker's group Stable,
+    heartbeats stay off (the broker expires it after its session) and every commit fails in the client ("not part
+    of an active group"). A metadata response after subscribe(), before the first poll(), gives the listener the
+    topic first (topics() waits for one)."""
+    consumer.subscribe([topic])
+    consumer.topics()
+
+
 # ---- one client library behind one small interface
 
 class KafkaPythonClient:
@@ -59,10 +74,7 @@ class KafkaPythonClient:
                                       auto_offset_reset="earliest", enable_auto_commit=False,
                                       session_timeout_ms=SESSION_MS, heartbeat_interval_ms=HEARTBEAT_MS,
                                       max_poll_records=50, **extra)
-        # Metadata first: a leader that assigns before it knows the topic rejoins at once, and that quick second
-        # rebalance sometimes wedges kafka-python 3.0.12's IO thread (a lost wakeup; the broker sees no request).
-        self.consumer.partitions_for_topic(topic)
-        self.consumer.subscribe([topic])
+        kp_subscribe(self.consumer, topic)
 
     def poll(self):
         return [(m.partition, m.offset, m.value.decode())
@@ -74,13 +86,13 @@ class KafkaPythonClient:
     def assignment(self):
         return frozenset(tp.partition for tp in self.consumer.assignment())
 
-    def commit(self) -> bool:
+    def commit(self) -> str | None:
         from kafka.errors import KafkaError
         try:
             self.consumer.commit()
-            return True
-        except KafkaError:
-            return False
+            return None
+        except KafkaError as exc:
+            return repr(exc)
 
     def close(self):
         self.consumer.close(autocommit=False)
@@ -111,13 +123,14 @@ class ConfluentClient:
     def assignment(self):
         return frozenset(tp.partition for tp in self.consumer.assignment())
 
-    def commit(self) -> bool:
-        from confluent_kafka import KafkaException
+    def commit(self) -> str | None:
+        from confluent_kafka import KafkaError, KafkaException
         try:
             self.consumer.commit(asynchronous=False)
-            return True
-        except KafkaException:
-            return False
+            return None
+        except KafkaException as exc:
+            error = exc.args[0]
+            return None if error.code() == KafkaError._NO_OFFSET else str(error)  # nothing left to commit
 
     def close(self):
         self.consumer.close()
@@ -149,13 +162,13 @@ class AiokafkaClient:
     def assignment(self):
         return frozenset(tp.partition for tp in self.consumer.assignment())
 
-    def commit(self) -> bool:
+    def commit(self) -> str | None:
         from aiokafka.errors import KafkaError
         try:
             self.loop.run_until_complete(self.consumer.commit())
-            return True
-        except KafkaError:
-            return False
+            return None
+        except KafkaError as exc:
+            return repr(exc)
 
     def close(self):
         try:
@@ -197,6 +210,7 @@ class MemberLog:
     deliveries: list[Delivery] = field(default_factory=list)
     assignment: frozenset = frozenset()
     error: BaseException | None = None
+    commit_errors: list[str] = field(default_factory=list)  # why commits failed, in order
 
 
 def consume_loop(client, log: MemberLog, stop: threading.Event, emit=None) -> None:
@@ -217,7 +231,10 @@ def consume_loop(client, log: MemberLog, stop: threading.Event, emit=None) -> No
         if emit:
             for partition, offset, value in records:
                 emit({"t": "rec", "p": partition, "o": offset, "v": value, "g": generation})
-        ok = client.commit()
+        error = client.commit()
+        ok = error is None
+        if error is not None:
+            log.commit_errors.append(error)
         if emit:
             emit({"t": "commit", "ok": ok})
         log.deliveries.extend(Delivery(log.name, generation, p, o, v, ok) for p, o, v in records)
