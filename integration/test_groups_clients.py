@@ -50,19 +50,22 @@ def produce(bootstrap: str, topic: str, start: int, count: int, partitions: int 
     return values
 
 
-def kp_subscribe(consumer, topic: str) -> None:
-    """Subscribe a kafka-python 3.0.12 consumer so that its first rebalance is its only one.
+def kp_subscribe(consumer, topic: str, timeout_ms: int = 60_000) -> None:
+    """Subscribe a kafka-python 3.0.12 consumer and join its group in one call that waits for the whole JoinGroup
+    and SyncGroup round trip, so that its first rebalance is its only one.
 
-    Its leader notes the metadata it assigned with (the topics of the group's subscription as its metadata listener
-    last saw them) and rejoins when that changes. Subscribed but with no metadata response seen since, that is
-    empty: the leader assigns, the next metadata response changes it and the leader rejoins. If that JoinGroup is
-    still in flight when poll() returns, the assignment inside it records the new metadata, need_rejoin() turns
-    False, and no later poll() completes the join: the member stays REBALANCING with the broker's group Stable,
-    heartbeats stay off (the broker expires it after its session) and every commit fails in the client ("not part
-    of an active group"). A metadata response after subscribe(), before the first poll(), gives the listener the
-    topic first (topics() waits for one)."""
+    poll() joins with its own timeout and leaves a join it did not see finish in flight; the next poll() that finds
+    it finished throws its result away and joins again (a second rebalance; each one that outlasts a poll() starts
+    another). And the leader notes the metadata it assigned with (the subscribed topics as its metadata listener
+    last saw them) and rejoins when that changes: subscribed, with no metadata response seen since, that is empty.
+    If that rejoin is still in flight when poll() returns, the assignment inside it records the new metadata,
+    need_rejoin() turns False, and no later poll() completes the join: the client stays REBALANCING against a
+    Stable group, sends no heartbeats (the broker expires it after its session) and fails every commit itself
+    ("not part of an active group"). So: a metadata response after subscribe() (topics() waits for one), then the
+    join, waited for (kafka-python has no public call for it)."""
     consumer.subscribe([topic])
     consumer.topics()
+    assert consumer._coordinator.ensure_active_group(timeout_ms=timeout_ms), "kafka-python did not join its group"
 
 
 # ---- one client library behind one small interface
