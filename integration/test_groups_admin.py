@@ -23,7 +23,10 @@ def groups(broker_factory):
     create_topic(broker.bootstrap, TOPIC, 3)
     produce(broker.bootstrap, TOPIC, 0, 30, partitions=3)
     member = ThreadMember("kafka-python", broker.bootstrap, TOPIC, "live", "live-member")
-    wait_for(lambda: len(member.log.assignment) == 3 and len(member.log.deliveries) == 30, "the live member")
+    wait_for(lambda: len(member.log.assignment) == 3 and
+             len({(d.partition, d.offset) for d in member.log.deliveries}) == 30, "the live member")
+    # The tests read the offsets it committed: its one commit must have been acknowledged
+    assert all(d.committed for d in member.log.deliveries), f"live member's commits failed: {member.log.commit_errors}"
     idle = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id="idle", enable_auto_commit=False)
     idle.commit({TopicPartition(TOPIC, p): OffsetAndMetadata(5 + p, f"m{p}", -1) for p in range(3)})
     idle.close(autocommit=False)

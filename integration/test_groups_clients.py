@@ -50,6 +50,24 @@ def produce(bootstrap: str, topic: str, start: int, count: int, partitions: int 
     return values
 
 
+def kp_subscribe(consumer, topic: str, timeout_ms: int = 60_000) -> None:
+    """Subscribe a kafka-python 3.0.12 consumer and join its group in one call that waits for the whole JoinGroup
+    and SyncGroup round trip, so that its first rebalance is its only one.
+
+    poll() joins with its own timeout and leaves a join it did not see finish in flight; the next poll() that finds
+    it finished throws its result away and joins again (a second rebalance; each one that outlasts a poll() starts
+    another). And the leader notes the metadata it assigned with (the subscribed topics as its metadata listener
+    last saw them) and rejoins when that changes: subscribed, with no metadata response seen since, that is empty.
+    If that rejoin is still in flight when poll() returns, the assignment inside it records the new metadata,
+    need_rejoin() turns False, and no later poll() completes the join: the client stays REBALANCING against a
+    Stable group, sends no heartbeats (the broker expires it after its session) and fails every commit itself
+    ("not part of an active group"). So: a metadata response after subscribe() (topics() waits for one), then the
+    join, waited for (kafka-python has no public call for it)."""
+    consumer.subscribe([topic])
+    consumer.topics()
+    assert consumer._coordinator.ensure_active_group(timeout_ms=timeout_ms), "kafka-python did not join its group"
+
+
 # ---- one client library behind one small interface
 
 class KafkaPythonClient:
@@ -59,10 +77,7 @@ class KafkaPythonClient:
                                       auto_offset_reset="earliest", enable_auto_commit=False,
                                       session_timeout_ms=SESSION_MS, heartbeat_interval_ms=HEARTBEAT_MS,
                                       max_poll_records=50, **extra)
-        # Metadata first: a leader that assigns before it knows the topic rejoins at once, and that quick second
-        # rebalance sometimes wedges kafka-python 3.0.12's IO thread (a lost wakeup; the broker sees no request).
-        self.consumer.partitions_for_topic(topic)
-        self.consumer.subscribe([topic])
+        kp_subscribe(self.consumer, topic)
 
     def poll(self):
         return [(m.partition, m.offset, m.value.decode())
@@ -74,13 +89,13 @@ class KafkaPythonClient:
     def assignment(self):
         return frozenset(tp.partition for tp in self.consumer.assignment())
 
-    def commit(self) -> bool:
+    def commit(self) -> str | None:
         from kafka.errors import KafkaError
         try:
             self.consumer.commit()
-            return True
-        except KafkaError:
-            return False
+            return None
+        except KafkaError as exc:
+            return repr(exc)
 
     def close(self):
         self.consumer.close(autocommit=False)
@@ -111,13 +126,14 @@ class ConfluentClient:
     def assignment(self):
         return frozenset(tp.partition for tp in self.consumer.assignment())
 
-    def commit(self) -> bool:
-        from confluent_kafka import KafkaException
+    def commit(self) -> str | None:
+        from confluent_kafka import KafkaError, KafkaException
         try:
             self.consumer.commit(asynchronous=False)
-            return True
-        except KafkaException:
-            return False
+            return None
+        except KafkaException as exc:
+            error = exc.args[0]
+            return None if error.code() == KafkaError._NO_OFFSET else str(error)  # nothing left to commit
 
     def close(self):
         self.consumer.close()
@@ -149,13 +165,13 @@ class AiokafkaClient:
     def assignment(self):
         return frozenset(tp.partition for tp in self.consumer.assignment())
 
-    def commit(self) -> bool:
+    def commit(self) -> str | None:
         from aiokafka.errors import KafkaError
         try:
             self.loop.run_until_complete(self.consumer.commit())
-            return True
-        except KafkaError:
-            return False
+            return None
+        except KafkaError as exc:
+            return repr(exc)
 
     def close(self):
         try:
@@ -197,6 +213,7 @@ class MemberLog:
     deliveries: list[Delivery] = field(default_factory=list)
     assignment: frozenset = frozenset()
     error: BaseException | None = None
+    commit_errors: list[str] = field(default_factory=list)  # why commits failed, in order
 
 
 def consume_loop(client, log: MemberLog, stop: threading.Event, emit=None) -> None:
@@ -217,7 +234,10 @@ def consume_loop(client, log: MemberLog, stop: threading.Event, emit=None) -> No
         if emit:
             for partition, offset, value in records:
                 emit({"t": "rec", "p": partition, "o": offset, "v": value, "g": generation})
-        ok = client.commit()
+        error = client.commit()
+        ok = error is None
+        if error is not None:
+            log.commit_errors.append(error)
         if emit:
             emit({"t": "commit", "ok": ok})
         log.deliveries.extend(Delivery(log.name, generation, p, o, v, ok) for p, o, v in records)

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from integration.java_client import java_available, java_unavailable_reason
-from integration.test_groups_clients import create_topic, produce
+from integration.test_groups_clients import create_topic, kp_subscribe, produce
 from integration.waiting import wait_for
 
 N = 100
@@ -52,11 +52,9 @@ def test_kafka_python_commits_survive_kill_9_and_the_group_resumes_there(broker)
     produce(broker.bootstrap, topic, 0, N, partitions=2)
     tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
     consumer = kp_consumer(broker.bootstrap, group)
-    consumer.partitions_for_topic(topic)  # metadata before joining: no second rebalance right after the first
-    consumer.subscribe([topic])
+    kp_subscribe(consumer, topic)
     kp_read(consumer, 40)
-    # Joined before it had the topic's metadata, the member joins again once it has it: a commit in between is
-    # answered REBALANCE_IN_PROGRESS, as Kafka answers it. Wait for the assignment of both partitions.
+    # Both partitions assigned before it commits (a commit during a rebalance is rightly REBALANCE_IN_PROGRESS).
     wait_for(lambda: consumer.poll(timeout_ms=50) is not None and consumer.assignment() == {tp0, tp1},
              "both partitions assigned")
     consumer.commit({tp0: OffsetAndMetadata(20, "sync-meta", -1)})
@@ -70,8 +68,7 @@ def test_kafka_python_commits_survive_kill_9_and_the_group_resumes_there(broker)
     broker.start()
     assert fetch_committed(broker.bootstrap, group) == {(topic, 0): (20, "sync-meta"), (topic, 1): (15, "async-meta")}
     resumed = kp_consumer(broker.bootstrap, group)
-    resumed.partitions_for_topic(topic)
-    resumed.subscribe([topic])
+    kp_subscribe(resumed, topic)
     records = kp_read(resumed, N - 35, timeout=60)
     resumed.close(autocommit=False)
     firsts = {p: min(r.offset for r in records if r.partition == p) for p in (0, 1)}

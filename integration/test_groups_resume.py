@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from integration.test_groups_clients import create_topic, produce
+from integration.test_groups_clients import create_topic, kp_subscribe, produce
 from integration.test_groups_offsets import fetch_committed, kp_read, wait_for
 
 N = 100
@@ -17,12 +17,10 @@ SECOND_READ = 10
 
 
 def kp_member(bootstrap: str, topic: str, group: str, **config):
-    """A kafka-python group member that knows the topic's metadata before it joins: a leader that assigns without
-    it rejoins at once, and that quick second rebalance sometimes wedges kafka-python 3.0.12."""
+    """A kafka-python group member subscribed so that its first rebalance is its only one (see kp_subscribe)."""
     from kafka import KafkaConsumer
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, **config)
-    consumer.partitions_for_topic(topic)
-    consumer.subscribe([topic])
+    kp_subscribe(consumer, topic)
     return consumer
 
 

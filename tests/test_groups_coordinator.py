@@ -212,6 +212,27 @@ async def test_a_retried_leader_sync_does_not_store_its_generation_twice():
         membership.close()
 
 
+async def test_a_sync_answered_after_a_slow_store_gives_the_member_a_whole_session_from_the_answer():
+    """As Kafka's propagateAssignment: the member sent nothing while it waited, so its session starts again when it
+    gets its assignment, not when it asked for it."""
+    gate = asyncio.Event()
+
+    async def slow_store(group, assignments):
+        await gate.wait()
+
+    membership = Membership({}, 0, 10, 60_000, 100, slow_store)
+    try:
+        a = (await membership.join(join_req(v4=False, session=1000))).member_id
+        synced = membership.sync("g", 1, a, None, None, None, {a: b"all"})
+        await asyncio.sleep(0.5)  # half the session goes by in the store
+        gate.set()
+        assert (await synced).error == E.NONE
+        session = membership.timers._handles[("session", "g", a)]
+        assert session.when() - asyncio.get_running_loop().time() > 0.9  # about 0.5 s left before
+    finally:
+        membership.close()
+
+
 async def test_a_member_that_stops_heartbeating_is_removed_and_the_rest_rebalance(broker):
     groups = broker.groups
     a, ja = await join_new(groups, session=5000)

@@ -358,8 +358,7 @@ class Membership:
             return
         if error is not None:
             for member in group.members.values():
-                waiter, member.sync_waiter = member.sync_waiter, None
-                _answer(waiter, SyncResult(error))
+                self._answer_sync(group, member, SyncResult(error))
             self._prepare_rebalance(group, "its generation could not be stored")
             return
         for member in group.members.values():
@@ -367,8 +366,16 @@ class Membership:
         group.transition(GroupState.STABLE)
         log.info("group %s: stable at generation %d", group.group_id, group.generation_id)
         for member in group.members.values():
-            waiter, member.sync_waiter = member.sync_waiter, None
-            _answer(waiter, self._sync_result(group, member))
+            self._answer_sync(group, member, self._sync_result(group, member))
+
+    def _answer_sync(self, group: Group, member: Member, result: SyncResult) -> None:
+        """Answer a member's waiting SyncGroup, and give it a whole session from now, as Kafka does: its session
+        kept running while the store took its time, and it heartbeats again only once it has its answer (a store
+        of seconds would otherwise leave it a fraction of a session, and expire it right after it became Stable)."""
+        waiter, member.sync_waiter = member.sync_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(result)
+            self._arm_session(group, member)
 
     @staticmethod
     def _sync_result(group: Group, member: Member) -> SyncResult:
