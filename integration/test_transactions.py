@@ -13,8 +13,10 @@ from kafka.protocol.producer.transaction import EndTxnRequest, EndTxnResponse
 
 from integration.fetch_requests import FETCH_VERSION, fetch_request
 from integration.idem_raw import RawKafka, idempotent_batch
+from integration.test_dedup_policies import DEDUP_CURSOR, internal_stats
 from integration.txn_clients import (READ_COMMITTED, READ_UNCOMMITTED, RawTxnProducer, ck_read_to_end,
                                      init_transactional_id, values)
+from integration.waiting import wait_until
 from kop.producer_ids import MAX_EPOCH
 from protocol.api import REQUEST_CLASSES as REQ
 from protocol.api import RESPONSE_CLASSES as RESP
@@ -572,3 +574,46 @@ def test_an_exhausted_epoch_rotates_to_a_new_producer_id_through_the_protocol(br
         assert kafka.produce("exhausted", 0, _txn_batch([b"after"], txn, 0)).error_code == ErrorCode.NONE
         assert txn.end(commit=True) == ErrorCode.NONE
     assert values(ck_read_to_end(broker.bootstrap, "exhausted")) == [b"after"]
+
+
+def _producer_epochs(kafka: RawKafka, topic: str) -> dict[int, int] | None:
+    """DescribeProducers of the topic's partition 0: each producer's epoch there; None until the partition answers."""
+    request = REQ[61][0](topics=[REQ[61][0].TopicRequest(name=topic, partition_indexes=[0])])
+    answer = kafka.call(request, RESP[61], 0).topics[0].partitions[0]
+    if answer.error_code != ErrorCode.NONE:
+        return None
+    return {p.producer_id: p.producer_epoch for p in answer.active_producers}
+
+
+@pytest.mark.slow  # a transaction timing out, then a kill -9 and a restart: ~12 s (the dedup unit tests are quick)
+@pytest.mark.parametrize("recovered_from", ["snapshot", "replay"])
+def test_an_abort_under_a_bumped_epoch_fences_the_old_epoch_on_the_partition_also_after_kill_9(start_broker,
+                                                                                              recovered_from):
+    """The coordinator aborts a transaction open past its timeout under a bumped epoch. Its ABORT marker makes that
+    the producer's epoch on the partition, as Kafka's producer state does: DescribeProducers shows it, and a batch
+    of the old epoch is refused INVALID_PRODUCER_EPOCH (a plain idempotent one, which no transaction check sees:
+    only the partition's producer state can refuse it). After a kill -9 the same holds, rebuilt from the dedup
+    snapshot taken after the marker, or from replaying the marker."""
+    interval = "1" if recovered_from == "snapshot" else "1000000"
+    broker = start_broker({"transaction.abort.timed.out.transaction.cleanup.interval.ms": "200",
+                           "brokerDeduplicationEntriesInterval": interval})
+    with RawKafka(broker.port) as kafka:
+        assert kafka.create_topic("bumped") == ErrorCode.NONE
+        txn = RawTxnProducer(kafka, "bumped", timeout_ms=1000)
+        assert txn.add_partitions("bumped", [0]) == {0: ErrorCode.NONE}
+        assert kafka.produce("bumped", 0, _txn_batch([b"t0", b"t1"], txn, 0)).error_code == ErrorCode.NONE
+    wait_lso(broker, "bumped", 3)  # aborted by the coordinator: its marker follows the two records
+    old_epoch_batch = idempotent_batch([b"zombie"], producer_id=txn.producer_id, epoch=txn.epoch, base_sequence=2)
+    if recovered_from == "snapshot":  # control: the snapshot holds the new epoch's name, with no sequence yet
+        new_name = f"KOP-PID-{txn.producer_id}-{txn.epoch + 1}"
+        assert wait_until(lambda: internal_stats(broker, "bumped")["cursors"][DEDUP_CURSOR]["properties"].get(
+            new_name) == -1, timeout=15)
+    for restarted in (False, True):
+        if restarted:
+            broker.restart(hard=True)
+        with RawKafka(broker.port) as kafka:
+            assert wait_until(lambda: _producer_epochs(kafka, "bumped") is not None, timeout=30)
+            answer = kafka.produce("bumped", 0, old_epoch_batch)
+            assert answer.error_code == ErrorCode.INVALID_PRODUCER_EPOCH, answer
+            assert _producer_epochs(kafka, "bumped") == {txn.producer_id: txn.epoch + 1}
+    assert values(ck_read_to_end(broker.bootstrap, "bumped", isolation=READ_UNCOMMITTED)) == [b"t0", b"t1"]
