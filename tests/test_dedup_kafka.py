@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 from dataclasses import dataclass
 
 import pytest
@@ -24,7 +25,7 @@ from dedup.kafka_producers import (
 from dedup.memory import InMemoryCursor, InMemoryDedupLedger
 from dedup.message_deduplication import DedupConfig, MessageDeduplication, Status
 from dedup.sequences import MAX_SEQUENCE, unwrap
-from proto.kop_pb2 import MarkerType, MessageMetadata
+from proto.kop_pb2 import KafkaProducerState, MarkerType, MessageMetadata
 from protocol.errors import ErrorCode
 
 PID = 1000
@@ -732,6 +733,16 @@ async def test_a_snapshot_in_the_older_format_with_one_property_per_batch_is_sti
     restarted = await Partition(ledger).start()
     assert restarted.send(PID, 0, 1) == Duplicate(1, 1, 10_001)
     accepted(restarted, PID, 0, 3)
+
+
+def test_a_packed_state_without_the_producers_epoch_is_still_read_with_its_batches_epoch():
+    """Format 1, written before a marker could raise an epoch with no batch of it, had no epoch field."""
+    numbers = [kafka_snapshot.FORMAT_WITHOUT_EPOCH, PID, 2, 3, 0, 0, 0, 0, 10_000, 3, 1, 1, 1, 1, 10_001]
+    encoded = base64.b64encode(KafkaProducerState(numbers=numbers).SerializeToString()).decode("ascii")
+    assert list(kafka_snapshot.unpack({kafka_snapshot.STATE_KEY: encoded}, {})) == \
+        [(PID, 3, [(3, 0, 0, 0, 0, 10_000), (3, 1, 1, 1, 1, 10_001)])]
+    assert list(kafka_snapshot.unpack(kafka_snapshot.pack([(PID, 4, [(3, 0, 0, 0, 0, 10_000)])]), {})) == \
+        [(PID, 4, [(3, 0, 0, 0, 0, 10_000)])]
 
 
 async def test_replay_rebuilds_the_batches_written_after_the_snapshot():
