@@ -488,6 +488,45 @@ class KafkaProducers:
         # never dropped to bound memory, as a dropped record would let the batches behind the owed one through.
         self._owed[producer_id] = _OwedResend(epoch, first, last, error_code, self._dedup.now())
 
+    # -- transaction markers ---------------------------------------------------------------------------------------
+
+    def on_marker_pushed(self, producer_id: int, epoch: int) -> None:
+        """A COMMIT or ABORT marker of `epoch` is handed to the log (its epoch checked: not older than the
+        producer's). A newer epoch than the producer's fences the older one from now on, as Kafka's
+        appendEndTxnMarker does: a coordinator that aborted a timed-out transaction under a bumped epoch leaves its
+        old producer no way to write here."""
+        if not self._dedup.is_enabled:
+            return
+        producer = self._producers.get(producer_id)
+        if producer is None:
+            self._producers[producer_id] = _Producer(epoch=epoch)
+        elif epoch > producer.epoch:
+            producer.epoch = epoch
+
+    def on_marker_persisted(self, producer_id: int, epoch: int) -> None:
+        """The marker is durable: a newer epoch becomes the producer's persisted one, with no batch yet (its first
+        must be sequence 0), kept by snapshots and rebuilt by replay (`replay_marker`)."""
+        if self._dedup.is_enabled:
+            self._apply_marker(producer_id, epoch)
+
+    def replay_marker(self, metadata: MessageMetadata) -> None:
+        """A transaction marker written here, replayed: what `on_marker_persisted` did when it was stored."""
+        if metadata.producer_id >= 0:
+            self._apply_marker(metadata.producer_id, metadata.producer_epoch)
+
+    def _apply_marker(self, producer_id: int, epoch: int) -> None:
+        producer = self._producers.get(producer_id)
+        if producer is None:
+            producer = self._producers[producer_id] = _Producer(epoch=epoch)
+        elif producer.persisted_epoch is not None and epoch <= producer.persisted_epoch:
+            return  # its own epoch's marker: the producer's state is as it was
+        producer.epoch = max(producer.epoch, epoch)
+        if producer.persisted_epoch is not None:  # the older epoch is gone for good, as after a batch's bump
+            self._dedup.forget(self.producer_name(producer_id, producer.persisted_epoch))
+        producer.persisted.clear()
+        producer.persisted_epoch = epoch
+        self._dedup.record_epoch_started(self.producer_name(producer_id, epoch))
+
     def _apply_persisted(self, producer_id: int, producer: _Producer, batch: BatchMetadata) -> None:
         if producer.persisted_epoch is None or batch.epoch > producer.persisted_epoch:
             if producer.persisted_epoch is not None:  # an epoch bump is durable: the old name is gone for good
@@ -527,14 +566,13 @@ class KafkaProducers:
                  for producer_id, producer in self._producers.items() if producer.persisted_epoch is not None]
 
         def pack(names: Collection[str]) -> dict[str, str]:
-            return kafka_snapshot.pack((producer_id, batches) for producer_id, epoch, batches in state
-                                       if self.producer_name(producer_id, epoch) in names)
+            return kafka_snapshot.pack(producer for producer in state
+                                       if self.producer_name(producer[0], producer[1]) in names)
 
         return pack
 
     def restore(self, properties: Mapping[str, int], strings: Mapping[str, str]) -> None:
-        for producer_id, batches in kafka_snapshot.unpack(strings, properties):
-            epoch = max(b[0] for b in batches)
+        for producer_id, epoch, batches in kafka_snapshot.unpack(strings, properties):
             producer = self._producers[producer_id] = _Producer(epoch=epoch, persisted_epoch=epoch)
             producer.persisted.extend(BatchMetadata._make(b) for b in batches if b[0] == epoch)
 

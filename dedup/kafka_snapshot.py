@@ -2,9 +2,11 @@
 
 A partition can hold tens of thousands of producers, five batches each. One property per batch (the older format,
 still read) cost a formatted key each and a protobuf message each, on the event loop, at every snapshot; packed, the
-whole state is one list of numbers: a format number, then per producer its id, its batch count and six numbers per
-batch (epoch, first and last sequence, base and last offset, timestamp), as protobuf varints
-(`KafkaProducerState`), in base64 (string properties are UTF-8).
+whole state is one list of numbers: a format number, then per producer its id, its epoch, its batch count and six
+numbers per batch (epoch, first and last sequence, base and last offset, timestamp), as protobuf varints
+(`KafkaProducerState`), in base64 (string properties are UTF-8). The producer's epoch is its own field since a
+transaction marker can raise it with no batch of that epoch yet (format 1 had no such field: the epoch was its
+batches').
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from proto.kop_pb2 import KafkaProducerState
 log = logging.getLogger(__name__)
 
 STATE_KEY = "kop.kafka.producers"
-FORMAT = 1
+FORMAT = 2
+FORMAT_WITHOUT_EPOCH = 1  # still read
 BATCH_FIELDS = 6  # epoch, first_seq, last_seq, base_offset, last_offset, timestamp
 # The older format: "__kafka_batch:{pid}:{epoch}:{firstSeq}:{lastSeq}:{lastOffset}:{timestamp}" -> baseOffset.
 LEGACY_KEY_PREFIX = "__kafka_batch:"
@@ -29,19 +32,20 @@ LEGACY_KEY_PREFIX = "__kafka_batch:"
 Batch = tuple[int, int, int, int, int, int]  # the fields above, in that order
 
 
-def pack(producers: Iterable[tuple[int, Sequence[Batch]]]) -> dict[str, str]:
-    """The string properties holding `(producer id, its batches)` for every producer given."""
+def pack(producers: Iterable[tuple[int, int, Sequence[Batch]]]) -> dict[str, str]:
+    """The string properties holding `(producer id, its epoch, its batches)` for every producer given."""
     numbers = [FORMAT]
-    for producer_id, batches in producers:
-        numbers += (producer_id, len(batches))
+    for producer_id, epoch, batches in producers:
+        numbers += (producer_id, epoch, len(batches))
         for batch in batches:
             numbers += batch
     state = KafkaProducerState(numbers=numbers)
     return {STATE_KEY: base64.b64encode(state.SerializeToString()).decode("ascii")}
 
 
-def unpack(strings: Mapping[str, str], properties: Mapping[str, int]) -> Iterator[tuple[int, list[Batch]]]:
-    """(producer id, its batches in sequence order) of every producer a snapshot holds, in either format."""
+def unpack(strings: Mapping[str, str],
+           properties: Mapping[str, int]) -> Iterator[tuple[int, int, list[Batch]]]:
+    """(producer id, its epoch, its batches in sequence order) of every producer a snapshot holds, in any format."""
     yield from _legacy(properties)
     encoded = strings.get(STATE_KEY)
     if not encoded:
@@ -53,22 +57,25 @@ def unpack(strings: Mapping[str, str], properties: Mapping[str, int]) -> Iterato
         log.warning("ignoring a malformed Kafka producer state in a dedup snapshot")
         return
     packed = list(state.numbers)
-    if not packed or packed[0] != FORMAT:
+    if not packed or packed[0] not in (FORMAT, FORMAT_WITHOUT_EPOCH):
         log.warning("ignoring a Kafka producer state of unknown format %s", packed[0] if packed else None)
         return
+    with_epoch = packed[0] == FORMAT
+    head = 3 if with_epoch else 2  # id, (epoch,) batch count
     at, end = 1, len(packed)
-    while at + 2 <= end:
-        producer_id, count = packed[at], packed[at + 1]
-        at += 2
-        if count < 0 or at + count * BATCH_FIELDS > end:
+    while at + head <= end:
+        producer_id, count = packed[at], packed[at + head - 1]
+        epoch = packed[at + 1] if with_epoch else None
+        at += head
+        if count < 0 or at + count * BATCH_FIELDS > end or (epoch is None and count == 0):
             log.warning("ignoring a truncated Kafka producer state in a dedup snapshot")
             return
-        yield producer_id, [tuple(packed[i:i + BATCH_FIELDS]) for i in range(at, at + count * BATCH_FIELDS,
-                                                                              BATCH_FIELDS)]
+        batches = [tuple(packed[i:i + BATCH_FIELDS]) for i in range(at, at + count * BATCH_FIELDS, BATCH_FIELDS)]
+        yield producer_id, max(b[0] for b in batches) if epoch is None else epoch, batches
         at += count * BATCH_FIELDS
 
 
-def _legacy(properties: Mapping[str, int]) -> Iterator[tuple[int, list[Batch]]]:
+def _legacy(properties: Mapping[str, int]) -> Iterator[tuple[int, int, list[Batch]]]:
     by_producer: dict[int, list[Batch]] = {}
     for key, base_offset in properties.items():
         if not key.startswith(LEGACY_KEY_PREFIX):
@@ -80,4 +87,4 @@ def _legacy(properties: Mapping[str, int]) -> Iterator[tuple[int, list[Batch]]]:
             continue
         by_producer.setdefault(pid, []).append((epoch, first, last, base_offset, last_offset, timestamp))
     for pid, batches in by_producer.items():
-        yield pid, sorted(batches, key=lambda b: b[1])
+        yield pid, max(b[0] for b in batches), sorted(batches, key=lambda b: b[1])

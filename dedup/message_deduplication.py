@@ -112,6 +112,9 @@ class DedupExtension(Protocol):
     def replay(self, entry: ReplayEntry) -> None:
         """Apply one replayed entry that carries a producer name, after the maps were updated for it."""
 
+    def replay_marker(self, metadata: MessageMetadata) -> None:
+        """Apply one replayed transaction marker written here (it may raise its producer's epoch)."""
+
     def replayed_highest(self, metadata: MessageMetadata, known: int) -> int:
         """The highest sequence id a replayed entry records for its producer name, read near `known`, the value
         the state holds for that name (an entry written while deduplication was off may record Kafka's wrapping
@@ -356,6 +359,8 @@ class MessageDeduplication:
         metadata = entry.metadata
         # A marker written here stays out of the state; one a replicator sent holds its source position.
         if metadata.is_control or (metadata.HasField("marker_type") and not metadata.replicated_from):
+            if metadata.is_control and not metadata.replicated_from and self._extension is not None:
+                self._extension.replay_marker(metadata)
             return
         for named in metadata.named_sequences:
             self._replay_name(named.name, named.sequence_id, now)
@@ -456,6 +461,17 @@ class MessageDeduplication:
         so the client's retry is accepted again."""
         self._pushed.clear()  # in place: `pushed` is a live view that callers may hold
         self._pushed.update(self._persisted)
+
+    def record_epoch_started(self, name: str) -> None:
+        """A producer name durable with no sequence yet (a Kafka producer's epoch begun by a transaction marker): at
+        -1 unless it has one, so snapshots keep it and its first batch must be sequence 0; inactive from now on.
+        Also called by a replay (the state is not enabled yet then)."""
+        if name in self._persisted:
+            return
+        self._persisted[name] = -1
+        self._pushed.setdefault(name, -1)
+        self._activity.pop(name, None)
+        self._activity[name] = self._clock()
 
     def forget(self, name: str) -> None:
         """Drop a name from every map (Kafka drops a producer's previous epoch this way)."""

@@ -1,6 +1,7 @@
 """Thin helpers that drive each real Kafka client library the way an application would."""
 import asyncio
 import time
+import warnings
 from dataclasses import dataclass
 
 COMPRESSIONS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -76,6 +77,26 @@ def ck_produce(bootstrap, topic, records, partition=0, **config):
     remaining = producer.flush(60)
     assert remaining == 0, f"{remaining} messages not delivered"
     return reports
+
+
+def ck_let_go(producer) -> bool:
+    """Close a confluent-kafka producer for good: what it still holds is dropped (a transaction, or a test that failed
+    half way, may have left records queued), what is on its way awaited, bounded, then its handle is destroyed, and
+    librdkafka's threads with it. False when closing failed (a fenced producer cannot abort the transaction close
+    would end): its handle goes with its last reference then."""
+    from confluent_kafka import KafkaException
+    producer.purge()
+    try:
+        producer.flush(10)
+    except KafkaException:  # fenced, or refused at init: a fatal error, nothing of it is on its way
+        pass
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # "abort_transaction failed during close": it is known
+        try:
+            producer.close()
+        except KafkaException:
+            return False
+    return True
 
 
 def ck_consume_all(bootstrap, topic, expected, partitions=(0,), timeout=30.0, **config):

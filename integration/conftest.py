@@ -1,9 +1,11 @@
+import gc
 import os
 import shutil
 
 import pytest
 
 from integration.broker_process import KOP_SCRIPT, BrokerProcess
+from integration.clients import ck_let_go
 
 
 @pytest.fixture
@@ -12,6 +14,24 @@ def kop_script():
     if not os.access(KOP_SCRIPT, os.X_OK):
         pytest.fail(f"no `kop` console script at {KOP_SCRIPT}: is the project installed into this environment?")
     return KOP_SCRIPT
+
+
+@pytest.fixture
+def ck_producers():
+    """make(config) -> a confluent-kafka Producer, let go when the test ends (`ck_let_go`), so librdkafka's threads do
+    not linger for the rest of the worker's tests."""
+    from confluent_kafka import Producer
+    made = []
+
+    def make(config: dict) -> Producer:
+        made.append(Producer(config))
+        return made[-1]
+
+    yield make
+    closed = [ck_let_go(producer) for producer in made]
+    made.clear()
+    if not all(closed):  # the test's frames may still hold it, in a cycle through a caught exception's traceback
+        gc.collect()
 
 
 @pytest.fixture

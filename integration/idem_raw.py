@@ -12,7 +12,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kafka.protocol.admin.topics import CreateTopicsRequest, CreateTopicsResponse
+from kafka.protocol.admin.topics import (CreateTopicsRequest, CreateTopicsResponse, DeleteRecordsRequest,
+                                         DeleteRecordsResponse)
 from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
@@ -22,6 +23,8 @@ from integration.fetch_requests import FETCH_VERSION, fetch_request
 from protocol.records import Record, build_batch, iter_records, split_batches
 
 LIST_OFFSETS_VERSION = 5
+MAX_TIMESTAMP_VERSION = 7  # ListOffsets answering MAX_TIMESTAMP (-3)
+DELETE_RECORDS_VERSION = 2
 LATEST = -1
 EARLIEST = -2
 PRODUCE_VERSION = 9
@@ -174,18 +177,36 @@ class RawKafka:
 
     def list_offsets(self, topic: str, partitions: Iterable[int], timestamp: int,
                      committed: bool = False) -> dict[int, int]:
-        v = LIST_OFFSETS_VERSION
-        request = ListOffsetsRequest[v](replica_id=-1, isolation_level=int(committed), topics=[
-            ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
-                ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-                    partition_index=p, current_leader_epoch=-1, timestamp=timestamp) for p in partitions])])
-        response = self.call(request, ListOffsetsResponse, v)
         out = {}
-        for answer in response.topics[0].partitions:
-            if answer.error_code:
-                raise RuntimeError(f"ListOffsets {topic}-{answer.partition_index} failed: {answer.error_code}")
-            out[answer.partition_index] = answer.offset
+        for (_topic, partition), (error_code, _timestamp, offset) in self.offsets_for(
+                [(topic, p, timestamp) for p in partitions], committed, LIST_OFFSETS_VERSION).items():
+            if error_code:
+                raise RuntimeError(f"ListOffsets {topic}-{partition} failed: {error_code}")
+            out[partition] = offset
         return out
+
+    def offsets_for(self, wanted: Iterable[tuple[str, int, int]], committed: bool = False,
+                    version: int = MAX_TIMESTAMP_VERSION) -> dict[tuple[str, int], tuple[int, int, int]]:
+        """One ListOffsets asking, for each (topic, partition, timestamp), its (error code, timestamp, offset)."""
+        by_topic: dict[str, list[tuple[int, int]]] = {}
+        for topic, partition, timestamp in wanted:
+            by_topic.setdefault(topic, []).append((partition, timestamp))
+        Topic = ListOffsetsRequest.ListOffsetsTopic
+        request = ListOffsetsRequest[version](replica_id=-1, isolation_level=int(committed), topics=[
+            Topic(name=topic, partitions=[Topic.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1,
+                                                                     timestamp=timestamp) for p, timestamp in asked])
+            for topic, asked in by_topic.items()])
+        response = self.call(request, ListOffsetsResponse, version)
+        return {(t.name, a.partition_index): (a.error_code, a.timestamp, a.offset)
+                for t in response.topics for a in t.partitions}
+
+    def delete_records(self, topic: str, partition: int, before: int) -> tuple[int, int]:
+        """DeleteRecords of one partition below offset `before`: (error code, low watermark)."""
+        Topic = DeleteRecordsRequest.DeleteRecordsTopic
+        request = DeleteRecordsRequest[DELETE_RECORDS_VERSION](timeout_ms=10_000, topics=[
+            Topic(name=topic, partitions=[Topic.DeleteRecordsPartition(partition_index=partition, offset=before)])])
+        answer = self.call(request, DeleteRecordsResponse, DELETE_RECORDS_VERSION).topics[0].partitions[0]
+        return answer.error_code, answer.low_watermark
 
     def fetch_once(self, topic: str, partition: int, offset: int,
                    max_bytes: int = 4 * 1024 * 1024) -> tuple[int, int, bytes]:

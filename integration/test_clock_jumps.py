@@ -184,11 +184,11 @@ def test_a_backward_jump_does_not_keep_a_silent_member_in_its_group(jumping_brok
 TXN_TIMERS = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"}
 
 
-def test_a_forward_jump_does_not_abort_an_open_transaction_early(jumping_broker, clock):
+def test_a_forward_jump_does_not_abort_an_open_transaction_early(jumping_broker, clock, ck_producers):
     """A transaction with a minute's timeout, open across a jump of a day forward and several timeout checks,
     still commits."""
     broker = jumping_broker(TXN_TIMERS)
-    producer = txn_producer(broker.bootstrap, "open", **{"transaction.timeout.ms": 60_000})
+    producer = txn_producer(ck_producers, broker.bootstrap, "open", **{"transaction.timeout.ms": 60_000})
     producer.begin_transaction()
     send(producer, "open", "r", 2)
     jump(broker, clock, "+1d", DAY_MS)
@@ -198,11 +198,11 @@ def test_a_forward_jump_does_not_abort_an_open_transaction_early(jumping_broker,
     assert [value for _, _, value in ck_read_to_end(broker.bootstrap, "open")] == [b"r0", b"r1"]
 
 
-def test_a_backward_jump_does_not_keep_a_timed_out_transaction_open(jumping_broker, clock):
+def test_a_backward_jump_does_not_keep_a_timed_out_transaction_open(jumping_broker, clock, ck_producers):
     """A transaction with a 1 s timeout, open when the clock goes back a day, is still aborted by the coordinator
     once that second has passed, not a day later."""
     broker = jumping_broker(TXN_TIMERS)
-    producer = txn_producer(broker.bootstrap, "late", **{"transaction.timeout.ms": 1000})
+    producer = txn_producer(ck_producers, broker.bootstrap, "late", **{"transaction.timeout.ms": 1000})
     producer.begin_transaction()
     send(producer, "late", "r", 2)
     jump(broker, clock, "-1d", -DAY_MS)

@@ -20,7 +20,7 @@ import asyncpg
 
 from integration.broker_process import BrokerProcess
 from integration.clients import aio_consume_all, ck_consume_all, ck_produce, kp_consume_all
-from integration.idem_raw import RawKafka, read_topic
+from integration.idem_raw import ProducerIdentity, RawKafka, read_topic
 from integration.java_client import java_available, java_consume_all
 from integration.txn_clients import READ_UNCOMMITTED, ck_abort, ck_commit, ck_read_to_end
 from kop.admin.client import AdminClient as KopAdmin, topic_resource
@@ -180,17 +180,32 @@ def test_an_idempotent_producer_goes_on_across_compaction_and_a_kill_9(broker):
                                                                         (6, b"a", b"3", 6)]
 
 
+BIG_VALUE, BIG_COUNT, BIG_KEYS = b"x" * 300, 30_000, 100
+
+
+def fill_big_topic(broker: BrokerProcess, **config: str) -> None:
+    """The topic "big", in 2 MiB ledgers, with BIG_COUNT records over BIG_KEYS keys: each value names its offset."""
+    create(broker, "big", **{"segment.bytes": str(2 * 1024 * 1024), "segment.ms": "600000", **config})
+    for start in range(0, BIG_COUNT, 5000):
+        ck_produce(broker.bootstrap, "big", [(b"k%d" % (i % BIG_KEYS), BIG_VALUE + b"%d" % i, [], 0)
+                                             for i in range(start, start + 5000)], **{"linger.ms": 20})
+
+
+def assert_big_topic_whole(broker: BrokerProcess) -> None:
+    """Every record "big" keeps is at its own offset, and each key's latest record is there."""
+    latest = {}
+    for record in read_topic(broker.port, "big", [0]):
+        assert record.value == BIG_VALUE + b"%d" % record.offset
+        latest[record.key] = record.offset
+    assert latest == {b"k%d" % k: BIG_COUNT - BIG_KEYS + k for k in range(BIG_KEYS)}
+
+
 @pytest.mark.slow
 @pytest.mark.file_storage(reason="watches the file engine's rewrite files (PostgreSQL: the test after the next)")
 def test_a_kill_9_during_compaction_leaves_the_log_whole(tmp_path):
     broker = BrokerProcess(str(tmp_path / "data"), admin_port=0, config=dict(FAST_CLEANER)).start()
     try:
-        create(broker, "big", **{"segment.bytes": str(2 * 1024 * 1024), "segment.ms": "600000"})
-        value = b"x" * 300
-        count = 30_000
-        for start in range(0, count, 5000):
-            ck_produce(broker.bootstrap, "big", [(b"k%d" % (i % 100), value + b"%d" % i, [], 0)
-                                                 for i in range(start, start + 5000)], **{"linger.ms": 20})
+        fill_big_topic(broker)
         ledgers = os.path.join(broker.data_dir, "ledgers", "public", "default", "big-partition-0")
         left: set[str] = set()
         for _ in range(5):  # kill -9 the moment a rewrite is on disk but not yet installed
@@ -206,12 +221,7 @@ def test_a_kill_9_during_compaction_leaves_the_log_whole(tmp_path):
         assert left, "no kill landed while a rewrite was unfinished"  # the control: the fault happened
         broker.start()
         assert not left & set(os.listdir(ledgers))  # the unfinished rewrite went, never installed
-        stored = read_topic(broker.port, "big", [0])
-        latest = {}
-        for record in stored:
-            assert record.value == value + b"%d" % record.offset  # every record kept is at its own offset
-            latest[record.key] = record.offset
-        assert latest == {b"k%d" % k: count - 100 + k for k in range(100)}
+        assert_big_topic_whole(broker)
     finally:
         broker.stop()
 
@@ -374,6 +384,28 @@ def cleaned_through_on_disk(broker: BrokerProcess, topic: str) -> tuple[str | No
     return properties.get("kop.cleaned_through"), listed, on_disk
 
 
+def fill_window(broker: BrokerProcess) -> tuple[ProducerIdentity, list[bytes]]:
+    """The topic "window" in one ledger, however slow: an idempotent producer's four batches of keys a, b and c."""
+    create(broker, "window", **{"segment.ms": "600000"})
+    with RawKafka(broker.port) as kafka:
+        ident = kafka.init_producer_id()
+        batches = [keyed_batch([b"a", b"b", b"c"], b"%d" % n, producer_id=ident.producer_id,
+                               epoch=ident.producer_epoch, base_sequence=3 * n) for n in range(4)]
+        assert [kafka.produce("window", 0, b).base_offset for b in batches] == [0, 3, 6, 9]
+    return ident, batches
+
+
+def assert_window_retries_recognised(broker: BrokerProcess, ident: ProducerIdentity, batches: list[bytes]) -> None:
+    """Every batch of fill_window's, emptied by compaction or not, is a retry answered with its first offset; the
+    producer's next batch follows them."""
+    with RawKafka(broker.port) as kafka:
+        retries = [kafka.produce("window", 0, b) for b in batches]
+        assert [(a.error_code, a.base_offset) for a in retries] == [(ErrorCode.NONE, o) for o in (0, 3, 6, 9)]
+        following = kafka.produce("window", 0, keyed_batch([b"a"], b"4", producer_id=ident.producer_id,
+                                                           epoch=ident.producer_epoch, base_sequence=12))
+        assert (following.error_code, following.base_offset) == (ErrorCode.NONE, 12)
+
+
 @pytest.mark.slow  # two broker starts, a cleaner process each, and a kill: about 10 s
 @pytest.mark.file_storage(reason="reads the file engine's ledgers.info (PostgreSQL: the test after this one)")
 def test_a_kill_9_between_installing_a_rewrite_and_recording_it_loses_and_repeats_nothing(tmp_path):
@@ -384,12 +416,7 @@ def test_a_kill_9_between_installing_a_rewrite_and_recording_it_loses_and_repeat
     dirty."""
     broker = BrokerProcess(str(tmp_path / "data"), admin_port=0, config={**FAST_CLEANER, **FAILPOINTS}).start()
     try:
-        create(broker, "window", **{"segment.ms": "600000"})  # one ledger for all four batches, however slow
-        with RawKafka(broker.port) as kafka:
-            ident = kafka.init_producer_id()
-            batches = [keyed_batch([b"a", b"b", b"c"], b"%d" % n, producer_id=ident.producer_id,
-                                   epoch=ident.producer_epoch, base_sequence=3 * n) for n in range(4)]
-            assert [kafka.produce("window", 0, b).base_offset for b in batches] == [0, 3, 6, 9]
+        ident, batches = fill_window(broker)
         kop_admin(broker).post("/admin/v2/kop/failpoints/window/0", {"crash_before_cleaned_through": True})
         alter(broker, "window", **{"segment.ms": "300"})  # now it rolls, and the cleaner's first pass rewrites it
         # the control: the broker killed itself at the failpoint, after the rewrite was renamed into place
@@ -402,12 +429,7 @@ def test_a_kill_9_between_installing_a_rewrite_and_recording_it_loses_and_repeat
         latest = [(9, b"a", b"3"), (10, b"b", b"3"), (11, b"c", b"3")]
         assert stored(broker, "window") == latest
         assert [(r.offset, r.key, r.value) for r in ck_consume_all(broker.bootstrap, "window", expected=3)] == latest
-        with RawKafka(broker.port) as kafka:
-            retries = [kafka.produce("window", 0, b) for b in batches]  # every batch, emptied or not
-            assert [(a.error_code, a.base_offset) for a in retries] == [(ErrorCode.NONE, o) for o in (0, 3, 6, 9)]
-            following = kafka.produce("window", 0, keyed_batch([b"a"], b"4", producer_id=ident.producer_id,
-                                                               epoch=ident.producer_epoch, base_sequence=12))
-            assert (following.error_code, following.base_offset) == (ErrorCode.NONE, 12)
+        assert_window_retries_recognised(broker, ident, batches)
         wait_for_removed(broker, 1)  # the cleaner goes on: a@9 is superseded by a@12
         assert stored(broker, "window") == [(10, b"b", b"3"), (11, b"c", b"3"), (12, b"a", b"4")]
         assert cleaned_through_on_disk(broker, "window")[0] is not None
@@ -441,12 +463,7 @@ def test_on_postgresql_a_kill_9_before_a_pass_commits_changes_nothing_and_the_ne
     broker = BrokerProcess(str(tmp_path / "data"), admin_port=0, config={**FAST_CLEANER, **FAILPOINTS},
                            options=("--storage", postgres_url)).start()
     try:
-        create(broker, "window", **{"segment.ms": "600000"})  # one ledger for all four batches, however slow
-        with RawKafka(broker.port) as kafka:
-            ident = kafka.init_producer_id()
-            batches = [keyed_batch([b"a", b"b", b"c"], b"%d" % n, producer_id=ident.producer_id,
-                                   epoch=ident.producer_epoch, base_sequence=3 * n) for n in range(4)]
-            assert [kafka.produce("window", 0, b).base_offset for b in batches] == [0, 3, 6, 9]
+        ident, batches = fill_window(broker)
         before = stored_on_postgresql(postgres_url, "window")
         assert before[0] == -1 and len(before[1]) == 4
         kop_admin(broker).post("/admin/v2/kop/failpoints/window/0", {"crash_before_cleaned_through": True})
@@ -462,12 +479,7 @@ def test_on_postgresql_a_kill_9_before_a_pass_commits_changes_nothing_and_the_ne
         through, rows = stored_on_postgresql(postgres_url, "window")
         assert through >= 0 and [r[:3] for r in rows] == [r[:3] for r in before[1]]  # same positions and offsets
         assert [r[3] < b[3] for r, b in zip(rows, before[1])] == [True, True, True, False]  # three batches emptied
-        with RawKafka(broker.port) as kafka:
-            retries = [kafka.produce("window", 0, b) for b in batches]  # every batch, emptied or not
-            assert [(a.error_code, a.base_offset) for a in retries] == [(ErrorCode.NONE, o) for o in (0, 3, 6, 9)]
-            following = kafka.produce("window", 0, keyed_batch([b"a"], b"4", producer_id=ident.producer_id,
-                                                               epoch=ident.producer_epoch, base_sequence=12))
-            assert (following.error_code, following.base_offset) == (ErrorCode.NONE, 12)
+        assert_window_retries_recognised(broker, ident, batches)
     finally:
         broker.stop()
 
@@ -485,13 +497,7 @@ def test_on_postgresql_a_kill_9_during_compaction_leaves_the_log_whole(tmp_path,
     broker = BrokerProcess(str(tmp_path / "data"), admin_port=0, config=dict(FAST_CLEANER),
                            options=("--storage", postgres_url)).start()
     try:
-        create(broker, "big", **{"segment.bytes": str(2 * 1024 * 1024), "segment.ms": "600000",
-                                 "min.compaction.lag.ms": "3600000"})  # nothing is cleaned while it is written
-        value = b"x" * 300
-        count = 30_000
-        for start in range(0, count, 5000):
-            ck_produce(broker.bootstrap, "big", [(b"k%d" % (i % 100), value + b"%d" % i, [], 0)
-                                                 for i in range(start, start + 5000)], **{"linger.ms": 20})
+        fill_big_topic(broker, **{"min.compaction.lag.ms": "3600000"})  # nothing is cleaned while it is written
         assert passes_started(broker, "big") == []
         alter(broker, "big", **{"min.compaction.lag.ms": "0"})  # now one pass takes every closed ledger
         interrupted, seen = False, 0
@@ -511,11 +517,6 @@ def test_on_postgresql_a_kill_9_during_compaction_leaves_the_log_whole(tmp_path,
             broker.start()  # it committed just before the kill: try again on the next pass
         assert interrupted, "no kill landed while a pass was uncommitted"  # the control: the fault happened
         broker.start()
-        stored = read_topic(broker.port, "big", [0])
-        latest = {}
-        for record in stored:
-            assert record.value == value + b"%d" % record.offset  # every record kept is at its own offset
-            latest[record.key] = record.offset
-        assert latest == {b"k%d" % k: count - 100 + k for k in range(100)}
+        assert_big_topic_whole(broker)
     finally:
         broker.stop()

@@ -120,8 +120,8 @@ def test_snapshot_every_n_entries(start_broker):
     properties = cursor()["properties"]
     assert properties[f"KOP-PID-{pid}-0"] == 19
     # The five recent batches (Kafka's window) travel with the snapshot.
-    [(producer_id, batches)] = kafka_snapshot.unpack(cursor()["stringProperties"], properties)
-    assert (producer_id, [b[1] for b in batches]) == (pid, list(range(15, 20)))
+    [(producer_id, epoch, batches)] = kafka_snapshot.unpack(cursor()["stringProperties"], properties)
+    assert (producer_id, epoch, [b[1] for b in batches]) == (pid, 0, list(range(15, 20)))
 
 
 def test_snapshot_by_time_follows_the_topic_interval(start_broker):
@@ -275,7 +275,7 @@ def test_the_purge_loop_drops_inactive_producers_from_the_state_and_the_snapshot
         assert wait_until(lambda: properties().get(active_name) == seq - 1, timeout=10)  # the last snapshot landed
         snapshot = internal_stats(broker, topic)["cursors"][DEDUP_CURSOR]
         assert idle_name not in snapshot["properties"]
-        assert {p for p, _ in kafka_snapshot.unpack(snapshot["stringProperties"], {})} == {active}, snapshot
+        assert {p for p, _, _ in kafka_snapshot.unpack(snapshot["stringProperties"], {})} == {active}, snapshot
         assert [p["producerName"] for p in partition_stats(broker, topic)["publishers"]] == [active_name]
 
     broker.restart(hard=True)  # kill -9: the purge's snapshot is what the state comes back from

@@ -15,13 +15,14 @@ from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from integration.broker_process import BrokerProcess
 from integration.clients import ck_consume_all, ck_produce, sample_records
 from integration.fetch_requests import FETCH_VERSION, fetch_request
-from integration.idem_raw import PRODUCE_VERSION, RawKafka, plain_batch, read_topic
+from integration.idem_raw import BASE_TIMESTAMP, PRODUCE_VERSION, RawKafka, plain_batch, read_topic
 from integration.test_metrics import sample, scrape
 from integration.waiting import wait_until
 from protocol.errors import ErrorCode
 
 OPEN_FILES = 400  # the broker's hard and soft limit: it cannot raise it, and keeps a quarter for its files
 TOPICS, PARTITIONS = 30, 5
+MAX_TIMESTAMP = -3  # ListOffsets: the first record holding the greatest timestamp
 
 pytestmark = [pytest.mark.file_storage,
               pytest.mark.skipif(shutil.which("prlimit") is None or not os.path.exists("/proc/self/fd"),
@@ -134,6 +135,17 @@ def test_running_out_of_descriptors_fails_the_request_and_leaves_no_half_topic(l
     assert len(ck_consume_all(b.bootstrap, "after", 5)) == 5
 
 
+def close_pooled_files_of(raw: RawKafka, name: str, data_dir: str) -> None:
+    """New topics take the descriptor pool's room, so the pool closes `name`'s idle ledger files; then its ledger
+    files are deleted (a disk problem): reading its records needs a file that cannot be opened again."""
+    for i in range(OPEN_FILES // 4):  # each new topic opens three files: the older ones are closed for room
+        assert raw.create_topic(f"filler-{i}", 1) == ErrorCode.NONE
+    victim_dir = os.path.join(data_dir, "ledgers", "public", "default", f"{name}-partition-0")
+    for file_name in os.listdir(victim_dir):
+        if file_name.endswith(".log") and file_name != "cursors.log":
+            os.unlink(os.path.join(victim_dir, file_name))
+
+
 def test_a_ledger_file_that_cannot_be_opened_again_fails_that_partition_only(limited_broker):
     """The pool closed an idle partition's ledger file, and the file is gone when a fetch needs it again (a disk
     problem): that partition answers KAFKA_STORAGE_ERROR, the same request serves the others, the connection stays."""
@@ -143,17 +155,57 @@ def test_a_ledger_file_that_cannot_be_opened_again_fails_that_partition_only(lim
             assert raw.create_topic(name, 1) == ErrorCode.NONE
             assert raw.produce(name, 0, plain_batch([b"a", b"b"])).error_code == ErrorCode.NONE
         assert raw.fetch_once("victim", 0, 0)[0] == ErrorCode.NONE  # control: served while its file is there
-        for i in range(OPEN_FILES // 4):  # each new topic opens three files: the victim's are closed for room
-            assert raw.create_topic(f"filler-{i}", 1) == ErrorCode.NONE
-        victim_dir = os.path.join(b.data_dir, "ledgers", "public", "default", "victim-partition-0")
-        for name in os.listdir(victim_dir):
-            if name.endswith(".log") and name != "cursors.log":
-                os.unlink(os.path.join(victim_dir, name))
+        close_pooled_files_of(raw, "victim", b.data_dir)
         response = raw.call(fetch_request([("victim", 0, 0), ("healthy", 0, 0)]), FetchResponse, FETCH_VERSION)
         answers = {t.topic: (p.error_code, p.high_watermark) for t in response.responses for p in t.partitions}
         assert answers["victim"][0] == ErrorCode.KAFKA_STORAGE_ERROR
         assert answers["healthy"][0] == ErrorCode.NONE and answers["healthy"][1] == 2
         assert raw.create_topic("still-serving", 1) == ErrorCode.NONE
+
+
+def test_list_offsets_that_cannot_read_its_ledger_fails_that_partition_only(limited_broker):
+    """ListOffsets by time, and for the greatest timestamp, reads the batch it found; when that ledger file cannot be
+    opened, that partition answers KAFKA_STORAGE_ERROR, the same request answers the others, the connection stays
+    (as Kafka answers a log it cannot read). Offsets the broker holds in memory are still answered for it."""
+    b = limited_broker
+    with RawKafka(b.port) as raw:
+        for name in ("victim", "healthy"):
+            assert raw.create_topic(name, 1) == ErrorCode.NONE
+            assert raw.produce(name, 0, plain_batch([b"a", b"b"])).error_code == ErrorCode.NONE
+        by_time = [("victim", 0, BASE_TIMESTAMP + 1), ("healthy", 0, BASE_TIMESTAMP + 1)]
+        # Control: served while its file is there.
+        assert raw.offsets_for(by_time)[("victim", 0)] == (ErrorCode.NONE, BASE_TIMESTAMP + 1, 1)
+        close_pooled_files_of(raw, "victim", b.data_dir)
+        answers = raw.offsets_for(by_time)
+        assert answers[("victim", 0)][0] == ErrorCode.KAFKA_STORAGE_ERROR
+        assert answers[("healthy", 0)] == (ErrorCode.NONE, BASE_TIMESTAMP + 1, 1)
+        answers = raw.offsets_for([("victim", 0, MAX_TIMESTAMP), ("healthy", 0, MAX_TIMESTAMP)])
+        assert answers[("victim", 0)][0] == ErrorCode.KAFKA_STORAGE_ERROR
+        assert answers[("healthy", 0)] == (ErrorCode.NONE, BASE_TIMESTAMP + 1, 1)
+        assert raw.end_offsets("victim", [0]) == {0: 2}  # from memory: no file read
+        assert raw.create_topic("still-serving", 1) == ErrorCode.NONE
+
+
+def test_delete_records_that_cannot_record_the_new_start_fails_and_deletes_nothing(limited_broker):
+    """DeleteRecords rewrites the partition's ledger list; with no descriptor to write it, the partition answers
+    KAFKA_STORAGE_ERROR on the open connection and readers still see every record (the new log start was not
+    recorded, so it must not show now and vanish after a restart). Once the limit is back the same request works."""
+    b = limited_broker
+    with RawKafka(b.port) as raw:
+        assert raw.create_topic("trimmed", 1) == ErrorCode.NONE
+        assert raw.produce("trimmed", 0, plain_batch([b"a", b"b", b"c"])).error_code == ErrorCode.NONE
+        resource.prlimit(b.proc.pid, resource.RLIMIT_NOFILE, (1, OPEN_FILES))  # no new descriptor at all
+        try:
+            refused = raw.delete_records("trimmed", 0, 2)
+        finally:
+            resource.prlimit(b.proc.pid, resource.RLIMIT_NOFILE, (OPEN_FILES, OPEN_FILES))
+        assert refused[0] == ErrorCode.KAFKA_STORAGE_ERROR
+        assert raw.start_offsets("trimmed", [0]) == {0: 0}
+        assert [r.value for r in raw.read_partition("trimmed", 0)] == [b"a", b"b", b"c"]
+        assert raw.delete_records("trimmed", 0, 2) == (ErrorCode.NONE, 2)
+    b.restart(hard=True)
+    with RawKafka(b.port) as raw:
+        assert raw.start_offsets("trimmed", [0]) == {0: 2}
 
 
 RETRIABLE = {ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NOT_LEADER_OR_FOLLOWER}  # nothing stored, the client retries

@@ -3,6 +3,7 @@ read_uncommitted, several partitions and topics, offsets sent to a transaction, 
 out, timeouts over the broker's maximum, and the protocol answers around them (CONCURRENT_TRANSACTIONS while a
 transaction completes, an idle transactional id expired)."""
 import time
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -13,8 +14,10 @@ from kafka.protocol.producer.transaction import EndTxnRequest, EndTxnResponse
 
 from integration.fetch_requests import FETCH_VERSION, fetch_request
 from integration.idem_raw import RawKafka, idempotent_batch
+from integration.test_dedup_policies import DEDUP_CURSOR, internal_stats
 from integration.txn_clients import (READ_COMMITTED, READ_UNCOMMITTED, RawTxnProducer, ck_read_to_end,
                                      init_transactional_id, values)
+from integration.waiting import wait_until
 from kop.producer_ids import MAX_EPOCH
 from protocol.api import REQUEST_CLASSES as REQ
 from protocol.api import RESPONSE_CLASSES as RESP
@@ -22,8 +25,10 @@ from protocol.errors import ErrorCode
 from protocol.records import build_batch, Record
 
 
-def txn_producer(bootstrap: str, transactional_id: str, **config) -> Producer:
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, **config})
+def txn_producer(producers: Callable[[dict], Producer], bootstrap: str, transactional_id: str,
+                 **config) -> Producer:
+    """A transactional producer made by `producers` (the ck_producers fixture: let go when the test ends)."""
+    producer = producers({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, **config})
     producer.init_transactions(15)
     return producer
 
@@ -34,8 +39,8 @@ def send(producer: Producer, topic: str, prefix: str, count: int, partition: int
     assert producer.flush(15) == 0  # on the broker before the transaction ends (librdkafka purges unsent ones)
 
 
-def test_committed_records_are_read_and_aborted_ones_only_read_uncommitted(broker):
-    producer = txn_producer(broker.bootstrap, "commit-abort")
+def test_committed_records_are_read_and_aborted_ones_only_read_uncommitted(broker, ck_producers):
+    producer = txn_producer(ck_producers, broker.bootstrap, "commit-abort")
     producer.begin_transaction()
     send(producer, "ca", "c", 3)
     producer.commit_transaction(15)
@@ -54,8 +59,8 @@ def test_committed_records_are_read_and_aborted_ones_only_read_uncommitted(broke
     assert [offset for _, offset, _ in everything] == [0, 1, 2, 4, 5, 6, 7, 9, 10]
 
 
-def test_read_committed_stops_at_the_open_transaction_until_it_commits(broker):
-    producer = txn_producer(broker.bootstrap, "open")
+def test_read_committed_stops_at_the_open_transaction_until_it_commits(broker, ck_producers):
+    producer = txn_producer(ck_producers, broker.bootstrap, "open")
     producer.begin_transaction()
     send(producer, "open", "x", 3)
     with RawKafka(broker.port) as kafka:
@@ -72,8 +77,8 @@ def test_read_committed_stops_at_the_open_transaction_until_it_commits(broker):
         assert _latest(kafka, "open", READ_COMMITTED) == _latest(kafka, "open", READ_UNCOMMITTED) == 4
 
 
-def test_fetch_lists_the_aborted_transactions_of_the_range_it_returns(broker):
-    producer = txn_producer(broker.bootstrap, "listed")
+def test_fetch_lists_the_aborted_transactions_of_the_range_it_returns(broker, ck_producers):
+    producer = txn_producer(ck_producers, broker.bootstrap, "listed")
     producer.begin_transaction()
     send(producer, "listed", "a", 2)
     producer.abort_transaction(15)
@@ -91,11 +96,11 @@ def test_fetch_lists_the_aborted_transactions_of_the_range_it_returns(broker):
         assert past.aborted_transactions == []  # the abort ended before offset 3
 
 
-def test_a_transaction_spans_partitions_and_topics(broker):
+def test_a_transaction_spans_partitions_and_topics(broker, ck_producers):
     with RawKafka(broker.port) as kafka:
         kafka.create_topic("multi-a", partitions=3)
         kafka.create_topic("multi-b", partitions=2)
-    producer = txn_producer(broker.bootstrap, "multi")
+    producer = txn_producer(ck_producers, broker.bootstrap, "multi")
     producer.begin_transaction()
     for p in range(3):
         send(producer, "multi-a", f"a{p}-", 2, partition=p)
@@ -128,14 +133,14 @@ def _committed(bootstrap: str, group: str, topic: str) -> int:
         consumer.close()
 
 
-def test_offsets_sent_to_a_transaction_are_committed_with_it_and_vanish_with_an_abort(broker):
-    seed = Producer({"bootstrap.servers": broker.bootstrap})
+def test_offsets_sent_to_a_transaction_are_committed_with_it_and_vanish_with_an_abort(broker, ck_producers):
+    seed = ck_producers({"bootstrap.servers": broker.bootstrap})
     for i in range(10):
         seed.produce("offsets-in", f"in{i}".encode(), partition=0)
     assert seed.flush(15) == 0
     consumer = _group_consumer(broker.bootstrap, "eos-group", "offsets-in")
     metadata = consumer.consumer_group_metadata()
-    producer = txn_producer(broker.bootstrap, "offsets")
+    producer = txn_producer(ck_producers, broker.bootstrap, "offsets")
 
     producer.begin_transaction()
     send(producer, "offsets-out", "o", 1)
@@ -156,7 +161,7 @@ def test_offsets_sent_to_a_transaction_are_committed_with_it_and_vanish_with_an_
 
 
 def _seed(bootstrap: str, topic: str, count: int) -> None:
-    seed = Producer({"bootstrap.servers": bootstrap})
+    seed = Producer({"bootstrap.servers": bootstrap})  # flushed, and gone once this returns
     for i in range(count):
         seed.produce(topic, f"in{i}".encode(), partition=0)
     assert seed.flush(15) == 0
@@ -178,12 +183,12 @@ def _wait_committed(bootstrap: str, group: str, topic: str, expected: int) -> No
         time.sleep(0.1)
 
 
-def test_a_commit_made_after_the_transactions_offset_commit_is_not_moved_back_by_it(broker):
+def test_a_commit_made_after_the_transactions_offset_commit_is_not_moved_back_by_it(broker, ck_producers):
     """As in Kafka, a transaction's offsets are installed on commit only where the group has not committed since
     its TxnOffsetCommit: a plain commit made in between stands (the control group, with no later commit, gets the
     transaction's offset)."""
     _seed(broker.bootstrap, "later-in", 10)
-    producer = txn_producer(broker.bootstrap, "later-txn")
+    producer = txn_producer(ck_producers, broker.bootstrap, "later-txn")
     producer.begin_transaction()
     send(producer, "later-out", "o", 1)
     consumers = _send_offsets_for_two_groups(broker.bootstrap, producer, "later-in", 4)
@@ -195,7 +200,7 @@ def test_a_commit_made_after_the_transactions_offset_commit_is_not_moved_back_by
         consumer.close()
 
 
-def test_a_completion_replayed_after_a_kill_9_does_not_move_a_newer_commit_back(start_broker):
+def test_a_completion_replayed_after_a_kill_9_does_not_move_a_newer_commit_back(start_broker, ck_producers):
     """The commit is decided (PrepareCommit stored) but its marker is held on the output partition's disk, so its
     offsets are not installed yet; a plain commit lands; kill -9. The restarted coordinator completes the
     transaction: the control group gets the transaction's offset, the group that committed later keeps its own."""
@@ -203,7 +208,7 @@ def test_a_completion_replayed_after_a_kill_9_does_not_move_a_newer_commit_back(
     _seed(broker.bootstrap, "replay-in", 10)
     with RawKafka(broker.port) as kafka:
         kafka.create_topic("replay-out")
-    producer = txn_producer(broker.bootstrap, "replay-txn")
+    producer = txn_producer(ck_producers, broker.bootstrap, "replay-txn")
     producer.begin_transaction()
     send(producer, "replay-out", "o", 1)
     consumers = _send_offsets_for_two_groups(broker.bootstrap, producer, "replay-in", 4)
@@ -231,12 +236,12 @@ def _offset_fetch(kafka: RawKafka, group: str, topic: str, require_stable: bool)
     return answer.error_code, answer.committed_offset
 
 
-def test_offset_fetch_require_stable_waits_for_the_transaction_holding_the_offset(broker):
-    seed = Producer({"bootstrap.servers": broker.bootstrap})
+def test_offset_fetch_require_stable_waits_for_the_transaction_holding_the_offset(broker, ck_producers):
+    seed = ck_producers({"bootstrap.servers": broker.bootstrap})
     seed.produce("stable-in", b"x", partition=0)
     assert seed.flush(15) == 0
     consumer = _group_consumer(broker.bootstrap, "stable-group", "stable-in")
-    producer = txn_producer(broker.bootstrap, "stable")
+    producer = txn_producer(ck_producers, broker.bootstrap, "stable")
     producer.begin_transaction()
     send(producer, "stable-out", "o", 1)
     producer.send_offsets_to_transaction([TopicPartition("stable-in", 0, 1)], consumer.consumer_group_metadata(), 15)
@@ -251,11 +256,11 @@ def test_offset_fetch_require_stable_waits_for_the_transaction_holding_the_offse
     consumer.close()
 
 
-def test_a_second_producer_with_the_same_transactional_id_fences_the_first(broker):
-    zombie = txn_producer(broker.bootstrap, "fenced")
+def test_a_second_producer_with_the_same_transactional_id_fences_the_first(broker, ck_producers):
+    zombie = txn_producer(ck_producers, broker.bootstrap, "fenced")
     zombie.begin_transaction()
     send(zombie, "fenced", "z", 2)
-    successor = txn_producer(broker.bootstrap, "fenced")  # aborts the zombie's open transaction
+    successor = txn_producer(ck_producers, broker.bootstrap, "fenced")  # aborts the zombie's open transaction
     with pytest.raises(KafkaException) as raised:
         zombie.commit_transaction(15)
     assert raised.value.args[0].fatal() or raised.value.args[0].code() in (
@@ -267,9 +272,9 @@ def test_a_second_producer_with_the_same_transactional_id_fences_the_first(broke
     assert values(ck_read_to_end(broker.bootstrap, "fenced", isolation=READ_UNCOMMITTED)) == [b"z0", b"z1", b"s0"]
 
 
-def test_the_coordinator_aborts_a_transaction_open_past_its_timeout(broker_factory):
+def test_the_coordinator_aborts_a_transaction_open_past_its_timeout(broker_factory, ck_producers):
     broker = broker_factory({"transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"})
-    producer = txn_producer(broker.bootstrap, "slow", **{"transaction.timeout.ms": 1000})
+    producer = txn_producer(ck_producers, broker.bootstrap, "slow", **{"transaction.timeout.ms": 1000})
     producer.begin_transaction()
     send(producer, "slow", "late", 2)
     wait_lso(broker, "slow", 3)  # aborted by the coordinator: the marker moved the LSO past the records
@@ -279,9 +284,9 @@ def test_the_coordinator_aborts_a_transaction_open_past_its_timeout(broker_facto
     assert len(ck_read_to_end(broker.bootstrap, "slow", isolation=READ_UNCOMMITTED)) == 2
 
 
-def test_a_timeout_over_the_brokers_maximum_is_refused(broker_factory):
+def test_a_timeout_over_the_brokers_maximum_is_refused(broker_factory, ck_producers):
     broker = broker_factory({"transaction.max.timeout.ms": "5000"})
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "too-long",
+    producer = ck_producers({"bootstrap.servers": broker.bootstrap, "transactional.id": "too-long",
                          "transaction.timeout.ms": 60000})
     with pytest.raises(KafkaException) as raised:
         producer.init_transactions(15)
@@ -400,14 +405,14 @@ def wait_lso(broker, topic: str, expected: int, timeout: float = 15.0) -> None:
             time.sleep(0.05)
 
 
-def test_admin_tools_list_and_describe_transactions_and_producers(broker):
+def test_admin_tools_list_and_describe_transactions_and_producers(broker, ck_producers):
     """ListTransactions, DescribeTransactions and DescribeProducers (KIP-664), as kafka-transactions.sh asks them,
     around one open transaction and one plain idempotent producer on the same partition."""
-    idem = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
+    idem = ck_producers({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
     for i in range(3):
         idem.produce("described", b"i%d" % i, partition=0)
     assert idem.flush(15) == 0
-    producer = txn_producer(broker.bootstrap, "described-txn")
+    producer = txn_producer(ck_producers, broker.bootstrap, "described-txn")
     producer.begin_transaction()
     send(producer, "described", "t", 2)
     producer.flush(15)
@@ -572,3 +577,46 @@ def test_an_exhausted_epoch_rotates_to_a_new_producer_id_through_the_protocol(br
         assert kafka.produce("exhausted", 0, _txn_batch([b"after"], txn, 0)).error_code == ErrorCode.NONE
         assert txn.end(commit=True) == ErrorCode.NONE
     assert values(ck_read_to_end(broker.bootstrap, "exhausted")) == [b"after"]
+
+
+def _producer_epochs(kafka: RawKafka, topic: str) -> dict[int, int] | None:
+    """DescribeProducers of the topic's partition 0: each producer's epoch there; None until the partition answers."""
+    request = REQ[61][0](topics=[REQ[61][0].TopicRequest(name=topic, partition_indexes=[0])])
+    answer = kafka.call(request, RESP[61], 0).topics[0].partitions[0]
+    if answer.error_code != ErrorCode.NONE:
+        return None
+    return {p.producer_id: p.producer_epoch for p in answer.active_producers}
+
+
+@pytest.mark.slow  # a transaction timing out, then a kill -9 and a restart: ~12 s (the dedup unit tests are quick)
+@pytest.mark.parametrize("recovered_from", ["snapshot", "replay"])
+def test_an_abort_under_a_bumped_epoch_fences_the_old_epoch_on_the_partition_also_after_kill_9(start_broker,
+                                                                                              recovered_from):
+    """The coordinator aborts a transaction open past its timeout under a bumped epoch. Its ABORT marker makes that
+    the producer's epoch on the partition, as Kafka's producer state does: DescribeProducers shows it, and a batch
+    of the old epoch is refused INVALID_PRODUCER_EPOCH (a plain idempotent one, which no transaction check sees:
+    only the partition's producer state can refuse it). After a kill -9 the same holds, rebuilt from the dedup
+    snapshot taken after the marker, or from replaying the marker."""
+    interval = "1" if recovered_from == "snapshot" else "1000000"
+    broker = start_broker({"transaction.abort.timed.out.transaction.cleanup.interval.ms": "200",
+                           "brokerDeduplicationEntriesInterval": interval})
+    with RawKafka(broker.port) as kafka:
+        assert kafka.create_topic("bumped") == ErrorCode.NONE
+        txn = RawTxnProducer(kafka, "bumped", timeout_ms=1000)
+        assert txn.add_partitions("bumped", [0]) == {0: ErrorCode.NONE}
+        assert kafka.produce("bumped", 0, _txn_batch([b"t0", b"t1"], txn, 0)).error_code == ErrorCode.NONE
+    wait_lso(broker, "bumped", 3)  # aborted by the coordinator: its marker follows the two records
+    old_epoch_batch = idempotent_batch([b"zombie"], producer_id=txn.producer_id, epoch=txn.epoch, base_sequence=2)
+    if recovered_from == "snapshot":  # control: the snapshot holds the new epoch's name, with no sequence yet
+        new_name = f"KOP-PID-{txn.producer_id}-{txn.epoch + 1}"
+        assert wait_until(lambda: internal_stats(broker, "bumped")["cursors"][DEDUP_CURSOR]["properties"].get(
+            new_name) == -1, timeout=15)
+    for restarted in (False, True):
+        if restarted:
+            broker.restart(hard=True)
+        with RawKafka(broker.port) as kafka:
+            assert wait_until(lambda: _producer_epochs(kafka, "bumped") is not None, timeout=30)
+            answer = kafka.produce("bumped", 0, old_epoch_batch)
+            assert answer.error_code == ErrorCode.INVALID_PRODUCER_EPOCH, answer
+            assert _producer_epochs(kafka, "bumped") == {txn.producer_id: txn.epoch + 1}
+    assert values(ck_read_to_end(broker.bootstrap, "bumped", isolation=READ_UNCOMMITTED)) == [b"t0", b"t1"]

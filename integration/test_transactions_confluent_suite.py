@@ -10,6 +10,7 @@ made with the AdminClient and count records until end of partition with librdkaf
 """
 import time
 import uuid
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
@@ -36,8 +37,10 @@ def new_topic(bootstrap: str, prefix: str) -> str:
     return name
 
 
-def txn_producer(bootstrap: str, client_id: str = "rdkafka") -> Producer:
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": TRANSACTIONAL_ID,
+def txn_producer(producers: Callable[[dict], Producer], bootstrap: str, client_id: str = "rdkafka") -> Producer:
+    """The suite's transactional producer, made by `producers` (the ck_producers fixture: let go when the test
+    ends)."""
+    producer = producers({"bootstrap.servers": bootstrap, "transactional.id": TRANSACTIONAL_ID,
                          "client.id": client_id})
     producer.init_transactions(TIMEOUT_S)
     return producer
@@ -87,9 +90,9 @@ def count_records(bootstrap: str, topic: str, **config) -> int:
 
 
 @pytest.mark.parametrize("commit", [True, False], ids=["commit", "abort"])
-def test_commit_or_abort(bootstrap, commit):
+def test_commit_or_abort(bootstrap, commit, ck_producers):
     topic = new_topic(bootstrap, "commit" if commit else "abort")
-    producer = txn_producer(bootstrap)
+    producer = txn_producer(ck_producers, bootstrap)
     produce_in_transaction(producer, topic, 100)
     (producer.commit_transaction if commit else producer.abort_transaction)(TIMEOUT_S)
     # After an abort the partition holds only aborted records and the marker: read_committed still reaches its end.
@@ -97,9 +100,9 @@ def test_commit_or_abort(bootstrap, commit):
     assert count_records(bootstrap, topic, **{"isolation.level": READ_UNCOMMITTED}) == 100
 
 
-def test_abort_then_commit_with_the_same_producer(bootstrap):
+def test_abort_then_commit_with_the_same_producer(bootstrap, ck_producers):
     topic = new_topic(bootstrap, "abort-retry")
-    producer = txn_producer(bootstrap)
+    producer = txn_producer(ck_producers, bootstrap)
     produce_in_transaction(producer, topic, 100)
     producer.abort_transaction(TIMEOUT_S)
     produce_in_transaction(producer, topic, 25)
@@ -108,23 +111,23 @@ def test_abort_then_commit_with_the_same_producer(bootstrap):
     assert count_records(bootstrap, topic, **{"isolation.level": READ_UNCOMMITTED}) == 125
 
 
-def test_offsets_sent_to_a_transaction_are_the_groups_after_commit(bootstrap):
+def test_offsets_sent_to_a_transaction_are_the_groups_after_commit(bootstrap, ck_producers):
     source, target = new_topic(bootstrap, "input"), new_topic(bootstrap, "output")
-    seeder = Producer({"bootstrap.servers": bootstrap, "linger.ms": 500})
+    seeder = ck_producers({"bootstrap.servers": bootstrap, "linger.ms": 500})
     for i in range(100):
         seeder.produce(source, f"seed-{i}".encode())
     assert seeder.flush(TIMEOUT_S) == 0
     consumer = subscribed_consumer(bootstrap, source)
     try:
         assert drain(consumer) == 100
-        producer = txn_producer(bootstrap, "producer1")
+        producer = txn_producer(ck_producers, bootstrap, "producer1")
         produce_in_transaction(producer, target, 100)
         positions = consumer.position(consumer.assignment())
         assert [tp.offset for tp in positions] == [100]
         producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), TIMEOUT_S)
         producer.commit_transaction(TIMEOUT_S)
         # A second producer's init returns once the first one's transaction is complete, offsets included.
-        txn_producer(bootstrap, "producer2")
+        txn_producer(ck_producers, bootstrap, "producer2")
         committed = consumer.committed(consumer.assignment(), TIMEOUT_S)
         assert [tp.offset for tp in committed] == [100]
     finally:

@@ -12,9 +12,9 @@ from integration.txn_clients import READ_COMMITTED, READ_UNCOMMITTED, ck_read_to
 
 
 @pytest.mark.parametrize("commit", [True, False], ids=["commit", "abort"])
-def test_a_transaction_whose_markers_a_crash_stopped_completes_after_restart(start_broker, commit):
+def test_a_transaction_whose_markers_a_crash_stopped_completes_after_restart(start_broker, commit, ck_producers):
     broker = start_broker(FAILPOINTS)
-    producer = txn_producer(broker.bootstrap, "prepared")
+    producer = txn_producer(ck_producers, broker.bootstrap, "prepared")
     producer.begin_transaction()
     send(producer, "prepared", "p", 3)
     failpoint(broker, "prepared", write_failures=1_000_000)  # every marker write fails until the crash
@@ -36,11 +36,12 @@ def test_a_transaction_whose_markers_a_crash_stopped_completes_after_restart(sta
 
 @pytest.mark.file_storage(reason="a held PostgreSQL commit never reaches the database: the marker is not stored")
 @pytest.mark.parametrize("commit", [True, False], ids=["commit", "abort"])
-def test_a_marker_that_reached_the_log_unacknowledged_is_not_written_again_after_restart(start_broker, commit):
+def test_a_marker_that_reached_the_log_unacknowledged_is_not_written_again_after_restart(start_broker, commit,
+                                                                                       ck_producers):
     """The crash lands after the marker reached the log file but before it was acknowledged (its flush stuck): the
     restarted partition finds it, and the coordinator's recovery, which resends it, must not store a second one."""
     broker = start_broker(FAILPOINTS)
-    producer = txn_producer(broker.bootstrap, "unacked")
+    producer = txn_producer(ck_producers, broker.bootstrap, "unacked")
     producer.begin_transaction()
     send(producer, "unacked", "u", 3)
     failpoint(broker, "unacked", hold_flushes=True)  # the marker is written to the file, never flushed
@@ -52,7 +53,7 @@ def test_a_marker_that_reached_the_log_unacknowledged_is_not_written_again_after
     broker.start()
     # The successor's InitProducerId is answered only once the coordinator completed the transaction: every marker
     # it was to write is stored by then.
-    txn_producer(broker.bootstrap, "unacked")
+    txn_producer(ck_producers, broker.bootstrap, "unacked")
     with open(broker.log_path, errors="replace") as f:  # control: the marker was in the log the restart found
         assert re.search(r"unacked-0: the %s marker of producer \d+ epoch \d+ is stored already; not written again"
                          % ("COMMIT" if commit else "ABORT"), f.read())
@@ -64,9 +65,10 @@ def test_a_marker_that_reached_the_log_unacknowledged_is_not_written_again_after
     assert len(ck_read_to_end(broker.bootstrap, "unacked", isolation=READ_UNCOMMITTED)) == 3
 
 
-def test_a_transaction_open_at_the_crash_is_aborted_by_its_timeout_and_its_id_served_again(broker_factory):
+def test_a_transaction_open_at_the_crash_is_aborted_by_its_timeout_and_its_id_served_again(broker_factory,
+                                                                                         ck_producers):
     broker = broker_factory({"transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"})
-    producer = txn_producer(broker.bootstrap, "open-crash", **{"transaction.timeout.ms": 2000})
+    producer = txn_producer(ck_producers, broker.bootstrap, "open-crash", **{"transaction.timeout.ms": 2000})
     producer.begin_transaction()
     send(producer, "open-crash", "lost", 2)
     broker.kill()
@@ -74,7 +76,7 @@ def test_a_transaction_open_at_the_crash_is_aborted_by_its_timeout_and_its_id_se
     with RawKafka(broker.port) as kafka:  # control: rebuilt from the log, the transaction holds the LSO back
         assert _latest(kafka, "open-crash", READ_COMMITTED) == 0
     wait_lso(broker, "open-crash", 3)
-    successor = txn_producer(broker.bootstrap, "open-crash")
+    successor = txn_producer(ck_producers, broker.bootstrap, "open-crash")
     successor.begin_transaction()
     send(successor, "open-crash", "next", 1)
     successor.commit_transaction(15)

@@ -44,8 +44,8 @@ def test_java_transaction_spans_partitions_and_topics(broker):
             assert kafka.end_offsets(topic, partitions, committed=True) == {p: 4 for p in partitions}
 
 
-def test_java_consume_transform_produce_copies_each_record_once_with_its_offsets(broker):
-    seed = Producer({"bootstrap.servers": broker.bootstrap})
+def test_java_consume_transform_produce_copies_each_record_once_with_its_offsets(broker, ck_producers):
+    seed = ck_producers({"bootstrap.servers": broker.bootstrap})
     for i in range(60):
         seed.produce("ctp-in", b"%d" % i, partition=0)
     assert seed.flush(15) == 0
@@ -71,12 +71,15 @@ def test_java_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(br
     assert values(ck_read_to_end(broker.bootstrap, "java-slow", isolation=READ_UNCOMMITTED)) == [b"late-0", b"late-1"]
 
 
-def test_java_read_committed_skips_aborted_transactions_and_stops_at_an_open_one(broker):
-    ck_open_transaction(broker.bootstrap, "java-rc", "c", 3).commit_transaction(15)  # offsets 0-2, marker 3
-    ck_open_transaction(broker.bootstrap, "java-rc", "a", 2).abort_transaction(15)  # 4-5, marker 6
-    ck_open_transaction(broker.bootstrap, "java-rc", "d", 1).commit_transaction(15)  # 7, marker 8
-    still_open = ck_open_transaction(broker.bootstrap, "java-rc", "o", 2)  # 9-10, open: the last stable offset is 9
-    ck_open_transaction(broker.bootstrap, "java-rc", "l", 1).commit_transaction(15)  # 11, marker 12: after the open
+def test_java_read_committed_skips_aborted_transactions_and_stops_at_an_open_one(broker, ck_producers):
+    def opened(prefix: str, count: int):
+        return ck_open_transaction(broker.bootstrap, "java-rc", prefix, count, ck_producers)
+
+    opened("c", 3).commit_transaction(15)  # offsets 0-2, marker 3
+    opened("a", 2).abort_transaction(15)  # 4-5, marker 6
+    opened("d", 1).commit_transaction(15)  # 7, marker 8
+    still_open = opened("o", 2)  # 9-10, open: the last stable offset is 9
+    opened("l", 1).commit_transaction(15)  # 11, marker 12: after the open
 
     read_committed = {"isolation.level": READ_COMMITTED}
     records, ends = java_read_to_end(broker.bootstrap, "java-rc", extra_props=read_committed)

@@ -8,6 +8,7 @@ from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdRespons
 from kafka.protocol.producer.transaction import (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, EndTxnRequest,
                                                  EndTxnResponse)
 
+from integration.clients import ck_let_go
 from integration.idem_raw import RawKafka
 from protocol.errors import ErrorCode
 
@@ -44,11 +45,12 @@ def ck_read_to_end(bootstrap: str, topic: str, partitions=(0,), isolation: str =
         consumer.close()
 
 
-def ck_open_transaction(bootstrap: str, topic: str, prefix: str, count: int):
+def ck_open_transaction(bootstrap: str, topic: str, prefix: str, count: int, make=None):
     """A confluent-kafka producer (transactional id f"{topic}-{prefix}") with a transaction open that holds `count`
-    stored records f"{prefix}{i}" in partition 0; the caller commits or aborts it."""
+    stored records f"{prefix}{i}" in partition 0; the caller commits or aborts it. `make`: what makes the producer
+    from its config (the ck_producers fixture lets it go when the test ends)."""
     from confluent_kafka import Producer
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-{prefix}"})
+    producer = (make or Producer)({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-{prefix}"})
     producer.init_transactions(15)
     producer.begin_transaction()
     for i in range(count):
@@ -162,6 +164,7 @@ def ck_copy(bootstrap: str, source: str, target: str, group: str, count: int, ba
         return summary
     finally:
         consumer.close()
+        ck_let_go(producer)
 
 
 def ck_commit(producer) -> None:

@@ -147,7 +147,9 @@ class BrokerConfig:
                                                   doc="Close a connection whose request body, once its size is read, "
                                                       "does not arrive in this time.")
     max_connections: int = setting(10000, SIZE, update=CLUSTER_WIDE,
-                                   doc="New connections beyond this many are closed at once.")
+                                   doc="New connections beyond this many are closed at once. Count every "
+                                       "client's connections, not clients: see [Sizing max.connections]"
+                                       "(#sizing-maxconnections).")
     max_connections_per_ip: int = setting(INT32_MAX, SIZE, update=CLUSTER_WIDE,
                                           doc="New connections from one address beyond this many are closed at once "
                                               "(Kafka's key).")

@@ -288,9 +288,14 @@ class PartitionLog:
                                    marker_type=MarkerType.TXN_COMMIT if commit else MarkerType.TXN_ABORT)
         # Closed once the marker is durable: a marker whose write fails leaves the transaction open until the
         # coordinator writes it again (or replays it after a crash).
-        return self._append(header, view, metadata, None, on_stored=lambda offset, position:
-                            self.transactions.on_marker(producer_id, producer_epoch, position, offset, commit,
-                                                        self.high_watermark))
+        def stored(offset: int, position: Position) -> None:
+            self.producers.on_marker_persisted(producer_id, producer_epoch)
+            self.transactions.on_marker(producer_id, producer_epoch, position, offset, commit, self.high_watermark)
+
+        result = self._append(header, view, metadata, None, on_stored=stored)
+        if not result.done():  # handed to the ledger: a newer epoch fences the older one's batches from now on
+            self.producers.on_marker_pushed(producer_id, producer_epoch)
+        return result
 
     def markers_handed(self, producer_id: int) -> int:
         """How many markers of this producer were handed to the ledger (a batch checked before one came must not be

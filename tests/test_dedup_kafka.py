@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 from dataclasses import dataclass
 
 import pytest
@@ -24,7 +25,7 @@ from dedup.kafka_producers import (
 from dedup.memory import InMemoryCursor, InMemoryDedupLedger
 from dedup.message_deduplication import DedupConfig, MessageDeduplication, Status
 from dedup.sequences import MAX_SEQUENCE, unwrap
-from proto.kop_pb2 import MessageMetadata
+from proto.kop_pb2 import KafkaProducerState, MarkerType, MessageMetadata
 from protocol.errors import ErrorCode
 
 PID = 1000
@@ -69,6 +70,17 @@ class Partition:
                 publish_time=timestamp)
             self.in_flight.append(Write(pending, metadata, first, last))
         return decision
+
+    def marker(self, pid: int, epoch: int) -> Position:
+        """A transaction marker written and durable, as PartitionLog.publish_control drives it."""
+        self.producers.on_marker_pushed(pid, epoch)
+        offset = self.next_offset
+        self.next_offset += 1
+        position = self.ledger.append(MessageMetadata(producer_id=pid, producer_epoch=epoch, is_control=True,
+                                                      marker_type=MarkerType.TXN_ABORT), offset, offset)
+        self.producers.on_marker_persisted(pid, epoch)
+        self.producers.on_persisted(None, position)
+        return position
 
     def persist_next(self) -> Position:
         write = self.in_flight.pop(0)
@@ -660,7 +672,7 @@ async def test_snapshot_holds_the_five_recent_batches_and_epoch_and_recovery_res
     await partition.dedup.flush_snapshot()
     cursor = partition.ledger.cursors[DEDUP_CURSOR_NAME]
     properties = cursor.properties
-    batches = dict(kafka_snapshot.unpack(cursor.string_properties, properties))
+    batches = {pid: batches for pid, _epoch, batches in kafka_snapshot.unpack(cursor.string_properties, properties)}
     assert [len(batches[PID]), len(batches[PID + 1])] == [5, 1]  # PID's five epoch-3 batches
     assert batches[PID][-1] == (3, 6, 6, 7, 7, 10_007)  # epoch, sequences 6..6, offsets 7..7, timestamp
     assert properties[f"KOP-PID-{PID}-3"] == 6
@@ -676,6 +688,40 @@ async def test_snapshot_holds_the_five_recent_batches_and_epoch_and_recovery_res
     accepted(restarted, PID, 3, 7)
 
 
+@pytest.mark.parametrize("recovered_from", ["snapshot", "replay"])
+async def test_a_marker_of_a_newer_epoch_fences_the_older_epoch_also_after_a_restart(recovered_from):
+    """Kafka's appendEndTxnMarker: a COMMIT/ABORT marker whose epoch is newer than the producer's (a coordinator
+    that aborted a timed-out transaction under a bumped epoch) makes it the producer's epoch on the partition: the
+    old epoch's batches are refused, the new one starts at sequence 0. A restart rebuilds it from the snapshot
+    (which keeps the epoch though no batch has it) or by replaying the marker."""
+    partition = await started(entries_interval=100)
+    accepted(partition, PID, 0, 0, count=2)
+    partition.persist_all()
+    partition.marker(PID, 0)  # its own epoch's marker changes nothing
+    assert isinstance(partition.send(PID, 0, 0, count=2), Duplicate)
+    partition.marker(PID, 1)
+    if recovered_from == "snapshot":
+        assert partition.dedup.snapshot_now()
+        await partition.dedup.flush_snapshot()
+        assert partition.ledger.cursors[DEDUP_CURSOR_NAME].mark_delete_position == partition.ledger.last_position
+    for current in (partition, await Partition(partition.ledger).start()):
+        assert current.producers.epoch(PID) == 1
+        assert current.producers.persisted_state()[PID].epoch == 1
+        assert rejected(current.send(PID, 0, 2), ErrorCode.INVALID_PRODUCER_EPOCH)
+        assert rejected(current.send(PID, 1, 5), ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+    accepted(current, PID, 1, 0)
+
+
+async def test_a_marker_in_flight_fences_the_older_epoch_at_once():
+    """The epoch is raised when the marker is handed to the log, as Kafka raises it on append: a batch of the old
+    epoch that comes while the marker is written must not be stored after it."""
+    partition = await started()
+    accepted(partition, PID, 0, 0)
+    partition.persist_all()
+    partition.producers.on_marker_pushed(PID, 1)
+    assert rejected(partition.send(PID, 0, 1), ErrorCode.INVALID_PRODUCER_EPOCH)
+
+
 async def test_a_snapshot_in_the_older_format_with_one_property_per_batch_is_still_restored():
     ledger = InMemoryDedupLedger()
     for seq in range(3):
@@ -687,6 +733,16 @@ async def test_a_snapshot_in_the_older_format_with_one_property_per_batch_is_sti
     restarted = await Partition(ledger).start()
     assert restarted.send(PID, 0, 1) == Duplicate(1, 1, 10_001)
     accepted(restarted, PID, 0, 3)
+
+
+def test_a_packed_state_without_the_producers_epoch_is_still_read_with_its_batches_epoch():
+    """Format 1, written before a marker could raise an epoch with no batch of it, had no epoch field."""
+    numbers = [kafka_snapshot.FORMAT_WITHOUT_EPOCH, PID, 2, 3, 0, 0, 0, 0, 10_000, 3, 1, 1, 1, 1, 10_001]
+    encoded = base64.b64encode(KafkaProducerState(numbers=numbers).SerializeToString()).decode("ascii")
+    assert list(kafka_snapshot.unpack({kafka_snapshot.STATE_KEY: encoded}, {})) == \
+        [(PID, 3, [(3, 0, 0, 0, 0, 10_000), (3, 1, 1, 1, 1, 10_001)])]
+    assert list(kafka_snapshot.unpack(kafka_snapshot.pack([(PID, 4, [(3, 0, 0, 0, 0, 10_000)])]), {})) == \
+        [(PID, 4, [(3, 0, 0, 0, 0, 10_000)])]
 
 
 async def test_replay_rebuilds_the_batches_written_after_the_snapshot():

@@ -8,7 +8,7 @@ from dataclasses import replace
 import asyncpg
 import pytest
 
-from kop.compaction.rewrite import CleanerStopped, CompactionJob, compact
+from kop.compaction.rewrite import CleanerStopped, CompactionJob, CompactionResult, compact
 from kop.ledger import LedgerConfig
 from kop.ledger.postgres import PgManagedLedger, PgStore
 from protocol.records import iter_records, split_batches
@@ -54,6 +54,19 @@ async def two_closed_ledgers(ml: PgManagedLedger) -> None:
 EXPECTED = [(3, b"c", b"c1"), (4, b"b", None), (6, b"a", b"a3"), (7, b"c", b"c3")]
 
 
+async def compacted(store: PgStore, postgres_url: str) -> tuple[PgManagedLedger, list, CompactionResult]:
+    """"t" with two closed ledgers, its rows as stored, and a pass over them, not installed yet."""
+    ml = await PgManagedLedger.open("t", store, CONFIG)
+    await two_closed_ledgers(ml)
+    return ml, await rows(postgres_url, "t"), compact(job(ml))
+
+
+async def reopened(ml: PgManagedLedger, store: PgStore) -> PgManagedLedger:
+    """The managed ledger closed and opened again, as the next owner loads it."""
+    await ml.close()
+    return await PgManagedLedger.open(ml.name, store, CONFIG)
+
+
 async def test_a_compaction_is_stored_in_place_and_survives_a_reopen(store, postgres_url):
     ml = await PgManagedLedger.open("t", store, CONFIG)
     await two_closed_ledgers(ml)
@@ -81,8 +94,7 @@ async def test_a_compaction_is_stored_in_place_and_survives_a_reopen(store, post
     assert [r[:3] for r in rows_after] == [r[:3] for r in rows_before]  # same positions and first offsets
     assert sum(len(r[3]) for r in rows_after) < sum(len(r[3]) for r in rows_before)
     assert rows_after[3] == rows_before[3]  # an entry that kept all its records is not rewritten
-    await ml.close()
-    ml = await PgManagedLedger.open("t", store, CONFIG)
+    ml = await reopened(ml, store)
     assert stored(ml) == EXPECTED and ml.cleaned_through == 1
     assert [(e.position, e.first_index) for e in ml.read_from_index(0, 1 << 30)] == \
         [(e.position, e.first_index) for e in before]
@@ -90,10 +102,7 @@ async def test_a_compaction_is_stored_in_place_and_survives_a_reopen(store, post
 
 
 async def test_the_rewrites_and_the_cleaned_through_point_commit_together_or_not_at_all(store, postgres_url):
-    ml = await PgManagedLedger.open("t", store, CONFIG)
-    await two_closed_ledgers(ml)
-    rows_before = await rows(postgres_url, "t")
-    result = compact(job(ml))
+    ml, rows_before, result = await compacted(store, postgres_url)
     changed = [(r.ledger_id, entry_id, payload) for r in result.rewritten for entry_id, payload in r.entries]
 
     def crash() -> None:  # the failpoint's moment: every statement ran, the commit did not
@@ -102,8 +111,7 @@ async def test_the_rewrites_and_the_cleaned_through_point_commit_together_or_not
     with pytest.raises(RuntimeError):
         await store.install_compaction("t", ml.epoch, changed, 1, crash)
     assert await rows(postgres_url, "t") == rows_before
-    await ml.close()
-    ml = await PgManagedLedger.open("t", store, CONFIG)
+    ml = await reopened(ml, store)
     assert ml.cleaned_through == -1
     assert await store.install_compaction("t", ml.epoch, changed, 1) == {0, 1}  # the control: it installs
     assert await rows(postgres_url, "t") != rows_before
@@ -111,10 +119,7 @@ async def test_the_rewrites_and_the_cleaned_through_point_commit_together_or_not
 
 
 async def test_a_fenced_owner_installs_nothing(store, postgres_url):
-    ml = await PgManagedLedger.open("t", store, CONFIG)
-    await two_closed_ledgers(ml)
-    rows_before = await rows(postgres_url, "t")
-    result = compact(job(ml))
+    ml, rows_before, result = await compacted(store, postgres_url)
     newer = await PgManagedLedger.open("t", store, CONFIG)  # another broker took the partition
     assert await ml.install_compaction(result.rewritten, 1) == []
     assert await rows(postgres_url, "t") == rows_before and ml.cleaned_through == -1

@@ -3,6 +3,7 @@ returns the partition count and configs; DeleteTopics v6 names topics in `topics
 `topic_names`; replication factor must be -1 or 1 on a single broker, and a manual assignment may name only this
 broker; ValidateOnly checks without creating. DeleteRecords moves a partition's log start offset (offset -1: the high
 watermark); the records below it are gone for every reader at once, their ledgers are deleted later."""
+import logging
 import uuid
 from collections.abc import Sequence
 
@@ -13,10 +14,13 @@ from kafka.protocol.admin import (CreatePartitionsRequest, CreatePartitionsRespo
 from kop.handlers.configs import DEFAULT_CONFIG
 from kop.handlers.context import RequestContext
 from kop.internal_topics import missing_partition_error
+from kop.ledger import ManagedLedgerError
 from kop.security.acls import Operation, ResourceType
 from kop.topics import TOPIC_CONFIG_DEFAULTS, TopicError, unknown_topic
 from protocol.api import id_bytes
 from protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
 
 
 def _require(ctx: RequestContext, operation: Operation, topic: str) -> None:
@@ -157,7 +161,12 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
                 if not 0 <= offset <= partition.high_watermark:
                     result.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                 else:
-                    result.low_watermark = await partition.ledger.delete_before(offset)
+                    try:
+                        result.low_watermark = await partition.ledger.delete_before(offset)
+                    except (ManagedLedgerError, OSError) as exc:  # not recorded: nothing is deleted
+                        log.warning("delete records of %s before %d failed: %s", partition.name, offset, exc,
+                                    extra=ctx.log_fields)
+                        result.error_code = ErrorCode.KAFKA_STORAGE_ERROR
             partitions.append(result)
         topics.append(Result(name=item.name, partitions=partitions))
     return cls(throttle_time_ms=0, topics=topics)

@@ -423,8 +423,13 @@ class FileManagedLedger(LedgerBase):
     async def delete_before(self, index: int) -> int:
         index = min(index, self._confirmed_end)
         if index > self._start_index:
+            before = self._deleted_before, self._start_index
             self._deleted_before = self._start_index = index
-            self._write_info()  # on the loop, as every ledger-list write is: they share one temporary file
+            try:
+                self._write_info()  # on the loop, as every ledger-list write is: they share one temporary file
+            except OSError:  # not recorded: readers keep seeing the records, as they would after a restart
+                self._deleted_before, self._start_index = before
+                raise
             log.info("%s: records before offset %d deleted", self.name, index)
         return self._start_index
 
