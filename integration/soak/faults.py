@@ -62,3 +62,4 @@ FAULTS: dict[str, Callable[[Target, float], None]] = {
     "cut": cut, "kill": kill, "pause": pause, "disk_full": disk_full, "dedup_flip": dedup_flip,
     "cursor_fail": cursor_fail, "torn_write": torn_write, "full_disk_restart": full_disk_restart}
 NEED_DISK = {"disk_full", "full_disk_restart"}  # kinds that need the data directory on a disk of its own
+NEED_FILES = {"torn_write"}  # kinds that need the file engine (its ledger files' write step)

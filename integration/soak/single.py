@@ -6,15 +6,21 @@ import functools
 import os
 from collections.abc import Iterable
 
+from integration import broker_process
 from integration.broker_process import BrokerProcess
 from integration.fault_proxy import FaultProxy
 from integration.idem_raw import RawKafka, StoredRecord, read_topic
 from integration.small_disk import Filler, mount_refused_reason, unmount
 from integration.soak.deployment import Deployment, Fault, count_lines
-from integration.soak.faults import FAULTS, NEED_DISK, Target
+from integration.soak.faults import FAULTS, NEED_DISK, NEED_FILES, Target
 from protocol.errors import ErrorCode
 
 DISK_MB = 256
+
+
+def _on_files() -> bool:
+    """Whether the brokers run on the file engine (the session's engine under pytest --storage)."""
+    return broker_process.new_postgres_database is None
 
 
 class SingleBroker(Deployment):
@@ -36,11 +42,13 @@ class SingleBroker(Deployment):
 
     def skipped(self, wanted: Iterable[str]) -> list[str]:
         """The wanted kinds this machine cannot run, with the reason."""
-        return [] if self.no_disk is None else [f"{k}: {self.no_disk}" for k in wanted if k in NEED_DISK]
+        no_files = None if _on_files() else "the brokers run on PostgreSQL, which has no ledger files"
+        return [f"{k}: {why}" for k in wanted for needs, why in ((NEED_DISK, self.no_disk), (NEED_FILES, no_files))
+                if k in needs and why is not None]
 
     def faults(self) -> dict[str, Fault]:
         return {kind: functools.partial(fault, self.target) for kind, fault in FAULTS.items()
-                if kind not in NEED_DISK or self.no_disk is None}
+                if (kind not in NEED_DISK or self.no_disk is None) and (kind not in NEED_FILES or _on_files())}
 
     def create_topics(self, topics: Iterable[str], partitions: int) -> None:
         with RawKafka(self.broker.port) as kafka:
