@@ -81,11 +81,12 @@ def strictly_rising(ids: list[int]) -> bool:
     return ids == sorted(set(ids))
 
 
-def judge_run(dedup: MessageDeduplication, name: str, ids: list[int], count: int,
+def judge_run(dedup: MessageDeduplication, name: str, ids: Sequence[int], count: int,
               rising: bool | None = None) -> RecordsDecision | None:
     """What `judge_records` decides for a batch of `count` records whose records with the headers all carry `name`
-    with `ids`, if they rise strictly (`rising`, when the caller knows) and the first is new: every record kept,
-    the name's highest id the last. None otherwise (some may be duplicates, or in flight): judge them one by one."""
+    with `ids` (a list, or a range with `rising`), if they rise strictly (`rising`, when the caller knows) and the
+    first is new: every record kept, the name's highest id the last. None otherwise (some may be duplicates, or in
+    flight): judge them one by one."""
     if not (rising if rising is not None else strictly_rising(ids)):
         return None
     key = NAME_PREFIX + name

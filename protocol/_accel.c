@@ -21,6 +21,13 @@
  *   anything else None, for the Python walk (protocol/sequence_headers.py's scan), which has the last word on a key
  *   missing, twice or null. tests/test_record_walk.py checks that both read the same on random batches.
  *
+ * walk_watched(data, start, count, last_offset_delta, from_client, keys, runs=True) -> ... | tuple of 4
+ *   With runs (keys: exactly 2), a producer's usual batch is handed over without an object per record: when every
+ *   record holds both keys once, key 0 with the same value throughout and key 1 a decimal of 1 to 18 ASCII digits
+ *   each one above the record before's, (greatest timestamp delta, key 0's value, first id, last id); any other
+ *   batch gets walk_watched's answer (walked again from its start, collecting, once it is seen not to be a run). Its
+ *   Python twin is protocol/sequence_headers.py's `consecutive_run`, over what the Python walk collects.
+ *
  * decimal_ids(values) -> (list[int], bool) | None
  *   protocol/sequence_headers.py's reading of a batch's kop.sequence.id values (a list of bytes): when each is 1 to 18
  *   ASCII digits (so within int64), their ints and whether they rise strictly; else None, and the Python code checks
@@ -109,12 +116,57 @@ static int watched_index(const uint8_t *p, Py_ssize_t len, PyObject *keys)
 
 #define MAX_COLLECTED_KEYS 8
 
-/* What walk_watched collects: the indexes of the records holding the watched keys, and each key's values. */
+#define SURE_DIGITS 18 /* an id of at most this many digits is within int64 */
+
+/* A producer's usual batch as walk_watched's runs read it: every record key 0's same value, key 1 consecutive ids. */
+typedef struct {
+    const uint8_t *name; /* record 0's value of key 0, in the buffer */
+    Py_ssize_t name_len;
+    int64_t first, last;
+} Run;
+
+/* What walk_watched collects: the indexes of the records holding the watched keys, and each key's values; or, while
+ * `run` is set, only the run they make (nothing per record). */
 typedef struct {
     Py_ssize_t keys;
     PyObject *indexes;                    /* list of int */
     PyObject *values[MAX_COLLECTED_KEYS]; /* lists of bytes */
+    int run;                              /* reading a run: keys == 2 */
+    Run read;
 } Collected;
+
+/* p[0:len] as 1 to SURE_DIGITS ASCII digits, into *out; 0, or -1 when it is not that. */
+static int read_decimal(const uint8_t *p, Py_ssize_t len, int64_t *out)
+{
+    if (len < 1 || len > SURE_DIGITS)
+        return -1;
+    int64_t id = 0;
+    for (Py_ssize_t d = 0; d < len; d++) {
+        if (p[d] < '0' || p[d] > '9')
+            return -1;
+        id = id * 10 + (p[d] - '0');
+    }
+    *out = id;
+    return 0;
+}
+
+/* Record `index` (holding both keys: name, id) continues the run; 0, or -1 when it does not. */
+static int extend_run(Run *run, long long index, const uint8_t *name, Py_ssize_t name_len, const uint8_t *id,
+                      Py_ssize_t id_len)
+{
+    int64_t value;
+    if (read_decimal(id, id_len, &value) < 0)
+        return -1;
+    if (index == 0) {
+        run->name = name;
+        run->name_len = name_len;
+        run->first = value;
+    } else if (name_len != run->name_len || memcmp(name, run->name, (size_t)name_len) != 0 || value != run->last + 1) {
+        return -1;
+    }
+    run->last = value;
+    return 0;
+}
 
 /* Append `value` (p[0:len]) to `list`, reusing the list's last item when it holds the same bytes; 0 or -2. */
 static int append_value(PyObject *list, const uint8_t *p, Py_ssize_t len)
@@ -133,8 +185,10 @@ static int append_value(PyObject *list, const uint8_t *p, Py_ssize_t len)
     return rc < 0 ? -2 : 0;
 }
 
-/* 0: sound, with *max_ts_delta set; -1: not (or not sure); -2: a Python exception (out of memory) is set.
- * collected: NULL to give up (-1) at a watched key; else each record's watched values are appended to it. */
+/* 0: sound, with *max_ts_delta set; -1: not (or not sure); -2: a Python exception (out of memory) is set; -3: (with
+ * collected->run) not a run, so far as walked.
+ * collected: NULL to give up (-1) at a watched key; else each record's watched values are appended to it, or while
+ * collected->run is set the run they make is read (collected->read). */
 static int walk_records(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, long long count, long long last_delta,
                         int from_client, PyObject *keys, Collected *collected, int64_t *max_ts_delta)
 {
@@ -199,7 +253,14 @@ static int walk_records(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, long l
         }
         if (pos != record_end)
             return -1;
-        if (any_found) {
+        if (collected != NULL && collected->run) {
+            if (!any_found)
+                return -3; /* a record without them */
+            if (found[0] == NULL || found[1] == NULL)
+                return -1; /* a watched key missing: the Python walk decides */
+            if (extend_run(&collected->read, index, found[0], found_len[0], found[1], found_len[1]) < 0)
+                return -3;
+        } else if (any_found) {
             for (Py_ssize_t k = 0; k < collected->keys; k++)
                 if (found[k] == NULL)
                     return -1; /* a watched key missing: the Python walk decides */
@@ -230,12 +291,17 @@ typedef struct {
     PyObject *keys; /* NULL: none watched */
 } WalkArgs;
 
-/* Parse (data, start, count, last_offset_delta, from_client, keys); keys: a tuple of bytes, of 1 to `most` (or None
- * and the empty tuple when `none_allowed`). 0, or -1 with an exception set and nothing held. */
-static int parse_walk_args(PyObject *args, WalkArgs *a, Py_ssize_t most, int none_allowed, const char *message)
+/* Parse (data, start, count, last_offset_delta, from_client, keys) and, with `runs`, an optional flag into it; keys: a
+ * tuple of bytes, of 1 to `most` (or None and the empty tuple when `none_allowed`). 0, or -1 with an exception set
+ * and nothing held. */
+static int parse_walk_args(PyObject *args, WalkArgs *a, Py_ssize_t most, int none_allowed, const char *message,
+                           int *runs)
 {
-    if (!PyArg_ParseTuple(args, "y*nLLpO", &a->data, &a->start, &a->count, &a->last_delta, &a->from_client,
-                          &a->keys))
+    int parsed = runs == NULL ? PyArg_ParseTuple(args, "y*nLLpO", &a->data, &a->start, &a->count, &a->last_delta,
+                                                 &a->from_client, &a->keys)
+                              : PyArg_ParseTuple(args, "y*nLLpO|p", &a->data, &a->start, &a->count, &a->last_delta,
+                                                 &a->from_client, &a->keys, runs);
+    if (!parsed)
         return -1;
     PyObject *keys = a->keys;
     int ok = PyTuple_Check(keys) && PyTuple_GET_SIZE(keys) <= most && (none_allowed || PyTuple_GET_SIZE(keys) > 0);
@@ -264,7 +330,7 @@ static int walk_parsed(WalkArgs *a, Collected *collected, int64_t *max_ts_delta)
 static PyObject *walk(PyObject *module, PyObject *args)
 {
     WalkArgs a;
-    if (parse_walk_args(args, &a, PY_SSIZE_T_MAX, 1, "keys must be None or a tuple of bytes") < 0)
+    if (parse_walk_args(args, &a, PY_SSIZE_T_MAX, 1, "keys must be None or a tuple of bytes", NULL) < 0)
         return NULL;
     int64_t max_ts_delta = 0;
     int sound = walk_parsed(&a, NULL, &max_ts_delta) == 0;
@@ -277,9 +343,15 @@ static PyObject *walk(PyObject *module, PyObject *args)
 static PyObject *walk_watched(PyObject *module, PyObject *args)
 {
     WalkArgs a;
-    if (parse_walk_args(args, &a, MAX_COLLECTED_KEYS, 0, "keys must be a tuple of 1 to 8 bytes") < 0)
+    int runs = 0;
+    if (parse_walk_args(args, &a, MAX_COLLECTED_KEYS, 0, "keys must be a tuple of 1 to 8 bytes", &runs) < 0)
         return NULL;
-    Collected collected = {PyTuple_GET_SIZE(a.keys), PyList_New(0), {NULL}};
+    if (runs && PyTuple_GET_SIZE(a.keys) != 2) {
+        PyBuffer_Release(&a.data);
+        PyErr_SetString(PyExc_TypeError, "runs need exactly 2 keys: the name's and the id's");
+        return NULL;
+    }
+    Collected collected = {PyTuple_GET_SIZE(a.keys), PyList_New(0), {NULL}, runs, {NULL, 0, 0, 0}};
     PyObject *result = NULL;
     int rc = -2;
     if (collected.indexes == NULL)
@@ -289,8 +361,15 @@ static PyObject *walk_watched(PyObject *module, PyObject *args)
             goto done;
     int64_t max_ts_delta = 0;
     rc = walk_parsed(&a, &collected, &max_ts_delta);
+    if (rc == -3) { /* not a run: collect, from the start (nothing was collected so far) */
+        collected.run = 0;
+        rc = walk_parsed(&a, &collected, &max_ts_delta);
+    }
     if (rc == -1) {
         result = Py_NewRef(Py_None);
+    } else if (rc == 0 && collected.run) {
+        result = Py_BuildValue("(Ly#LL)", (long long)max_ts_delta, (const char *)collected.read.name,
+                               collected.read.name_len, (long long)collected.read.first, (long long)collected.read.last);
     } else if (rc == 0 && PyList_GET_SIZE(collected.indexes) == 0) {
         result = PyLong_FromLongLong(max_ts_delta);
     } else if (rc == 0) {
@@ -308,8 +387,6 @@ done:
         Py_XDECREF(collected.values[k]);
     return result;
 }
-
-#define SURE_DIGITS 18 /* an id of at most this many digits is within int64 */
 
 static PyObject *decimal_ids(PyObject *module, PyObject *values)
 {
@@ -330,19 +407,10 @@ static PyObject *decimal_ids(PyObject *module, PyObject *values)
             PyErr_SetString(PyExc_TypeError, "values must be a list of bytes");
             return NULL;
         }
-        Py_ssize_t len = PyBytes_GET_SIZE(value);
-        const char *digits = PyBytes_AS_STRING(value);
-        if (len < 1 || len > SURE_DIGITS) {
+        int64_t id;
+        if (read_decimal((const uint8_t *)PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value), &id) < 0) {
             Py_DECREF(ids);
             Py_RETURN_NONE;
-        }
-        int64_t id = 0;
-        for (Py_ssize_t d = 0; d < len; d++) {
-            if (digits[d] < '0' || digits[d] > '9') {
-                Py_DECREF(ids);
-                Py_RETURN_NONE;
-            }
-            id = id * 10 + (digits[d] - '0');
         }
         if (id <= previous)
             rising = 0;
@@ -373,8 +441,8 @@ static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS,
      "walk(data, start, count, last_offset_delta, from_client, keys) -> greatest timestamp delta, or None"},
     {"walk_watched", walk_watched, METH_VARARGS,
-     "walk_watched(data, start, count, last_offset_delta, from_client, keys) -> greatest timestamp delta, "
-     "(it, indexes, values per key), or None"},
+     "walk_watched(data, start, count, last_offset_delta, from_client, keys, runs=False) -> greatest timestamp "
+     "delta, (it, indexes, values per key), (it, key 0's value, first id, last id) for a run, or None"},
     {"decimal_ids", decimal_ids, METH_O, "decimal_ids(values) -> (ids, strictly rising), or None"},
     {"uninitialized", uninitialized, METH_O, "uninitialized(size) -> a bytearray of size bytes, not zeroed"},
     {NULL, NULL, 0, NULL},

@@ -277,6 +277,9 @@ class HeaderWatch(Protocol):
     A batch none of whose headers has one of the `KEYS` is not shown to it (it would find nothing)."""
 
     KEYS: ClassVar[tuple[bytes, ...]]
+    # True: KEYS are a name's key and a decimal id's, and `run` takes a batch each record of which holds one name and
+    # the next id (the C walk hands it over as that, without an object per record).
+    RUNS: ClassVar[bool]
     watching: bool
 
     @property
@@ -290,6 +293,11 @@ class HeaderWatch(Protocol):
     def collected(cls, indexes: list[int], values: tuple[list[bytes], ...]) -> "HeaderWatch":
         """The watch as its scans would have left it, from what the C walk collected: the `indexes` of the records
         holding the keys, each of them once with a value that is not null, and the values of each of the `KEYS`."""
+
+    @classmethod
+    def run(cls, name: bytes, first: int, last: int) -> "HeaderWatch":
+        """The watch for a batch (with RUNS) each of whose records holds both keys once: the name `name` in every
+        one, the ids `first`..`last` in turn, as decimals of 1 to 18 ASCII digits."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,14 +355,15 @@ def _walked(data: BytesLike, start: int, header: BatchHeader, from_client: bool,
             walked = _fast_walk(data, start, header.records_count, header.last_offset_delta, from_client, None)
         else:
             walked = _fast_walk_watched(data, start, header.records_count, header.last_offset_delta, from_client,
-                                        watch.KEYS)
+                                        watch.KEYS, watch.RUNS)
         if walked is not None:
             if isinstance(walked, int):
                 _check_max_timestamp(header, from_client, walked)
                 return WalkedRecords(data, start)
-            max_ts_delta, indexes, values = walked
-            _check_max_timestamp(header, from_client, max_ts_delta)
-            return WalkedRecords(data, start, watch.collected(indexes, values))
+            _check_max_timestamp(header, from_client, walked[0])
+            if len(walked) == 4:  # a run: (delta, name, first id, last id)
+                return WalkedRecords(data, start, watch.run(*walked[1:]))
+            return WalkedRecords(data, start, watch.collected(*walked[1:]))
     if isinstance(data, memoryview):
         data = bytes(data)  # bytes index faster than views
     headers = watch() if watch is not None else None

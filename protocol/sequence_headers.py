@@ -7,11 +7,14 @@ A producer's records mostly share one shape, `[name, id]` with the same name, so
 shape as its bytes up to the id's value (one comparison) and the id, any `[name, id]` record with three, and any
 other header by header (only keys of our keys' length and first byte are compared: foreign headers cost little).
 Where protocol/_accel.c is built, the C walk reads the values itself when every record holding either header holds
-both once with a value (`SequenceHeaderScan.collected`), and the scan runs only for the other batches.
-`sequenced_records` then checks and converts the values of the whole batch at once. A record with one header but
+both once with a value (`SequenceHeaderScan.collected`), and the scan runs only for the other batches. A producer's
+usual batch, every record with the same name and the next id, it hands over as a run (`SequenceHeaderScan.run`: the
+name, the first and the last id), with no object per record, and `sequenced_records` checks the name once.
+`sequenced_records` checks and converts the values of any other batch at once. A record with one header but
 not the other, a name that is empty, too long or not UTF-8, or an id that is not a decimal int64 >= 0 makes the
 whole batch INVALID_RECORD, with a message that names the header and the first record at fault.
 """
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dedup.named_sequences import strictly_rising  # the rule is the dedup core's: a producer's ids rise
@@ -60,14 +63,17 @@ TWICE = _Missing("twice")
 
 class SequenceHeaderScan:
     """A HeaderWatch (protocol/records.py) for the two headers: for each record that carries either, its index and
-    the raw values (bytes; a null value as b""; ABSENT or TWICE), in order."""
+    the raw values (bytes; a null value as b""; ABSENT or TWICE), in order; or, for a batch the C walk read as a run
+    (`run`), that run (raw name, first id, last id), every record's index, and no values listed."""
 
-    __slots__ = ("indexes", "names", "ids", "malformed", "watching", "_searched", "_shape", "_shape_name")
+    __slots__ = ("indexes", "names", "ids", "malformed", "run_read", "watching", "_searched", "_shape", "_shape_name")
     KEYS = (_NAME_KEY, _SEQUENCE_KEY)
+    RUNS = True
 
     def __init__(self) -> None:
         self.watching = True  # False: no later record holds either key (the walk then skips their headers)
-        self.indexes: list[int] = []
+        self.run_read: tuple[bytes, int, int] | None = None
+        self.indexes: list[int] | range = []  # a range for a run
         self.names: list[bytes | _Missing] = []
         self.ids: list[bytes | _Missing] = []
         self.malformed = False  # some record has a header missing or twice
@@ -81,6 +87,12 @@ class SequenceHeaderScan:
     def collected(cls, indexes: list[int], values: tuple[list[bytes], ...]) -> "SequenceHeaderScan":
         scan = cls()
         scan.indexes, (scan.names, scan.ids) = indexes, values
+        return scan
+
+    @classmethod
+    def run(cls, name: bytes, first: int, last: int) -> "SequenceHeaderScan":
+        scan = cls()
+        scan.run_read, scan.indexes = (name, first, last), range(last - first + 1)
         return scan
 
     @property
@@ -169,11 +181,11 @@ class SequenceHeaderScan:
 class SequencedRecords:
     """The records of a batch that carry the headers: their indexes in the batch, names and ids, in order; `name`
     when they all carry one name (the rule for a producer's batch), else None; `rising`: whether the ids rise
-    strictly (None: not known)."""
+    strictly (None: not known). A run's indexes and ids are ranges."""
 
-    indexes: list[int]
+    indexes: Sequence[int]
     names: list[str]
-    ids: list[int]
+    ids: Sequence[int]
     name: str | None
     rising: bool | None = None
 
@@ -181,6 +193,10 @@ class SequencedRecords:
 def sequenced_records(scan: SequenceHeaderScan) -> SequencedRecords:
     """Check and convert what the scan found, the whole batch at once; raise RecordBatchError (INVALID_RECORD) for
     the first record at fault."""
+    if scan.run_read is not None:  # one name, the ids first..last, one per record: valid but for the name
+        raw_name, first, last = scan.run_read
+        name = _producer_name(0, raw_name)  # the first record at fault if it is not valid
+        return SequencedRecords(scan.indexes, [name] * len(scan.indexes), range(first, last + 1), name, True)
     raw_names, raw_ids = scan.names, scan.ids
     names: dict[bytes, str] = {}
     distinct = set(raw_names)
@@ -213,6 +229,25 @@ def _decimal_ids(raw_ids: list[bytes]) -> tuple[list[int], bool] | None:
     ids = list(map(int, raw_ids))  # ASCII digits only (bytes.isdigit), within int64
     return ids, strictly_rising(ids)
 
+
+def consecutive_run(scan: SequenceHeaderScan, count: int) -> tuple[bytes, int, int] | None:
+    """The run a batch of `count` records is, from what the Python scan found: (name, first id, last id) when each
+    record holds the name `name` and the next id, a decimal of 1 to 18 ASCII digits; else None. The Python twin of
+    the C walk's runs (walk_watched with runs, protocol/_accel.c), which leaves null values to the Python walk."""
+    raw_names, raw_ids = scan.names, scan.ids
+    if count == 0 or len(scan.indexes) != count or scan.malformed:
+        return None
+    name = raw_names[0]
+    if raw_names.count(name) != count:
+        return None
+    read = _decimal_ids(raw_ids)  # all bytes: not malformed
+    if read is None:
+        return None
+    ids, _ = read
+    first, last = ids[0], ids[-1]
+    if last - first != count - 1 or ids != list(range(first, last + 1)):
+        return None
+    return name, first, last
 
 
 def _checked_one_by_one(scan: SequenceHeaderScan) -> SequencedRecords:

@@ -10,6 +10,7 @@ path, or the broker would quietly pay the Python walk's cost.
 import os
 import shutil
 import struct
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -18,7 +19,8 @@ from hypothesis import strategies as st
 from protocol import records as records_module
 from protocol.compression import RecordBatchError
 from protocol.records import HEADER_SIZE, BatchHeader, Record, _walk_records, build_batch, split_batches, validate_batch
-from protocol.sequence_headers import PRODUCER_NAME_HEADER, SEQUENCE_ID_HEADER, SequenceHeaderScan
+from protocol.sequence_headers import (PRODUCER_NAME_HEADER, SEQUENCE_ID_HEADER, SequenceHeaderScan, consecutive_run,
+                                       sequenced_records)
 from protocol.varint import encode_varint
 
 # Examples per property: a few hundred in make test; `make fuzz` runs them with FUZZ_EXAMPLES (KOP_FUZZ_EXAMPLES).
@@ -49,13 +51,21 @@ def python_walk(data: bytes, count: int, last_delta: int, from_client: bool, wat
 def python_scan(data: bytes, count: int, last_delta: int, from_client: bool) -> tuple | None:
     """The Python walk's answer with the sequence-id headers watched: (greatest timestamp delta, the scan's indexes,
     names, ids, malformed), or None if it refuses the records."""
+    walked = python_scanned(data, count, last_delta, from_client)
+    if walked is None:
+        return None
+    max_ts_delta, scan = walked
+    return max_ts_delta, scan.indexes, scan.names, scan.ids, scan.malformed
+
+
+def python_scanned(data: bytes, count: int, last_delta: int,
+                   from_client: bool) -> tuple[int, SequenceHeaderScan] | None:
     header = BatchHeader(0, len(data) - 12 + HEADER_SIZE, 0, 2, 0, 0, last_delta, 0, 0, -1, -1, -1, count)
     scan = SequenceHeaderScan()
     try:
-        max_ts_delta = _walk_records(data, 0, header, from_client, headers=scan)
+        return _walk_records(data, 0, header, from_client, headers=scan), scan
     except RecordBatchError:
         return None
-    return max_ts_delta, scan.indexes, scan.names, scan.ids, scan.malformed
 
 
 def check_same(data: bytes, count: int, last_delta: int, from_client: bool) -> object:
@@ -72,7 +82,16 @@ def check_same(data: bytes, count: int, last_delta: int, from_client: bool) -> o
         assert python_scan(data, count, last_delta, from_client) == (max_ts_delta, indexes, names, ids, False)
         scan = SequenceHeaderScan.collected(indexes, (names, ids))
         assert (scan.indexes, scan.names, scan.ids, scan.malformed, scan.found) == (indexes, names, ids, False, True)
-    return collected
+    # With runs: a producer's run (one name, the next id in each record) as such, anything else as without.
+    run = fast_walk_watched(data, 0, count, last_delta, from_client, SequenceHeaderScan.KEYS, True)
+    if isinstance(run, tuple) and len(run) == 4:
+        max_ts_delta, scan = python_scanned(data, count, last_delta, from_client)
+        assert (max_ts_delta, consecutive_run(scan, count)) == (run[0], run[1:])
+    else:
+        assert run == collected
+        if collected is not None:  # a sound batch the Python twin reads as no run either
+            assert consecutive_run(python_scanned(data, count, last_delta, from_client)[1], count) is None
+    return run
 
 
 header_keys = st.sampled_from(["trace", "k", "", "kop.producer.nam", "app.sequence.id", "é", PRODUCER_NAME_HEADER,
@@ -150,6 +169,61 @@ def test_the_c_walk_reads_the_sequence_headers_as_the_python_scan_does(records, 
         for _, _, headers, _ in records)
 
 
+# A producer's run (one name, consecutive ids), as it is or with one record changed at `at`.
+RUN_CHANGES = ["none", "ids first", "other header", "leading zero", "gap", "same id", "other name", "no headers",
+               "id twice", "name null", "id null", "no id", "not digits", "19 digits"]
+a_run = st.tuples(st.sampled_from([b"p", b"", b"\xff", "\u00e9".encode(), b"n" * 300]),
+                  st.integers(0, 10**18) | st.integers(10**18 - 12, 10**18 - 1), st.integers(1, 12),
+                  st.sampled_from(RUN_CHANGES), st.integers(0, 11))
+
+
+def run_records(name: bytes, first: int, count: int, change: str, at: int) -> list:
+    records = []
+    for i in range(count):
+        sequence_id, headers = b"%d" % (first + i), None
+        if i == at:
+            sequence_id = {"leading zero": b"0" + sequence_id, "gap": b"%d" % (first + i + 1),
+                           "same id": b"%d" % (first + i - 1), "not digits": sequence_id + b"x",
+                           "19 digits": b"1" * 19}.get(change, sequence_id)
+            headers = {"ids first": [(SEQUENCE_ID_HEADER, sequence_id), (PRODUCER_NAME_HEADER, name)],
+                       "other header": [(PRODUCER_NAME_HEADER, name), ("trace", b"t"), (SEQUENCE_ID_HEADER, sequence_id)],
+                       "other name": [(PRODUCER_NAME_HEADER, name + b"2"), (SEQUENCE_ID_HEADER, sequence_id)],
+                       "no headers": [],
+                       "id twice": [(PRODUCER_NAME_HEADER, name), (SEQUENCE_ID_HEADER, sequence_id),
+                                    (SEQUENCE_ID_HEADER, sequence_id)],
+                       "name null": [(PRODUCER_NAME_HEADER, None), (SEQUENCE_ID_HEADER, sequence_id)],
+                       "id null": [(PRODUCER_NAME_HEADER, name), (SEQUENCE_ID_HEADER, None)],
+                       "no id": [(PRODUCER_NAME_HEADER, name)]}.get(change)
+        if headers is None:
+            headers = [(PRODUCER_NAME_HEADER, name), (SEQUENCE_ID_HEADER, sequence_id)]
+        records.append((None, b"v", headers, i))
+    return records
+
+
+@needs_c
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(a_run)
+def test_a_producers_run_is_read_as_one_and_anything_else_as_before(run):
+    name, first, count, change, at = run
+    data, last_delta = records_bytes(run_records(name, first, count, change, at))
+    walked = check_same(data, count, last_delta, True)
+    if first + count - 1 < 10**18 and (change in ("none", "ids first", "other header") or at >= count):
+        assert isinstance(walked, tuple) and walked[1:] == (name, first, first + count - 1)  # the control: a run
+    # validation and the batch check give the same records, or the same error, with the C walk and without
+    raw = build_batch([Record(i, 1_000 + ts, key, value, tuple(headers))
+                       for i, (key, value, headers, ts) in enumerate(run_records(name, first, count, change, at))])
+    answers = []
+    for fast in (records_module._fast_walk, None):
+        with mock.patch.object(records_module, "_fast_walk", fast):
+            try:
+                scan = validate_batch(*split_batches(raw)[0], watch=SequenceHeaderScan).headers
+                got = None if scan is None else sequenced_records(scan)  # None: no record holds either header
+                answers.append(got and (list(got.indexes), got.names, list(got.ids), got.name, got.rising))
+            except RecordBatchError as exc:
+                answers.append(str(exc))
+    assert answers[0] == answers[1]
+
+
 @needs_c
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(a_record | a_sequenced_record.map(lambda r: sequenced(*r)), min_size=1, max_size=6), st.booleans(),
@@ -220,6 +294,9 @@ def test_a_buffer_view_is_walked_in_place_and_a_start_outside_it_is_not_sound():
     for keys in (None, (), ("not bytes",), (b"k",) * 9):
         with pytest.raises(TypeError):
             fast_walk_watched(view, HEADER_SIZE, 50, 49, True, keys)
+    assert fast_walk_watched(view, HEADER_SIZE, 50, 49, True, (b"x", b"y"), True) == 49
+    with pytest.raises(TypeError):  # a run is read for two keys: the name's and the id's
+        fast_walk_watched(view, HEADER_SIZE, 50, 49, True, (b"x",), True)
 
 
 @needs_c
@@ -239,12 +316,12 @@ def test_validation_takes_the_c_path_for_sound_batches_and_still_reports_python_
     [(header, view)] = split_batches(sequenced_raw)
     walked = validate_batch(header, view, watch=SequenceHeaderScan)
     assert not walked_in_python
-    assert (walked.headers.indexes, walked.headers.names, walked.headers.ids) == (
-        list(range(100)), [b"p"] * 100, [b"%d" % i for i in range(100)])
+    assert (walked.headers.run_read, list(walked.headers.indexes)) == ((b"p", 0, 99), list(range(100)))
     monkeypatch.setattr(records_module, "_fast_walk", None)
     in_python = validate_batch(header, view, watch=SequenceHeaderScan)
     assert walked_in_python and (in_python.headers.indexes, in_python.headers.names, in_python.headers.ids) == (
-        walked.headers.indexes, walked.headers.names, walked.headers.ids)
+        list(range(100)), [b"p"] * 100, [b"%d" % i for i in range(100)])
+    assert consecutive_run(in_python.headers, 100) == walked.headers.run_read
     monkeypatch.undo()
     monkeypatch.setattr(records_module, "_walk_records", lambda *a, **k: walked_in_python.append(1) or real(*a, **k))
     walked_in_python.clear()
