@@ -20,12 +20,13 @@ What the coordinator asks of other brokers (OtherBrokers, through kop/cluster/pe
 import logging
 from collections.abc import Callable
 
+import asyncpg
 from kafka.protocol.producer.transaction import (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
                                                  TxnOffsetCommitRequest, TxnOffsetCommitResponse,
                                                  WriteTxnMarkersRequest, WriteTxnMarkersResponse)
 
 from kop.cluster import groups
-from kop.cluster.ownership import java_hash_shard, taken_over
+from kop.cluster.ownership import each_shard, java_hash_shard, taken_over
 from kop.cluster.peers import PeerUnreachable, Peers
 from kop.ledger import LedgerConfig, ManagedLedgerError
 from kop.ledger.postgres import PgStore
@@ -109,17 +110,24 @@ class TxnShards:
         for shard in sorted(set(self.loaded) - owned):
             await self._release(shard)
             log.info("transaction coordinator shard %d moved to another broker", shard)
-        for shard in sorted(owned - set(self.loaded)):
-            if not (self._fresh() and self._owns(SHARD_TOPIC, shard)):  # opening it fences out its coordinator
-                continue
-            try:
-                ledger = await PgManagedLedger.open(shard_ledger(shard), self._store, self._config)
-            except ManagedLedgerError as exc:  # the lease ran out meanwhile: tried again at the next beat
-                log.warning("transaction coordinator shard %d not taken over yet: %s", shard, exc)
+        for shard, ledger in await each_shard(owned - set(self.loaded), self._open):
+            if ledger is None:
                 continue
             state_log = TxnStateLog(ledger, ledger.epoch)
             self._coordinator.adopt_shard(shard, state_log, state_log.load())
             self.loaded[shard] = ledger.epoch
+
+    async def _open(self, shard: int) -> PgManagedLedger | None:
+        """The shard's state log, opened (which fences out its coordinator) while this broker's view gives it here."""
+        if not (self._fresh() and self._owns(SHARD_TOPIC, shard)):
+            return None
+        try:
+            return await PgManagedLedger.open(shard_ledger(shard), self._store, self._config)
+        except (ManagedLedgerError, OSError, asyncpg.PostgresError) as exc:
+            # The lease ran out meanwhile, or the database is out of reach: tried again at the next beat (the
+            # shards opened beside it are served meanwhile).
+            log.warning("transaction coordinator shard %d not taken over yet: %s", shard, exc)
+            return None
 
 
 def shard_ledger_config(fsync: bool) -> LedgerConfig:
