@@ -100,6 +100,12 @@ class ManagedLedger(ABC):
         """Durable entries strictly after position, in order, up to max_entries and max_bytes (the first entry
         whatever its size)."""
 
+    async def read_after_async(self, position: Position, max_entries: int, max_bytes: int = 1 << 62) -> list[Entry]:
+        """read_after for a reader that can wait: an engine that holds only some entries' bytes in memory reads the
+        missing ones back first, so the answer is empty only when no durable entry follows position (a synchronous
+        read may come back short while it does). Raises OSError when they cannot be read."""
+        return self.read_after(position, max_entries, max_bytes)
+
     @abstractmethod
     def position_of_index(self, index: int) -> Position | None:
         """The durable entry holding offset `index`, if any."""
