@@ -7,14 +7,18 @@ import asyncio
 import asyncpg
 import pytest
 
+from dedup import DedupConfig, Status
 from kop.compaction.rewrite import CompactionJob, compact
 from kop.ledger import LedgerConfig, Position
 from kop.ledger.interface import Entry
 from kop.ledger.postgres import PgManagedLedger, PgStore
 from kop.ledger.time_index import batch_max_timestamp
+from kop.partition import PartitionLog
+from protocol.errors import ErrorCode
 from protocol.records import iter_records
 from test_ledger import append  # the file engine's tests: the same appends
 from tests.test_compaction_rewrite import T0, batch, write
+from tests.test_partition_dedup import NAME, answers, batch as dedup_batch
 
 CONFIG = LedgerConfig(max_ledger_bytes=4096)
 BOUND = 2000  # entry bytes held by the bounded broker: 20 of the 100-byte entries
@@ -171,3 +175,33 @@ async def test_the_cleaner_reads_evicted_entries_back_for_its_pass(stores):
     assert records == [(1, b"b"), (2, b"a"), (3, b"b")]
     await ml.close()
 
+
+
+async def test_a_takeovers_dedup_replay_reads_the_evicted_entries_back(stores):
+    """The new owner's PIP-6 replay reads every entry after the dedup cursor, though only the tail's bytes were
+    loaded: a producer's retry of a stored batch is then answered as stored, not stored twice."""
+    whole, bounded = stores
+    small = LedgerConfig(max_ledger_bytes=1)  # a ledger per entry: a takeover holds only the last one's bytes
+    first = PartitionLog("t", 0, await PgManagedLedger.open("t-0", whole, small), DedupConfig())
+    await first.apply_dedup_policy(True)
+    assert await answers(*(first.publish_normal(*dedup_batch(seq, b"v%d" % seq)) for seq in range(4))) == \
+        [(ErrorCode.NONE, seq) for seq in range(4)]
+    ml = await PgManagedLedger.open("t-0", bounded, small)  # taken over without a clean close: a replay is due
+    assert len(set(held(ml))) == 1 and len(ml._ledgers) > 4  # control: the earlier ledgers' bytes not loaded
+    second = PartitionLog("t", 0, ml, DedupConfig())
+    await second.apply_dedup_policy(True)
+    assert second.dedup.status is Status.ENABLED and dict(second.dedup.persisted) == {NAME: 3}
+    assert len(set(held(ml))) > 1  # the replay read them back
+    assert await answers(second.publish_normal(*dedup_batch(2, b"v2"))) == [(ErrorCode.NONE, 2)]  # a lost response
+    assert ml.confirmed_end_index == 4  # not stored again
+    await second.close()
+    await first.close()
+
+
+async def test_an_entrys_offsets_come_from_the_index_without_its_bytes(stores):
+    ml, positions = await written_and_reopened(stores)
+    assert ml._ledgers[0].data[5] is None  # control: its bytes are not held
+    assert ml.offsets_of(positions[5]) == (10, 2)
+    assert ml.offsets_of(Position(positions[5].ledger_id, 10_000)) is None
+    assert ml.offsets_of(Position(positions[-1].ledger_id + 1, 0)) is None  # the empty current ledger
+    await ml.close()

@@ -118,7 +118,7 @@ class TxnShards:
                 log.warning("transaction coordinator shard %d not taken over yet: %s", shard, exc)
                 continue
             state_log = TxnStateLog(ledger, ledger.epoch)
-            self._coordinator.adopt_shard(shard, state_log, state_log.load())
+            self._coordinator.adopt_shard(shard, state_log, await state_log.load_async())
             self.loaded[shard] = ledger.epoch
 
 

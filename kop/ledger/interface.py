@@ -106,6 +106,18 @@ class ManagedLedger(ABC):
         read may come back short while it does). Raises OSError when they cannot be read."""
         return self.read_after(position, max_entries, max_bytes)
 
+    def offsets_of(self, position: Position) -> tuple[int, int] | None:
+        """(first_index, span) of the durable entry at position, None if there is none: an engine that keeps its
+        entries' offsets in memory answers without their bytes."""
+        found = self.read_after(Position(position.ledger_id, position.entry_id - 1), 1)
+        if not found or found[0].position != position:
+            return None
+        return found[0].first_index, found[0].span
+
+    async def read_from_index_async(self, index: int, max_bytes: int, max_entries: int = 1 << 30) -> list[Entry]:
+        """read_from_index for a reader that can wait, as read_after_async is read_after's."""
+        return self.read_from_index(index, max_bytes, max_entries)
+
     @abstractmethod
     def position_of_index(self, index: int) -> Position | None:
         """The durable entry holding offset `index`, if any."""

@@ -3,8 +3,7 @@
 Every entry is a kop_entry row holding the file engine's framed entry bytes, keyed by its position (ledger id,
 entry id), with its first offset (a PIP-33 marker covers no offset, so offsets do not tell entries apart). Appends
 are group-committed: the entries submitted while one commit is in flight go together in the next single statement,
-which also checks the owner's fencing epoch; an entry's future resolves only after that statement committed. The broker keeps the durable entries of the partitions it owns
-in memory, so reads (synchronous in the managed-ledger interface) never wait for the database.
+which also checks the owner's fencing epoch; an entry's future resolves only after that statement committed.
 
 A failed commit's outcome is unknown (the connection may have dropped after the commit): the failed entries and every
 later one are failed to their writers, and before anything more is accepted every row after the last confirmed entry
@@ -12,6 +11,32 @@ is deleted in a fenced transaction, so what was reported failed is really not st
 file engine rolls after a failed write. Ledgers roll on every open, on size and age, and after a failed write;
 retention deletes whole closed ledgers. Log compaction replaces closed ledgers' entries in place (the same positions,
 smaller batches), with the cleaned-through point, in one fenced transaction.
+
+Memory: the index in full, the bytes through an entry cache (Pulsar's managed-ledger entry cache in front of
+BookKeeper). For every entry of the partitions it owns the broker keeps its index metadata: first offset, span, batch
+size, batch max timestamp and MessageMetadata (some 100-150 bytes an entry, whatever its batch's size), so offset and
+time lookups, retention and stats never wait for the database. The entries' bytes are held in the broker's one
+EntryCache (entry_cache.py, on the PgStore), least recently used dropped first once past its bound; an entry just
+written enters it as the most recently used, so tailing reads (by far the common case) are served from memory.
+- Unbounded (PgStore(entry_cache_bytes=None), the default): every entry's bytes are held, as before the cache; a
+  takeover reads every entry whole, and no read ever misses.
+- Bounded: a takeover reads each entry's head only (the frame and entry header, the MessageMetadata and the batch
+  header's first bytes: a substring of the uncompressed EXTERNAL column, which PostgreSQL reads without the rest) and
+  the whole entries of the last stored ledger (the tail). Memory is the bound plus the index.
+What a reader sees on a miss (the interface's reads stay synchronous):
+- read_from_index / read_after return the entries up to the first one whose bytes are not held (none if it is the
+  first) and start reading it and those after it back (at least FILL_MIN_BYTES: read-ahead) in the background. When
+  they are in, the confirm listeners run, so a Fetch whose answer came back short and that long-polls is woken and
+  reads again; a Fetch with max_wait 0 answers short and the client fetches again (Kafka clients do, for any short
+  answer). A fill that fails (the database is unreachable) is logged; the next read starts another.
+- read_after_async / read_from_index_async (the interface's async variants; the file engine's are its synchronous
+  reads) wait for the fill instead: empty only when no durable entry follows, OSError when the bytes cannot be read.
+  The readers that loop until an empty read use them: the dedup replay, the transaction index rebuild, the
+  replicator and the replication rebuilds. find_by_timestamp (async) reads its entry back the same way.
+- The log cleaner's snapshots (closed_ledgers) hold None for the entries not cached; with_entries reads those from
+  the database for that pass only, not through the cache, so a pass does not push the tail out.
+Bytes read back are checked against the frame's CRC and against the index (offsets, span, size, metadata): damaged
+bytes are never served, and a fill that raced a truncation, compaction or deletion of its ledger is dropped.
 """
 import asyncio
 import errno
@@ -53,7 +78,7 @@ class _Ledger:
 
     ledger_id: int
     cache: EntryCache
-    first_indexes: list[int] = field(default_factory=list)
+    first_indexes: array = field(default_factory=lambda: array("q"))
     spans: array = field(default_factory=lambda: array("q"))
     sizes: array = field(default_factory=lambda: array("q"))  # each entry's batch bytes
     metadata: list[bytes] = field(default_factory=list)  # each entry's MessageMetadata
@@ -425,15 +450,33 @@ class PgManagedLedger(LedgerBase):
         return filled
 
     async def read_after_async(self, position: Position, max_entries: int, max_bytes: int = 1 << 62) -> list[Entry]:
-        """read_after, waiting for the entries' bytes to be read back when the cache misses its first one: empty only
-        when there is no durable entry after position. Raises OSError when they cannot be read."""
+        return await self._awaited(lambda: self.read_after(position, max_entries, max_bytes),
+                                   f"the entries after {position}")
+
+    async def read_from_index_async(self, index: int, max_bytes: int, max_entries: int = 1 << 30) -> list[Entry]:
+        return await self._awaited(lambda: self.read_from_index(index, max_bytes, max_entries),
+                                   f"the entries from offset {index}")
+
+    async def _awaited(self, read: Callable[[], list[Entry]], what: str) -> list[Entry]:
+        """A synchronous read, again once the bytes of its first entry are read back if the cache missed them:
+        empty only when there is no durable entry to read. Raises OSError when they cannot be read."""
         for _ in range(FILL_ATTEMPTS):
-            entries = self.read_after(position, max_entries, max_bytes)
+            self._miss = None
+            entries = read()
             miss, self._miss = self._miss, None
             if entries or miss is None:
                 return entries
             await miss
-        raise OSError(errno.EIO, f"{self.name}: the entries after {position} could not be read back")
+        raise OSError(errno.EIO, f"{self.name}: {what} could not be read back")
+
+    def offsets_of(self, position: Position) -> tuple[int, int] | None:
+        """From the index: no bytes needed."""
+        for pos, ledger in enumerate(self._ledgers):
+            if ledger.ledger_id == position.ledger_id:
+                if 0 <= position.entry_id <= self._last_durable_entry(pos):
+                    return ledger.first_indexes[position.entry_id], ledger.spans[position.entry_id]
+                return None
+        return None
 
     async def _entry_at(self, ledger: _Ledger, entry_id: int) -> Entry:
         """One durable entry, its bytes read back if the cache misses them."""
@@ -587,9 +630,7 @@ class PgManagedLedger(LedgerBase):
         await self._appends.wait_idle()
         if self._recovering is not None:
             self._recovering.cancel()
-        for task in list(self._fills.values()):
-            task.cancel()
-        for ledger in self._ledgers:
+        for ledger in self._ledgers:  # a fill still running drops what it reads: the ledger is closed
             ledger.release()
         await self._cursors.close()
 
