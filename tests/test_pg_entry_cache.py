@@ -12,6 +12,7 @@ from kop.compaction.rewrite import CompactionJob, compact
 from kop.ledger import LedgerConfig, Position
 from kop.ledger.interface import Entry
 from kop.ledger.postgres import PgManagedLedger, PgStore
+from kop.ledger.postgres import ledger as ledger_module
 from kop.ledger.time_index import batch_max_timestamp
 from kop.partition import PartitionLog
 from protocol.errors import ErrorCode
@@ -204,4 +205,12 @@ async def test_an_entrys_offsets_come_from_the_index_without_its_bytes(stores):
     assert ml.offsets_of(positions[5]) == (10, 2)
     assert ml.offsets_of(Position(positions[5].ledger_id, 10_000)) is None
     assert ml.offsets_of(Position(positions[-1].ledger_id + 1, 0)) is None  # the empty current ledger
+    await ml.close()
+
+
+async def test_a_takeover_reads_only_the_last_entries_that_fit_in_the_tail_budget(stores, monkeypatch):
+    monkeypatch.setattr(ledger_module, "TAKEOVER_TAIL_BYTES", 400)  # three framed entries of 126 bytes
+    ml, positions = await written_and_reopened(stores)
+    assert [Position(l.ledger_id, i) for l in ml._ledgers for i, data in enumerate(l.data) if data is not None] == \
+        positions[-3:]
     await ml.close()

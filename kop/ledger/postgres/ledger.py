@@ -22,7 +22,8 @@ written enters it as the most recently used, so tailing reads (by far the common
   takeover reads every entry whole, and no read ever misses.
 - Bounded: a takeover reads each entry's head only (the frame and entry header, the MessageMetadata and the batch
   header's first bytes: a substring of the uncompressed EXTERNAL column, which PostgreSQL reads without the rest) and
-  the whole entries of the last stored ledger (the tail). Memory is the bound plus the index.
+  the whole last entries of the last stored ledger, up to TAKEOVER_TAIL_BYTES (the tail). Memory is the bound plus
+  the index (plus, for a moment, what a fill or a cleaner's pass has read).
 What a reader sees on a miss (the interface's reads stay synchronous):
 - read_from_index / read_after return the entries up to the first one whose bytes are not held (none if it is the
   first) and start reading it and those after it back (at least FILL_MIN_BYTES: read-ahead) in the background. When
@@ -68,6 +69,7 @@ log = logging.getLogger(__name__)
 RETRY_SECONDS = 0.5  # between attempts to clean up after a failed write while the database is unreachable
 FILL_MIN_BYTES = 1 << 20  # a read the cache misses reads back at least this much of the ledger (read-ahead)
 FILL_MAX_ENTRIES = 10_000  # and at most this many entries in one statement
+TAKEOVER_TAIL_BYTES = 1 << 20  # a bounded cache: the bytes of a partition's last entries read at its takeover
 FILL_ATTEMPTS = 3  # an awaited read whose bytes are evicted again before it runs, or whose fill failed, tries again
 
 
@@ -141,13 +143,15 @@ class _Ledger:
         return True
 
     def replace(self, raw: RawEntry) -> None:
-        """A compacted entry in place of the one at its position (same offsets and time, a smaller batch)."""
+        """A compacted entry in place of the one at its position (same offsets and time, a smaller batch); its bytes
+        held only if the old ones were (a pass over old ledgers does not push the tail out of the cache)."""
         i = raw.entry_id
         self.size += len(raw.data) - self.sizes[i]
         self.sizes[i] = len(raw.data)
         self.metadata[i] = raw.metadata
-        self.data[i] = raw.data
-        self.cache.add(self, i, len(raw.data))
+        if self.data[i] is not None:
+            self.data[i] = raw.data
+            self.cache.add(self, i, len(raw.data))
         self.generation += 1
 
     def drop_bytes(self, entry_id: int) -> None:
@@ -215,7 +219,8 @@ class PgManagedLedger(LedgerBase):
                    initial_index: int = 0) -> "PgManagedLedger":
         """Take ownership of the managed ledger (fencing out any earlier owner) and load it."""
         ml = cls(name, store, config)
-        loaded = await store.take_ownership(name, initial_index, with_bytes=not ml._cache.bounded)
+        loaded = await store.take_ownership(name, initial_index,
+                                            TAKEOVER_TAIL_BYTES if ml._cache.bounded else None)
         row = loaded.row
         ml._epoch, ml._last_ledger_id, ml._deleted_before = row.epoch, row.last_ledger_id, row.deleted_before
         ml.cleaned_through = row.cleaned_through

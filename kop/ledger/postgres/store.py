@@ -111,6 +111,18 @@ _RAISE_VERSION = ("INSERT INTO kop_record_version AS r VALUES ($1, 1) ON CONFLIC
 _OWNER_SHARED = f"SELECT 1 FROM kop_managed_ledger WHERE name = $1 AND epoch = $2 AND {_leased('$3')} FOR SHARE"
 
 
+def _tail_start(heads: list[StoredHead], tail_bytes: int) -> int:
+    """The id of the first of the last ledger's last entries whose stored bytes fit in tail_bytes (the last entry
+    whatever its size)."""
+    last = heads[-1]
+    start, total = last.entry_id, last.length
+    for head in reversed(heads[:-1]):
+        if head.ledger_id != last.ledger_id or total + head.length > tail_bytes:
+            break
+        start, total = head.entry_id, total + head.length
+    return start
+
+
 class PgStore:
     def __init__(self, url: str, entry_cache_bytes: int | None = None) -> None:
         self.url = url
@@ -138,11 +150,12 @@ class PgStore:
 
     # ---- managed ledgers
 
-    async def take_ownership(self, name: str, initial_index: int, with_bytes: bool = True) -> Loaded:
+    async def take_ownership(self, name: str, initial_index: int, tail_bytes: int | None = None) -> Loaded:
         """Raise the epoch (fencing out any earlier owner, whose writes wait for this to commit and then fail) and
         read everything stored, in one transaction. Refused (LedgerFencedOut) once this broker's lease expired.
-        Without bytes: every entry's head (StoredHead) and the whole entries of the last ledger only (the tail, which
-        tailing reads want next); the rest is read later with `entries`."""
+        With tail_bytes: every entry's head (StoredHead), and whole only the last entries of the last ledger that
+        fit in tail_bytes (at least one: the tail, which tailing reads want next); the rest is read later with
+        `entries`."""
         async with self.pool.acquire() as conn, conn.transaction():
             if not await conn.fetchval(f"SELECT {_leased('$1')}", self.session):
                 raise LedgerFencedOut(f"{name}: this broker's lease expired")
@@ -154,14 +167,14 @@ class PgStore:
             closed = await conn.fetch("SELECT ledger_id, closed_ms FROM kop_ledger WHERE name = $1 "
                                       "AND closed_ms IS NOT NULL", name)
             heads = None
-            if with_bytes:
+            if tail_bytes is None:
                 entries = await conn.fetch("SELECT ledger_id, entry_id, entry FROM kop_entry WHERE name = $1 "
                                            "ORDER BY ledger_id, entry_id", name)
             else:
                 heads = [StoredHead(*r) for r in await conn.fetch(_HEADS, name)]
                 entries = [] if not heads else await conn.fetch(
                     "SELECT ledger_id, entry_id, entry FROM kop_entry WHERE name = $1 AND ledger_id = $2 "
-                    "ORDER BY entry_id", name, heads[-1].ledger_id)
+                    "AND entry_id >= $3 ORDER BY entry_id", name, heads[-1].ledger_id, _tail_start(heads, tail_bytes))
             cursors = await conn.fetch("SELECT info FROM kop_cursor WHERE name = $1", name)
             indexed = await conn.fetch("SELECT ledger_id FROM kop_ledger WHERE name = $1 AND txn_index IS NOT NULL",
                                        name)
