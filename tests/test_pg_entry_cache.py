@@ -214,3 +214,17 @@ async def test_a_takeover_reads_only_the_last_entries_that_fit_in_the_tail_budge
     assert [Position(l.ledger_id, i) for l in ml._ledgers for i, data in enumerate(l.data) if data is not None] == \
         positions[-3:]
     await ml.close()
+
+
+async def test_a_consumers_read_that_misses_is_short_and_its_long_poll_is_woken_by_the_fill(stores):
+    """What the Fetch handler sees: an empty read below the high watermark (not an error), and the partition's
+    watchers (a long poll) woken once the bytes are in, so its next read serves them."""
+    ml, positions = await written_and_reopened(stores)
+    partition = PartitionLog("t", 0, ml, DedupConfig())
+    assert partition.high_watermark == 200 and partition.read_records(0, 1 << 20) == []
+    woken = asyncio.get_running_loop().create_future()
+    partition.watch(woken)
+    await asyncio.wait_for(woken, 30)
+    records = partition.read_records(0, 1000)
+    assert [e.position for e in records] == positions[:10]
+    await partition.close()
