@@ -1,7 +1,8 @@
 """The PostgreSQL engine with a bounded entry cache, against a real server: a takeover loads every entry's index
-metadata without its bytes (plus the tail's bytes), a read the cache misses comes back short and reads the bytes back
-in the background (waking the readers waiting for entries), an awaited read waits for them, the cache stays within
-its bound, and damaged stored bytes are refused, never served."""
+metadata without its bytes (plus the tail's bytes, within a budget), a read the cache misses comes back short and
+reads the bytes back in the background (waking the readers waiting for entries, as a Fetch's long poll does), an
+awaited read waits for them (the dedup replay of a takeover), the cleaner reads evicted entries back, the cache stays
+within its bound, and damaged stored bytes are refused, never served. The cache's own order and bound, alone."""
 import asyncio
 
 import asyncpg
@@ -13,6 +14,7 @@ from kop.ledger import LedgerConfig, Position
 from kop.ledger.interface import Entry
 from kop.ledger.postgres import PgManagedLedger, PgStore
 from kop.ledger.postgres import ledger as ledger_module
+from kop.ledger.postgres.entry_cache import EntryCache
 from kop.ledger.time_index import batch_max_timestamp
 from kop.partition import PartitionLog
 from protocol.errors import ErrorCode
@@ -228,3 +230,28 @@ async def test_a_consumers_read_that_misses_is_short_and_its_long_poll_is_woken_
     records = partition.read_records(0, 1000)
     assert [e.position for e in records] == positions[:10]
     await partition.close()
+
+
+class _Owner:
+    def __init__(self) -> None:
+        self.dropped: list[int] = []
+
+    def drop_bytes(self, entry_id: int) -> None:
+        self.dropped.append(entry_id)
+
+
+def test_the_cache_drops_the_least_recently_used_past_its_bound_and_an_unbounded_one_only_counts():
+    owner, cache = _Owner(), EntryCache(300)
+    for entry_id in range(3):
+        cache.add(owner, entry_id, 100)
+    cache.touch(owner, 0)  # read again: now the most recently used
+    cache.add(owner, 3, 100)
+    assert owner.dropped == [1] and cache.size == 300
+    cache.discard(owner, 2, 100)
+    cache.add(owner, 4, 500)  # larger than the bound: kept alone, what was read last
+    assert owner.dropped == [1, 0, 3] and cache.size == 500 and len(cache) == 1
+    unbounded = EntryCache()
+    for entry_id in range(1000):
+        unbounded.add(owner, entry_id, 100)
+    unbounded.discard(owner, 0, 100)
+    assert unbounded.size == 99_900 and len(unbounded) == 0 and owner.dropped == [1, 0, 3]

@@ -6,7 +6,7 @@ Every managed ledger of the broker shares one cache. An entry whose bytes are he
 recently used entries are dropped from their owners (`owner.drop_bytes(entry_id)`) until it fits again. An owner
 keeps every entry's index metadata regardless (offsets, size, time, MessageMetadata), so a dropped entry is still
 found by offset and read again from the database when wanted. `max_bytes` None keeps every entry: nothing is ever
-dropped (the engine's behaviour before the cache).
+dropped (the engine's behaviour before the cache), and only the total is counted, no order kept.
 """
 from collections import OrderedDict
 from typing import Protocol
@@ -32,6 +32,9 @@ class EntryCache:
     def add(self, owner: BytesOwner, entry_id: int, size: int) -> None:
         """The bytes of owner's entry are held now (most recently used); drop the least recently used past the
         bound. The entry just added is dropped last: a read that filled it finds it even past the bound."""
+        if self.max_bytes is None:
+            self.size += size
+            return
         key = (owner, entry_id)
         old = self._entries.pop(key, None)
         if old is not None:
@@ -41,19 +44,19 @@ class EntryCache:
         self._evict(keep=key)
 
     def touch(self, owner: BytesOwner, entry_id: int) -> None:
-        key = (owner, entry_id)
-        if key in self._entries:
-            self._entries.move_to_end(key)
+        if self.max_bytes is not None:
+            key = (owner, entry_id)
+            if key in self._entries:
+                self._entries.move_to_end(key)
 
-    def discard(self, owner: BytesOwner, entry_id: int) -> None:
-        """The owner no longer holds the entry's bytes (truncated, deleted, closed)."""
-        size = self._entries.pop((owner, entry_id), None)
-        if size is not None:
+    def discard(self, owner: BytesOwner, entry_id: int, size: int) -> None:
+        """The owner no longer holds the entry's bytes, of that size (truncated, deleted, closed)."""
+        if self.max_bytes is None:
+            self.size -= size
+        elif self._entries.pop((owner, entry_id), None) is not None:
             self.size -= size
 
     def _evict(self, keep: tuple[BytesOwner, int]) -> None:
-        if self.max_bytes is None:
-            return
         while self.size > self.max_bytes and len(self._entries) > 1:
             key, size = next(iter(self._entries.items()))
             if key == keep:

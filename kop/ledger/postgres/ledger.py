@@ -117,15 +117,17 @@ class _Ledger:
         self.times.append(timestamp)
         self.size += size
 
-    def raw(self, entry_id: int) -> RawEntry | None:
+    def entry(self, entry_id: int) -> Entry | None:
         """The entry with its bytes (now the cache's most recently used), None if the cache does not hold them."""
-        raw = self.peek(entry_id)
-        if raw is not None:
-            self.cache.touch(self, entry_id)
-        return raw
+        data = self.data[entry_id]
+        if data is None:
+            return None
+        self.cache.touch(self, entry_id)
+        return Entry(Position(self.ledger_id, entry_id), self.first_indexes[entry_id], self.spans[entry_id],
+                     self.metadata[entry_id], data)
 
     def peek(self, entry_id: int) -> RawEntry | None:
-        """raw(), leaving the cache's order as it is."""
+        """The entry as the cleaner reads it, None if the cache does not hold its bytes (the cache's order kept)."""
         data = self.data[entry_id]
         if data is None:
             return None
@@ -146,11 +148,14 @@ class _Ledger:
         """A compacted entry in place of the one at its position (same offsets and time, a smaller batch); its bytes
         held only if the old ones were (a pass over old ledgers does not push the tail out of the cache)."""
         i = raw.entry_id
+        held = self.data[i] is not None
+        if held:
+            self.cache.discard(self, i, self.sizes[i])
         self.size += len(raw.data) - self.sizes[i]
         self.sizes[i] = len(raw.data)
         self.metadata[i] = raw.metadata
-        if self.data[i] is not None:
-            self.data[i] = raw.data
+        self.data[i] = raw.data if held else None
+        if held:
             self.cache.add(self, i, len(raw.data))
         self.generation += 1
 
@@ -160,7 +165,8 @@ class _Ledger:
 
     def truncate(self, count: int) -> None:
         for entry_id in range(count, self.entries):
-            self.cache.discard(self, entry_id)
+            if self.data[entry_id] is not None:
+                self.cache.discard(self, entry_id, self.sizes[entry_id])
         self.size -= sum(self.sizes[count:])
         del self.first_indexes[count:], self.spans[count:], self.sizes[count:], self.metadata[count:]
         del self.data[count:]
@@ -171,7 +177,7 @@ class _Ledger:
         """Give the cache back every byte held (the ledger is deleted, or its managed ledger closed)."""
         for entry_id, data in enumerate(self.data):
             if data is not None:
-                self.cache.discard(self, entry_id)
+                self.cache.discard(self, entry_id, self.sizes[entry_id])
                 self.data[entry_id] = None
         self.generation += 1
 
@@ -404,11 +410,11 @@ class PgManagedLedger(LedgerBase):
                 size = ledger.sizes[entry_id]
                 if out and size > budget:  # only the first entry may exceed the limit (KIP-74)
                     return out
-                raw = ledger.raw(entry_id)
-                if raw is None:
+                entry = ledger.entry(entry_id)
+                if entry is None:
                     self._miss = self._fill_from(ledger, entry_id, last, budget, max_entries - len(out))
                     return out
-                out.append(_entry(ledger, raw))
+                out.append(entry)
                 budget -= size
                 if budget <= 0:
                     return out
@@ -486,9 +492,9 @@ class PgManagedLedger(LedgerBase):
     async def _entry_at(self, ledger: _Ledger, entry_id: int) -> Entry:
         """One durable entry, its bytes read back if the cache misses them."""
         for _ in range(FILL_ATTEMPTS):
-            raw = ledger.raw(entry_id)
-            if raw is not None:
-                return _entry(ledger, raw)
+            entry = ledger.entry(entry_id)
+            if entry is not None:
+                return entry
             await self._fill_from(ledger, entry_id, entry_id, 0, 1)
         raise OSError(errno.EIO, f"{self.name}: entry {ledger.ledger_id}:{entry_id} could not be read back")
 
@@ -642,10 +648,6 @@ class PgManagedLedger(LedgerBase):
     async def delete(self) -> None:
         await self.close()
         await self._store.remove(self.name)
-
-
-def _entry(ledger: _Ledger, raw: RawEntry) -> Entry:
-    return Entry(Position(ledger.ledger_id, raw.entry_id), raw.first_index, raw.span, raw.metadata, raw.data)
 
 
 def _decode_stored(name: str, stored: StoredEntry, fail: bool = True) -> RawEntry | None:
