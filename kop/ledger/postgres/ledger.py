@@ -47,7 +47,7 @@ import signal
 import time
 from array import array
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from kop import clock
@@ -126,13 +126,6 @@ class _Ledger:
         return Entry(Position(self.ledger_id, entry_id), self.first_indexes[entry_id], self.spans[entry_id],
                      self.metadata[entry_id], data)
 
-    def peek(self, entry_id: int) -> RawEntry | None:
-        """The entry as the cleaner reads it, None if the cache does not hold its bytes (the cache's order kept)."""
-        data = self.data[entry_id]
-        if data is None:
-            return None
-        return RawEntry(entry_id, self.first_indexes[entry_id], self.spans[entry_id], self.metadata[entry_id], data)
-
     def fill(self, raw: RawEntry) -> bool:
         """Hold the bytes read back for an indexed entry; False if they are not that entry's (it changed)."""
         i = raw.entry_id
@@ -191,6 +184,31 @@ class _Ledger:
     def end(self) -> int:
         """One past the last offset of the last entry."""
         return self.first_indexes[-1] + self.spans[-1]
+
+
+class _SnapshotEntries(Sequence):
+    """A closed ledger's entries as the cleaner reads them (RawEntry each, None where the cache does not hold the
+    bytes), as they were when taken: copies of its lists (pointer copies, not an object per entry, for every check
+    of the cleaner), unchanged by later evictions, compactions or deletions."""
+
+    __slots__ = ("_first_indexes", "_spans", "_metadata", "_data")
+
+    def __init__(self, ledger: _Ledger) -> None:
+        self._first_indexes, self._spans = ledger.first_indexes[:], ledger.spans[:]
+        self._metadata, self._data = ledger.metadata[:], ledger.data[:]
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __getitem__(self, entry_id):
+        if isinstance(entry_id, slice):
+            return [self[i] for i in range(*entry_id.indices(len(self)))]
+        data = self._data[entry_id]
+        if data is None:
+            return None
+        entry_id %= len(self._data)  # a negative index names the entry counted from the end
+        return RawEntry(entry_id, self._first_indexes[entry_id], self._spans[entry_id], self._metadata[entry_id],
+                        data)
 
 
 @dataclass(slots=True)
@@ -550,7 +568,7 @@ class PgManagedLedger(LedgerBase):
         """The closed ledgers whose entries are all durable, oldest first, as the cleaner reads them: a list of
         their entries each, taken now (an install changes the ledger, never this list); None for an entry whose
         bytes the cache does not hold, which `with_entries` reads back."""
-        return [LedgerSnapshot.in_memory(l.ledger_id, [l.peek(i) for i in range(l.entries)], l.size, l.closed_ms)
+        return [LedgerSnapshot.in_memory(l.ledger_id, _SnapshotEntries(l), l.size, l.closed_ms)
                 for l in self._ledgers if l is not self._current and l.entries and l.closed_ms is not None
                 and Position(l.ledger_id, l.entries - 1) <= self._lac]
 
@@ -560,7 +578,7 @@ class PgManagedLedger(LedgerBase):
         be read whole (retention deleted the ledger meanwhile, or the database is unreachable)."""
         out = []
         for snapshot in snapshots:
-            entries = list(snapshot.entries)
+            entries = list(snapshot.entries)  # RawEntry each, from here on (the rest read below)
             missing = [i for i, raw in enumerate(entries) if raw is None]
             if missing:
                 stored = await self._store.entries(self.name, snapshot.ledger_id, missing[0], missing[-1])
