@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from dedup.message_deduplication import DupStatus, MessageDeduplication
-from protocol.sequence_headers import strictly_rising
 
 NAME_PREFIX = "app:"
 
@@ -70,6 +69,16 @@ def judge_records(dedup: MessageDeduplication, records: Sequence[tuple[str | Non
         highest[key] = sequence_id
         keep.append(index)
     return decision
+
+
+def strictly_rising(ids: list[int]) -> bool:
+    """Whether each id is above the one before (quick for consecutive ids, the rule)."""
+    if not ids:
+        return True
+    first, last = ids[0], ids[-1]
+    if last - first == len(ids) - 1:  # the rule: consecutive ids
+        return ids == list(range(first, last + 1))
+    return ids == sorted(set(ids))
 
 
 def judge_run(dedup: MessageDeduplication, name: str, ids: list[int], count: int,

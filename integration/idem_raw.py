@@ -28,6 +28,8 @@ PRODUCE_VERSION = 9
 CREATE_TOPICS_VERSION = 5
 MAX_FRAME = 64 * 1024 * 1024
 BASE_TIMESTAMP = 1_700_000_000_000
+# Fetch errors a client retries: the broker is loading the partition, or is not sure it still owns it.
+RETRIABLE_READ_ERRORS = frozenset({5, 6})  # LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +205,9 @@ class RawKafka:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             error, high_watermark, records = self.fetch_once(topic, partition, offset)
+            if error in RETRIABLE_READ_ERRORS:  # as a client does: the broker is (re)gaining the partition
+                time.sleep(0.2)
+                continue
             if error:
                 raise RuntimeError(f"fetch {topic}-{partition}@{offset} failed with error {error}")
             end = high_watermark if end is None else end

@@ -52,6 +52,7 @@ def test_kafka_python_commits_survive_kill_9_and_the_group_resumes_there(broker)
     produce(broker.bootstrap, topic, 0, N, partitions=2)
     tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
     consumer = kp_consumer(broker.bootstrap, group)
+    consumer.partitions_for_topic(topic)  # metadata before joining: no second rebalance right after the first
     consumer.subscribe([topic])
     kp_read(consumer, 40)
     # Joined before it had the topic's metadata, the member joins again once it has it: a commit in between is
@@ -69,8 +70,9 @@ def test_kafka_python_commits_survive_kill_9_and_the_group_resumes_there(broker)
     broker.start()
     assert fetch_committed(broker.bootstrap, group) == {(topic, 0): (20, "sync-meta"), (topic, 1): (15, "async-meta")}
     resumed = kp_consumer(broker.bootstrap, group)
+    resumed.partitions_for_topic(topic)
     resumed.subscribe([topic])
-    records = kp_read(resumed, N - 35)
+    records = kp_read(resumed, N - 35, timeout=60)
     resumed.close(autocommit=False)
     firsts = {p: min(r.offset for r in records if r.partition == p) for p in (0, 1)}
     assert firsts == {0: 20, 1: 15}

@@ -14,6 +14,7 @@ whole batch INVALID_RECORD, with a message that names the header and the first r
 """
 from dataclasses import dataclass
 
+from dedup.named_sequences import strictly_rising  # the rule is the dedup core's: a producer's ids rise
 from protocol.compression import BytesLike, RecordBatchError
 from protocol.errors import ErrorCode
 from protocol.varint import VARINT_MAX_BYTES, decode_varint
@@ -212,15 +213,6 @@ def _decimal_ids(raw_ids: list[bytes]) -> tuple[list[int], bool] | None:
     ids = list(map(int, raw_ids))  # ASCII digits only (bytes.isdigit), within int64
     return ids, strictly_rising(ids)
 
-
-def strictly_rising(ids: list[int]) -> bool:
-    """Whether each id is above the one before (quick for consecutive ids, the rule)."""
-    if not ids:
-        return True
-    first, last = ids[0], ids[-1]
-    if last - first == len(ids) - 1:  # the rule: consecutive ids
-        return ids == list(range(first, last + 1))
-    return ids == sorted(set(ids))
 
 
 def _checked_one_by_one(scan: SequenceHeaderScan) -> SequencedRecords:

@@ -47,6 +47,7 @@ from kop.topics import TopicManager
 from kop.transactions.coordinator import TransactionCoordinator
 
 log = logging.getLogger(__name__)
+_RENEW_RETRY_S = 0.25  # after a failed renewal
 
 
 class Cluster(Protocol):
@@ -249,14 +250,19 @@ class ClusterService:
         return await self.peers.call(node, request, response_class)
 
     async def _renew_loop(self) -> None:
+        delay = self._heartbeat
         while True:
-            await asyncio.sleep(self._heartbeat)
+            await asyncio.sleep(delay)
+            delay = self._heartbeat
             try:
                 await self.renew()
             except NodeIdInUse as exc:
                 log.error("%s", exc)
             except Exception:  # noqa: BLE001 - the database unreachable: the lease runs on until it expires
                 log.exception("cannot renew the lease; trying again")
+                # Soon, not a whole heartbeat later: reads wait for a fresh view, which a restarted database can
+                # give within a second.
+                delay = min(self._heartbeat, _RENEW_RETRY_S)
 
     async def renew(self) -> None:
         """Renew the lease and read the live brokers; register again under a new session when the lease had run
