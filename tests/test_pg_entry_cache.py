@@ -73,7 +73,11 @@ async def test_a_takeover_loads_the_index_and_only_the_tails_bytes(stores):
     assert ml.start_index == 0 and ml.position_of_index(101) == whole.position_of_index(101) == positions[50]
     assert ml.internal_stats().ledgers == whole.internal_stats().ledgers  # entries and sizes from the heads
     last_ledger = positions[-1].ledger_id
-    assert held(ml) == [last_ledger] * sum(p.ledger_id == last_ledger for p in positions)  # the tail's bytes only
+    in_last = sum(p.ledger_id == last_ledger for p in positions)
+    tail_entries = len(held(ml))  # the tail's bytes only: the last entries of the last ledger, within the bound
+    assert held(ml) == [last_ledger] * tail_entries and 0 < tail_entries <= in_last
+    last = next(l for l in ml._ledgers if l.ledger_id == last_ledger)
+    assert [d is not None for d in last.data] == [False] * (in_last - tail_entries) + [True] * tail_entries
     assert stores[1].entry_cache.size == 100 * len(held(ml))
     # The tail is served at once, as before.
     tail = ml.read_from_index(198, 1 << 20)

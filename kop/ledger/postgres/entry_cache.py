@@ -20,11 +20,9 @@ class EntryCache:
     def __init__(self, max_bytes: int | None = None) -> None:
         self.max_bytes = max_bytes
         self.size = 0
+        self.misses = 0  # reads that found an entry's bytes not held and read them back from the database
+        self.evictions = 0  # entries whose bytes were dropped to stay within the bound
         self._entries: OrderedDict[tuple[BytesOwner, int], int] = OrderedDict()
-
-    @property
-    def bounded(self) -> bool:
-        return self.max_bytes is not None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -63,4 +61,5 @@ class EntryCache:
                 break
             del self._entries[key]
             self.size -= size
+            self.evictions += 1
             key[0].drop_bytes(key[1])

@@ -18,12 +18,13 @@ size, batch max timestamp and MessageMetadata (some 100-150 bytes an entry, what
 time lookups, retention and stats never wait for the database. The entries' bytes are held in the broker's one
 EntryCache (entry_cache.py, on the PgStore), least recently used dropped first once past its bound; an entry just
 written enters it as the most recently used, so tailing reads (by far the common case) are served from memory.
-- Unbounded (PgStore(entry_cache_bytes=None), the default): every entry's bytes are held, as before the cache; a
-  takeover reads every entry whole, and no read ever misses.
-- Bounded: a takeover reads each entry's head only (the frame and entry header, the MessageMetadata and the batch
-  header's first bytes: a substring of the uncompressed EXTERNAL column, which PostgreSQL reads without the rest) and
-  the whole last entries of the last stored ledger, up to TAKEOVER_TAIL_BYTES (the tail). Memory is the bound plus
-  the index (plus, for a moment, what a fill or a cleaner's pass has read).
+- Bounded (`managed.ledger.cache.bytes`, 256 MiB by default): a takeover reads each entry's head only (the frame and
+  entry header, the MessageMetadata and the batch header's first bytes: a substring of the uncompressed EXTERNAL
+  column, which PostgreSQL reads without the rest) and the whole last entries of the last stored ledger, up to
+  TAKEOVER_TAIL_BYTES or the bound (the tail). Memory is the bound plus the index (plus, for a moment, what a
+  fill or a cleaner's pass has read).
+- Unbounded (`managed.ledger.cache.bytes=-1`, PgStore(entry_cache_bytes=None)): every entry's bytes are held, as
+  before the cache; a takeover reads every entry whole, and no read ever misses.
 What a reader sees on a miss (the interface's reads stay synchronous):
 - read_from_index / read_after return the entries up to the first one whose bytes are not held (none if it is the
   first) and start reading it and those after it back (at least FILL_MIN_BYTES: read-ahead) in the background. When
@@ -70,6 +71,7 @@ RETRY_SECONDS = 0.5  # between attempts to clean up after a failed write while t
 FILL_MIN_BYTES = 1 << 20  # a read the cache misses reads back at least this much of the ledger (read-ahead)
 FILL_MAX_ENTRIES = 10_000  # and at most this many entries in one statement
 TAKEOVER_TAIL_BYTES = 1 << 20  # a bounded cache: the bytes of a partition's last entries read at its takeover
+# (or the bound, if smaller)
 FILL_ATTEMPTS = 3  # an awaited read whose bytes are evicted again before it runs, or whose fill failed, tries again
 
 
@@ -243,8 +245,8 @@ class PgManagedLedger(LedgerBase):
                    initial_index: int = 0) -> "PgManagedLedger":
         """Take ownership of the managed ledger (fencing out any earlier owner) and load it."""
         ml = cls(name, store, config)
-        loaded = await store.take_ownership(name, initial_index,
-                                            TAKEOVER_TAIL_BYTES if ml._cache.bounded else None)
+        tail_bytes = None if ml._cache.max_bytes is None else min(TAKEOVER_TAIL_BYTES, ml._cache.max_bytes)
+        loaded = await store.take_ownership(name, initial_index, tail_bytes)
         row = loaded.row
         ml._epoch, ml._last_ledger_id, ml._deleted_before = row.epoch, row.last_ledger_id, row.deleted_before
         ml.cleaned_through = row.cleaned_through
@@ -442,17 +444,21 @@ class PgManagedLedger(LedgerBase):
 
     def _fill_from(self, ledger: _Ledger, entry_id: int, last: int, budget: int, max_entries: int) -> asyncio.Task:
         """Read back, in the background, the entries from entry_id on that a read of budget bytes wants (at least
-        FILL_MIN_BYTES, at most FILL_MAX_ENTRIES, within the ledger's durable ones), or join a fill already doing so."""
+        FILL_MIN_BYTES, at most FILL_MAX_ENTRIES and the cache's bound, within the ledger's durable ones), or join a
+        fill already doing so."""
         key = (ledger.ledger_id, entry_id)
         task = self._fills.get(key)
         if task is not None:
             return task
         budget = max(budget, FILL_MIN_BYTES)
+        if self._cache.max_bytes is not None:  # more than the cache keeps would be evicted as it is read
+            budget = min(budget, self._cache.max_bytes)
         end = entry_id
         while end < last and end - entry_id < min(max_entries, FILL_MAX_ENTRIES) - 1 and budget > ledger.sizes[end] \
                 and ledger.data[end + 1] is None:
             budget -= ledger.sizes[end]
             end += 1
+        self._cache.misses += 1
         task = self._fills[key] = asyncio.get_running_loop().create_task(
             self._fill(ledger, entry_id, end, ledger.generation))
         task.add_done_callback(lambda _: self._fills.pop(key, None))
