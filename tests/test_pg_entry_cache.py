@@ -91,6 +91,7 @@ async def test_a_read_that_misses_comes_back_short_and_the_fill_wakes_readers(st
     woken = asyncio.Event()
     ml.add_confirm_listener(woken.set)  # a Fetch's long poll waits on this
     assert ml.read_from_index(0, 1 << 20) == []  # nothing of ledger 0 held: short (empty), a fill started
+    assert ml.read_from_index(0, 1 << 20) == [] and stores[1].entry_cache.misses == 1  # joined, not started again
     await asyncio.wait_for(woken.wait(), 30)
     entries = ml.read_from_index(0, 1000)
     assert [e.first_index for e in entries] == list(range(0, 20, 2))  # read back: the same entries as written
@@ -253,7 +254,7 @@ def test_the_cache_drops_the_least_recently_used_past_its_bound_and_an_unbounded
     assert owner.dropped == [1] and cache.size == 300
     cache.discard(owner, 2, 100)
     cache.add(owner, 4, 500)  # larger than the bound: kept alone, what was read last
-    assert owner.dropped == [1, 0, 3] and cache.size == 500 and len(cache) == 1
+    assert owner.dropped == [1, 0, 3] and cache.size == 500 and len(cache) == 1 and cache.evictions == 3
     unbounded = EntryCache()
     for entry_id in range(1000):
         unbounded.add(owner, entry_id, 100)
