@@ -18,6 +18,9 @@ KOP_SCRIPT = os.path.join(os.path.dirname(sys.executable), "kop")  # installed n
 # integration/postgres_fixture.py). A data directory keeps its database across restarts, as it keeps its files.
 new_postgres_database: Callable[[], str] | None = None
 _databases: dict[str, str] = {}
+# Settings every broker on PostgreSQL gets unless its test sets them (`pytest --pg-setting KEY=VALUE`), e.g. a small
+# managed.ledger.cache.bytes to run the suite with reads that miss the entry cache.
+postgres_settings: dict[str, str] = {}
 
 
 def storage_options(data_dir: str) -> list[str]:
@@ -98,10 +101,11 @@ class BrokerProcess:
                 "--data-dir", self.data_dir, "--admin-port", str(self.admin_port or 0), *self.options]
         if "--storage" not in self.options:
             args += storage_options(self.data_dir)
-        if self.config:
+        config = {**postgres_settings, **self.config} if "--storage" in args else self.config
+        if config:
             path = os.path.join(self.data_dir, "..", f"kop-{self.port}.properties")
             with open(path, "w") as f:
-                f.writelines(f"{k}={v}\n" for k, v in self.config.items())
+                f.writelines(f"{k}={v}\n" for k, v in config.items())
             args += ["--config", path]
         self.log_path = os.path.join(os.path.dirname(os.path.abspath(self.data_dir)), f"kop-{self.port}.log")
         log = open(self.log_path, "ab")

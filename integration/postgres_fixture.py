@@ -39,6 +39,9 @@ def pytest_addoption(parser):
     parser.addoption("--storage", choices=("file", "postgresql"), default="file",
                      help="the storage engine of the brokers integration tests start (default file; `make "
                           "test-postgres` runs them on postgresql)")
+    parser.addoption("--pg-setting", action="append", default=[], metavar="KEY=VALUE",
+                     help="a setting every broker on PostgreSQL gets unless its test sets it (repeatable), e.g. "
+                          "managed.ledger.cache.bytes=65536")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -49,8 +52,11 @@ def storage_engine(request):
     if engine == "postgresql":
         server = request.getfixturevalue("postgres_server")
         broker_process.new_postgres_database = lambda: new_database(server)
+    broker_process.postgres_settings.update(
+        setting.split("=", 1) for setting in request.config.getoption("--pg-setting"))
     yield engine
     broker_process.new_postgres_database = None
+    broker_process.postgres_settings.clear()
 
 
 @pytest.fixture(autouse=True)

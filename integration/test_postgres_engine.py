@@ -23,8 +23,10 @@ def pg_broker_factory(tmp_path, postgres_url):
     """Brokers on the PostgreSQL engine (one database for all of this test's brokers)."""
     started = []
 
-    def make(config: dict[str, str] | None = None, name: str = "data") -> BrokerProcess:
-        proc = BrokerProcess(str(tmp_path / name), config=dict(config or {}), options=("--storage", postgres_url))
+    def make(config: dict[str, str] | None = None, name: str = "data", **options) -> BrokerProcess:
+        """options: BrokerProcess's own (admin_port, ...)."""
+        proc = BrokerProcess(str(tmp_path / name), config=dict(config or {}), options=("--storage", postgres_url),
+                             **options)
         started.append(proc.start())
         return proc
 
@@ -196,3 +198,38 @@ def test_describe_log_dirs_names_the_database(pg_broker_factory, postgres_url):
     assert log_dir["total_bytes"] == -1 and log_dir["usable_bytes"] == -1
     (topic,) = log_dir["topics"]
     assert topic["name"] == "placed" and topic["partitions"][0]["partition_size"] > 0
+
+
+CACHE_BOUND = 64 << 10
+BATCH_BYTES = 16 << 10  # the producer's batch.size: an entry is at most about this big
+
+
+@pytest.mark.slow  # two starts of kop on PostgreSQL and 4 MiB: ~15-20 s
+def test_a_takeover_reads_a_partition_many_times_its_entry_cache_back_in_order(pg_broker_factory):
+    """A broker whose entry cache is bounded takes over a partition of 4 MiB, 64 times its bound: a consumer reading
+    from offset 0 gets every record in order (the reads the cache misses come back short and are read back from
+    PostgreSQL), while the bytes the broker holds stay within the bound (its own count, on /metrics)."""
+    from integration.clients import ck_consume_all, ck_produce
+    from integration.test_metrics import sample, scrape
+    records = [(None, b"%06d" % i + bytes([i % 251]) * 1018, [], 0) for i in range(4096)]  # 1 KiB values
+    config = {"managed.ledger.cache.bytes": str(CACHE_BOUND)}
+    first = pg_broker_factory(config)
+    ck_produce(first.bootstrap, "big", records, **{"batch.size": BATCH_BYTES, "linger.ms": 5})
+    first.stop()
+    broker = pg_broker_factory(config, name="takeover", admin_port=0)
+
+    def cache_within_bound() -> dict:
+        samples = scrape(broker)
+        assert sample(samples, "kop_managed_ledger_cache_max_bytes") == CACHE_BOUND
+        assert 0 < sample(samples, "kop_managed_ledger_cache_entries")
+        assert sample(samples, "kop_managed_ledger_cache_bytes") <= CACHE_BOUND + BATCH_BYTES
+        return samples
+
+    cache_within_bound()  # right after the takeover: the index, and a tail within the bound
+    got = ck_consume_all(broker.bootstrap, "big", len(records), timeout=60)
+    assert [r.offset for r in got] == list(range(len(records)))
+    assert [r.value for r in got] == [r[1] for r in records]
+    samples = cache_within_bound()
+    # control: the reads did miss and read entries back, and the cache dropped entries to keep within its bound
+    assert sample(samples, "kop_managed_ledger_cache_misses_total") > 0
+    assert sample(samples, "kop_managed_ledger_cache_evictions_total") > 0

@@ -170,6 +170,12 @@ class BrokerConfig:
     broker_heartbeat_interval_ms: int = setting(
         2000, Range(100, INT32_MAX), "broker.heartbeat.interval.ms",
         doc="PostgreSQL storage: how often a broker renews its lease and follows the partitions' ownership.")
+    managed_ledger_cache_bytes: int = setting(
+        256 << 20, Range(1, INT64_MAX, unbounded=-1),
+        doc="PostgreSQL storage: memory for the entries' bytes of every partition the broker owns, shared by all "
+            "(Pulsar's managed-ledger entry cache; least recently used first out, new writes in). A takeover reads "
+            "only each partition's index and its last MiB; a read it misses comes back short and the bytes are read "
+            "back from PostgreSQL in the background. -1: hold every entry (memory grows with the data).")
     inter_broker_listener_name: str = setting(
         "", None, "inter.broker.listener.name",
         doc="PostgreSQL storage: the listener, by name, the brokers of a cluster send each other their requests on "

@@ -47,7 +47,7 @@ class LedgerDedupStorage:
         after = Position(*position)
         waited = False
         while True:
-            entries = self._ledger.read_after(after, REPLAY_BATCH, REPLAY_BYTES)
+            entries = await self._ledger.read_after_async(after, REPLAY_BATCH, REPLAY_BYTES)
             if not entries:
                 if waited or not await self._writes_in_flight_landed():
                     return

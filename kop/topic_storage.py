@@ -20,6 +20,7 @@ from kop.ledger.file_pool import FilePool
 from kop.ledger.flusher import Flusher
 from kop.ledger.framed_file import fsync_dir, makedirs_durable, replace_atomically
 from kop.ledger.postgres import PgManagedLedger, PgStore
+from kop.ledger.postgres.entry_cache import EntryCache
 from kop.groups.generations import GenerationLog, StoredGenerations
 from kop.producer_ids import FileProducerIdBlocks
 from kop.startup import StartupError, reading
@@ -37,6 +38,8 @@ def ledger_name(topic: str, partition: int) -> str:
 
 class TopicStorage(ABC):
     """One namespace's topics in one storage engine."""
+
+    entry_cache: EntryCache | None = None  # the entries' bytes held in memory for reads, where the engine has one
 
     @abstractmethod
     async def start(self) -> None: ...
@@ -168,8 +171,9 @@ class PgTopicStorage(TopicStorage):
     """Topic metadata as kop_record rows (kind `topic`, key `<namespace>/T`), ledgers named `<namespace>/T-partition-p`
     in the PostgreSQL engine's tables."""
 
-    def __init__(self, url: str, namespace: str, config: LedgerConfig) -> None:
-        self._store = PgStore(url)
+    def __init__(self, url: str, namespace: str, config: LedgerConfig, entry_cache_bytes: int | None) -> None:
+        self._store = PgStore(url, entry_cache_bytes)  # None: every entry's bytes held
+        self.entry_cache = self._store.entry_cache
         self._prefix = namespace + "/"
         self._config = config
 

@@ -21,6 +21,7 @@ from kop.config import BrokerConfig
 from kop.ledger import LedgerConfig, ManagedLedgerError
 from kop.ledger.file_pool import OUT_OF_DESCRIPTORS, FilePool, capacity_for_open_files_limit
 from kop.ledger.flusher import Flusher
+from kop.ledger.postgres.entry_cache import EntryCache
 from kop.partition import MarkerListener, PartitionLog
 from kop.policies import PolicyBook
 from kop.producer_ids import SharedProducerIds
@@ -184,7 +185,9 @@ class TopicManager:
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fsync")
         self._flusher = Flusher()  # every ledger's group-commit fsyncs
         self._storage: TopicStorage = (
-            PgTopicStorage(config.storage, ns, ledger_config) if is_postgres_url(config.storage)
+            PgTopicStorage(config.storage, ns, ledger_config,
+                           None if config.managed_ledger_cache_bytes == -1 else config.managed_ledger_cache_bytes)
+            if is_postgres_url(config.storage)
             else FileTopicStorage(config.data_dir, ns, ledger_config, self._executor, self._files, self._flusher))
         self.topics: dict[str, Topic] = {}
         self._names_by_id: dict[bytes, str] = {}
@@ -199,6 +202,11 @@ class TopicManager:
         self._refused_before_open: dict[tuple[str, int], dict[int, tuple[int, int, int]]] = {}
 
     # ---- loading
+
+    @property
+    def entry_cache(self) -> EntryCache | None:
+        """The entries' bytes held for reads (the PostgreSQL engine's cache); None for the file engine."""
+        return self._storage.entry_cache
 
     async def open_storage(self) -> None:
         await self._storage.start()

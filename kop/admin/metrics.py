@@ -236,6 +236,7 @@ class BrokerCollector(Collector):
                                   value=files.opens)
         yield from _fetch_session_families(broker)
         yield from _transaction_index_families(broker, topics)
+        yield from _entry_cache_families(broker)
         yield from _topic_families(topics)
         yield from _dedup_partition_families(topics)
         yield from _group_families(broker)
@@ -290,6 +291,22 @@ def _transaction_index_families(broker: "Broker", topics: list) -> Iterator[Metr
                               "from the cache", value=cache.hits)
     yield CounterMetricFamily("kop_txn_index_cache_misses", "Lookups of a stored aborted-transaction index that "
                               "read it from the storage engine", value=cache.misses)
+
+
+def _entry_cache_families(broker: "Broker") -> Iterator[Metric]:
+    cache = broker.topics.entry_cache
+    if cache is None:  # the file engine reads its files through the page cache
+        return
+    yield _gauge("kop_managed_ledger_cache_bytes", "Bytes of entries the PostgreSQL engine holds in memory for "
+                 "reads, all partitions (at most managed.ledger.cache.bytes, plus the one entry just read)", cache.size)
+    yield _gauge("kop_managed_ledger_cache_entries", "Entries whose bytes the PostgreSQL engine holds in memory",
+                 len(cache))
+    yield _gauge("kop_managed_ledger_cache_max_bytes", "The bound of the entry cache (managed.ledger.cache.bytes); "
+                 "-1: none", -1 if cache.max_bytes is None else cache.max_bytes)
+    yield CounterMetricFamily("kop_managed_ledger_cache_misses", "Reads that found entries' bytes not held and read "
+                              "them back from PostgreSQL", value=cache.misses)
+    yield CounterMetricFamily("kop_managed_ledger_cache_evictions", "Entries whose bytes were dropped from memory "
+                              "to keep within the bound", value=cache.evictions)
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

@@ -114,7 +114,7 @@ class TxnShards:
             if ledger is None:
                 continue
             state_log = TxnStateLog(ledger, ledger.epoch)
-            self._coordinator.adopt_shard(shard, state_log, state_log.load())
+            self._coordinator.adopt_shard(shard, state_log, await state_log.load_async())
             self.loaded[shard] = ledger.epoch
 
     async def _open(self, shard: int) -> PgManagedLedger | None:

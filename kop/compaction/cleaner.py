@@ -97,7 +97,11 @@ class LogCleaner:
         self._metrics.compaction_lag.labels(*labels).set(stats.lag_ms / 1000)
         if not selection.due:
             return False
-        cleanable = selection.cleanable
+        try:
+            cleanable = await ledger.with_entries(selection.cleanable)
+        except OSError as exc:
+            log.info("%s: compaction pass dropped, its ledgers could not be read (%s)", partition.name, exc)
+            return False
         job = CompactionJob(partition.name, uuid.uuid4().hex, tuple(cleanable), now - settings.delete_retention_ms,
                             ledger.config.max_entry_bytes, ledger.config.fsync, self._io_bytes_per_second)
         log.info("%s: compacting ledgers %d-%d (dirty ratio %.2f)", partition.name, cleanable[0].ledger_id,

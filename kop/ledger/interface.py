@@ -100,6 +100,24 @@ class ManagedLedger(ABC):
         """Durable entries strictly after position, in order, up to max_entries and max_bytes (the first entry
         whatever its size)."""
 
+    async def read_after_async(self, position: Position, max_entries: int, max_bytes: int = 1 << 62) -> list[Entry]:
+        """read_after for a reader that can wait: an engine that holds only some entries' bytes in memory reads the
+        missing ones back first, so the answer is empty only when no durable entry follows position (a synchronous
+        read may come back short while it does). Raises OSError when they cannot be read."""
+        return self.read_after(position, max_entries, max_bytes)
+
+    def offsets_of(self, position: Position) -> tuple[int, int] | None:
+        """(first_index, span) of the durable entry at position, None if there is none: an engine that keeps its
+        entries' offsets in memory answers without their bytes."""
+        found = self.read_after(Position(position.ledger_id, position.entry_id - 1), 1)
+        if not found or found[0].position != position:
+            return None
+        return found[0].first_index, found[0].span
+
+    async def read_from_index_async(self, index: int, max_bytes: int, max_entries: int = 1 << 30) -> list[Entry]:
+        """read_from_index for a reader that can wait, as read_after_async is read_after's."""
+        return self.read_from_index(index, max_bytes, max_entries)
+
     @abstractmethod
     def position_of_index(self, index: int) -> Position | None:
         """The durable entry holding offset `index`, if any."""

@@ -190,6 +190,11 @@ class LedgerBase(ManagedLedger):
         """The closed ledgers the log cleaner may rewrite (kop.ledger.rewrites.LedgerSnapshot each), oldest first."""
         return []
 
+    async def with_entries(self, snapshots: list) -> list:
+        """The cleaner's snapshots (from closed_ledgers) ready to read: an engine whose snapshots may lack some
+        entries' bytes reads them in (OSError when it cannot)."""
+        return snapshots
+
     def install_compacted(self, rewritten: Any) -> bool:
         raise NotImplementedError("this storage engine does not compact")
 

@@ -2,8 +2,9 @@
 a complete rewrite of one for the engine to install.
 
 The file engine's ledgers are files: the cleaner (in its own process) reads them by path and writes each rewrite as
-new files beside them. The PostgreSQL engine keeps every durable entry in memory: the cleaner (in a thread) reads
-those entries and hands back the bytes of each entry it changed, which the engine stores in one transaction. Either
+new files beside them. The PostgreSQL engine keeps its entries in memory (those its entry cache dropped are read back
+by `with_entries` before the pass): the cleaner (in a thread) reads those entries and hands back the bytes of each
+entry it changed, which the engine stores in one transaction. Either
 way every entry keeps its position (ledger id, entry id) and its offsets; only its batch shrinks.
 """
 from collections.abc import Sequence
@@ -23,7 +24,7 @@ class LedgerSnapshot:
     positions: tuple[int, ...]
     size: int
     closed_ms: int  # wall-clock time of its last append
-    entries: Sequence | None = None  # never changed once snapshotted: an install replaces the engine's list
+    entries: Sequence | None = None  # never changed once snapshotted (a list of its own); None items: not cached
 
     @classmethod
     def in_memory(cls, ledger_id: int, entries: Sequence, size: int, closed_ms: int) -> "LedgerSnapshot":

@@ -32,7 +32,7 @@ async def first_uncovered(partition: PartitionLog, start: int, end: Position, co
     """The offset of the first record from `start` (an offset) up to, not including, the entry at `end` whose
     cluster is not in `covered`; None if there is none. Read in bounded steps, the event loop served in between."""
     position = scan_start(partition, start + 1)  # from the entry holding `start` on
-    while entries := partition.ledger.read_after(position, REBUILD_BATCH, REBUILD_BYTES):
+    while entries := await partition.ledger.read_after_async(position, REBUILD_BATCH, REBUILD_BYTES):
         for entry in entries:
             if entry.position >= end:
                 return None
@@ -69,7 +69,7 @@ class FromTheStart:
         if reading.found is not None and reading.found_offset < partition.log_start_offset:
             reading.found = None  # deleted by retention: read on after it
         while reading.found is None:
-            entries = partition.ledger.read_after(reading.read_to, REBUILD_BATCH, REBUILD_BYTES)
+            entries = await partition.ledger.read_after_async(reading.read_to, REBUILD_BATCH, REBUILD_BYTES)
             if not entries:
                 return None
             for entry in entries:

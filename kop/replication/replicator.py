@@ -132,7 +132,8 @@ class Replicator:
         size = skipped = expired = 0
         ttl_s = self._message_ttl_s()
         expired_before = self._now_ms() - ttl_s * 1000 if ttl_s > 0 else None
-        for entry in self.partition.ledger.read_after(self.cursor.mark_delete_position, MAX_ENTRIES, MAX_BYTES):
+        for entry in await self.partition.ledger.read_after_async(self.cursor.mark_delete_position, MAX_ENTRIES,
+                                                                 MAX_BYTES):
             if entry.first_index + entry.span > stable:
                 break  # an open transaction: wait until it is decided
             metadata = MessageMetadata.FromString(entry.metadata)

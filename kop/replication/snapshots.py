@@ -52,10 +52,8 @@ REBUILD_BYTES = 1 << 20  # ... and bytes (the first entry whatever its size), th
 
 def offset_after(partition: PartitionLog, position: Position) -> int | None:
     """The Kafka offset that follows the entry at `position` (a marker's own first index: it covers none)."""
-    found = partition.ledger.read_after(Position(position.ledger_id, position.entry_id - 1), 1)
-    if not found or found[0].position != position:
-        return None
-    return found[0].first_index + found[0].span
+    found = partition.ledger.offsets_of(position)
+    return None if found is None else found[0] + found[1]
 
 
 def scan_start(partition: PartitionLog, offset: int) -> Position:
@@ -197,7 +195,7 @@ class SnapshotController:
     async def _rebuild(self, oldest_group_offset: int) -> None:
         """Cache the snapshots whose SNAPSHOT markers are stored here from the oldest group's position on."""
         position, found = scan_start(self.partition, oldest_group_offset), 0
-        while entries := self.partition.ledger.read_after(position, REBUILD_BATCH, REBUILD_BYTES):
+        while entries := await self.partition.ledger.read_after_async(position, REBUILD_BATCH, REBUILD_BYTES):
             for entry in entries:
                 if entry.span:
                     continue  # records: only markers cover no offset

@@ -153,7 +153,7 @@ class UpdateApplier:
         if cursor is None:
             return
         position, count = cursor.mark_delete_position, 0
-        while entries := partition.ledger.read_after(position, REBUILD_BATCH, REBUILD_BYTES):
+        while entries := await partition.ledger.read_after_async(position, REBUILD_BATCH, REBUILD_BYTES):
             for entry in entries:
                 if entry.span:
                     continue  # records: only markers cover no offset

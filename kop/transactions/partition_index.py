@@ -182,7 +182,7 @@ class PartitionTransactions:
         ledger, read = self._ledger, 0
         end = ledger.confirmed_end_index
         while offset < end:
-            entries = ledger.read_from_index(offset, REBUILD_READ_BYTES)
+            entries = await ledger.read_from_index_async(offset, REBUILD_READ_BYTES)
             if not entries:
                 break
             for entry in entries:

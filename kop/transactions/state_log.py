@@ -39,6 +39,7 @@ class TxnStateLog:
         return cls(FileManagedLedger.open(LEDGER_NAME, os.path.join(data_dir, "transactions"), config, executor))
 
     def load(self) -> dict[str, TxnMetadata]:
+        """Every transaction's last state, read synchronously (the file engine's log, at start)."""
         ledger = self._ledger
         states: dict[str, TxnMetadata] = {}
         offset = ledger.start_index
@@ -46,14 +47,19 @@ class TxnStateLog:
             entries = ledger.read_from_index(offset, READ_BYTES)
             if not entries:
                 break
-            for entry in entries:
-                record = TransactionLogRecord()
-                record.ParseFromString(bytes(entry.data))
-                if record.deleted:
-                    states.pop(record.transactional_id, None)
-                else:
-                    states[record.transactional_id] = TxnMetadata.from_record(record)
-            offset = entries[-1].first_index + entries[-1].span
+            offset = _apply(states, entries)
+        return states
+
+    async def load_async(self) -> dict[str, TxnMetadata]:
+        """load(), waiting for entries an engine must read back (a shard taken over on PostgreSQL)."""
+        ledger = self._ledger
+        states: dict[str, TxnMetadata] = {}
+        offset = ledger.start_index
+        while offset < ledger.confirmed_end_index:
+            entries = await ledger.read_from_index_async(offset, READ_BYTES)
+            if not entries:
+                break
+            offset = _apply(states, entries)
         return states
 
     def append(self, record: TransactionLogRecord) -> asyncio.Future:
@@ -78,3 +84,15 @@ class TxnStateLog:
 
     async def close(self) -> None:
         await self._ledger.close()
+
+
+def _apply(states: dict[str, TxnMetadata], entries: list) -> int:
+    """Apply the state log's entries to states; the offset after them."""
+    for entry in entries:
+        record = TransactionLogRecord()
+        record.ParseFromString(bytes(entry.data))
+        if record.deleted:
+            states.pop(record.transactional_id, None)
+        else:
+            states[record.transactional_id] = TxnMetadata.from_record(record)
+    return entries[-1].first_index + entries[-1].span

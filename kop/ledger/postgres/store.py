@@ -14,10 +14,15 @@ from dataclasses import dataclass
 import asyncpg
 
 from kop.ledger.errors import ManagedLedgerError
+from kop.ledger.framed_file import HEADER_SIZE
+from kop.ledger.ledger_file import ENTRY_HEADER
 from kop.ledger.position import Position
+from kop.ledger.postgres.entry_cache import EntryCache
 from kop.ledger.postgres.schema import migrate
+from kop.ledger.time_index import TIMESTAMP_END
 
 POOL_SIZE = 8
+FRAMED_ENTRY_HEADER = HEADER_SIZE + ENTRY_HEADER.size  # 8 + 14: the metadata length is its last two bytes
 
 
 class LedgerFencedOut(ManagedLedgerError):
@@ -50,12 +55,24 @@ class StoredEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredHead:
+    """An entry without its batch: what the engine indexes (framed header, MessageMetadata, the batch header's
+    first bytes, which hold its max timestamp) and the size of the whole framed entry."""
+
+    ledger_id: int
+    entry_id: int
+    head: bytes
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
 class Loaded:
     row: LedgerRow
     closed_ms: dict[int, int]  # ledger id -> closed time (closed ledgers only)
-    entries: list[StoredEntry]  # in offset order
+    entries: list[StoredEntry]  # in position order: every entry (whole), or the tail's only (with heads)
     cursors: list[bytes]  # ManagedCursorInfo
     txn_indexed: list[int]  # the ledgers holding a transaction index
+    heads: list[StoredHead] | None = None  # in position order, every entry's head: when loaded without the bytes
 
 
 _APPEND = """
@@ -76,15 +93,42 @@ added AS (
 SELECT count(*) FROM owner
 """.format(leased=_leased("$10"))
 
+# Each entry's head without its batch: the frame's header and the entry's (first index, span, metadata length: 22
+# bytes), the MessageMetadata, then the batch header up to its max timestamp. The column is stored EXTERNAL
+# (uncompressed), so PostgreSQL reads only the slices substring asks for, and octet_length comes from the TOAST
+# pointer: a large batch is never read whole.
+_HEADS = f"""
+SELECT ledger_id, entry_id,
+       substring(entry FROM 1 FOR {FRAMED_ENTRY_HEADER} + (get_byte(substring(entry FROM 21 FOR 2), 0) << 8)
+                 + get_byte(substring(entry FROM 21 FOR 2), 1) + {TIMESTAMP_END}),
+       octet_length(entry)
+FROM kop_entry WHERE name = $1 ORDER BY ledger_id, entry_id
+"""
+
 _RAISE_VERSION = ("INSERT INTO kop_record_version AS r VALUES ($1, 1) ON CONFLICT (kind) "
                   "DO UPDATE SET version = r.version + 1")
 
 _OWNER_SHARED = f"SELECT 1 FROM kop_managed_ledger WHERE name = $1 AND epoch = $2 AND {_leased('$3')} FOR SHARE"
 
 
+def _tail_start(heads: list[StoredHead], tail_bytes: int) -> int:
+    """The id of the first of the last ledger's last entries whose stored bytes fit in tail_bytes (the last entry
+    whatever its size)."""
+    last = heads[-1]
+    start, total = last.entry_id, last.length
+    for head in reversed(heads[:-1]):
+        if head.ledger_id != last.ledger_id or total + head.length > tail_bytes:
+            break
+        start, total = head.entry_id, total + head.length
+    return start
+
+
 class PgStore:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, entry_cache_bytes: int | None = None) -> None:
         self.url = url
+        # The entry bytes every managed ledger of this broker holds, bounded: None holds them all (each ledger is
+        # loaded whole when opened); a bound loads only the index and the tail, the rest on demand (ledger.py).
+        self.entry_cache = EntryCache(entry_cache_bytes)
         self._pool: asyncpg.Pool | None = None
         self.session: int | None = None  # this broker's lease (kop/cluster), checked by every write; None: no lease
 
@@ -106,9 +150,12 @@ class PgStore:
 
     # ---- managed ledgers
 
-    async def take_ownership(self, name: str, initial_index: int) -> Loaded:
+    async def take_ownership(self, name: str, initial_index: int, tail_bytes: int | None = None) -> Loaded:
         """Raise the epoch (fencing out any earlier owner, whose writes wait for this to commit and then fail) and
-        read everything stored, in one transaction. Refused (LedgerFencedOut) once this broker's lease expired."""
+        read everything stored, in one transaction. Refused (LedgerFencedOut) once this broker's lease expired.
+        With tail_bytes: every entry's head (StoredHead), and whole only the last entries of the last ledger that
+        fit in tail_bytes (at least one: the tail, which tailing reads want next); the rest is read later with
+        `entries`."""
         async with self.pool.acquire() as conn, conn.transaction():
             if not await conn.fetchval(f"SELECT {_leased('$1')}", self.session):
                 raise LedgerFencedOut(f"{name}: this broker's lease expired")
@@ -119,13 +166,29 @@ class PgStore:
                 name, initial_index, self.session)
             closed = await conn.fetch("SELECT ledger_id, closed_ms FROM kop_ledger WHERE name = $1 "
                                       "AND closed_ms IS NOT NULL", name)
-            entries = await conn.fetch("SELECT ledger_id, entry_id, entry FROM kop_entry WHERE name = $1 "
-                                       "ORDER BY ledger_id, entry_id", name)
+            heads = None
+            if tail_bytes is None:
+                entries = await conn.fetch("SELECT ledger_id, entry_id, entry FROM kop_entry WHERE name = $1 "
+                                           "ORDER BY ledger_id, entry_id", name)
+            else:
+                heads = [StoredHead(*r) for r in await conn.fetch(_HEADS, name)]
+                entries = [] if not heads else await conn.fetch(
+                    "SELECT ledger_id, entry_id, entry FROM kop_entry WHERE name = $1 AND ledger_id = $2 "
+                    "AND entry_id >= $3 ORDER BY entry_id", name, heads[-1].ledger_id, _tail_start(heads, tail_bytes))
             cursors = await conn.fetch("SELECT info FROM kop_cursor WHERE name = $1", name)
             indexed = await conn.fetch("SELECT ledger_id FROM kop_ledger WHERE name = $1 AND txn_index IS NOT NULL",
                                        name)
         return Loaded(LedgerRow(*row), {r[0]: r[1] for r in closed},
-                      [StoredEntry(*r) for r in entries], [r[0] for r in cursors], [r[0] for r in indexed])
+                      [StoredEntry(*r) for r in entries], [r[0] for r in cursors], [r[0] for r in indexed], heads)
+
+    async def entries(self, name: str, ledger_id: int, first_entry: int, last_entry: int) -> list[StoredEntry]:
+        """The stored entries first_entry..last_entry of one ledger, in order (a read the cache missed); fewer when
+        some are gone (retention deleted the ledger meanwhile)."""
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch("SELECT ledger_id, entry_id, entry FROM kop_entry WHERE name = $1 "
+                                    "AND ledger_id = $2 AND entry_id BETWEEN $3 AND $4 ORDER BY entry_id",
+                                    name, ledger_id, first_entry, last_entry)
+        return [StoredEntry(*r) for r in rows]
 
     async def epochs(self, names: list[str]) -> dict[str, int]:
         """The fencing epoch each named managed ledger has now (those stored): one that differs from the epoch a
