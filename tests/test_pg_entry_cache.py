@@ -112,6 +112,21 @@ async def test_an_awaited_read_returns_every_entry_and_the_cache_stays_bounded(s
     assert cache.size == 0 and len(cache) == 0  # a closed ledger gives its bytes back
 
 
+async def test_a_reader_cancelled_while_waiting_for_a_read_back_leaves_the_others_theirs(stores):
+    """Readers of the same miss share one read-back: a connection closed under one of them cancels that reader only,
+    not the read-back the others wait for."""
+    ml, positions = await written_and_reopened(stores)
+    leaving = asyncio.ensure_future(ml.read_from_index_async(0, 1000))
+    staying = asyncio.ensure_future(ml.read_from_index_async(0, 1000))
+    await asyncio.sleep(0)  # both are waiting on the one fill now
+    assert stores[1].entry_cache.misses == 1
+    leaving.cancel()
+    entries = await asyncio.wait_for(staying, 30)
+    assert leaving.cancelled()
+    assert [e.position for e in entries] == positions[:10]
+    await ml.close()
+
+
 async def test_appends_beyond_the_bound_evict_the_oldest_bytes_and_reads_still_find_them(stores):
     _, bounded = stores
     ml = await PgManagedLedger.open("t", bounded, CONFIG)

@@ -47,7 +47,7 @@ from kop.topics import TopicManager
 from kop.transactions.coordinator import TransactionCoordinator
 
 log = logging.getLogger(__name__)
-_RENEW_RETRY_S = 0.25  # after a failed renewal
+_RENEW_RETRY_S = 0.25  # after a failed renewal, doubled after each further one
 
 
 class Cluster(Protocol):
@@ -251,18 +251,24 @@ class ClusterService:
 
     async def _renew_loop(self) -> None:
         delay = self._heartbeat
+        failures = 0
         while True:
             await asyncio.sleep(delay)
             delay = self._heartbeat
             try:
                 await self.renew()
+                failures = 0
             except NodeIdInUse as exc:
                 log.error("%s", exc)
-            except Exception:  # noqa: BLE001 - the database unreachable: the lease runs on until it expires
-                log.exception("cannot renew the lease; trying again")
-                # Soon, not a whole heartbeat later: reads wait for a fresh view, which a restarted database can
-                # give within a second.
-                delay = min(self._heartbeat, _RENEW_RETRY_S)
+            except Exception as exc:  # noqa: BLE001 - the database unreachable: the lease runs on until it expires
+                if failures == 0:
+                    log.exception("cannot renew the lease; trying again")
+                else:
+                    log.error("cannot renew the lease (%d failures in a row): %s", failures + 1, exc)
+                # Soon, not a whole heartbeat later (reads wait for a fresh view, which a restarted database can give
+                # within a second), backing off to the heartbeat while the failures go on.
+                delay = min(self._heartbeat, _RENEW_RETRY_S * 2 ** failures)
+                failures += 1
 
     async def renew(self) -> None:
         """Renew the lease and read the live brokers; register again under a new session when the lease had run

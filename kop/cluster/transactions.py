@@ -114,7 +114,13 @@ class TxnShards:
             if ledger is None:
                 continue
             state_log = TxnStateLog(ledger, ledger.epoch)
-            self._coordinator.adopt_shard(shard, state_log, await state_log.load_async())
+            try:
+                states = await state_log.load_async()
+            except OSError as exc:  # its entries could not be read back: closed, and tried again at the next beat
+                log.warning("transaction coordinator shard %d not loaded yet: %s", shard, exc)
+                await ledger.close()
+                continue
+            self._coordinator.adopt_shard(shard, state_log, states)
             self.loaded[shard] = ledger.epoch
 
     async def _open(self, shard: int) -> PgManagedLedger | None:
@@ -123,9 +129,9 @@ class TxnShards:
             return None
         try:
             return await PgManagedLedger.open(shard_ledger(shard), self._store, self._config)
-        except (ManagedLedgerError, OSError, asyncpg.PostgresError) as exc:
-            # The lease ran out meanwhile, or the database is out of reach: tried again at the next beat (the
-            # shards opened beside it are served meanwhile).
+        except (ManagedLedgerError, OSError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            # The lease ran out meanwhile, the database is out of reach, or a stored entry is damaged (ValueError):
+            # tried again at the next beat, and the shards opened beside it are served meanwhile.
             log.warning("transaction coordinator shard %d not taken over yet: %s", shard, exc)
             return None
 

@@ -501,7 +501,7 @@ class PgManagedLedger(LedgerBase):
             miss, self._miss = self._miss, None
             if entries or miss is None:
                 return entries
-            await miss
+            await asyncio.shield(miss)  # shared with other readers: one cancelled must not cancel it for the rest
         raise OSError(errno.EIO, f"{self.name}: {what} could not be read back")
 
     def offsets_of(self, position: Position) -> tuple[int, int] | None:
@@ -519,7 +519,7 @@ class PgManagedLedger(LedgerBase):
             entry = ledger.entry(entry_id)
             if entry is not None:
                 return entry
-            await self._fill_from(ledger, entry_id, entry_id, 0, 1)
+            await asyncio.shield(self._fill_from(ledger, entry_id, entry_id, 0, 1))  # shared, as above
         raise OSError(errno.EIO, f"{self.name}: entry {ledger.ledger_id}:{entry_id} could not be read back")
 
     async def find_by_timestamp(self, timestamp: int, from_index: int) -> Entry | None:
