@@ -236,6 +236,7 @@ class PgManagedLedger(LedgerBase):
         self._released.set()
         self._cache = store.entry_cache
         self._fills: dict[tuple[int, int], asyncio.Task] = {}  # (ledger id, first entry) -> reading them back
+        self._damaged: set[tuple[int, int]] = set()  # (ledger id, entry id) read back failing their CRC
         self._miss: asyncio.Task | None = None  # the fill the last read started or joined, if it missed
 
     # ---- opening
@@ -432,6 +433,9 @@ class PgManagedLedger(LedgerBase):
                     return out
                 entry = ledger.entry(entry_id)
                 if entry is None:
+                    if (ledger.ledger_id, entry_id) in self._damaged:  # read back before: a read error, not short
+                        raise OSError(errno.EIO, f"{self.name}: stored entry {ledger.ledger_id}:{entry_id} fails "
+                                                 "its CRC")
                     self._miss = self._fill_from(ledger, entry_id, last, budget, max_entries - len(out))
                     return out
                 out.append(entry)
@@ -478,6 +482,8 @@ class PgManagedLedger(LedgerBase):
         filled = True
         for entry in reversed(stored):  # the first one last: the most recently used, evicted last
             raw = _decode_stored(self.name, entry, fail=False)
+            if raw is None:  # damaged in the database: every later read of it fails at once (a Fetch answers
+                self._damaged.add((entry.ledger_id, entry.entry_id))  # KAFKA_STORAGE_ERROR), not short for ever
             filled = raw is not None and ledger.fill(raw) and filled
         filled = filled and len(stored) == last - first + 1
         for listener in self._listeners:
