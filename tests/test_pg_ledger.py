@@ -6,7 +6,7 @@ import asyncpg
 import pytest
 
 from dedup import DedupConfig
-from kop.ledger import LedgerConfig, InvalidMarkDeleteError, LedgerWriteError, Position
+from kop.ledger import LedgerConfig, InvalidMarkDeleteError, LedgerWriteError, ManagedLedgerError, Position
 from kop.ledger.postgres import LedgerFencedOut, PgManagedLedger, PgStore
 from kop.ledger.postgres.schema import SCHEMA_VERSION
 from kop.partition import PartitionLog
@@ -265,3 +265,17 @@ async def test_a_consumers_read_leaves_markers_out_across_ledgers(store):
     await check_markers_left_out_of_reads(partition)
     assert len(partition.ledger.internal_stats().ledgers) > 1  # control: the ledger rolled among them
     await partition.close()
+
+
+async def test_delete_before_with_the_database_out_of_reach_is_a_ledger_error_and_deletes_nothing(postgres_url):
+    """DeleteRecords answers KAFKA_STORAGE_ERROR for a ManagedLedgerError: the database's own errors are one too."""
+    store = await PgStore(postgres_url).open()
+    ml = await PgManagedLedger.open("gone", store, LedgerConfig())
+    await append(ml, 3)
+    await store.pool.close()  # as the database out of reach: every statement fails on the pool's side
+    try:
+        with pytest.raises(ManagedLedgerError, match="the new log start not stored"):
+            await ml.delete_before(2)
+        assert ml.start_index == 0
+    finally:
+        await store.close()

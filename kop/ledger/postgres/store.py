@@ -25,6 +25,10 @@ POOL_SIZE = 8
 FRAMED_ENTRY_HEADER = HEADER_SIZE + ENTRY_HEADER.size  # 8 + 14: the metadata length is its last two bytes
 
 
+class DatabaseUnreachable(ManagedLedgerError):
+    """A statement failed on the database's side (down, restarting, the connection lost): nothing was changed."""
+
+
 class LedgerFencedOut(ManagedLedgerError):
     """Another owner opened the managed ledger since, or this broker's lease expired: it may not write to it."""
 
@@ -234,9 +238,12 @@ class PgStore:
                                    name, deletes)
 
     async def set_deleted_before(self, name: str, epoch: int, index: int) -> None:
-        async with self.pool.acquire() as conn, conn.transaction():
-            await self._check_owner(conn, name, epoch)
-            await conn.execute("UPDATE kop_managed_ledger SET deleted_before = $2 WHERE name = $1", name, index)
+        try:
+            async with self.pool.acquire() as conn, conn.transaction():
+                await self._check_owner(conn, name, epoch)
+                await conn.execute("UPDATE kop_managed_ledger SET deleted_before = $2 WHERE name = $1", name, index)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:  # DeleteRecords: a storage error
+            raise DatabaseUnreachable(f"{name}: the new log start not stored: {exc}") from exc
 
     async def close_ledger(self, name: str, epoch: int, ledger_id: int, closed_ms: int) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
