@@ -142,6 +142,7 @@ def test_pipelined_producers_write_one_entry_per_batch_with_contiguous_sequences
     assert all(s == list(range(len(s))) for s in by_producer.values())
 
 
+@pytest.mark.slow  # ~17 s: kill -9 and a restart
 def test_recovery_probe_resumes_a_producer_after_kill_9():
     result = recovery.run([200], restarts=2, connections=2, tail=30, progress=lambda _: None)
     (checkpoint,) = result.checkpoints
@@ -209,6 +210,7 @@ def test_peers_benchmark_runs_each_broker_and_counts_every_record(name):
     assert peers.measure(name, consume_small).records == 2000 + peers.PARTITIONS  # with produce()'s warm-up records
 
 
+@pytest.mark.slow  # ~20 s: two clusters
 def test_geo_replication_catch_up_and_lag_count_every_record():
     from bench import geo_replication
     done = geo_replication.catch_up(backlog_mb=1)
@@ -218,6 +220,7 @@ def test_geo_replication_catch_up_and_lag_count_every_record():
     assert run.east_mb_s > 0 and run.west_mb_s > 0
 
 
+@pytest.mark.slow  # ~15 s
 def test_fetch_profile_measures_full_incremental_and_single_fetches_and_profiles_the_many_partition_ones():
     from bench import fetch_profile
     from bench.partitions import Spec
@@ -254,6 +257,7 @@ def test_the_quick_comparison_runs_the_older_commit_from_its_own_tree():
         assert result.delivered == 200 and result.failed == 0
 
 
+@pytest.mark.slow  # ~22 s
 def test_txn_index_benchmark_measures_both_probes_on_what_it_wrote():
     from bench import txn_index
     state = asyncio.run(txn_index.probe(300))  # every lookup lists something; all 300 aborts found again

@@ -78,6 +78,7 @@ def test_replication_clusters_policy_resolves_topic_over_namespace(east):
     assert admin_json(east, "namespaces", "get-clusters", "public/default") == ["east", "west"]
 
 
+@pytest.mark.slow  # ~21 s: two clusters and three TTL levels
 def test_message_ttl_policy_resolves_topic_over_namespace_over_broker(tmp_path):
     broker = BrokerProcess(str(tmp_path / "east"), admin_port=0, options=("--cluster-name", "east"),
                            config={"ttlDurationDefaultInSeconds": "7200"}).start()

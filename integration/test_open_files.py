@@ -79,6 +79,7 @@ def ledger_files(data_dir):
                for _, _, files in os.walk(data_dir) for name in files)
 
 
+@pytest.mark.slow  # ~19 s: many ledgers, a kill -9 and a reload
 def test_more_ledger_files_than_descriptors_load_serve_and_survive_kill_9(limited_broker):
     b = limited_broker
     assert all(error is None for error in create_topics(b.bootstrap, topic_names(), PARTITIONS).values())
