@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from kop import internal_topics
 from kop.cluster.offsets import ClusterOffsetStore
-from kop.cluster.ownership import each_shard, java_hash_shard, taken_over
+from kop.cluster.ownership import java_hash_shard, taken_over
 from kop.groups import GroupCoordinator
 from kop.groups.generations import StoredGenerations
 from kop.groups.offsets import SYSTEM_CURSOR_PREFIX
@@ -126,14 +126,11 @@ class GroupShards:
         if not new:
             return
         session, releases = self._store.session, self._releases
-
-        async def take(shard: int) -> int | None:
+        epochs = {}
+        for shard in sorted(new):
             # Each take fences out whoever coordinates the shard: only while this broker's view still gives it here.
             if self._fresh() and self._owns(SHARD_TOPIC, shard):
-                return (await self._store.take_ownership(shard_ledger(shard), 0)).row.epoch
-            return None
-
-        epochs = {shard: epoch for shard, epoch in await each_shard(new, take) if epoch is not None}
+                epochs[shard] = (await self._store.take_ownership(shard_ledger(shard), 0)).row.epoch
         new = set(epochs)
         if not new:
             return

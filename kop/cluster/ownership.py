@@ -3,15 +3,8 @@
 Every broker computes the same answer from the same member list, with no coordination; when a broker leaves, only
 its partitions move (each to the broker that scores next highest), and when one joins it takes about 1/n of them.
 """
-import asyncio
 import hashlib
-from collections.abc import Awaitable, Callable, Iterable
-from typing import TypeVar
-
-T = TypeVar("T")
-# Shards taken over at once: each take is a transaction of its own, and one after another they held a start (100
-# shards) for seconds on a loaded machine; half the engine's pooled connections, so appends still find one meanwhile.
-SHARD_TAKES_AT_ONCE = 4
+from collections.abc import Callable, Iterable
 
 
 def _score(node_id: int, key: str) -> int:
@@ -37,21 +30,3 @@ def taken_over(epochs: dict[int, int], ledger_of: Callable[[int], str], stored: 
     """The coordinator shards (`epochs`: shard -> the epoch this broker took it over with) whose fencing ledger's
     stored epoch (`stored`: ledger name -> epoch, read since) rose past this broker's: another broker took them."""
     return [shard for shard, epoch in sorted(epochs.items()) if stored.get(ledger_of(shard), epoch) > epoch]
-
-
-async def each_shard(shards: Iterable[int], take: Callable[[int], Awaitable[T]]) -> list[tuple[int, T]]:
-    """take(shard) for every shard, SHARD_TAKES_AT_ONCE at a time, in shard order; raises the first failure once
-    every take has ended (those that succeeded meanwhile are dropped, as a take that failed half-way would be: each
-    is taken again at the next follow step)."""
-    gate = asyncio.Semaphore(SHARD_TAKES_AT_ONCE)
-
-    async def one(shard: int) -> T:
-        async with gate:
-            return await take(shard)
-
-    shards = sorted(shards)
-    results = await asyncio.gather(*(one(shard) for shard in shards), return_exceptions=True)
-    failed = next((r for r in results if isinstance(r, BaseException)), None)
-    if failed is not None:
-        raise failed
-    return list(zip(shards, results))

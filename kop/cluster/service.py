@@ -47,7 +47,8 @@ from kop.topics import TopicManager
 from kop.transactions.coordinator import TransactionCoordinator
 
 log = logging.getLogger(__name__)
-_RENEW_RETRY_S = 0.25  # after a failed renewal, doubled after each further one
+_RENEW_RETRY_S = 0.25  # after a failed renewal
+_RENEW_FAILURES_LOGGED_EVERY = 8  # failed retries in a row: one line every ~2 s, the first with its traceback
 
 
 class Cluster(Protocol):
@@ -263,11 +264,11 @@ class ClusterService:
             except Exception as exc:  # noqa: BLE001 - the database unreachable: the lease runs on until it expires
                 if failures == 0:
                     log.exception("cannot renew the lease; trying again")
-                else:
+                elif failures % _RENEW_FAILURES_LOGGED_EVERY == 0:
                     log.error("cannot renew the lease (%d failures in a row): %s", failures + 1, exc)
-                # Soon, not a whole heartbeat later (reads wait for a fresh view, which a restarted database can give
-                # within a second), backing off to the heartbeat while the failures go on.
-                delay = min(self._heartbeat, _RENEW_RETRY_S * 2 ** failures)
+                # Soon, not a whole heartbeat later, however long the database has been away: reads wait for a fresh
+                # view, and a restarted database can give one within a second (one statement per retry).
+                delay = min(self._heartbeat, _RENEW_RETRY_S)
                 failures += 1
 
     async def renew(self) -> None:

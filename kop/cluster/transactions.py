@@ -26,7 +26,7 @@ from kafka.protocol.producer.transaction import (AddPartitionsToTxnRequest, AddP
                                                  WriteTxnMarkersRequest, WriteTxnMarkersResponse)
 
 from kop.cluster import groups
-from kop.cluster.ownership import each_shard, java_hash_shard, taken_over
+from kop.cluster.ownership import java_hash_shard, taken_over
 from kop.cluster.peers import PeerUnreachable, Peers
 from kop.ledger import LedgerConfig, ManagedLedgerError
 from kop.ledger.postgres import PgStore
@@ -110,7 +110,8 @@ class TxnShards:
         for shard in sorted(set(self.loaded) - owned):
             await self._release(shard)
             log.info("transaction coordinator shard %d moved to another broker", shard)
-        for shard, ledger in await each_shard(owned - set(self.loaded), self._open):
+        for shard in sorted(owned - set(self.loaded)):
+            ledger = await self._open(shard)
             if ledger is None:
                 continue
             state_log = TxnStateLog(ledger, ledger.epoch)
@@ -131,7 +132,7 @@ class TxnShards:
             return await PgManagedLedger.open(shard_ledger(shard), self._store, self._config)
         except (ManagedLedgerError, OSError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             # The lease ran out meanwhile, the database is out of reach, or a stored entry is damaged (ValueError):
-            # tried again at the next beat, and the shards opened beside it are served meanwhile.
+            # tried again at the next beat, and the shards opened before it are served meanwhile.
             log.warning("transaction coordinator shard %d not taken over yet: %s", shard, exc)
             return None
 
