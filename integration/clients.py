@@ -1,5 +1,6 @@
 """Thin helpers that drive each real Kafka client library the way an application would."""
 import asyncio
+import contextlib
 import time
 import warnings
 from dataclasses import dataclass
@@ -86,10 +87,8 @@ def ck_let_go(producer) -> bool:
     would end): its handle goes with its last reference then."""
     from confluent_kafka import KafkaException
     producer.purge()
-    try:
+    with contextlib.suppress(KafkaException):  # fenced, or refused at init: a fatal error, nothing of it on its way
         producer.flush(10)
-    except KafkaException:  # fenced, or refused at init: a fatal error, nothing of it is on its way
-        pass
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # "abort_transaction failed during close": it is known
         try:
