@@ -33,6 +33,11 @@ MAX_FRAME = 64 * 1024 * 1024
 BASE_TIMESTAMP = 1_700_000_000_000
 # Fetch errors a client retries: the broker is loading the partition, or is not sure it still owns it.
 RETRIABLE_READ_ERRORS = frozenset({5, 6})  # LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER
+OFFSET_OUT_OF_RANGE = 1
+
+
+class OffsetOutOfRange(RuntimeError):
+    """A fetch below the log start offset (retention or DeleteRecords moved it) or past the end."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +234,8 @@ class RawKafka:
             if error in RETRIABLE_READ_ERRORS:  # as a client does: the broker is (re)gaining the partition
                 time.sleep(0.2)
                 continue
+            if error == OFFSET_OUT_OF_RANGE:
+                raise OffsetOutOfRange(f"fetch {topic}-{partition}@{offset} is out of range")
             if error:
                 raise RuntimeError(f"fetch {topic}-{partition}@{offset} failed with error {error}")
             end = high_watermark if end is None else end

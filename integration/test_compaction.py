@@ -20,7 +20,7 @@ import asyncpg
 
 from integration.broker_process import BrokerProcess
 from integration.clients import aio_consume_all, ck_consume_all, ck_produce, kp_consume_all
-from integration.idem_raw import ProducerIdentity, RawKafka, read_topic
+from integration.idem_raw import OffsetOutOfRange, ProducerIdentity, RawKafka, read_topic
 from integration.java_client import java_available, java_consume_all
 from integration.txn_clients import READ_UNCOMMITTED, ck_abort, ck_commit, ck_read_to_end
 from kop.admin.client import AdminClient as KopAdmin, topic_resource
@@ -289,10 +289,16 @@ def start_offset(broker: BrokerProcess, topic: str) -> int:
 
 
 def stored(broker: BrokerProcess, topic: str) -> list[tuple[int, bytes, bytes | None]]:
-    """Every record from the log start offset (retention may have moved it) to the end."""
+    """Every record from the log start offset to the end. Retention may move the start between the two requests:
+    then the start is asked again, as a consumer resets its position."""
     with RawKafka(broker.port) as kafka:
-        records = kafka.read_partition(topic, 0, start=kafka.start_offsets(topic, [0])[0])
-    return [(r.offset, r.key, r.value) for r in records]
+        for _ in range(20):
+            try:
+                records = kafka.read_partition(topic, 0, start=kafka.start_offsets(topic, [0])[0])
+                return [(r.offset, r.key, r.value) for r in records]
+            except OffsetOutOfRange:
+                time.sleep(0.1)
+    raise AssertionError(f"{topic}'s log start offset kept moving for 20 reads")
 
 
 def test_compact_delete_compacts_what_retention_bytes_keeps_and_deletes_the_oldest_ledgers(broker):
