@@ -150,6 +150,7 @@ def test_the_checker_names_shared_backwards_and_stuck_partitions_per_consuming_c
     verdicts = {v.client: v for v in judge_members([a, b, c], latest, ends, backwards=[("t", 0, 12, 5)])}
     assert verdicts["a"].shared == [(("t", 0), 3, "b")] and verdicts["b"].shared == [(("t", 0), 3, "a")]
     assert verdicts["a"].backwards == [(("t", 0), 12, 5)] and verdicts["b"].backwards == []
+    assert verdicts["a"].trail == {("t", 0): [("a", 3, 10), ("b", 3, 12), ("a", 4, 5)]} and verdicts["b"].trail == {}
     assert verdicts["a"].stuck == {("t", 0): 3} and verdicts["c"].stuck == {}
     assert verdicts["b"].generations == 1  # the generation -1 commit tells nothing
     assert not verdicts["a"].ok and not verdicts["b"].ok and verdicts["c"].ok

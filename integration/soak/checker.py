@@ -78,6 +78,9 @@ class ConsumerVerdict:
     backwards: list[tuple[TopicPartition, int, int]]  # the group's offset fell from, to an offset this one committed
     shared: list[tuple[TopicPartition, int, str]]  # partition, generation, the other member that committed it then
     error: str | None
+    # for each partition in `backwards`: the group's commits of it around the fall, (client, generation, offset),
+    # in the order they were answered, to tell a zombie's commit from a stale position in a later generation
+    trail: dict[TopicPartition, list[tuple[str, int, int]]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -88,7 +91,8 @@ class ConsumerVerdict:
                 f"commits={self.commits} generations={self.generations} commit_errors={self.commit_errors} "
                 f"poll_errors={self.poll_errors} rebalances={self.rebalances} "
                 f"stuck={self.stuck} backwards={self.backwards} shared={self.shared}"
-                + (f" error={self.error}" if self.error else ""))
+                + (f" error={self.error}" if self.error else "")
+                + (f" trail={self.trail}" if self.trail else ""))
 
 
 def judge_members(members: list[GroupMember], latest: dict[TopicPartition, int],
@@ -113,5 +117,16 @@ def judge_members(members: list[GroupMember], latest: dict[TopicPartition, int],
         verdicts.append(ConsumerVerdict(
             member.client, len(member.received), len(member.commits), len(generations), member.commit_errors,
             member.poll_errors, max(0, member.assignments - 1), stuck, fell, shared,
-            None if member.error is None else repr(member.error)))
+            None if member.error is None else repr(member.error),
+            {tp: commit_trail(members, tp, to) for tp, _, to in fell}))
     return verdicts
+
+
+def commit_trail(members: list[GroupMember], tp: TopicPartition, fell_to: int, around: int = 4
+                 ) -> list[tuple[str, int, int]]:
+    """The group's commits of one partition, (client, generation, offset) in the order they were answered: the
+    `around` before the first commit of `fell_to` and the `around` after it."""
+    marks = sorted((mark.wall, member.client, mark.generation, mark.offsets[tp])
+                   for member in members for mark in member.commits if tp in mark.offsets)
+    at = next((i for i, (_, _, _, offset) in enumerate(marks) if offset == fell_to), len(marks))
+    return [(client, generation, offset) for _, client, generation, offset in marks[max(0, at - around):at + around]]

@@ -160,6 +160,7 @@ class KafkaPythonMember(GroupMember):
         from kafka.coordinator.assignors.range import RangePartitionAssignor
         from kafka.errors import KafkaError
         member = self
+        unplaced: set = set()  # assigned, and not yet put at the group's committed offset
 
         class Listener(ConsumerRebalanceListener):
             def on_partitions_revoked(self, revoked):
@@ -167,6 +168,7 @@ class KafkaPythonMember(GroupMember):
 
             def on_partitions_assigned(self, assigned):
                 member.assigned((p.topic, p.partition) for p in assigned)
+                unplaced.update(assigned)
 
         consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=self.group, enable_auto_commit=False,
                                  auto_offset_reset="earliest", session_timeout_ms=SESSION_TIMEOUT_MS,
@@ -185,6 +187,15 @@ class KafkaPythonMember(GroupMember):
                     # rather than retrying it itself; an application polls again
                     self.poll_errors += 1
                     continue
+                if unplaced:
+                    for tp in list(batches):
+                        if tp in unplaced:  # read from where the client left off, not the group's offset
+                            del batches[tp]
+                    try:
+                        place_at_committed(consumer, unplaced)
+                    except KafkaError:
+                        self.poll_errors += 1
+                        continue
                 for tp, records in batches.items():
                     for r in records:
                         self.took(tp.topic, tp.partition, r.offset, r.value)
@@ -200,6 +211,28 @@ class KafkaPythonMember(GroupMember):
                 self.committed(offsets, generation)
         finally:
             consumer.close()
+
+
+def place_at_committed(consumer, partitions: set) -> None:
+    """Move each partition to the group's committed offset (the start if none), emptying `partitions` as it goes.
+
+    Eager rebalancing hands every partition out afresh in each generation, so a member must read an assigned
+    partition from the group's committed offset, as the Java client does. kafka-python 3.0.12 keeps its own position
+    instead when the partition was also its own before the rebalance, even when it fell out of the group in between
+    (its JoinGroup was refused as an unknown member, or it expired while it believed itself rebalancing) and another
+    member read the partition and committed meanwhile: it would read again from behind that commit and commit
+    backwards. Kafka brokers answer such a member exactly as kop does, so the member here does what an application
+    on kafka-python must do."""
+    for tp in sorted(partitions):
+        if tp not in consumer.assignment():  # a later rebalance took it away: nothing to place
+            partitions.discard(tp)
+            continue
+        offset = consumer.committed(tp, timeout_ms=10000)
+        if offset is None:
+            consumer.seek_to_beginning(tp)
+        else:
+            consumer.seek(tp, offset)
+        partitions.discard(tp)
 
 
 class AiokafkaMember(GroupMember):
