@@ -14,6 +14,7 @@ from integration.test_idempotence_crash import PARTITIONS, STREAM_TIMEOUT_S, _cr
     stored_count
 from integration.waiting import wait_until
 from protocol.errors import ErrorCode
+from protocol.records import iter_records, split_batches
 
 COUNT = 10_000
 
@@ -233,3 +234,24 @@ def test_a_takeover_reads_a_partition_many_times_its_entry_cache_back_in_order(p
     # control: the reads did miss and read entries back, and the cache dropped entries to keep within its bound
     assert sample(samples, "kop_managed_ledger_cache_misses_total") > 0
     assert sample(samples, "kop_managed_ledger_cache_evictions_total") > 0
+
+
+@pytest.mark.slow  # two starts of kop on PostgreSQL: ~8 s
+def test_a_fetch_that_will_not_wait_gets_records_its_entry_cache_missed(pg_broker_factory):
+    """Fetch with max_wait_ms 0 answers at once with what is stored: records the bounded entry cache no longer holds
+    are read back first, not answered as nothing (a client reading that way would see an empty partition below its
+    high watermark). The cache's miss counter is the control that the read did miss."""
+    from integration.clients import ck_produce
+    from integration.test_metrics import sample, scrape
+    records = [(None, b"%06d" % i + b"x" * 1018, [], 0) for i in range(512)]  # 512 KiB, 8 times the bound
+    config = {"managed.ledger.cache.bytes": str(CACHE_BOUND)}
+    first = pg_broker_factory(config)
+    ck_produce(first.bootstrap, "cold", records, **{"batch.size": BATCH_BYTES, "linger.ms": 5})
+    first.stop()
+    broker = pg_broker_factory(config, name="takeover", admin_port=0)
+    with RawKafka(broker.port) as kafka:
+        error, high_watermark, data = kafka.fetch_once("cold", 0, 0, max_bytes=BATCH_BYTES)
+    assert (error, high_watermark) == (ErrorCode.NONE, len(records))
+    [first_record, *_] = [r for _, view in split_batches(data) for r in iter_records(view)]
+    assert (first_record.offset, first_record.value) == (0, records[0][1])
+    assert sample(scrape(broker), "kop_managed_ledger_cache_misses_total") > 0

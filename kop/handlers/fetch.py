@@ -7,7 +7,9 @@ for followers, which a single broker never has. At least one batch is returned e
 
 Long poll: answer at once when min_bytes are available, max_wait_ms is 0, or any partition has an error
 (UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE, ...: as Kafka does, so the client learns of it without waiting);
-otherwise wait until new entries become durable on any partition read or max_wait_ms passes."""
+otherwise wait until new entries become durable on any partition read or max_wait_ms passes. A fetch that would
+answer nothing only because the engine's entry cache missed (PostgreSQL) first reads those entries back, even with
+max_wait_ms 0: stored records are available to read, as Kafka's are on disk."""
 import asyncio
 import logging
 import time
@@ -32,6 +34,7 @@ from protocol.errors import ErrorCode
 from protocol.fetch_response import AbortedTransaction, FetchableTopicResponse, FetchResponse, PartitionData
 
 MIN_WAIT_SLICE = 0.001
+READ_BACK_WAIT_S = 5.0  # at most this long for a read-back an answer waits on; then it goes as it is
 READ_COMMITTED = 1
 FIRST_SESSION_VERSION = 7
 FIRST_TOPIC_ID_VERSION = 13
@@ -57,6 +60,8 @@ class Collected:
     # read_committed answers with batches from a partition with aborted transactions indexed, to list them in:
     # (answer, partition, first entry returned, fetch offset, end of the batches returned)
     aborted_wanted: list[tuple[Any, PartitionLog, Entry, int, int]] = field(default_factory=list)
+    # partitions whose read came back empty below what may be read (the entry cache missed), with the fetch offset
+    short: list[tuple[PartitionLog, int]] = field(default_factory=list)
 
     def ready(self, min_bytes: int) -> bool:
         return self.total >= min_bytes or self.errors > 0
@@ -138,6 +143,8 @@ def _collect(ctx: RequestContext, request: FetchRequest, plan: FetchPlan) -> Col
                 data.error_code, data.aborted_transactions = ErrorCode.KAFKA_STORAGE_ERROR, None
                 out.errors += 1
                 continue
+            if not entries:
+                out.short.append((partition, offset))
             if read_committed and entries and entries[-1].first_index >= end:
                 entries = [e for e in entries if e.first_index < end]  # from the last stable offset on: not yet
             if entries:
@@ -223,11 +230,25 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | 
     if plan.kind == "error":
         return _answer(ctx, plan, Collected())
     collected = _collect(ctx, request, plan)
+    if request.max_wait_ms <= 0 and not collected.total and collected.short:
+        await _read_back(collected.short)
+        collected = _collect(ctx, request, plan)
     if request.max_wait_ms <= 0 or collected.ready(request.min_bytes):
         if collected.aborted_wanted:
             await _list_aborted(ctx, collected)
         return _answer(ctx, plan, collected)
     return _long_poll(ctx, request, plan, collected)
+
+
+async def _read_back(short: list[tuple[PartitionLog, int]]) -> None:
+    """Wait (a bounded while) until the first entry each short read wants is held again. A read that fails is
+    answered by the next collection, which meets the same failure."""
+    reads = [partition.ledger.read_from_index_async(offset, 1, 1) for partition, offset in short]
+    try:
+        await asyncio.wait_for(asyncio.gather(*reads, return_exceptions=True), READ_BACK_WAIT_S)
+    except asyncio.TimeoutError:
+        log.warning("fetch: reading %d partitions back took over %.0f s; answered without them", len(short),
+                    READ_BACK_WAIT_S)
 
 
 async def _long_poll(ctx: RequestContext, request: FetchRequest, plan: FetchPlan,
