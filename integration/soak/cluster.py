@@ -188,7 +188,8 @@ def run_cluster_soak(work_dir: str, seconds: float, seed: int, clients: list[str
         say(f"soak topology=cluster seed={seed} seconds={seconds} clients={clients} work dir={work_dir}")
         say("\n".join(map(str, steps)) or "(no faults fit)")
         dep.create_topics([*stream_topics(clients).values(), TXN_TOPIC], PARTITIONS)
-        outcome = drive(dep, standard_load(dep.bootstrap, clients, seed, seconds), steps, seconds, say)
+        load = standard_load(dep.bootstrap, clients, seed, seconds, log_dir=work_dir)
+        outcome = drive(dep, load, steps, seconds, say)
         controls = {**dep.controls(), "rebalances": sum(m.rebalances for m in outcome.members)}
         return SoakResult("cluster", seed, steps, outcome.verdicts, outcome.members, [outcome.transactions], [],
                           controls)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import logging
 import os
 import sys
 import tempfile
@@ -59,6 +60,7 @@ class GroupMember(threading.Thread, abc.ABC):
         self.commit_errors = 0
         self.poll_errors = 0  # retriable errors the client raised out of its poll
         self.error: BaseException | None = None
+        self.log_dir: str | None = None  # where a client's own group log goes, if it keeps one
         self._pending: dict[TopicPartition, int] = {}  # read, not yet committed: next offset per partition
         self._stop_asked = threading.Event()
 
@@ -124,7 +126,7 @@ class ConfluentMember(GroupMember):
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group,
                              "enable.auto.commit": False, "auto.offset.reset": "earliest",
                              "session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": HEARTBEAT_MS,
-                             "partition.assignment.strategy": "range"})
+                             "partition.assignment.strategy": "range", **self._group_log()})
         try:
             consumer.subscribe(self.topics,
                                on_assign=lambda _c, ps: self.assigned((p.topic, p.partition) for p in ps),
@@ -149,6 +151,21 @@ class ConfluentMember(GroupMember):
                     self.committed(done, generation)
         finally:
             consumer.close()
+
+
+    def _group_log(self) -> dict:
+        """librdkafka's group protocol log, to a file in log_dir: what the client did when it joined late or never
+        (it tells the broker nothing of what it waits for)."""
+        if self.log_dir is None:
+            return {}
+        logger = logging.getLogger(f"soak.{self.member}.librdkafka")
+        logger.propagate = False
+        logger.setLevel(logging.DEBUG)
+        if not logger.handlers:
+            handler = logging.FileHandler(os.path.join(self.log_dir, f"{self.member}-librdkafka.log"))
+            handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))  # beside the brokers' logs
+            logger.addHandler(handler)
+        return {"debug": "cgrp", "logger": logger}
 
 
 class KafkaPythonMember(GroupMember):

@@ -369,7 +369,7 @@ def run_geo_soak(work_dir: str, seconds: float, seed: int, clients: list[str] | 
         topics = stream_topics(clients)
         dep.create_topics([*topics.values(), TXN_TOPIC], PARTITIONS)
         rate = RATE_PER_S / 2 if two_way else RATE_PER_S  # the same load in all as one-way
-        load = standard_load(dep.bootstrap, clients, seed, seconds, rate)
+        load = standard_load(dep.bootstrap, clients, seed, seconds, rate, log_dir=work_dir)
         source: dict[StreamProducer, Side] = {}
         for producer in load.producers:
             producer.name_prefix = f"{producer.client}.a"

@@ -93,15 +93,19 @@ class Outcome:
     excused: dict[str, int]
 
 
-def standard_load(bootstrap: str, clients: list[str], seed: int, seconds: float, rate: float = RATE_PER_S) -> Load:
+def standard_load(bootstrap: str, clients: list[str], seed: int, seconds: float, rate: float = RATE_PER_S,
+                  log_dir: str | None = None) -> Load:
     """A producer per client to soak-<client>, a member per client in GROUP over those topics, the transactional
-    producer to TXN_TOPIC, all through `bootstrap`."""
+    producer to TXN_TOPIC, all through `bootstrap`. log_dir: where members keep their clients' group logs."""
     topics = stream_topics(clients)
     lifetime = seconds + DELIVERY_TIMEOUT_S + CATCH_UP_S + 120  # a bound in case stop() is never heard
+    members = [MEMBERS[client](bootstrap, GROUP, topics.values(), client, lifetime)
+               for client in clients if client in MEMBERS]
+    for member in members:
+        member.log_dir = log_dir
     return Load(
         producers=[PRODUCERS[client](bootstrap, topics[client], rate=rate) for client in clients],
-        members=[MEMBERS[client](bootstrap, GROUP, topics.values(), client, lifetime)
-                 for client in clients if client in MEMBERS],
+        members=members,
         watcher=CommitWatcher(bootstrap, GROUP, [(t, p) for t in topics.values() for p in range(PARTITIONS)]),
         txn=TransactionalProducer(bootstrap, TXN_TOPIC, PARTITIONS, seed))
 
@@ -203,7 +207,7 @@ def run_soak(work_dir: str, seconds: float, seed: int, clients: list[str] | None
         topics = stream_topics(clients)
         dep.create_topics([*topics.values(), TXN_TOPIC], PARTITIONS)
         dep.target.stream_topics = list(topics.values())
-        load = standard_load(dep.bootstrap, clients, seed, seconds)
+        load = standard_load(dep.bootstrap, clients, seed, seconds, log_dir=work_dir)
         outcome = drive(dep, load, steps, seconds, say, off_windows=dep.target.record.off_windows)
         controls = {**dep.controls(), "rebalances": sum(m.rebalances for m in outcome.members)}
         return SoakResult("single", seed, steps, outcome.verdicts, outcome.members, [outcome.transactions],
