@@ -224,7 +224,7 @@ def test_kafka_python_transaction_past_its_timeout_is_aborted_and_its_producer_f
     assert values(ck_read_to_end(broker.bootstrap, "kp-slow", isolation=READ_UNCOMMITTED)) == [b"late0", b"late1"]
 
 
-@pytest.mark.slow  # ~12 s: the client's delivery timeout, then two reads
+@pytest.mark.slow  # ~17 s: a broker, the client giving the held batch up after 10 s, then two reads
 def test_kafka_python_produce_delayed_past_its_aborted_transaction_is_refused_and_hangs_nothing(broker_factory):
     """The hanging transaction Kafka needed KIP-890 for, with a real client through the proxy: the network holds
     the producer's Produce request until the client gives the batch up and aborts the transaction, then delivers
