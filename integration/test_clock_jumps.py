@@ -16,7 +16,7 @@ from integration.broker_process import BrokerProcess
 from integration.test_retention import FAST_RETENTION, create, eventually, ledgers, offsets, produce
 from integration.idem_raw import RawKafka, idempotent_batch, plain_batch
 from integration.test_groups_protocol import call, join
-from integration.test_transactions import send, txn_producer, wait_lso
+from integration.test_transactions import TIMING_OUT_MS, send, txn_producer, wait_lso
 from integration.txn_clients import ck_read_to_end
 from protocol.api import REQUEST_CLASSES as REQ
 from protocol.api import RESPONSE_CLASSES as RESP
@@ -199,10 +199,11 @@ def test_a_forward_jump_does_not_abort_an_open_transaction_early(jumping_broker,
 
 
 def test_a_backward_jump_does_not_keep_a_timed_out_transaction_open(jumping_broker, clock, ck_producers):
-    """A transaction with a 1 s timeout, open when the clock goes back a day, is still aborted by the coordinator
-    once that second has passed, not a day later."""
+    """A transaction with a 5 s timeout, open when the clock goes back a day, is still aborted by the coordinator
+    once those seconds have passed, not a day later."""
     broker = jumping_broker(TXN_TIMERS)
-    producer = txn_producer(ck_producers, broker.bootstrap, "late", **{"transaction.timeout.ms": 1000})
+    create(broker, "late")  # no topic creation in the transaction's time
+    producer = txn_producer(ck_producers, broker.bootstrap, "late", **{"transaction.timeout.ms": TIMING_OUT_MS})
     producer.begin_transaction()
     send(producer, "late", "r", 2)
     jump(broker, clock, "-1d", -DAY_MS)

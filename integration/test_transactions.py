@@ -25,6 +25,11 @@ from protocol.errors import ErrorCode
 from protocol.records import build_batch, Record
 
 
+# A transaction the coordinator is to abort for its timeout: its records must be stored first, and librdkafka's
+# message timeout is the transaction's (1 s let a loaded machine time them out, never stored).
+TIMING_OUT_MS = 5000
+
+
 def txn_producer(producers: Callable[[dict], Producer], bootstrap: str, transactional_id: str,
                  **config) -> Producer:
     """A transactional producer made by `producers` (the ck_producers fixture: let go when the test ends)."""
@@ -34,9 +39,14 @@ def txn_producer(producers: Callable[[dict], Producer], bootstrap: str, transact
 
 
 def send(producer: Producer, topic: str, prefix: str, count: int, partition: int = 0) -> None:
+    """Records f"{prefix}{i}", each stored before this returns (flush's 0 also counts the deliveries that failed,
+    as a message past librdkafka's message timeout does)."""
+    failed = []
     for i in range(count):
-        producer.produce(topic, f"{prefix}{i}".encode(), partition=partition)
+        producer.produce(topic, f"{prefix}{i}".encode(), partition=partition,
+                         on_delivery=lambda err, _msg: err is None or failed.append(err))
     assert producer.flush(15) == 0  # on the broker before the transaction ends (librdkafka purges unsent ones)
+    assert not failed, failed
 
 
 def test_committed_records_are_read_and_aborted_ones_only_read_uncommitted(broker, ck_producers):
@@ -274,7 +284,9 @@ def test_a_second_producer_with_the_same_transactional_id_fences_the_first(broke
 
 def test_the_coordinator_aborts_a_transaction_open_past_its_timeout(broker_factory, ck_producers):
     broker = broker_factory({"transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"})
-    producer = txn_producer(ck_producers, broker.bootstrap, "slow", **{"transaction.timeout.ms": 1000})
+    with RawKafka(broker.port) as kafka:  # no topic creation in the transaction's time
+        assert kafka.create_topic("slow") == ErrorCode.NONE
+    producer = txn_producer(ck_producers, broker.bootstrap, "slow", **{"transaction.timeout.ms": TIMING_OUT_MS})
     producer.begin_transaction()
     send(producer, "slow", "late", 2)
     wait_lso(broker, "slow", 3)  # aborted by the coordinator: the marker moved the LSO past the records

@@ -16,6 +16,7 @@ from protocol.errors import ErrorCode
 
 SETTLE_S = 1.0  # after the expected records: long enough for an unexpected one to show up
 QUICK_TIMEOUTS = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"}  # timed-out aborts in ~1 s
+HELD_GIVEN_UP_MS = 10_000  # when kafka-python gives up a batch the network holds (its request and delivery timeouts)
 SPREAD = {"a": 3, "b": 2}  # a multi-topic transaction's topics (suffixes) and their partition counts
 
 
@@ -223,43 +224,57 @@ def test_kafka_python_transaction_past_its_timeout_is_aborted_and_its_producer_f
     assert values(ck_read_to_end(broker.bootstrap, "kp-slow", isolation=READ_UNCOMMITTED)) == [b"late0", b"late1"]
 
 
-@pytest.mark.slow  # ~6 s: the client's delivery timeout, then two reads
+@pytest.mark.slow  # ~17 s: a broker, the client giving the held batch up after 10 s, then two reads
 def test_kafka_python_produce_delayed_past_its_aborted_transaction_is_refused_and_hangs_nothing(broker_factory):
     """The hanging transaction Kafka needed KIP-890 for, with a real client through the proxy: the network holds
-    the producer's Produce request (and its retries) until the client gives the batch up and aborts the transaction,
-    then delivers them, same producer epoch, a sequence never stored. Stored, they would open a transaction no one
-    ends and hold the last stable offset for ever; kop refuses them (INVALID_TXN_STATE), and the producer's next
-    transaction commits. (kafka-python 3.0.12's sender logs an IllegalStateError when the batch expires: it tries to
-    reset a transactional producer's id, which it then refuses itself; the abort goes on regardless.)"""
+    the producer's Produce request until the client gives the batch up and aborts the transaction, then delivers
+    it, same producer epoch, a sequence never stored. Stored, it would open a transaction no one ends and hold the
+    last stable offset for ever; kop refuses it (INVALID_TXN_STATE), and the transactional id's next transaction
+    commits.
+
+    The next transaction is a new producer's: kafka-python 3.0.12, having given up a batch it had sent, neither
+    bumps its epoch (Java's client does, KIP-360) nor rewinds the partition's sequence, so its next batch of that
+    epoch carries sequence 1 where the ABORT marker left none stored. Kafka and kop refuse that batch
+    OUT_OF_ORDER_SEQUENCE_NUMBER; the client then bumps its epoch, drops the partition from its transaction and
+    reports the commit done without the record. The request timeout is long (it bounds the delivery timeout from
+    below): kafka-python takes a transactional request that times out for fatal, and EndTxn may wait 2 s for its
+    markers after the state log's write."""
     from kafka import KafkaProducer
-    from kafka.errors import KafkaTimeoutError
+    from kafka.errors import KafkaTimeoutError, RequestTimedOutError
     with FaultProxy() as proxy:
         broker = broker_factory({"advertised.port": str(proxy.port)})
         proxy.upstream_port = broker.port
         with RawKafka(broker.port) as kafka:
             assert kafka.create_topic("kp-delayed") == ErrorCode.NONE
         producer = KafkaProducer(bootstrap_servers=proxy.bootstrap, transactional_id="kp-delayed", linger_ms=0,
-                                 request_timeout_ms=1000, delivery_timeout_ms=3000, retry_backoff_ms=50)
+                                 request_timeout_ms=HELD_GIVEN_UP_MS, delivery_timeout_ms=HELD_GIVEN_UP_MS)
         try:
             producer.init_transactions()
             producer.begin_transaction()
             proxy.delay_produce(True)
             held = producer.send("kp-delayed", b"held", partition=0)
-            with pytest.raises(KafkaTimeoutError):  # the client gave the batch up: the control that it was held
-                held.get(timeout=30)
+            with pytest.raises((KafkaTimeoutError, RequestTimedOutError)):  # expired, or its request timed out
+                held.get(timeout=30 + HELD_GIVEN_UP_MS / 1000)
+            assert held.failed()  # the control that it was held: the client gave the batch up (get did not just wait)
             producer.abort_transaction()
             wait_lso(broker, "kp-delayed", 1)  # the ABORT marker alone
-            assert proxy.delayed_requests() >= 1
-            late = proxy.deliver_delayed()
-            assert late and {code for _, _, code in late} == {ErrorCode.INVALID_TXN_STATE}, late
-            with RawKafka(broker.port) as kafka:  # nothing stored after the marker, nothing left open
-                assert kafka.end_offsets("kp-delayed", [0]) == kafka.end_offsets("kp-delayed", [0], committed=True) \
-                    == {0: 1}
+        finally:
+            producer.close(timeout=0)  # its held request would keep it waiting
+        assert proxy.delayed_requests() >= 1
+        late = proxy.deliver_delayed()
+        assert late and {code for _, _, code in late} == {ErrorCode.INVALID_TXN_STATE}, late
+        with RawKafka(broker.port) as kafka:  # nothing stored after the marker, nothing left open
+            assert kafka.end_offsets("kp-delayed", [0]) == kafka.end_offsets("kp-delayed", [0], committed=True) \
+                == {0: 1}
+        producer = KafkaProducer(bootstrap_servers=proxy.bootstrap, transactional_id="kp-delayed", linger_ms=0)
+        try:
+            producer.init_transactions()
             producer.begin_transaction()
-            producer.send("kp-delayed", b"after", partition=0)
+            producer.send("kp-delayed", b"after", partition=0).get(timeout=30)
             producer.commit_transaction()
         finally:
             producer.close(timeout=5)
+        wait_lso(broker, "kp-delayed", 3)  # the COMMIT marker: EndTxn may be answered before it is stored
         assert values(ck_read_to_end(broker.bootstrap, "kp-delayed")) == [b"after"]  # the broker advertises the proxy
         assert values(ck_read_to_end(broker.bootstrap, "kp-delayed", isolation=READ_UNCOMMITTED)) == [b"after"]
 
