@@ -65,10 +65,13 @@ def test_a_marker_that_reached_the_log_unacknowledged_is_not_written_again_after
     assert len(ck_read_to_end(broker.bootstrap, "unacked", isolation=READ_UNCOMMITTED)) == 3
 
 
+@pytest.mark.slow  # two kills, and an 8 s transaction timeout to wait out: ~12 s
 def test_a_transaction_open_at_the_crash_is_aborted_by_its_timeout_and_its_id_served_again(broker_factory,
                                                                                          ck_producers):
     broker = broker_factory({"transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"})
-    producer = txn_producer(ck_producers, broker.bootstrap, "open-crash", **{"transaction.timeout.ms": 2000})
+    # the timeout must outlast the kill and restart below (seconds on a loaded machine), or the control finds the
+    # transaction already aborted
+    producer = txn_producer(ck_producers, broker.bootstrap, "open-crash", **{"transaction.timeout.ms": 8000})
     producer.begin_transaction()
     send(producer, "open-crash", "lost", 2)
     broker.kill()
