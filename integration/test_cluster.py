@@ -83,6 +83,7 @@ def test_three_brokers_share_the_partitions_and_send_clients_to_the_owner(cluste
     assert {r.partition for r in got} == set(range(count))
 
 
+@pytest.mark.slow  # restarts and moves between brokers: 20-30 s in a loaded make test
 def test_a_policy_set_through_one_broker_holds_on_every_broker_and_across_a_restart(cluster):
     """Policies are in the database: a topic's deduplication switched off through broker 1's admin API is what broker
     2, which owns some of its partitions, applies by its next heartbeat, and what it reads after a restart."""
@@ -183,6 +184,7 @@ def a_third_broker_takes(cluster: PgCluster, topic: str, moving: int, value: byt
     assert [r.value for r in read_topic(cluster.port(3), topic, [moving])] == [b"before", value]
 
 
+@pytest.mark.slow  # restarts and moves between brokers: 20-30 s in a loaded make test
 def test_a_partition_moved_to_a_joining_broker_is_not_read_from_its_previous_owner(cluster):
     """The previous owner, paused while a new broker joins and takes a partition over and a record is written there,
     does not answer a read it finds waiting when it wakes from the state it had: its view of the live brokers is too

@@ -64,6 +64,7 @@ def test_clusters_bad_input_is_refused(east):
     assert status == 400
 
 
+@pytest.mark.slow  # restarts and moves between brokers: 20-30 s in a loaded make test
 def test_replication_clusters_policy_resolves_topic_over_namespace(east):
     with RawKafka(east.port) as kafka:
         assert kafka.create_topic("orders", 1) == ErrorCode.NONE

@@ -276,6 +276,7 @@ def run_scenario(start_broker, java: bool) -> None:
     check_after_restart(broker, before, answers, writer, java)
 
 
+@pytest.mark.slow  # restarts and moves between brokers: 20-30 s in a loaded make test
 def test_read_committed_answers_across_ledger_rolls_are_the_logs_and_survive_kill_9(start_broker):
     run_scenario(start_broker, java=False)
 
