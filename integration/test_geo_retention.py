@@ -6,11 +6,12 @@ import asyncio
 
 import pytest
 
-from integration.broker_process import BrokerProcess
+from integration.broker_process import BrokerProcess, storage_options
 from integration.geo import register, replicate, topic_stats, wait_for, wait_for_records
 from integration.idem_raw import RawKafka
 from integration.test_admin import admin_change
 from integration.test_geo_replication import check_everything_once, produce
+from kop.ledger.postgres.store import PgStore
 from kop.replication.clusters import ClusterRegistry
 from protocol.errors import ErrorCode
 
@@ -40,6 +41,23 @@ def pair(tmp_path, request):
     yield brokers
     for broker in brokers:
         broker.stop()
+
+
+async def forget_cluster(broker: BrokerProcess, name: str) -> None:
+    """Delete a cluster from a stopped broker's registry where that broker keeps it, as the broker would: its file,
+    or with the PostgreSQL engine the database's records (its file is then only the seed of a new database)."""
+    registry = ClusterRegistry(broker.data_dir, durable=True)
+    registry.load()
+    storage = storage_options(broker.data_dir)
+    if not storage:
+        await registry.delete(name)
+        return
+    store = await PgStore(storage[1]).open()
+    try:
+        await registry.share_through(store)
+        await registry.delete(name)
+    finally:
+        await store.close()
 
 
 def offsets(broker: BrokerProcess, topic: str) -> tuple[int, int]:
@@ -97,9 +115,7 @@ def test_a_replicator_cursor_no_replicator_is_wanted_for_holds_nothing_back(pair
     west.stop()
     produce(east.bootstrap, "orders", "late", 30, PARTITIONS)
     east.stop()
-    registry = ClusterRegistry(east.data_dir, durable=True)
-    registry.load()
-    asyncio.run(registry.delete("west"))  # written to its file, as a broker does
+    asyncio.run(forget_cluster(east, "west"))
     east.start()
     wait_for(lambda: offsets(east, "orders") == (50, 50), 20, "retention to delete what west never got")
     assert "cursor pulsar.repl.west deleted" in east.log_tail(200)

@@ -561,6 +561,9 @@ def _failpoint(broker, topic: str, **faults) -> None:
 
 
 @pytest.mark.slow  # 32,767 InitProducerId round trips, each a state-log write: ~15 s
+# On PostgreSQL each of those writes is a database commit: 200 s at load 10 on a 2-core machine, past pytest's 300 s
+# default under more load
+@pytest.mark.timeout(900)
 def test_an_exhausted_epoch_rotates_to_a_new_producer_id_through_the_protocol(broker_factory):
     """KIP-360 InitProducerId with the current id and epoch bumps the epoch each time; the bump that would reach the
     last epoch hands out a new producer id at epoch 0 instead (as Kafka does), a retry of that bump gets the same

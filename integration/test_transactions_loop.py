@@ -92,6 +92,8 @@ def test_copy_loop_through_lost_answers_of_every_api_copies_each_record_exactly_
 
 
 @pytest.mark.slow
+# Its own bounds (a 400 s loop, then reads) are past pytest's 300 s default: 255 s on PostgreSQL at load 10
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("copy", CLIENTS)
 def test_copy_loop_of_20000_records_through_kill_9s_and_lost_answers_copies_each_record_exactly_once(
         broker_factory, copy):
