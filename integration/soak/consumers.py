@@ -210,9 +210,8 @@ class KafkaPythonMember(GroupMember):
                             del batches[tp]
                     try:
                         place_at_committed(consumer, unplaced)
-                    except KafkaError:
+                    except KafkaError:  # the coordinator is away: those left are placed after the next poll
                         self.poll_errors += 1
-                        continue
                 for tp, records in batches.items():
                     for r in records:
                         self.took(tp.topic, tp.partition, r.offset, r.value)
