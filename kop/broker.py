@@ -334,6 +334,8 @@ class Broker:
     async def stop(self) -> None:
         for task in self._background:
             task.cancel()
+        if self.cluster is not None:  # ownership stays as it is while everything closes
+            await self.cluster.stop_following()
         await self._close_listeners()
         for connection in list(self._connections):
             connection.abort()

@@ -65,6 +65,10 @@ class Cluster(Protocol):
     def start(self) -> None:
         """Once the broker serves."""
 
+    async def stop_following(self) -> None:
+        """First thing when the broker stops: no renewal or follow step runs any more, so none opens or drops
+        partitions and coordinator shards while the broker closes them."""
+
     async def stop(self) -> None:
         """Before the storage closes."""
 
@@ -103,6 +107,9 @@ class SingleBroker:
         pass  # every transactional id, from its data directory
 
     def start(self) -> None:
+        pass
+
+    async def stop_following(self) -> None:
         pass
 
     async def stop(self) -> None:
@@ -352,13 +359,17 @@ class ClusterService:
         if self._transactions is not None:
             await self._transactions.release_taken(stored)
 
-    async def stop(self) -> None:
-        """Close this broker's partitions, then end the lease, so the others take them over at once."""
+    async def stop_following(self) -> None:
         for task in self._loops:
             task.cancel()
         for task in self._loops:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self._loops.clear()
+
+    async def stop(self) -> None:
+        """Close this broker's partitions, then end the lease, so the others take them over at once."""
+        await self.stop_following()
         await self._topics.release_all()
         await self.peers.close()
         with contextlib.suppress(Exception):  # the database gone: the lease expires by itself
