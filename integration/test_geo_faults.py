@@ -202,6 +202,7 @@ def snapshot_request_answer_held(east, west, proxy) -> None:
     admin_json(east, "groups", "set-replicated", "app", "--enable")
     produce(east.bootstrap, "orders", "east", 20, PARTITIONS)
     wait_for_records(west, "orders", PARTITIONS, 20)
+    caught_up(east)  # the data's answers reached east: held now, one would stall the replicator for its 30 s timeout
     before = entries_in(west)
     proxy.hold_responses(True)
     consume(east.bootstrap, "app", 20)
