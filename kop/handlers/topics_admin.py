@@ -14,7 +14,7 @@ from kafka.protocol.admin import (CreatePartitionsRequest, CreatePartitionsRespo
 from kop.handlers.configs import DEFAULT_CONFIG
 from kop.handlers.context import RequestContext
 from kop.internal_topics import missing_partition_error
-from kop.ledger import ManagedLedgerError
+from kop.ledger import LedgerClosedError, LedgerFencedOut, ManagedLedgerError
 from kop.security.acls import Operation, ResourceType
 from kop.topics import TOPIC_CONFIG_DEFAULTS, TopicError, unknown_topic
 from protocol.api import id_bytes
@@ -163,6 +163,8 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
                 else:
                     try:
                         result.low_watermark = await partition.ledger.delete_before(offset)
+                    except (LedgerClosedError, LedgerFencedOut):  # moved away or going: the client asks again
+                        result.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
                     except (ManagedLedgerError, OSError) as exc:  # not recorded: nothing is deleted
                         log.warning("delete records of %s before %d failed: %s", partition.name, offset, exc,
                                     extra=ctx.log_fields)

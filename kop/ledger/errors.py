@@ -13,6 +13,10 @@ class LedgerFencedError(ManagedLedgerError):
     """The ledger is recovering from a failed write; retry shortly."""
 
 
+class LedgerFencedOut(ManagedLedgerError):
+    """Another owner opened the managed ledger since, or this broker's lease expired: it may not write to it."""
+
+
 class LedgerClosedError(ManagedLedgerError):
     """The managed ledger was closed or deleted."""
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from kop.ledger.errors import ManagedLedgerError
+from kop.ledger.errors import LedgerFencedOut, ManagedLedgerError
 from kop.ledger.framed_file import HEADER_SIZE
 from kop.ledger.ledger_file import ENTRY_HEADER
 from kop.ledger.position import Position
@@ -27,10 +27,6 @@ FRAMED_ENTRY_HEADER = HEADER_SIZE + ENTRY_HEADER.size  # 8 + 14: the metadata le
 
 class DatabaseUnreachable(ManagedLedgerError):
     """A statement failed on the database's side (down, restarting, the connection lost): nothing was changed."""
-
-
-class LedgerFencedOut(ManagedLedgerError):
-    """Another owner opened the managed ledger since, or this broker's lease expired: it may not write to it."""
 
 
 FENCED = "another broker owns it now, or this broker's lease expired"
