@@ -240,14 +240,12 @@ def place_at_committed(consumer, partitions: set) -> None:
     backwards. Kafka brokers answer such a member exactly as kop does, so the member here does what an application
     on kafka-python must do."""
     for tp in sorted(partitions):
-        if tp not in consumer.assignment():  # a later rebalance took it away: nothing to place
-            partitions.discard(tp)
-            continue
-        offset = consumer.committed(tp, timeout_ms=10000)
-        if offset is None:
-            consumer.seek_to_beginning(tp)
-        else:
-            consumer.seek(tp, offset)
+        if tp in consumer.assignment():  # else a later rebalance took it away: nothing to place
+            offset = consumer.committed(tp, timeout_ms=10000)  # raises: the partition stays to place next poll
+            if offset is None:
+                consumer.seek_to_beginning(tp)
+            else:
+                consumer.seek(tp, offset)
         partitions.discard(tp)
 
 
