@@ -62,4 +62,6 @@ FAULTS: dict[str, Callable[[Target, float], None]] = {
     "cut": cut, "kill": kill, "pause": pause, "disk_full": disk_full, "dedup_flip": dedup_flip,
     "cursor_fail": cursor_fail, "torn_write": torn_write, "full_disk_restart": full_disk_restart}
 NEED_DISK = {"disk_full", "full_disk_restart"}  # kinds that need the data directory on a disk of its own
-NEED_FILES = {"torn_write"}  # kinds that need the file engine (its ledger files' write step)
+# Kinds that need the file engine: its ledger files' write step, its cursor logs, its data on the broker's own disk
+# (on PostgreSQL a full broker disk holds nothing the broker writes)
+NEED_FILES = {"torn_write", "cursor_fail", "disk_full", "full_disk_restart"}

@@ -42,7 +42,7 @@ class SingleBroker(Deployment):
 
     def skipped(self, wanted: Iterable[str]) -> list[str]:
         """The wanted kinds this machine cannot run, with the reason."""
-        no_files = None if _on_files() else "the brokers run on PostgreSQL, which has no ledger files"
+        no_files = None if _on_files() else "the brokers run on PostgreSQL: no ledger files or cursor logs on disk"
         return [f"{k}: {why}" for k in wanted for needs, why in ((NEED_DISK, self.no_disk), (NEED_FILES, no_files))
                 if k in needs and why is not None]
 
