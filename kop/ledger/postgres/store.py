@@ -22,6 +22,7 @@ from kop.ledger.postgres.schema import migrate
 from kop.ledger.time_index import TIMESTAMP_END
 
 POOL_SIZE = 8
+DATABASE_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError)  # a statement the database refused or never got
 FRAMED_ENTRY_HEADER = HEADER_SIZE + ENTRY_HEADER.size  # 8 + 14: the metadata length is its last two bytes
 
 
