@@ -7,7 +7,8 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from integration.broker_process import BrokerProcess
+from integration.broker_process import BrokerProcess, free_port
+from integration.postgres_server import PostgresServer, server_binaries
 
 # librdkafka's own log lines (connection closed, retries) go through this logger instead of stderr.
 RDKAFKA_LOG = logging.getLogger("bench.rdkafka")
@@ -48,3 +49,18 @@ def tree_program(tree: str) -> tuple[str, ...]:
     code = (f"import runpy, sys; sys.path.insert(0, {os.path.abspath(tree)!r}); sys.argv[0] = 'kop'; "
             "runpy.run_module('kop.cli', run_name='__main__')")
     return (sys.executable, "-c", code)
+
+
+@contextmanager
+def postgres_for_run() -> Iterator[PostgresServer]:
+    """One PostgreSQL server from Debian's binaries for a whole benchmark run (a database per broker on it), stopped
+    and removed on exit; exits with the reason where the binaries are not installed."""
+    bin_dir = server_binaries()
+    if bin_dir is None:
+        raise SystemExit("no PostgreSQL server binaries under /usr/lib/postgresql (`make postgres` installs them)")
+    server = PostgresServer(bin_dir, free_port()).init().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        server.remove()
