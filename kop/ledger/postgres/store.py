@@ -128,6 +128,16 @@ def _tail_start(heads: list[StoredHead], tail_bytes: int) -> int:
     return start
 
 
+class _Connection(asyncpg.Connection):
+    """A pooled connection given back without asyncpg's reset statement (advisory unlock, CLOSE ALL, UNLISTEN, RESET
+    ALL): one more round trip on every release, for session state kop never leaves. kop takes only transaction-scoped
+    advisory locks, declares no cursors, listens to nothing and sets no session settings; a transaction left open is
+    still rolled back on release (asyncpg does that whatever the reset statement)."""
+
+    def get_reset_query(self) -> str:
+        return ""
+
+
 class PgStore:
     def __init__(self, url: str, entry_cache_bytes: int | None = None) -> None:
         self.url = url
@@ -138,7 +148,8 @@ class PgStore:
         self.session: int | None = None  # this broker's lease (kop/cluster), checked by every write; None: no lease
 
     async def open(self) -> "PgStore":
-        self._pool = await asyncpg.create_pool(self.url, min_size=1, max_size=POOL_SIZE)
+        self._pool = await asyncpg.create_pool(self.url, min_size=1, max_size=POOL_SIZE,
+                                                 connection_class=_Connection)
         async with self._pool.acquire() as conn:
             await migrate(conn)
         return self
