@@ -36,9 +36,11 @@ def running_broker(config: dict[str, str] | None = None, keep: bool = False, tre
             shutil.rmtree(root, ignore_errors=True)
 
 
-def create_topic(bootstrap: str, name: str, partitions: int, timeout_s: float = 30.0) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int, timeout_s: float = 30.0,
+                 client: dict[str, object] | None = None) -> None:
+    """client: more librdkafka settings of the admin client."""
     from confluent_kafka.admin import AdminClient, NewTopic
-    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": RDKAFKA_LOG})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": RDKAFKA_LOG, **(client or {})})
     for future in admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=timeout_s).values():
         future.result(timeout_s)
     del admin  # closes its connections before the broker may be stopped
