@@ -11,7 +11,9 @@ until the answer is in. The order of the variants alternates over rounds (ABBA).
     python -m bench.create_and_start --partitions 2000 --rounds 3 --against /tmp/kop-main
 """
 import argparse
+import math
 import time
+from datetime import datetime
 from dataclasses import dataclass
 
 from bench import machine
@@ -38,8 +40,24 @@ class Variant:
 @dataclass(frozen=True, slots=True)
 class Timing:
     start_s: float  # process start until the Kafka port accepts connections
+    coordinators_s: float  # of which the coordinator shards and the rest of the start after the topics (its log)
     create_s: float  # one CreateTopics request, until its answer
     create_cpu_s: float  # the broker's CPU seconds meanwhile (less at the mercy of other jobs than the wall time)
+
+
+def after_topics_loaded(log_path: str) -> float:
+    """Seconds from the broker's "loaded N topics" line to its "kop listening" line: the coordinators' start (on
+    PostgreSQL, taking the group and transaction shards over), free of the interpreter's start-up. NaN when either
+    line is missing."""
+    stamps = {}
+    with open(log_path) as f:
+        for line in f:
+            for key, marker in (("loaded", " kop.topics: loaded "), ("listening", " kop.broker: kop listening ")):
+                if marker in line and key not in stamps:
+                    stamps[key] = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+    if len(stamps) < 2:
+        return math.nan
+    return (stamps["listening"] - stamps["loaded"]).total_seconds()
 
 
 def run_variant(variant: Variant, partitions: int, server: PostgresServer, database: str) -> Timing:
@@ -47,10 +65,11 @@ def run_variant(variant: Variant, partitions: int, server: PostgresServer, datab
     started = time.monotonic()
     with running_broker(config, tree=variant.tree) as broker:
         start_s = time.monotonic() - started
+        coordinators_s = after_topics_loaded(broker.log_path)
         started, cpu = time.monotonic(), cpu_seconds(broker.proc.pid)
         create_topic(broker.bootstrap, "bench-create", partitions, timeout_s=CREATE_TIMEOUT_S,
                      client={"socket.timeout.ms": int(CREATE_TIMEOUT_S * 1000)})  # a loaded machine: past 60 s
-        return Timing(start_s, time.monotonic() - started, cpu_seconds(broker.proc.pid) - cpu)
+        return Timing(start_s, coordinators_s, time.monotonic() - started, cpu_seconds(broker.proc.pid) - cpu)
 
 
 def run(variants: list[Variant], partitions: int, rounds: int, progress=print) -> dict[Variant, list[Timing]]:
@@ -61,20 +80,23 @@ def run(variants: list[Variant], partitions: int, rounds: int, progress=print) -
                 variant = variants[i]
                 timing = run_variant(variant, partitions, server, f"bench_{r}_{i}")
                 results[variant].append(timing)
-                progress(f"  round {r + 1}/{rounds} {variant.label}: start {timing.start_s:.2f} s, "
+                progress(f"  round {r + 1}/{rounds} {variant.label}: start {timing.start_s:.2f} s "
+                         f"(coordinators {timing.coordinators_s:.2f} s), "
                          f"create {partitions} partitions {timing.create_s:.2f} s ({timing.create_cpu_s:.2f} CPU s)")
     return results
 
 
 def table(partitions: int, results: dict[Variant, list[Timing]]) -> Table:
     t = Table(f"an empty broker's start, and one topic of {partitions:,} partitions created",
-              ["engine, kop", "start (s)", "create (s)", "partitions/s", "broker CPU s (create)"])
+              ["engine, kop", "start (s)", "of which coordinators (s)", "create (s)", "partitions/s", "broker CPU s (create)"])
     for variant, timings in results.items():
         create_s = median([x.create_s for x in timings])
-        t.add(variant.label, fmt(median([x.start_s for x in timings]), 2), fmt(create_s, 2),
+        t.add(variant.label, fmt(median([x.start_s for x in timings]), 2),
+              fmt(median([x.coordinators_s for x in timings]), 2), fmt(create_s, 2),
               fmt(partitions / create_s), fmt(median([x.create_cpu_s for x in timings]), 2))
     t.notes.append(f"{len(next(iter(results.values())))} rounds, medians; start: process start until the Kafka port "
-                   "accepts connections")
+                   "accepts connections; coordinators: from the broker's 'loaded N topics' log line to its 'kop "
+                   "listening' line")
     return t
 
 
