@@ -15,12 +15,11 @@ import time
 from dataclasses import dataclass
 
 from bench import machine
+from bench.brokers import postgres_for_run
 from bench.report import Table, fmt
 from bench.stats import median
-from integration.broker_process import free_port
 from integration.idem_raw import RawKafka, plain_batch
 from integration.pg_cluster import LEASE, PgCluster, answering
-from integration.postgres_server import PostgresServer, server_binaries
 from integration.waiting import wait_for
 from protocol.errors import ErrorCode
 
@@ -85,22 +84,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
-    bin_dir = server_binaries()
-    if bin_dir is None:
-        raise SystemExit("no PostgreSQL server binaries under /usr/lib/postgresql (`make postgres` installs them)")
     print(machine.describe())
-    server = PostgresServer(bin_dir, free_port()).init().start()
     results: dict[int, list[Failover]] = {n: [] for n in args.partitions}
-    try:
+    with postgres_for_run() as server:
         for r in range(args.rounds):
             for n in args.partitions:
                 result = one_failover(server.create_database(f"failover_{r}_{n}"), n)
                 results[n].append(result)
                 print(f"  round {r + 1}/{args.rounds}, {n} partitions: {result.moved} moved, first write after "
                       f"{result.first_write_s:.2f} s, all served after {result.all_served_s:.2f} s")
-    finally:
-        server.stop()
-        server.remove()
     lease = f"lease {int(LEASE['broker.session.timeout.ms']) / 1000:g} s, heartbeat " \
             f"{int(LEASE['broker.heartbeat.interval.ms']) / 1000:g} s"
     t = Table(f"kill -9 of the broker owning the most partitions, {BROKERS} brokers, {lease}",

@@ -19,14 +19,13 @@ from dataclasses import dataclass, replace
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench import machine
-from bench.brokers import create_topic, running_broker
+from bench.brokers import create_topic, postgres_for_run, running_broker
 from bench.consume import ConsumeResult, consume_all
 from bench.procstat import rss_bytes
 from bench.produce import ProduceSpec, produce
 from bench.report import Table, fmt, print_tables
 from bench.stats import interleaved_order, median
-from integration.broker_process import BrokerProcess, free_port
-from integration.postgres_server import PostgresServer, server_binaries
+from integration.broker_process import BrokerProcess
 
 TOPIC = "bench-entry-cache"
 MiB = 1 << 20
@@ -84,13 +83,9 @@ def take_over(mode: str, cache: str, database: str, spec: ProduceSpec, expected:
 
 
 def run(spec: ProduceSpec, cache_mb: int, rounds: int, progress=print) -> dict[str, list[TakeoverRun]]:
-    bin_dir = server_binaries()
-    if bin_dir is None:
-        raise SystemExit("no PostgreSQL server binaries under /usr/lib/postgresql (`make postgres` installs them)")
-    server = PostgresServer(bin_dir, free_port()).init().start()
     modes = {f"bounded ({cache_mb} MiB)": str(cache_mb * MiB), "unbounded (-1)": "-1"}
     results: dict[str, list[TakeoverRun]] = {mode: [] for mode in modes}
-    try:
+    with postgres_for_run() as server:
         database = server.create_database("bench_entry_cache")
         with running_broker({"storage": database}) as loader:
             create_topic(loader.bootstrap, TOPIC, spec.partitions)
@@ -105,9 +100,6 @@ def run(spec: ProduceSpec, cache_mb: int, rounds: int, progress=print) -> dict[s
                 progress(f"  round {r + 1}/{rounds} {names[i]}: ready {result.ready_s:.1f} s, RSS "
                          f"{result.rss_ready / MiB:,.0f} MiB, read {result.consumed.mb_per_s:,.1f} MB/s, RSS "
                          f"{result.rss_read / MiB:,.0f} MiB")
-    finally:
-        server.stop()
-        server.remove()
     return results
 
 

@@ -12,14 +12,13 @@ import os
 from dataclasses import dataclass, replace
 
 from bench import machine
-from bench.brokers import create_topic, running_broker
+from bench.brokers import create_topic, postgres_for_run, running_broker
 from bench.consume import ConsumeResult, consume_all
 from bench.procstat import cpu_seconds
 from bench.produce import ProduceResult, ProduceSpec, produce
 from bench.report import Table, fmt
 from bench.stats import interleaved_order, median
-from integration.broker_process import free_port
-from integration.postgres_server import PostgresServer, server_binaries
+from integration.postgres_server import PostgresServer
 
 ENGINES = ("file", "postgresql")
 
@@ -68,12 +67,8 @@ def run_engine(engine: str, spec: ProduceSpec, server: PostgresServer, database:
 
 
 def run(spec: ProduceSpec, rounds: int, progress=print) -> dict[str, list[EngineRun]]:
-    bin_dir = server_binaries()
-    if bin_dir is None:
-        raise SystemExit("no PostgreSQL server binaries under /usr/lib/postgresql (`make postgres` installs them)")
-    server = PostgresServer(bin_dir, free_port()).init().start()
     results: dict[str, list[EngineRun]] = {e: [] for e in ENGINES}
-    try:
+    with postgres_for_run() as server:
         for r in range(rounds):
             for i in interleaved_order(len(ENGINES), r):
                 engine = ENGINES[i]
@@ -82,9 +77,6 @@ def run(spec: ProduceSpec, rounds: int, progress=print) -> dict[str, list[Engine
                 progress(f"  round {r + 1}/{rounds} {spec.shape} {engine}: produce "
                          f"{result.produced.records_per_s:,.0f} rec/s, consume "
                          f"{result.consumed.records_per_s:,.0f} rec/s")
-    finally:
-        server.stop()
-        server.remove()
     return results
 
 

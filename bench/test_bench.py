@@ -315,3 +315,13 @@ def test_connections_benchmark_reports_every_round_and_traces_the_broker(tmp_pat
     assert all(row[4].count("MiB") == 2 and row[7].endswith("MiB") for row in result.rows)
     assert sorted(os.listdir(tmp_path)) == ["snap.1", "snap.2"]  # tracing from round 1's end, a snapshot after 2, 3
     assert "traced memory after rounds 2..: " in capsys.readouterr().err
+
+
+def test_create_and_start_times_every_engine_and_finds_the_coordinators_in_the_log():
+    from bench import create_and_start
+    variants = [create_and_start.Variant(None, engine) for engine in create_and_start.ENGINES]
+    results = create_and_start.run(variants, partitions=3, rounds=1, progress=lambda _: None)
+    for variant, (timing,) in results.items():
+        assert timing.start_s > 0 and timing.create_s > 0, variant
+        assert 0 <= timing.coordinators_s < timing.start_s, variant  # both log lines found, in order
+    assert "postgresql, this tree" in create_and_start.table(3, results).text()

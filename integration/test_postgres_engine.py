@@ -182,6 +182,65 @@ def test_a_deleted_topic_leaves_no_rows_and_comes_back_empty(pg_broker_factory, 
     assert [r.value for r in ck_consume_all(broker.bootstrap, "phoenix", 1)] == [b"new-0"]
 
 
+# Partition FAIL_AT of the topic cannot be opened: PostgreSQL itself refuses its managed ledger's row (a trigger of
+# the test's database), while the partitions before it are opened, and stored, a bounded number at a time.
+FAIL_AT = 150
+OPEN_FAULT = f"""
+CREATE TABLE test_opened (name text);
+CREATE FUNCTION test_refuse_one() RETURNS trigger AS $$
+BEGIN
+    IF NEW.name = 'public/default/wide-partition-{FAIL_AT}' THEN
+        RAISE EXCEPTION 'injected: the database refuses %', NEW.name;
+    END IF;
+    INSERT INTO test_opened VALUES (NEW.name);  -- committed with the partition's own row: it was opened
+    RETURN NEW;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER test_refuse_one BEFORE INSERT ON kop_managed_ledger FOR EACH ROW EXECUTE FUNCTION test_refuse_one();
+"""
+
+
+def test_a_partition_that_cannot_be_opened_mid_creation_leaves_no_partition_of_the_topic(pg_broker_factory,
+                                                                                         postgres_url):
+    """New partitions are opened several at a time; when one fails, those being opened finish, none is started
+    after it, and every one opened is closed and its rows removed: the request gets KAFKA_STORAGE_ERROR, the topic
+    does not exist, and once the fault is gone the same topic is created whole."""
+    import asyncio
+
+    import asyncpg
+
+    from integration.clients import ck_consume_all, ck_produce, sample_records
+    from kop.topics import OPEN_CONCURRENCY
+
+    async def sql(statement: str, value: bool = True):
+        """The statement's value (value=False: statements run for their effect)."""
+        conn = await asyncpg.connect(postgres_url)
+        try:
+            return await (conn.fetchval(statement) if value else conn.execute(statement))
+        finally:
+            await conn.close()
+
+    broker = pg_broker_factory()
+    asyncio.run(sql(OPEN_FAULT, value=False))
+    with RawKafka(broker.port) as kafka:
+        assert kafka.create_topic("wide", 2 * FAIL_AT) == ErrorCode.KAFKA_STORAGE_ERROR
+        # Controls: the partitions before the refused one were opened and stored, and few after it were started.
+        opened = asyncio.run(sql("SELECT count(*) FROM test_opened WHERE name LIKE 'public/default/wide-%'"))
+        assert FAIL_AT <= opened < FAIL_AT + OPEN_CONCURRENCY
+        assert "injected: the database refuses public/default/wide-partition-150" in broker.log_tail(200)
+        for table in ("kop_managed_ledger", "kop_ledger", "kop_entry", "kop_cursor"):
+            left = asyncio.run(sql(f"SELECT count(*) FROM {table} WHERE name LIKE 'public/default/wide-%'"))
+            assert left == 0, f"{left} rows of the uncreated topic left in {table}"
+        assert asyncio.run(sql("SELECT count(*) FROM kop_record WHERE key = 'public/default/wide'")) == 0
+        assert kafka.create_topic("wide", 2 * FAIL_AT) == ErrorCode.KAFKA_STORAGE_ERROR  # not half there either
+        asyncio.run(sql("DROP TRIGGER test_refuse_one ON kop_managed_ledger", value=False))
+        assert kafka.create_topic("wide", 2 * FAIL_AT) == ErrorCode.NONE
+    records = sample_records(3)
+    ck_produce(broker.bootstrap, "wide", records, partition=FAIL_AT)
+    assert [r.value for r in ck_consume_all(broker.bootstrap, "wide", 3, partitions=(FAIL_AT,))] == \
+        [r[1] for r in records]
+    assert "Traceback" not in broker.log_tail(400)
+
+
 def test_describe_log_dirs_names_the_database(pg_broker_factory, postgres_url):
     from kafka.admin import KafkaAdminClient
     broker = pg_broker_factory()

@@ -27,11 +27,13 @@ import logging
 from collections.abc import Callable
 
 from kop import internal_topics
+from kop.bounded import each_bounded
 from kop.cluster.offsets import ClusterOffsetStore
 from kop.cluster.ownership import java_hash_shard, taken_over
 from kop.groups import GroupCoordinator
 from kop.groups.generations import StoredGenerations
 from kop.groups.offsets import SYSTEM_CURSOR_PREFIX
+from kop.ledger.postgres.store import POOL_SIZE
 from kop.topic_storage import PgTopicStorage
 from kop.topics import TopicManager
 from protocol.errors import ErrorCode
@@ -126,11 +128,16 @@ class GroupShards:
         if not new:
             return
         session, releases = self._store.session, self._releases
-        epochs = {}
-        for shard in sorted(new):
+        epochs: dict[int, int] = {}
+
+        async def take(shard: int) -> None:
             # Each take fences out whoever coordinates the shard: only while this broker's view still gives it here.
             if self._fresh() and self._owns(SHARD_TOPIC, shard):
                 epochs[shard] = (await self._store.take_ownership(shard_ledger(shard), 0)).row.epoch
+
+        # Each take is a transaction on the shard's own row: as many at once as the pool has connections, rather than
+        # one after another (50 of them when one broker starts alone).
+        await each_bounded(sorted(new), take, POOL_SIZE)
         new = set(epochs)
         if not new:
             return

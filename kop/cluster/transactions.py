@@ -25,12 +25,14 @@ from kafka.protocol.producer.transaction import (AddPartitionsToTxnRequest, AddP
                                                  TxnOffsetCommitRequest, TxnOffsetCommitResponse,
                                                  WriteTxnMarkersRequest, WriteTxnMarkersResponse)
 
+from kop.bounded import each_bounded
 from kop.cluster import groups
 from kop.cluster.ownership import java_hash_shard, taken_over
 from kop.cluster.peers import PeerUnreachable, Peers
 from kop.ledger import LedgerConfig, ManagedLedgerError
 from kop.ledger.postgres import PgStore
 from kop.ledger.postgres.ledger import PgManagedLedger
+from kop.ledger.postgres.store import POOL_SIZE
 from kop.transactions.coordinator import TransactionCoordinator
 from kop.transactions.state import PendingOffset, TopicPartition
 from kop.transactions.state_log import LEDGER_CONFIG, TxnStateLog
@@ -110,19 +112,23 @@ class TxnShards:
         for shard in sorted(set(self.loaded) - owned):
             await self._release(shard)
             log.info("transaction coordinator shard %d moved to another broker", shard)
-        for shard in sorted(owned - set(self.loaded)):
-            ledger = await self._open(shard)
-            if ledger is None:
-                continue
-            state_log = TxnStateLog(ledger, ledger.epoch)
-            try:
-                states = await state_log.load_async()
-            except OSError as exc:  # its entries could not be read back: closed, and tried again at the next beat
-                log.warning("transaction coordinator shard %d not loaded yet: %s", shard, exc)
-                await ledger.close()
-                continue
-            self._coordinator.adopt_shard(shard, state_log, states)
-            self.loaded[shard] = ledger.epoch
+        # Each shard's state log is its own managed ledger: as many open and replay at once as the pool has
+        # connections, rather than one after another (50 of them when one broker starts alone).
+        await each_bounded(sorted(owned - set(self.loaded)), self._load, POOL_SIZE)
+
+    async def _load(self, shard: int) -> None:
+        ledger = await self._open(shard)
+        if ledger is None:
+            return
+        state_log = TxnStateLog(ledger, ledger.epoch)
+        try:
+            states = await state_log.load_async()
+        except OSError as exc:  # its entries could not be read back: closed, and tried again at the next beat
+            log.warning("transaction coordinator shard %d not loaded yet: %s", shard, exc)
+            await ledger.close()
+            return
+        self._coordinator.adopt_shard(shard, state_log, states)
+        self.loaded[shard] = ledger.epoch
 
     async def _open(self, shard: int) -> PgManagedLedger | None:
         """The shard's state log, opened (which fences out its coordinator) while this broker's view gives it here."""

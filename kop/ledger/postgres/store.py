@@ -22,6 +22,7 @@ from kop.ledger.postgres.schema import migrate
 from kop.ledger.time_index import TIMESTAMP_END
 
 POOL_SIZE = 8
+DATABASE_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError)  # a statement the database refused or never got
 FRAMED_ENTRY_HEADER = HEADER_SIZE + ENTRY_HEADER.size  # 8 + 14: the metadata length is its last two bytes
 
 
@@ -123,6 +124,16 @@ def _tail_start(heads: list[StoredHead], tail_bytes: int) -> int:
     return start
 
 
+class _Connection(asyncpg.Connection):
+    """A pooled connection given back without asyncpg's reset statement (advisory unlock, CLOSE ALL, UNLISTEN, RESET
+    ALL): one more round trip on every release, for session state kop never leaves. kop takes only transaction-scoped
+    advisory locks, declares no cursors, listens to nothing and sets no session settings; a transaction left open is
+    still rolled back on release (asyncpg does that whatever the reset statement)."""
+
+    def get_reset_query(self) -> str:
+        return ""
+
+
 class PgStore:
     def __init__(self, url: str, entry_cache_bytes: int | None = None) -> None:
         self.url = url
@@ -133,7 +144,8 @@ class PgStore:
         self.session: int | None = None  # this broker's lease (kop/cluster), checked by every write; None: no lease
 
     async def open(self) -> "PgStore":
-        self._pool = await asyncpg.create_pool(self.url, min_size=1, max_size=POOL_SIZE)
+        self._pool = await asyncpg.create_pool(self.url, min_size=1, max_size=POOL_SIZE,
+                                                 connection_class=_Connection)
         async with self._pool.acquire() as conn:
             await migrate(conn)
         return self
