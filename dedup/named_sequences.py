@@ -33,7 +33,7 @@ def application_name(name: str) -> str | None:
     return name[len(NAME_PREFIX):] if name.startswith(NAME_PREFIX) else None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per batch, and a frozen dataclass costs ~3.5x to build
 class RecordsDecision:
     """What to store of a batch: the records to keep (indexes, in order), the duplicates dropped, and per core name
     the highest id kept (what `commit` pushes, and what the entry records for a replay). `unknown` names a producer
