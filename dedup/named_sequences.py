@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from dedup.message_deduplication import DupStatus, MessageDeduplication
 
 NAME_PREFIX = "app:"
+_NOT_DUP = DupStatus.NOT_DUP  # an enum member lookup costs more than the rest of judging a run, once per batch
 
 
 def core_name(producer_name: str) -> str:
@@ -90,7 +91,7 @@ def judge_run(dedup: MessageDeduplication, name: str, ids: Sequence[int], count:
     if not (rising if rising is not None else strictly_rising(ids)):
         return None
     key = NAME_PREFIX + name
-    if dedup.judge(key, ids[0]) is not DupStatus.NOT_DUP:
+    if dedup.judge(key, ids[0]) is not _NOT_DUP:
         return None
     return RecordsDecision(range(count), [], {key: ids[-1]})  # positional: half the cost, once per batch
 
