@@ -177,7 +177,7 @@ class SequenceHeaderScan:
         return pos
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per batch, and a frozen dataclass costs ~3.5x to build
 class SequencedRecords:
     """The records of a batch that carry the headers: their indexes in the batch, names and ids, in order; `name`
     when they all carry one name (the rule for a producer's batch), else None; `rising`: whether the ids rise
@@ -195,7 +195,7 @@ def sequenced_records(scan: SequenceHeaderScan) -> SequencedRecords:
     the first record at fault."""
     if scan.run_read is not None:  # one name, the ids first..last, one per record: valid but for the name
         raw_name, first, last = scan.run_read
-        name = _producer_name(0, raw_name)  # the first record at fault if it is not valid
+        name = run_producer_name(raw_name)
         return SequencedRecords(scan.indexes, [name] * len(scan.indexes), range(first, last + 1), name, True)
     raw_names, raw_ids = scan.names, scan.ids
     names: dict[bytes, str] = {}
@@ -269,6 +269,12 @@ def _missing_or_twice(index: int, name: bytes | _Missing, sequence_id: bytes | _
     if name is ABSENT:
         return _bad(index, SEQUENCE_ID_HEADER, f"comes without {PRODUCER_NAME_HEADER}")
     return _bad(index, PRODUCER_NAME_HEADER, f"comes without {SEQUENCE_ID_HEADER}")
+
+
+def run_producer_name(raw: bytes) -> str:
+    """The producer name of a run (`SequenceHeaderScan.run_read`); RecordBatchError naming its first record (all of
+    them hold it) when it is not a valid one."""
+    return _producer_name(0, raw)
 
 
 def _valid_name(raw: bytes) -> str | None:

@@ -304,3 +304,33 @@ def test_a_batch_of_other_headers_is_searched_once_and_a_later_record_with_ours_
     scan = SequenceHeaderScan()
     _walk_records(bytes(view), HEADER_SIZE, batch_header, True, headers=scan)  # the Python walk, which watches
     assert not scan.watching and not scan.found  # the walk skipped the later records' headers itself
+
+
+async def test_a_run_s_name_is_checked_again_whenever_it_changes(tmp_path):
+    """The run path keeps the last name it checked per partition: a run of another name, valid or not, is checked as
+    the record-by-record path checks it (an INVALID_RECORD naming record 0, nothing stored), the last good one is not
+    taken for it."""
+    ledger = FileManagedLedger.open("t-partition-0", str(tmp_path), LedgerConfig(fsync=False), None)
+    partition = PartitionLog("t", 0, ledger, DedupConfig())
+    await partition.apply_dedup_policy(True)
+
+    async def publish(name: bytes, first: int) -> tuple:
+        raw = build_batch([Record(i, 1_000, None, b"v", ((NAME, name), (SEQUENCE, b"%d" % (first + i))))
+                           for i in range(3)])
+        [(batch_header, view)] = split_batches(raw)
+        records = validate_batch(batch_header, view, watch=SequenceHeaderScan)
+        if records_module._fast_walk_watched is not None:
+            assert records.headers.run_read is not None  # the control: read as a run, so judged on the run path
+        outcome = await partition.publish_normal(batch_header, view, records=records)
+        return outcome.error, outcome.message
+
+    assert await publish(b"a", 0) == (0, None)
+    for bad, problem in ((b"n" * 257, "has 257 bytes, more than 256"), (b"\xff", "is not UTF-8"),
+                         (b"a\xff", "is not UTF-8")):
+        error, message = await publish(bad, 10)
+        assert error == 87 and message.startswith(f"record 0: header {NAME} {problem}"), message  # INVALID_RECORD
+    assert await publish("é".encode(), 0) == (0, None)
+    assert await publish(b"a", 3) == (0, None)
+    assert await publish(b"a", 3) == (0, None)  # all duplicates: answered, not stored again
+    assert (partition.last_sequence_id("a"), partition.last_sequence_id("é"), partition.high_watermark) == (5, 2, 9)
+    await partition.close()
