@@ -2,6 +2,7 @@
 stored in one protobuf record (`<data>/policies`) replaced atomically on every change; on the PostgreSQL engine in
 the database, one record per namespace or topic, shared by every broker of the cluster (each reads them again every
 heartbeat: `reload`)."""
+import asyncio
 import logging
 import os
 from dataclasses import dataclass
@@ -38,6 +39,9 @@ class PolicyBook:
         self.namespaces: dict[str, Policies] = {}
         self.topics: dict[str, Policies] = {}
         self._records: "RecordStore | None" = None  # the database's (PostgreSQL engine), else the file
+        # One change or reload at a time: a reload that read the database before a change was stored would put the
+        # old policies back in memory after it, and two changes of one namespace would each start from the old one.
+        self._changing = asyncio.Lock()
 
     def load(self) -> None:
         """The file's policies (the file engine's, or those a broker had before it moved to the database)."""
@@ -66,6 +70,10 @@ class PolicyBook:
         """Read the database's policies again (another broker may have changed them); whether they changed."""
         if self._records is None:
             return False
+        async with self._changing:
+            return await self._reload()
+
+    async def _reload(self) -> bool:
         found = {level: {name: Policies.FromString(value) for name, value in
                          (await self._records.records(kind)).items()} for level, kind in RECORD_KINDS.items()}
         changed = found["namespace"] != self.namespaces or found["topic"] != self.topics
@@ -89,20 +97,22 @@ class PolicyBook:
         """Set one field (value None removes it, falling back to the next level); durable once it returns."""
         if field not in FIELDS:
             raise KeyError(field)
-        book = self.namespaces if level == "namespace" else self.topics
-        policies = Policies()
-        policies.CopyFrom(book.get(name, Policies()))
-        if value is None:
-            policies.ClearField(field)
-        elif field in LIST_FIELDS:
-            getattr(policies, field).names[:] = list(value)
-        else:
-            setattr(policies, field, value)
-        await self._store(level, name, policies if policies.ListFields() else None)
+        async with self._changing:
+            book = self.namespaces if level == "namespace" else self.topics
+            policies = Policies()
+            policies.CopyFrom(book.get(name, Policies()))
+            if value is None:
+                policies.ClearField(field)
+            elif field in LIST_FIELDS:
+                getattr(policies, field).names[:] = list(value)
+            else:
+                setattr(policies, field, value)
+            await self._store(level, name, policies if policies.ListFields() else None)
 
     async def drop_topic(self, topic: str) -> None:
-        if self.topic_key(topic) in self.topics:
-            await self._store("topic", self.topic_key(topic), None)
+        async with self._changing:
+            if self.topic_key(topic) in self.topics:
+                await self._store("topic", self.topic_key(topic), None)
 
     async def _store(self, level: str, name: str, policies: Policies | None) -> None:
         """Store one namespace's or topic's policies (None: it has none left), then use them."""

@@ -1,5 +1,7 @@
 """Policies on the PostgreSQL engine, against a real server: kept in the database, read by every broker of it, and
 copied from a broker's file into a database that holds none yet."""
+import asyncio
+
 import pytest
 
 from kop.config import BrokerConfig
@@ -38,3 +40,16 @@ async def test_a_policy_one_broker_sets_is_read_by_another_and_a_file_is_copied_
     assert not moving.resolve("payments").deduplication_enabled
     await moving.drop_topic("orders")
     assert await other.reload() and other.topics == {}
+
+
+async def test_a_change_made_while_a_reload_reads_the_database_is_kept(tmp_path, store):
+    """A heartbeat's reload and an operator's change at once: the reload's read must not put the old policies back
+    in memory after the change was stored (the change would look undone until the next heartbeat)."""
+    policies = book(tmp_path, "racing")
+    await policies.share_through(store)
+    for ttl in range(1, 21):
+        reloading = asyncio.ensure_future(policies.reload())
+        await asyncio.sleep(0)  # the reload is reading the database now
+        await policies.set("namespace", "public/default", "message_ttl_seconds", ttl)
+        await reloading
+        assert policies.resolve("orders").message_ttl_seconds == ttl, f"change {ttl} undone by the reload"
