@@ -90,8 +90,9 @@ class BrokerProcess:
             raise RuntimeError("this broker was started without the admin API (admin_port=None)")
         return f"http://127.0.0.1:{self.admin_port}"
 
-    def start(self, timeout: float = 30.0, wait: bool = True) -> "BrokerProcess":
-        """Start the broker and wait until it serves Kafka clients (wait=False: return once the process runs)."""
+    def start(self, timeout: float = 60.0, wait: bool = True) -> "BrokerProcess":
+        """Start the broker and wait until it serves Kafka clients (wait=False: return once the process runs). The
+        bound is generous: on a loaded machine a start on PostgreSQL (its coordinator shards) took over 30 s."""
         if not self.port:
             self.port = free_port()
         os.makedirs(self.data_dir, exist_ok=True)
