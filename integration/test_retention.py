@@ -153,7 +153,9 @@ def test_retention_by_time_reaches_a_quiet_idempotent_topic_with_dedup_on(tmp_pa
                          on_delivery=lambda err, msg: reports.append((err, msg.offset())))
         producer.flush(30)
         assert reports[-1] == (None, 6)
-        assert [m.value for m in kp_consume_all(proc.bootstrap, "quiet-idem", 2)] == [b"v5", b"v6"]
+        stored = [(m.offset, m.value) for m in kp_consume_all(proc.bootstrap, "quiet-idem", 2, timeout=10)]
+        # v5 may be gone by now: its ledger is older than retention.ms (1 s) once the restart took longer than that
+        assert stored in ([(5, b"v5"), (6, b"v6")], [(6, b"v6")]), stored
     finally:
         proc.stop()
 
