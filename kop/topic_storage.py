@@ -13,14 +13,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 
-import asyncpg
-
 from kop.ledger import LedgerConfig, FileManagedLedger, ManagedLedger
 from kop.ledger.file_pool import FilePool
 from kop.ledger.flusher import Flusher
 from kop.ledger.framed_file import fsync_dir, makedirs_durable, replace_atomically
 from kop.ledger.postgres import PgManagedLedger, PgStore
 from kop.ledger.postgres.entry_cache import EntryCache
+from kop.ledger.postgres.store import DATABASE_ERRORS
 from kop.groups.generations import GenerationLog, StoredGenerations
 from kop.producer_ids import FileProducerIdBlocks
 from kop.startup import StartupError, reading
@@ -183,7 +182,7 @@ class PgTopicStorage(TopicStorage):
             await self._store.open()
         except StartupError:
             raise
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:  # unreachable, refused, no database
+        except (OSError, *DATABASE_ERRORS) as exc:  # unreachable, refused, no database
             await self._store.close()
             raise StartupError(f"cannot use PostgreSQL at {where}: {exc}") from exc
         log.info("topics and ledgers in PostgreSQL at %s", where)

@@ -14,15 +14,13 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import asyncpg
-
 from kop import clock
 from kop.groups.offsets import (COMMIT_TS_KEY, LEADER_EPOCH_KEY, METADATA_KEY, OFFSET_KEY, PROTOCOL_TYPE_KEY,
                                 REPLICATED_KEY, CommittedOffset, NotCoordinated, _done, java_length)
 from kop.ledger.position import BEFORE_FIRST, Position
 from kop.ledger.postgres.batcher import Batcher
 from kop.ledger.postgres.cursors import encode_cursor
-from kop.ledger.postgres.store import LedgerFencedOut, PgStore
+from kop.ledger.postgres.store import DATABASE_ERRORS, LedgerFencedOut, PgStore
 from kop.topic_storage import PgTopicStorage
 from kop.topics import TopicManager
 from proto.kop_pb2 import ManagedCursorInfo
@@ -204,7 +202,7 @@ class ClusterOffsetStore:
         except LedgerFencedOut as exc:  # another broker coordinates these groups now: the clients look it up
             log.warning("offset commits refused: %s", exc)
             stored = None
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except (OSError, *DATABASE_ERRORS) as exc:
             log.error("offset commits failed: %s", exc)  # as Kafka answers a failed offsets append
             stored = None
         for commit in commits:

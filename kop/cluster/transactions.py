@@ -20,7 +20,6 @@ What the coordinator asks of other brokers (OtherBrokers, through kop/cluster/pe
 import logging
 from collections.abc import Callable
 
-import asyncpg
 from kafka.protocol.producer.transaction import (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
                                                  TxnOffsetCommitRequest, TxnOffsetCommitResponse,
                                                  WriteTxnMarkersRequest, WriteTxnMarkersResponse)
@@ -32,7 +31,7 @@ from kop.cluster.peers import PeerUnreachable, Peers
 from kop.ledger import LedgerConfig, ManagedLedgerError
 from kop.ledger.postgres import PgStore
 from kop.ledger.postgres.ledger import PgManagedLedger
-from kop.ledger.postgres.store import POOL_SIZE
+from kop.ledger.postgres.store import DATABASE_ERRORS, POOL_SIZE
 from kop.transactions.coordinator import TransactionCoordinator
 from kop.transactions.state import PendingOffset, TopicPartition
 from kop.transactions.state_log import LEDGER_CONFIG, TxnStateLog
@@ -136,7 +135,7 @@ class TxnShards:
             return None
         try:
             return await PgManagedLedger.open(shard_ledger(shard), self._store, self._config)
-        except (ManagedLedgerError, OSError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except (ManagedLedgerError, OSError, ValueError, *DATABASE_ERRORS) as exc:
             # The lease ran out meanwhile, the database is out of reach, or a stored entry is damaged (ValueError):
             # tried again at the next beat, and the shards opened before it are served meanwhile.
             log.warning("transaction coordinator shard %d not taken over yet: %s", shard, exc)

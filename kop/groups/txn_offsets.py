@@ -16,9 +16,8 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-import asyncpg
-
 from kop.groups.generations import CoordinatorMoved, Fence, RecordStore, moved_when_fenced
+from kop.ledger.postgres.store import DATABASE_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +105,7 @@ class TxnHeldOffsets:
                                                      json.dumps(sorted(partitions)).encode(), fence)
                     else:
                         await self._store.delete_record(KIND, _key(group_id, producer_id), fence)
-            except (CoordinatorMoved, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except (CoordinatorMoved, OSError, *DATABASE_ERRORS) as exc:
                 log.warning("group %s: transaction offsets of producer %d not stored: %s", group_id, producer_id, exc)
                 return False
         return True
